@@ -1,0 +1,45 @@
+# Thin wrappers over real commands; see README.md.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+
+.PHONY: help bootstrap demo test lint unit crds docs check-generated controlplane clean
+
+help:
+	@echo "make demo   - render the quickstart and check it with promtool and amtool"
+	@echo "make test   - everything CI runs: lint, type checks, layer contracts, unit and integration tests"
+	@echo "make crds   - regenerate crds/ from the models; make docs - docs/alerts.md from the catalogue"
+	@echo "make controlplane - build (or reuse) the local Kubernetes control plane binaries"
+
+bootstrap:
+	@scripts/bootstrap.sh
+
+demo: bootstrap
+	@scripts/demo.sh
+
+lint: bootstrap
+	$(BIN)/ruff check operator tests e2e
+	$(BIN)/ruff format --check operator tests e2e
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+unit: bootstrap
+	$(PY) -m pytest --cov=trainguard.render --cov=trainguard.catalog --cov=trainguard.api --cov-report=term
+
+test: lint check-generated unit
+
+crds: bootstrap
+	$(BIN)/trainguard crds -o crds
+
+docs: bootstrap
+	$(BIN)/trainguard docs -o docs/alerts.md
+
+check-generated: bootstrap
+	$(BIN)/trainguard crds -o crds --check
+	$(BIN)/trainguard docs -o docs/alerts.md --check
+
+controlplane:
+	e2e/controlplane/build.sh all
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache .coverage

@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# Builds the local control plane's binaries from the Go module proxy and caches them by version.
+#
+# Only the first run on a machine pays for the build: every binary lands in
+#   $TRAINGUARD_E2E_CACHE/bin/<name>-<version>   (default ~/.cache/trainguard-e2e)
+# and is reused while that file exists. Each component builds in a Go module of its own, because
+# k8s.io/kubernetes, etcd and helm pin different versions of the same libraries.
+set -euo pipefail
+
+K8S_VERSION="${K8S_VERSION:-1.36.3}"
+ETCD_VERSION="${ETCD_VERSION:-3.6.16}"
+HELM_VERSION="${HELM_VERSION:-3.22.0}"
+PROM_OPERATOR_VERSION="${PROM_OPERATOR_VERSION:-0.95.2}"
+CONTROLLER_TOOLS_VERSION="${CONTROLLER_TOOLS_VERSION:-0.20.1}"
+
+CACHE="${TRAINGUARD_E2E_CACHE:-$HOME/.cache/trainguard-e2e}"
+BIN="$CACHE/bin"
+WORK="$CACHE/build"
+mkdir -p "$BIN" "$WORK"
+
+export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
+: "${GOMAXPROCS:=$(nproc)}"
+
+log() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+have() {  # have NAME VERSION: the cached binary exists
+  [ -x "$BIN/$1-$2" ]
+}
+
+link_current() {  # stable names for the harness: bin/current/<name> -> ../<name>-<version>
+  mkdir -p "$BIN/current"
+  ln -sfn "../$1-$2" "$BIN/current/$1"
+}
+
+build_kubernetes() {
+  local v="$K8S_VERSION" minor names=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  local missing=0 n
+  for n in "${names[@]}"; do have "$n" "$v" || missing=1; done
+  if [ "$missing" = 0 ]; then
+    log "kubernetes v$v: cached"
+  else
+    local start=$SECONDS dir="$WORK/kubernetes-$v"
+    mkdir -p "$dir"
+    log "kubernetes v$v: resolving k8s.io/kubernetes and its staging modules"
+    local modfile
+    modfile=$(go mod download -json "k8s.io/kubernetes@v$v" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')
+    minor="${v#*.}"; minor="${minor%%.*}"
+    {
+      echo "module trainguard.io/e2e/kubernetes"
+      echo
+      echo "go 1.26.0"
+      echo
+      echo "godebug default=go1.26"
+      echo
+      echo "require k8s.io/kubernetes v$v"
+      echo
+      echo "replace ("
+      # Every './staging/src/k8s.io/X' replace of the release becomes 'k8s.io/X => k8s.io/X v0.N.M'.
+      sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/src/k8s.io/[a-z0-9-]*#\t\1 => \1 v0.'"${v#*.}"'#p' "$modfile"
+      echo ")"
+    } > "$dir/go.mod"
+    printf 'package main\n' > "$dir/main.go"
+    (
+      cd "$dir"
+      log "kubernetes v$v: downloading modules"
+      go get "k8s.io/kubernetes/cmd/kube-apiserver@v$v" >/dev/null 2>&1 || go get "k8s.io/kubernetes/cmd/kube-apiserver@v$v"
+      local ld="-s -w -X k8s.io/component-base/version.gitVersion=v$v -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+      local out="$dir/out"
+      mkdir -p "$out"
+      log "kubernetes v$v: compiling ${names[*]} (the slow part: tens of minutes on 2 cores)"
+      go build -trimpath -ldflags "$ld" -o "$out/" \
+        k8s.io/kubernetes/cmd/kube-apiserver \
+        k8s.io/kubernetes/cmd/kube-controller-manager \
+        k8s.io/kubernetes/cmd/kube-scheduler \
+        k8s.io/kubernetes/cmd/kubectl
+      for n in "${names[@]}"; do mv "$out/$n" "$BIN/$n-$v"; done
+    )
+    log "kubernetes v$v: built in $((SECONDS - start))s"
+  fi
+  for n in "${names[@]}"; do link_current "$n" "$v"; done
+}
+
+build_etcd() {
+  local v="$ETCD_VERSION"
+  if have etcd "$v"; then log "etcd v$v: cached"; else
+    local start=$SECONDS dir="$WORK/etcd-$v"
+    mkdir -p "$dir"
+    printf 'module trainguard.io/e2e/etcd\n\ngo 1.26.0\n' > "$dir/go.mod"
+    cat > "$dir/main.go" <<'GO'
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+GO
+    (
+      cd "$dir"
+      log "etcd v$v: downloading modules"
+      go get "go.etcd.io/etcd/server/v3@v$v"
+      go mod tidy
+      log "etcd v$v: compiling"
+      go build -trimpath -ldflags "-s -w" -o "$BIN/etcd-$v" .
+    )
+    log "etcd v$v: built in $((SECONDS - start))s"
+  fi
+  link_current etcd "$v"
+}
+
+build_helm() {
+  local v="$HELM_VERSION"
+  if have helm "$v"; then log "helm v$v: cached"; else
+    local start=$SECONDS dir="$WORK/helm-$v"
+    mkdir -p "$dir"
+    printf 'module trainguard.io/e2e/helm\n\ngo 1.26.0\n' > "$dir/go.mod"
+    printf 'package main\n' > "$dir/main.go"
+    (
+      cd "$dir"
+      log "helm v$v: downloading modules"
+      go get "helm.sh/helm/v3/cmd/helm@v$v"
+      log "helm v$v: compiling"
+      go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v$v" -o "$BIN/helm-$v" helm.sh/helm/v3/cmd/helm
+    )
+    log "helm v$v: built in $((SECONDS - start))s"
+  fi
+  link_current helm "$v"
+}
+
+fetch_prometheus_operator_crds() {
+  # The proxy serves prometheus-operator's API module (pkg/apis/monitoring) but not the root module
+  # that holds the YAML, so the CRDs are generated from the pinned Go types with controller-gen,
+  # which is how prometheus-operator makes them itself.
+  local v="$PROM_OPERATOR_VERSION"
+  local dest="$CACHE/crds/prometheus-operator-$v"
+  if [ -d "$dest" ]; then log "prometheus-operator v$v CRDs: cached"; return; fi
+  local start=$SECONDS dir="$WORK/prometheus-operator-crds-$v"
+  mkdir -p "$dir"
+  printf 'module trainguard.io/e2e/promopcrds\n\ngo 1.26.0\n' > "$dir/go.mod"
+  printf 'package main\n\nimport _ "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1alpha1"\n\nfunc main() {}\n' > "$dir/main.go"
+  (
+    cd "$dir"
+    log "prometheus-operator v$v CRDs: downloading the API module and controller-gen $CONTROLLER_TOOLS_VERSION"
+    go get "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring@v$v" "sigs.k8s.io/controller-tools/cmd/controller-gen@v$CONTROLLER_TOOLS_VERSION"
+    go mod tidy
+    go build -o "$dir/controller-gen" sigs.k8s.io/controller-tools/cmd/controller-gen
+    local api
+    api=$(go list -m -f '{{.Dir}}' github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring)
+    rm -rf "$dir/out" && mkdir -p "$dir/out"
+    # v1beta1 AlertmanagerConfig needs a conversion webhook; like the upstream bundle, serve v1alpha1.
+    (cd "$api" && "$dir/controller-gen" crd:crdVersions=v1,maxDescLen=0 paths=./v1 paths=./v1alpha1 output:crd:dir="$dir/out")
+  )
+  mkdir -p "$dest.tmp"
+  for kind in prometheusrules alertmanagerconfigs podmonitors; do
+    cp "$dir/out/monitoring.coreos.com_$kind.yaml" "$dest.tmp/"
+  done
+  mv "$dest.tmp" "$dest"
+  log "prometheus-operator v$v CRDs: generated in $((SECONDS - start))s"
+}
+
+what="${1:-all}"
+case "$what" in
+  all) fetch_prometheus_operator_crds; build_etcd; build_kubernetes; build_helm ;;
+  kubernetes) build_kubernetes ;;
+  etcd) build_etcd ;;
+  helm) build_helm ;;
+  crds) fetch_prometheus_operator_crds ;;
+  *) echo "usage: $0 [all|kubernetes|etcd|helm|crds]" >&2; exit 2 ;;
+esac

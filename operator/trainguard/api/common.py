@@ -1,0 +1,180 @@
+"""Shared building blocks of the custom resources: the base model, durations, selectors, conditions."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
+from pydantic.alias_generators import to_camel
+
+GROUP = "trainguard.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+_DURATION_RE = re.compile(
+    r"^((?P<y>[0-9]+)y)?((?P<w>[0-9]+)w)?((?P<d>[0-9]+)d)?((?P<h>[0-9]+)h)?"
+    r"((?P<m>[0-9]+)m)?((?P<s>[0-9]+)s)?((?P<ms>[0-9]+)ms)?$"
+)
+DURATION_PATTERN = re.sub(r"\?P<[a-z]+>", "", _DURATION_RE.pattern)
+"""The same pattern without group names, for the CRD schema (RE2 and ECMA alike)."""
+_UNIT_SECONDS = {"y": 365 * 86400, "w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
+
+Duration = Annotated[
+    str,
+    Field(
+        pattern=DURATION_PATTERN,
+        min_length=2,
+        max_length=32,
+        description="A Prometheus duration such as 30s, 5m, 1h30m.",
+    ),
+]
+"""A Prometheus duration string; kept as text so rendered rules show what the user wrote."""
+
+
+def duration_seconds(text: str) -> float:
+    """Seconds in a Prometheus duration such as `1h30m`; raises ValueError on anything else."""
+    match = _DURATION_RE.match(text)
+    if not text or match is None:
+        raise ValueError(f"{text!r} is not a duration; use a number with a unit, such as 30s, 5m or 1h")
+    return sum(int(v) * _UNIT_SECONDS[k] for k, v in match.groupdict().items() if v)
+
+
+def format_duration(seconds: float) -> str:
+    """The shortest Prometheus duration for whole seconds (`90` -> `1m30s`)."""
+    total = round(seconds)
+    if total <= 0:
+        return "0s"
+    out = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if total >= size:
+            out.append(f"{total // size}{unit}")
+            total %= size
+    return "".join(out)
+
+
+K8sName = Annotated[
+    str,
+    Field(
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        min_length=1,
+        max_length=63,
+        description="A Kubernetes object name (DNS label).",
+    ),
+]
+
+
+def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, JsonValue]:
+    """A CEL rule for the CRD schema; the model's own validator must say the same in Python."""
+    out: dict[str, JsonValue] = {"rule": rule, "message": message}
+    if field_path:
+        out["fieldPath"] = field_path
+    return out
+
+
+def cel_rules(*rules: dict[str, JsonValue]) -> ConfigDict:
+    """model_config carrying CEL rules into the generated CRD (pydantic merges it with the base config)."""
+    return ConfigDict(json_schema_extra={"x-kubernetes-validations": list(rules)})
+
+
+class Model(BaseModel):
+    """Base of every CR model: camelCase on the wire, unknown fields rejected, immutable."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        validate_default=True,
+    )
+
+
+class LabelSelectorRequirement(Model):
+    key: str = Field(min_length=1, max_length=317)
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = Field(default_factory=list, max_length=64)
+
+    @model_validator(mode="after")
+    def _values_match_operator(self) -> LabelSelectorRequirement:
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"values must be non-empty when operator is {self.operator}")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"values must be empty when operator is {self.operator}")
+        return self
+
+    model_config = cel_rules(
+        cel(
+            "self.operator in ['In', 'NotIn'] ? size(self.values) > 0 : size(self.values) == 0",
+            "values must be non-empty for In and NotIn, and empty for Exists and DoesNotExist",
+        )
+    )
+
+
+class LabelSelector(Model):
+    """A Kubernetes label selector; an empty selector matches nothing here, never everything."""
+
+    match_labels: dict[str, str] = Field(default_factory=dict)
+    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list, max_length=16)
+
+    def is_empty(self) -> bool:
+        return not self.match_labels and not self.match_expressions
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        if self.is_empty():
+            return False
+        if any(labels.get(k) != v for k, v in self.match_labels.items()):
+            return False
+        for req in self.match_expressions:
+            present = req.key in labels
+            value = labels.get(req.key)
+            ok = {
+                "In": present and value in req.values,
+                "NotIn": not present or value not in req.values,
+                "Exists": present,
+                "DoesNotExist": not present,
+            }[req.operator]
+            if not ok:
+                return False
+        return True
+
+    def to_kubernetes(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.match_labels:
+            out["matchLabels"] = dict(sorted(self.match_labels.items()))
+        if self.match_expressions:
+            out["matchExpressions"] = [
+                r.model_dump(by_alias=True, exclude_defaults=True) | {"operator": r.operator}
+                for r in self.match_expressions
+            ]
+        return out
+
+
+class SecretKeyRef(Model):
+    """A key of a Secret in the resource's own namespace."""
+
+    name: K8sName
+    key: str = Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")
+
+
+class Condition(Model):
+    """A standard Kubernetes condition (metav1.Condition)."""
+
+    type: str = Field(min_length=1, max_length=316)
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    message: str = Field(default="", max_length=32768)
+    last_transition_time: str = Field(description="RFC 3339 time of the last status change.")
+    observed_generation: int | None = Field(default=None, ge=0)
+
+
+class Metadata(Model):
+    """The part of ObjectMeta that trainguard reads; other metadata is kept but ignored."""
+
+    name: K8sName
+    namespace: K8sName = "default"
+    generation: int | None = None
+    uid: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+    model_config = ConfigDict(extra="ignore")

@@ -1,0 +1,184 @@
+"""Turning YAML documents into validated models, with every problem reported by field path."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from trainguard.api.common import API_VERSION
+from trainguard.api.monitor import TrainingJobMonitor
+from trainguard.api.policy import AlertPolicy
+
+KINDS: dict[str, type[TrainingJobMonitor] | type[AlertPolicy]] = {
+    "TrainingJobMonitor": TrainingJobMonitor,
+    "AlertPolicy": AlertPolicy,
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the input: where, which field, and what is allowed."""
+
+    source: str
+    path: str
+    message: str
+    obj: str = ""
+
+    def __str__(self) -> str:
+        where = self.source + (f" {self.obj}" if self.obj else "")
+        return f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
+
+
+class InvalidInput(Exception):
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__("\n".join(str(p) for p in problems))
+        self.problems = problems
+
+
+@dataclass
+class Documents:
+    monitors: list[TrainingJobMonitor] = field(default_factory=list)
+    policies: list[AlertPolicy] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    sources: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    """(kind, namespace, name) -> where the object was read, for error messages."""
+
+    def policy(self, namespace: str, name: str) -> AlertPolicy | None:
+        for p in self.policies:
+            if p.namespace == namespace and p.name == name:
+                return p
+        return None
+
+    def policies_for(self, monitor: TrainingJobMonitor) -> list[AlertPolicy]:
+        """The monitor's policies in the order it names them; missing ones are left out."""
+        found = (self.policy(monitor.namespace, ref.name) for ref in monitor.spec.policy_refs)
+        return [p for p in found if p is not None]
+
+    def reference_problems(self) -> list[Problem]:
+        problems = []
+        for m in self.monitors:
+            for i, ref in enumerate(m.spec.policy_refs):
+                if self.policy(m.namespace, ref.name) is None:
+                    problems.append(
+                        Problem(
+                            self.sources.get((m.kind, m.namespace, m.name), "input"),
+                            f"spec.policyRefs[{i}].name",
+                            f"AlertPolicy {m.namespace}/{ref.name} is not in the input; "
+                            f"add it, or remove the reference",
+                            f"TrainingJobMonitor {m.namespace}/{m.name}",
+                        )
+                    )
+        return problems
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part.startswith("function-") or part in ("literal[...]",):
+            continue
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _message(err: Mapping[str, Any]) -> str:
+    msg = str(err["msg"])
+    msg = msg.removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        return "unknown field; check its spelling (kubectl explain trainingjobmonitor.spec, or crds/)"
+    if err["type"] == "missing":
+        return "required field is missing"
+    value = err.get("input")
+    if (
+        err["type"] not in ("model_type", "dict_type")
+        and value is not None
+        and not isinstance(value, dict | list)
+    ):
+        msg += f" (got {value!r})"
+    return msg
+
+
+def parse_object(doc: Mapping[str, Any], source: str = "input") -> TrainingJobMonitor | AlertPolicy:
+    """Validate one object; raises InvalidInput listing every problem in it."""
+    kind = doc.get("kind")
+    raw_meta = doc.get("metadata")
+    meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
+    label = f"{kind} {meta.get('namespace', 'default')}/{meta.get('name', '?')}"
+    if doc.get("apiVersion") != API_VERSION:
+        raise InvalidInput(
+            [Problem(source, "apiVersion", f"must be {API_VERSION} (got {doc.get('apiVersion')!r})", label)]
+        )
+    model = KINDS.get(str(kind))
+    if model is None:
+        raise InvalidInput([Problem(source, "kind", f"must be one of {', '.join(KINDS)} (got {kind!r})")])
+    try:
+        return model.model_validate(doc)
+    except ValidationError as exc:
+        raise InvalidInput(
+            [Problem(source, _path(e["loc"]), _message(e), label) for e in exc.errors(include_url=False)]
+        ) from None
+
+
+def load_documents(sources: Iterable[tuple[str, str]]) -> Documents:
+    """Parse (name, YAML text) pairs. Objects of other kinds are skipped; problems are all collected."""
+    docs = Documents()
+    problems: list[Problem] = []
+    for name, text in sources:
+        try:
+            parsed = list(yaml.safe_load_all(text))
+        except yaml.YAMLError as exc:
+            problems.append(Problem(name, "", f"not valid YAML: {exc}"))
+            continue
+        for index, doc in enumerate(parsed, start=1):
+            if doc is None:
+                continue
+            where = f"{name}#{index}" if len(parsed) > 1 else name
+            if not isinstance(doc, dict):
+                problems.append(Problem(where, "", "each document must be a mapping (a Kubernetes object)"))
+                continue
+            if doc.get("kind") == "List" and isinstance(doc.get("items"), list):
+                items = doc["items"]
+            else:
+                items = [doc]
+            for item in items:
+                api_version = str(item.get("apiVersion", ""))
+                if not api_version.startswith("trainguard.io/") or item.get("kind") not in KINDS:
+                    if api_version.startswith("trainguard.io/"):
+                        problems.append(
+                            Problem(
+                                where, "kind", f"must be one of {', '.join(KINDS)} (got {item.get('kind')!r})"
+                            )
+                        )
+                    else:
+                        docs.skipped.append(f"{where}: {item.get('kind', '?')}")
+                    continue
+                try:
+                    obj = parse_object(item, where)
+                except InvalidInput as exc:
+                    problems.extend(exc.problems)
+                    continue
+                key = (obj.kind, obj.namespace, obj.name)
+                if key in docs.sources:
+                    problems.append(
+                        Problem(
+                            where,
+                            "metadata.name",
+                            f"{obj.kind} {obj.namespace}/{obj.name} is defined twice (also in {docs.sources[key]})",
+                        )
+                    )
+                    continue
+                docs.sources[key] = where
+                if isinstance(obj, TrainingJobMonitor):
+                    docs.monitors.append(obj)
+                else:
+                    docs.policies.append(obj)
+    problems.extend(docs.reference_problems())
+    if problems:
+        raise InvalidInput(problems)
+    return docs

@@ -1,0 +1,250 @@
+"""TrainingJobMonitor: which pods make up a training job, and how trainguard watches and protects it."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from trainguard.api.common import (
+    API_VERSION,
+    Condition,
+    Duration,
+    K8sName,
+    LabelSelector,
+    Metadata,
+    Model,
+    cel,
+    cel_rules,
+    duration_seconds,
+)
+from trainguard.catalog import Mode
+
+DEFAULT_EXPORTER_IMAGE = "ghcr.io/trainguard/trainguard:0.1.0"
+
+WARMUP_STEPS_BY_MODE: dict[Mode, int] = {Mode.TRAINING: 1000, Mode.FINETUNING: 100, Mode.INFERENCE: 0}
+
+
+class WorkloadRef(Model):
+    """The workload that owns the pods; the operator restarts it as a whole gang on a P0."""
+
+    kind: Literal["Job", "JobSet", "PyTorchJob"]
+    name: K8sName
+    api_version: str | None = Field(
+        default=None,
+        description="Defaults by kind: batch/v1, jobset.x-k8s.io/v1alpha2, kubeflow.org/v1.",
+    )
+
+    def resolved_api_version(self) -> str:
+        return (
+            self.api_version
+            or {
+                "Job": "batch/v1",
+                "JobSet": "jobset.x-k8s.io/v1alpha2",
+                "PyTorchJob": "kubeflow.org/v1",
+            }[self.kind]
+        )
+
+
+class Exporter(Model):
+    image: str = Field(default=DEFAULT_EXPORTER_IMAGE, min_length=1, max_length=512)
+    port: int = Field(
+        default=9400, ge=1024, le=65535, description="Non-privileged port the sidecar serves on."
+    )
+    scrape_interval: Duration = "15s"
+    gpu_backend: Literal["nvml", "dcgm", "simulated"] = Field(
+        default="nvml",
+        description=(
+            "nvml: the sidecar reads the GPUs itself. dcgm: the rules read an existing dcgm-exporter "
+            "(its series are joined to this job's pods). simulated: seeded fake GPUs, for demos and tests."
+        ),
+    )
+    dcgm_job_label: str = Field(
+        default="",
+        max_length=128,
+        description="With gpuBackend dcgm: the Prometheus `job` label of dcgm-exporter's series, if any.",
+    )
+
+    @model_validator(mode="after")
+    def _interval_sane(self) -> Exporter:
+        seconds = duration_seconds(self.scrape_interval)
+        if not 1 <= seconds <= 300:
+            raise ValueError("scrapeInterval must be between 1s and 5m")
+        return self
+
+
+class Baseline(Model):
+    """Dynamic baselines: mean and deviation over a trailing window that ends before the judged window."""
+
+    warmup_steps: int | None = Field(
+        default=None,
+        ge=0,
+        le=100_000_000,
+        description="Steps before baseline alerts may fire; by mode: training 1000, finetuning 100.",
+    )
+    sigma: float = Field(default=3.0, gt=0, le=20, description="How many deviations count as anomalous.")
+    window: Duration = Field(default="1h", description="Length of the trailing baseline window.")
+    offset: Duration = Field(
+        default="10m",
+        description="The most recent span left out of the baseline, so an anomaly does not drag its own baseline.",
+    )
+    min_stddev_ratio: float = Field(
+        default=0.05,
+        gt=0,
+        le=1,
+        description="Floor of the deviation as a share of the mean, so a flat signal does not alert on noise.",
+    )
+
+    @model_validator(mode="after")
+    def _window_longer_than_offset(self) -> Baseline:
+        if duration_seconds(self.window) < 5 * 60:
+            raise ValueError("window must be at least 5m")
+        if duration_seconds(self.offset) >= duration_seconds(self.window):
+            raise ValueError("offset must be shorter than window")
+        return self
+
+
+class Checkpoint(Model):
+    incremental_every_steps: int = Field(default=100, ge=1, le=10_000_000)
+    full_every_steps: int = Field(default=1000, ge=1, le=100_000_000)
+    timeout: Duration = Field(
+        default="10m", description="How long a checkpoint may take; stalls are judged past it."
+    )
+
+    @model_validator(mode="after")
+    def _full_is_multiple(self) -> Checkpoint:
+        if self.full_every_steps % self.incremental_every_steps:
+            raise ValueError(
+                f"fullEverySteps ({self.full_every_steps}) must be a multiple of incrementalEverySteps "
+                f"({self.incremental_every_steps})"
+            )
+        return self
+
+    model_config = cel_rules(
+        cel(
+            "self.fullEverySteps % self.incrementalEverySteps == 0",
+            "fullEverySteps must be a multiple of incrementalEverySteps",
+            ".fullEverySteps",
+        )
+    )
+
+
+NonFiniteLossAction = Literal["PauseAndPinCheckpoint", "Notify"]
+NodeFaultAction = Literal["CheckpointCordonReschedule", "Cordon", "Notify"]
+StallAction = Literal["RestartFromCheckpoint", "Notify"]
+
+
+class RemediationActions(Model):
+    non_finite_loss: NonFiniteLossAction = "PauseAndPinCheckpoint"
+    node_fault: NodeFaultAction = "CheckpointCordonReschedule"
+    stall: StallAction = "Notify"
+
+
+class Remediation(Model):
+    """The automatic P0 response; every action is idempotent, rate-limited and recorded."""
+
+    enabled: bool = True
+    dry_run: bool = Field(default=False, description="Record and announce every action without doing it.")
+    actions: RemediationActions = Field(default_factory=RemediationActions)
+    emergency_checkpoint_timeout: Duration = "5m"
+    max_cordoned_nodes: int = Field(
+        default=2,
+        ge=0,
+        le=1000,
+        description="Cluster-wide cap on nodes cordoned by trainguard per cordonWindow.",
+    )
+    cordon_window: Duration = "1h"
+    job_restart_budget: int = Field(
+        default=3, ge=0, le=100, description="Restarts of this job per budgetWindow."
+    )
+    budget_window: Duration = "24h"
+
+
+class PolicyRef(Model):
+    name: K8sName
+
+
+class TrainingJobMonitorSpec(Model):
+    selector: LabelSelector = Field(description="The job's pods, in the monitor's namespace.")
+    workload_ref: WorkloadRef | None = None
+    mode: Mode = Mode.TRAINING
+    gpus_per_pod: int = Field(default=8, ge=0, le=64)
+    exporter: Exporter = Field(default_factory=Exporter)
+    baseline: Baseline = Field(default_factory=Baseline)
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    remediation: Remediation = Field(default_factory=Remediation)
+    policy_refs: list[PolicyRef] = Field(
+        default_factory=list,
+        max_length=8,
+        description="AlertPolicies in the same namespace, applied in order (later ones override earlier).",
+    )
+
+    @model_validator(mode="after")
+    def _selector_not_empty(self) -> TrainingJobMonitorSpec:
+        if self.selector.is_empty():
+            raise ValueError("selector must name at least one label (matchLabels or matchExpressions)")
+        names = [p.name for p in self.policy_refs]
+        if len(set(names)) != len(names):
+            raise ValueError("policyRefs must not name the same policy twice")
+        return self
+
+    def warmup_steps(self) -> int:
+        if self.baseline.warmup_steps is not None:
+            return self.baseline.warmup_steps
+        return WARMUP_STEPS_BY_MODE[self.mode]
+
+    model_config = cel_rules(
+        cel(
+            "size(self.selector.matchLabels) > 0 || size(self.selector.matchExpressions) > 0",
+            "selector must name at least one label (matchLabels or matchExpressions)",
+            ".selector",
+        ),
+    )
+
+
+class RemediationRecord(Model):
+    """One automatic action, kept in status so it survives operator restarts."""
+
+    id: str = Field(max_length=128)
+    alert: str = Field(max_length=128)
+    action: str = Field(max_length=64)
+    phase: Literal["Planned", "DryRun", "InProgress", "Succeeded", "Failed", "Skipped"]
+    node: str = Field(default="", max_length=253)
+    message: str = Field(default="", max_length=4096)
+    time: str
+
+
+class TrainingJobMonitorStatus(Model):
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list, max_length=16)
+    pods_monitored: int = 0
+    input_hash: str = Field(default="", max_length=128)
+    remediations: list[RemediationRecord] = Field(default_factory=list, max_length=50)
+
+
+class TrainingJobMonitor(Model):
+    api_version: Literal["trainguard.io/v1alpha1"] = "trainguard.io/v1alpha1"
+    kind: Literal["TrainingJobMonitor"] = "TrainingJobMonitor"
+    metadata: Metadata
+    spec: TrainingJobMonitorSpec
+    status: TrainingJobMonitorStatus | None = None
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace
+
+    def owner_reference(self) -> dict[str, Any]:
+        ref: dict[str, Any] = {
+            "apiVersion": API_VERSION,
+            "kind": "TrainingJobMonitor",
+            "name": self.name,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+        if self.metadata.uid:
+            ref["uid"] = self.metadata.uid
+        return ref

@@ -1,0 +1,450 @@
+"""The alert catalogue (ARCHITECTURE section 4): every built-in alert with its defaults.
+
+Only data lives here. The PromQL for each alert is built in `trainguard.render.prometheus`, which
+fails loudly (and a test with it) if an alert of this table has no expression.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Layer(StrEnum):
+    HARDWARE = "hardware"
+    TRAINING = "training"
+    JOB = "job"
+
+
+class Mode(StrEnum):
+    TRAINING = "training"
+    FINETUNING = "finetuning"
+    INFERENCE = "inference"
+
+
+class Scope(StrEnum):
+    """What one firing alert is about; decides its identifying labels."""
+
+    JOB = "job"
+    POD = "pod"
+    GPU = "gpu"
+    NODE = "node"
+    INTERFACE = "interface"
+    DEVICE = "device"
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return _SCOPE_LABELS[self]
+
+
+_SCOPE_LABELS: dict[Scope, tuple[str, ...]] = {
+    Scope.JOB: ("namespace", "training_job"),
+    Scope.POD: ("namespace", "training_job", "pod", "node"),
+    Scope.GPU: ("namespace", "training_job", "pod", "node", "gpu"),
+    Scope.NODE: ("namespace", "training_job", "node"),
+    Scope.INTERFACE: ("namespace", "training_job", "pod", "node", "interface"),
+    Scope.DEVICE: ("namespace", "training_job", "pod", "node", "device"),
+}
+
+SEVERITIES: tuple[str, ...] = ("P0", "P1", "P2", "P3")
+
+FATAL_XIDS: tuple[int, ...] = (48, 63, 64, 74, 79, 92, 94, 95, 119, 120)
+"""XIDs after which the GPU (or its node) cannot be trusted: DBE (48), row remapping (63, 64),
+NVLink (74), fallen off the bus (79), high SBE rate (92), contained and uncontained ECC (94, 95),
+GSP timeouts and errors (119, 120)."""
+
+ALL_MODES = frozenset(Mode)
+TRAINING_MODES = frozenset({Mode.TRAINING, Mode.FINETUNING})
+
+
+@dataclass(frozen=True)
+class Param:
+    """A tunable number of an alert. The first param of an alert is its `threshold`."""
+
+    name: str
+    default: float
+    help: str
+
+
+class P0Class(StrEnum):
+    """Which automatic response a P0 alert asks for (ARCHITECTURE section 5, response matrix)."""
+
+    NONFINITE_LOSS = "nonFiniteLoss"
+    NODE_FAULT = "nodeFault"
+    STALL = "stall"
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str
+    severity: str
+    for_: str
+    layer: Layer
+    scope: Scope
+    condition: str
+    """What makes it fire, in words; the docs and the description annotation use it."""
+    summary: str
+    probable_cause: str
+    params: tuple[Param, ...] = ()
+    modes: frozenset[Mode] = ALL_MODES
+    baseline: bool = False
+    """Judged against a learned baseline, so gated on warm-up steps."""
+    supersedes: tuple[str, ...] = ()
+    """Milder alerts of the same signal that this one inhibits while it fires (same scope labels)."""
+    p0_class: P0Class | None = None
+    extra: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(f"alert {self.name} has no parameter {name!r}")
+
+
+def _p(name: str, default: float, help_: str) -> Param:
+    return Param(name, default, help_)
+
+
+ALERTS: tuple[Alert, ...] = (
+    # ---- P0 ----
+    Alert(
+        "TrainingLossNonFinite",
+        "P0",
+        "0s",
+        Layer.TRAINING,
+        Scope.POD,
+        "the non-finite loss counter increased",
+        "Training produced a NaN or Inf loss",
+        "numerical overflow: learning rate too high, a bad batch, or corrupted GPU state",
+        modes=TRAINING_MODES,
+        p0_class=P0Class.NONFINITE_LOSS,
+    ),
+    Alert(
+        "TrainingJobStalled",
+        "P0",
+        "0s",
+        Layer.JOB,
+        Scope.JOB,
+        "no step completed for longer than the threshold (and longer than a checkpoint may take)",
+        "The training job has stopped making progress",
+        "a hung collective (NCCL) after a rank or link failed, a deadlocked data loader, or a stuck GPU",
+        params=(_p("seconds", 300, "seconds without a completed step"),),
+        modes=TRAINING_MODES,
+        p0_class=P0Class.STALL,
+    ),
+    Alert(
+        "GPUNodeDown",
+        "P0",
+        "1m",
+        Layer.HARDWARE,
+        Scope.NODE,
+        "the node's exporter is unreachable, or the Node is NotReady",
+        "A GPU node of the job is down",
+        "node crash, kernel panic, network partition or kubelet failure",
+        p0_class=P0Class.NODE_FAULT,
+    ),
+    Alert(
+        "GPUDoubleBitECCError",
+        "P0",
+        "0s",
+        Layer.HARDWARE,
+        Scope.GPU,
+        "the double-bit ECC counter increased",
+        "Uncorrectable (double-bit) ECC error: GPU memory is corrupt",
+        "failing HBM; the GPU needs a reset or replacement",
+        p0_class=P0Class.NODE_FAULT,
+    ),
+    Alert(
+        "GPUCriticalXid",
+        "P0",
+        "0s",
+        Layer.HARDWARE,
+        Scope.GPU,
+        "the last XID is in the fatal set",
+        "A fatal XID error was reported by the GPU driver",
+        "hardware fault: fallen off the bus, ECC, NVLink or GSP failure",
+        p0_class=P0Class.NODE_FAULT,
+        extra={"codes": FATAL_XIDS},
+    ),
+    # ---- P1 ----
+    Alert(
+        "TrainingThroughputDrop",
+        "P1",
+        "5m",
+        Layer.TRAINING,
+        Scope.JOB,
+        "throughput is more than the threshold below its baseline, after warm-up",
+        "Training throughput dropped sharply",
+        "a straggler GPU or node, thermal throttling, network congestion or a slow data pipeline",
+        params=(_p("ratio", 0.30, "fraction below the baseline mean"),),
+        modes=TRAINING_MODES,
+        baseline=True,
+        supersedes=("TrainingThroughputDeviation",),
+    ),
+    Alert(
+        "GPUMemoryCritical",
+        "P1",
+        "10s",
+        Layer.HARDWARE,
+        Scope.GPU,
+        "framebuffer used ratio at or above the threshold",
+        "GPU memory almost full: out-of-memory risk",
+        "activation memory growth, a leak, or a batch or sequence length too large",
+        params=(_p("ratio", 0.95, "used / total framebuffer"),),
+        supersedes=("GPUMemoryPressure", "GPUMemoryHigh"),
+    ),
+    Alert(
+        "GPUMemoryHang",
+        "P1",
+        "1m",
+        Layer.HARDWARE,
+        Scope.GPU,
+        "memory used above the threshold while utilisation is below the second threshold",
+        "GPU holds its memory but does no work",
+        "a hung kernel or collective, or a process waiting forever on a peer",
+        params=(
+            _p("ratio", 0.90, "used / total framebuffer"),
+            _p("utilization", 30, "GPU utilisation in % below which the GPU counts as idle"),
+        ),
+    ),
+    Alert(
+        "GPUThermalThrottling",
+        "P1",
+        "1m",
+        Layer.HARDWARE,
+        Scope.GPU,
+        "temperature above the threshold",
+        "GPU is hot enough to throttle its clocks",
+        "cooling failure, blocked airflow or a failing fan",
+        params=(_p("celsius", 85, "GPU temperature in C"),),
+    ),
+    Alert(
+        "NetworkPacketLossHigh",
+        "P1",
+        "1m",
+        Layer.HARDWARE,
+        Scope.INTERFACE,
+        "packet loss above the threshold",
+        "Heavy packet loss on a training network interface",
+        "a faulty cable, transceiver or switch port, or link congestion",
+        params=(_p("ratio", 0.001, "lost / sent packets"),),
+        supersedes=("NetworkPacketLoss",),
+    ),
+    Alert(
+        "GradientExplosion",
+        "P1",
+        "1m",
+        Layer.TRAINING,
+        Scope.JOB,
+        "gradient norm above baseline mean + sigma x stddev, after warm-up",
+        "Gradient norm exploded",
+        "learning rate too high, a bad batch, or missing gradient clipping",
+        modes=TRAINING_MODES,
+        baseline=True,
+    ),
+    Alert(
+        "CheckpointStale",
+        "P1",
+        "5m",
+        Layer.JOB,
+        Scope.JOB,
+        "no successful full checkpoint for the threshold times the full-checkpoint cadence",
+        "No recent successful checkpoint",
+        "checkpoint writes failing or too slow: storage full, quota or throughput",
+        params=(_p("factor", 2, "multiple of the full-checkpoint cadence"),),
+        modes=TRAINING_MODES,
+    ),
+    Alert(
+        "InferenceLatencyHigh",
+        "P1",
+        "2m",
+        Layer.TRAINING,
+        Scope.POD,
+        "latency above the threshold while GPU memory is above the second threshold",
+        "Inference latency is high under memory pressure",
+        "KV-cache pressure, too large batches or memory fragmentation",
+        params=(
+            _p("seconds", 0.2, "mean request latency in seconds"),
+            _p("memory_ratio", 0.80, "used / total framebuffer"),
+        ),
+        modes=frozenset({Mode.INFERENCE}),
+    ),
+    # ---- P2 ----
+    Alert(
+        "GPUMemoryPressure",
+        "P2",
+        "2m",
+        Layer.HARDWARE,
+        Scope.GPU,
+        "framebuffer used ratio at or above the threshold",
+        "GPU memory under pressure",
+        "growing activation or cache memory",
+        params=(_p("ratio", 0.85, "used / total framebuffer"),),
+        supersedes=("GPUMemoryHigh",),
+    ),
+    Alert(
+        "GPUMemoryFragmentationHigh",
+        "P2",
+        "5m",
+        Layer.HARDWARE,
+        Scope.GPU,
+        "allocator fragmentation above the threshold",
+        "GPU memory is fragmented",
+        "varying tensor shapes; consider expandable segments or a fixed sequence length",
+        params=(_p("ratio", 0.20, "(reserved - allocated) / reserved"),),
+    ),
+    Alert(
+        "TrainingThroughputDeviation",
+        "P2",
+        "5m",
+        Layer.TRAINING,
+        Scope.JOB,
+        "throughput more than the threshold away from its baseline, after warm-up",
+        "Training throughput deviates from its baseline",
+        "changed input lengths, a slower node, or contention",
+        params=(_p("ratio", 0.15, "fraction away from the baseline mean"),),
+        modes=TRAINING_MODES,
+        baseline=True,
+    ),
+    Alert(
+        "TrainingLossOscillation",
+        "P2",
+        "5m",
+        Layer.TRAINING,
+        Scope.JOB,
+        "loss volatility above sigma x its baseline, after warm-up",
+        "Training loss oscillates",
+        "learning rate too high or instability after a data-mix change",
+        modes=TRAINING_MODES,
+        baseline=True,
+    ),
+    Alert(
+        "GradientVanishing",
+        "P2",
+        "5m",
+        Layer.TRAINING,
+        Scope.JOB,
+        "gradient norm below the floor, after warm-up",
+        "Gradients vanished",
+        "saturated activations, a dead layer, or a learning rate that decayed to zero",
+        params=(_p("floor", 1e-4, "gradient norm"),),
+        modes=frozenset({Mode.TRAINING}),
+        baseline=True,
+    ),
+    Alert(
+        "LossScaleUnstable",
+        "P2",
+        "0s",
+        Layer.TRAINING,
+        Scope.JOB,
+        "more loss-scale changes than the threshold in 10 minutes",
+        "Mixed-precision loss scale keeps changing",
+        "frequent fp16 overflows; consider bf16 or a lower learning rate",
+        params=(_p("changes", 5, "loss-scale changes in 10 minutes"),),
+        modes=TRAINING_MODES,
+    ),
+    Alert(
+        "AllReduceTimeRatioHigh",
+        "P2",
+        "5m",
+        Layer.TRAINING,
+        Scope.POD,
+        "collectives take more than the threshold of step time",
+        "Collective communication dominates step time",
+        "slow or congested interconnect, or a straggler rank",
+        params=(_p("ratio", 0.10, "share of step time"),),
+        modes=TRAINING_MODES,
+    ),
+    Alert(
+        "DataLoaderSlow",
+        "P2",
+        "5m",
+        Layer.TRAINING,
+        Scope.POD,
+        "waiting for data takes more than the threshold of step time",
+        "The data loader starves the GPUs",
+        "too few loader workers, slow storage, or CPU-heavy preprocessing",
+        params=(_p("ratio", 0.20, "share of step time"),),
+        modes=TRAINING_MODES,
+    ),
+    Alert(
+        "HostSwapPressure",
+        "P2",
+        "2m",
+        Layer.HARDWARE,
+        Scope.POD,
+        "kswapd CPU above the threshold while host memory is above the second threshold",
+        "The host is swapping",
+        "host memory overcommitted by data loader workers or pinned buffers",
+        params=(
+            _p("kswapd_ratio", 0.05, "kswapd CPU as a share of one core"),
+            _p("memory_ratio", 0.80, "host memory used"),
+        ),
+    ),
+    Alert(
+        "DiskWriteLatencyHigh",
+        "P2",
+        "5m",
+        Layer.HARDWARE,
+        Scope.DEVICE,
+        "mean write latency above the threshold",
+        "Disk writes are slow",
+        "a failing or saturated disk; checkpoints will be slow",
+        params=(_p("seconds", 0.2, "mean write latency"),),
+    ),
+    Alert(
+        "NetworkPacketLoss",
+        "P2",
+        "5m",
+        Layer.HARDWARE,
+        Scope.INTERFACE,
+        "packet loss above the threshold",
+        "Packet loss on a training network interface",
+        "a degrading link or congestion",
+        params=(_p("ratio", 0.0005, "lost / sent packets"),),
+    ),
+    Alert(
+        "NetworkBandwidthSaturation",
+        "P2",
+        "10m",
+        Layer.HARDWARE,
+        Scope.INTERFACE,
+        "link utilisation above the threshold",
+        "A network link is saturated",
+        "more traffic than the link carries: check topology and collective algorithm",
+        params=(_p("ratio", 0.80, "utilisation of link speed"),),
+    ),
+    Alert(
+        "GPUSingleBitECCErrorsHigh",
+        "P2",
+        "0s",
+        Layer.HARDWARE,
+        Scope.GPU,
+        "single-bit ECC errors over a day above the threshold",
+        "Many correctable ECC errors: GPU memory is degrading",
+        "aging HBM; plan a replacement before it turns uncorrectable",
+        params=(_p("errors", 100, "single-bit errors in 24h"),),
+    ),
+    # ---- P3 ----
+    Alert(
+        "GPUMemoryHigh",
+        "P3",
+        "5m",
+        Layer.HARDWARE,
+        Scope.GPU,
+        "framebuffer used ratio at or above the threshold",
+        "GPU memory use is high",
+        "normal for large models; watch for growth",
+        params=(_p("ratio", 0.70, "used / total framebuffer"),),
+    ),
+)
+
+ALERTS_BY_NAME: dict[str, Alert] = {a.name: a for a in ALERTS}
+ALERT_NAMES: tuple[str, ...] = tuple(a.name for a in ALERTS)
+
+
+def alert(name: str) -> Alert:
+    try:
+        return ALERTS_BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown alert {name!r}; known alerts: {', '.join(ALERT_NAMES)}") from None

@@ -1,0 +1,104 @@
+"""The metric contract (ARCHITECTURE section 3): names, types, units and labels.
+
+GPU metrics keep NVIDIA dcgm-exporter's names so existing rules and dashboards keep working on
+clusters that already run it; trainguard's own metrics carry the `trainguard_` prefix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class MetricType(StrEnum):
+    GAUGE = "gauge"
+    COUNTER = "counter"
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    type: MetricType
+    help: str
+    labels: tuple[str, ...] = ()
+    """Labels beyond COMMON_LABELS (and DCGM_LABELS for GPU metrics)."""
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.name.startswith("DCGM_FI_")
+
+
+COMMON_LABELS: tuple[str, ...] = ("namespace", "pod", "node", "training_job")
+"""Every series a sidecar exports carries these; rules select on namespace and training_job."""
+
+DCGM_LABELS: tuple[str, ...] = ("gpu", "UUID", "modelName", "Hostname")
+
+_G = MetricType.GAUGE
+_C = MetricType.COUNTER
+
+METRICS: tuple[Metric, ...] = (
+    # GPU, dcgm-exporter names
+    Metric("DCGM_FI_DEV_GPU_UTIL", _G, "GPU utilization (in %).", DCGM_LABELS),
+    Metric("DCGM_FI_DEV_FB_USED", _G, "Framebuffer memory used (in MiB).", DCGM_LABELS),
+    Metric("DCGM_FI_DEV_FB_FREE", _G, "Framebuffer memory free (in MiB).", DCGM_LABELS),
+    Metric("DCGM_FI_DEV_MEM_COPY_UTIL", _G, "Memory utilization (in %).", DCGM_LABELS),
+    Metric("DCGM_FI_DEV_GPU_TEMP", _G, "GPU temperature (in C).", DCGM_LABELS),
+    Metric("DCGM_FI_DEV_POWER_USAGE", _G, "Power draw (in W).", DCGM_LABELS),
+    Metric("DCGM_FI_DEV_SM_CLOCK", _G, "SM clock frequency (in MHz).", DCGM_LABELS),
+    Metric(
+        "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", _G, "Current clock throttle reasons (bitmask).", DCGM_LABELS
+    ),
+    Metric("DCGM_FI_DEV_XID_ERRORS", _G, "Value of the last XID error encountered.", DCGM_LABELS),
+    Metric(
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", _C, "Total number of single-bit volatile ECC errors.", DCGM_LABELS
+    ),
+    Metric(
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", _C, "Total number of double-bit volatile ECC errors.", DCGM_LABELS
+    ),
+    Metric("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", _C, "Total number of PCIe retries.", DCGM_LABELS),
+    # training
+    Metric("trainguard_train_step", _G, "Last completed global step."),
+    Metric("trainguard_train_last_step_timestamp_seconds", _G, "Unix time at which that step completed."),
+    Metric("trainguard_train_loss", _G, "Last finite training loss."),
+    Metric("trainguard_train_nonfinite_loss_total", _C, "Steps whose loss was NaN or Inf."),
+    Metric("trainguard_train_grad_norm", _G, "Last gradient norm."),
+    Metric(
+        "trainguard_train_tokens_per_second_per_gpu", _G, "Training throughput in tokens per second per GPU."
+    ),
+    Metric("trainguard_train_loss_scale", _G, "Mixed-precision loss scale."),
+    Metric("trainguard_train_loss_scale_updates_total", _C, "Loss-scale changes."),
+    Metric("trainguard_train_dataloader_wait_ratio", _G, "Share of step time spent waiting for data."),
+    Metric("trainguard_train_allreduce_time_ratio", _G, "Share of step time spent in collectives."),
+    Metric(
+        "trainguard_gpu_memory_fragmentation_ratio",
+        _G,
+        "(reserved - allocated) / reserved of the framework allocator.",
+        ("gpu",),
+    ),
+    # the job
+    Metric(
+        "trainguard_checkpoint_last_success_timestamp_seconds",
+        _G,
+        "Unix time of the last successful checkpoint.",
+        ("kind",),
+    ),
+    Metric("trainguard_checkpoint_last_step", _G, "Step of the last successful checkpoint.", ("kind",)),
+    # host
+    Metric("trainguard_host_kswapd_cpu_ratio", _G, "kswapd CPU time as a share of one core."),
+    Metric("trainguard_host_memory_used_ratio", _G, "Share of host memory in use."),
+    Metric("trainguard_host_disk_write_latency_seconds", _G, "Mean write latency per device.", ("device",)),
+    Metric(
+        "trainguard_network_packet_loss_ratio", _G, "Share of packets dropped or in error.", ("interface",)
+    ),
+    Metric(
+        "trainguard_network_bandwidth_utilization_ratio",
+        _G,
+        "Link utilisation as a share of its speed.",
+        ("interface",),
+    ),
+    # inference mode
+    Metric("trainguard_inference_latency_seconds", _G, "Mean request latency."),
+    Metric("trainguard_inference_queue_depth", _G, "Pending requests."),
+)
+
+METRICS_BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}

@@ -1,0 +1,201 @@
+"""`trainguard`: render, validate, crds, docs, and (as they land) operator, exporter and demo.
+
+Heavy imports happen inside each command, so `trainguard --help` is instant and a missing extra is
+reported as such, not as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+
+
+def _fail(message: str, code: int = EXIT_INVALID) -> NoReturn:
+    print(f"trainguard: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def _need(extra: str) -> None:
+    try:
+        import pydantic  # noqa: F401
+        import yaml  # noqa: F401
+    except ImportError as exc:
+        _fail(
+            f"this command needs the '{extra}' extra ({exc.name} is missing): pip install 'trainguard[{extra}]'"
+        )
+
+
+def _read_sources(files: Sequence[str]) -> list[tuple[str, str]]:
+    sources = []
+    for f in files:
+        if f == "-":
+            sources.append(("<stdin>", sys.stdin.read()))
+            continue
+        path = Path(f)
+        paths = sorted(path.glob("*.y*ml")) if path.is_dir() else [path]
+        for p in paths:
+            try:
+                sources.append((str(p), p.read_text(encoding="utf-8")))
+            except OSError as exc:
+                _fail(f"cannot read {p}: {exc.strerror}")
+    return sources
+
+
+def _load(files: Sequence[str]):  # type: ignore[no-untyped-def]
+    _need("render")
+    from trainguard.api import InvalidInput, load_documents
+
+    try:
+        docs = load_documents(_read_sources(files))
+    except InvalidInput as exc:
+        for p in exc.problems:
+            print(f"error: {p}", file=sys.stderr)
+        _fail(f"{len(exc.problems)} problem(s) in the input; nothing was rendered")
+    if not docs.monitors and not docs.policies:
+        _fail("no TrainingJobMonitor or AlertPolicy in the input (apiVersion trainguard.io/v1alpha1)")
+    return docs
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    docs = _load(args.file)
+    from trainguard.render import dump_stream, dump_yaml, render_kubernetes, render_prometheus
+
+    if not docs.monitors:
+        _fail("no TrainingJobMonitor in the input: rules and routes are rendered per monitor")
+    if args.format == "kubernetes":
+        text = dump_stream(render_kubernetes(docs))
+        if args.output:
+            out = Path(args.output)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "trainguard.yaml").write_text(text, encoding="utf-8")
+            print(f"wrote {out / 'trainguard.yaml'}", file=sys.stderr)
+        else:
+            sys.stdout.write(text)
+        return 0
+    files = render_prometheus(docs)
+    if not args.output:
+        _fail("--format prometheus writes two files: give a directory with -o DIR", EXIT_USAGE)
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        (out / name).write_text(dump_yaml(content), encoding="utf-8")
+        print(f"wrote {out / name}", file=sys.stderr)
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    docs = _load(args.file)
+    for m in docs.monitors:
+        print(f"ok: TrainingJobMonitor {m.namespace}/{m.name}")
+    for p in docs.policies:
+        print(f"ok: AlertPolicy {p.namespace}/{p.name}")
+    for s in docs.skipped:
+        print(f"skipped (not a trainguard object): {s}")
+    return 0
+
+
+def cmd_crds(args: argparse.Namespace) -> int:
+    _need("render")
+    from trainguard.api.crd import crds
+    from trainguard.render import dump_yaml
+
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, crd in crds().items():
+        text = dump_yaml(crd)
+        target = out / name
+        if args.check:
+            current = target.read_text(encoding="utf-8") if target.exists() else ""
+            if current != text:
+                _fail(f"{target} is out of date with the models: run `make crds` and commit the result")
+        else:
+            target.write_text(text, encoding="utf-8")
+            print(f"wrote {target}", file=sys.stderr)
+    return 0
+
+
+def cmd_docs(args: argparse.Namespace) -> int:
+    from trainguard.catalog.markdown import alerts_markdown
+
+    target = Path(args.output)
+    text = alerts_markdown()
+    if args.check:
+        current = target.read_text(encoding="utf-8") if target.exists() else ""
+        if current != text:
+            _fail(f"{target} is out of date with the catalogue: run `make docs` and commit the result")
+        return 0
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    print(f"wrote {target}", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from trainguard import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="trainguard",
+        description="Monitoring, alerting and automatic P0 response for large-model training on Kubernetes.",
+    )
+    parser.add_argument("--version", action="version", version=f"trainguard {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    render = sub.add_parser("render", help="render monitors and policies into rules and routes")
+    render.add_argument(
+        "-f",
+        "--file",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="YAML file or directory with TrainingJobMonitors and AlertPolicies ('-' for stdin); repeatable",
+    )
+    render.add_argument(
+        "--format",
+        choices=["kubernetes", "prometheus"],
+        default="kubernetes",
+        help="kubernetes: a YAML stream for kubectl apply or Argo CD (default); "
+        "prometheus: rules.yml and alertmanager.yml for a plain Prometheus and Alertmanager",
+    )
+    render.add_argument(
+        "-o", "--output", metavar="DIR", help="write files into DIR instead of standard output"
+    )
+    render.set_defaults(func=cmd_render)
+
+    validate = sub.add_parser(
+        "validate", help="check monitors and policies; report every problem with its field"
+    )
+    validate.add_argument("-f", "--file", action="append", required=True, metavar="FILE")
+    validate.set_defaults(func=cmd_validate)
+
+    crds = sub.add_parser("crds", help="write the CustomResourceDefinitions generated from the models")
+    crds.add_argument("-o", "--output", default="crds", metavar="DIR")
+    crds.add_argument("--check", action="store_true", help="fail if the files in DIR differ from the models")
+    crds.set_defaults(func=cmd_crds)
+
+    docs = sub.add_parser("docs", help="write docs/alerts.md from the alert catalogue")
+    docs.add_argument("-o", "--output", default="docs/alerts.md", metavar="FILE")
+    docs.add_argument("--check", action="store_true", help="fail if FILE differs from the catalogue")
+    docs.set_defaults(func=cmd_docs)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

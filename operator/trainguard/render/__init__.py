@@ -1,0 +1,71 @@
+"""Pure renderers: validated custom resources in, Kubernetes objects or Prometheus files out.
+
+No I/O and no clocks: the same input gives byte-identical output, so GitOps diffs stay clean.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from trainguard.api.load import Documents
+from trainguard.render.alertmanager import alertmanager_yml
+from trainguard.render.kubernetes import monitor_objects
+from trainguard.render.policy import EffectivePolicy, effective_policy
+from trainguard.render.prometheus import rule_group
+
+__all__ = [
+    "EffectivePolicy",
+    "dump_stream",
+    "dump_yaml",
+    "effective_policy",
+    "render_kubernetes",
+    "render_prometheus",
+]
+
+
+def _sorted_monitors(docs: Documents) -> list[Any]:
+    return sorted(docs.monitors, key=lambda m: (m.namespace, m.name))
+
+
+def render_kubernetes(docs: Documents) -> list[dict[str, Any]]:
+    """The objects for every monitor, ordered by namespace and name."""
+    out: list[dict[str, Any]] = []
+    for m in _sorted_monitors(docs):
+        out += monitor_objects(m, effective_policy(m, docs.policies_for(m)))
+    return out
+
+
+def render_prometheus(docs: Documents) -> dict[str, dict[str, Any]]:
+    """`rules.yml` and `alertmanager.yml` for a plain Prometheus and Alertmanager."""
+    pairs = [(m, effective_policy(m, docs.policies_for(m))) for m in _sorted_monitors(docs)]
+    return {
+        "rules.yml": {"groups": [rule_group(m, p) for m, p in pairs]},
+        "alertmanager.yml": alertmanager_yml(pairs),
+    }
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style, no aliases, multi-line strings as literal blocks: stable, readable output."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def dump_yaml(obj: Any) -> str:
+    return yaml.dump(
+        obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=4096, allow_unicode=True
+    )
+
+
+def dump_stream(objs: list[dict[str, Any]]) -> str:
+    return "".join("---\n" + dump_yaml(o) for o in objs)

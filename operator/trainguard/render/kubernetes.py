@@ -1,0 +1,119 @@
+"""The Kubernetes objects reconciled for one monitor: PrometheusRule, AlertmanagerConfig, PodMonitor
+and, when needed, a Secret with receiver values an AlertmanagerConfig may only read from a Secret."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from trainguard.api.monitor import TrainingJobMonitor
+from trainguard.render.alertmanager import alertmanager_config_spec, inline_secret_data
+from trainguard.render.policy import EffectivePolicy
+from trainguard.render.prometheus import rule_group
+
+METRICS_PORT_NAME = "tg-metrics"
+"""Name of the sidecar's container port; the PodMonitor scrapes it by name."""
+
+Obj = dict[str, Any]
+
+
+def object_name(monitor: TrainingJobMonitor) -> str:
+    return f"trainguard-{monitor.name}"
+
+
+def labels(monitor: TrainingJobMonitor) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/managed-by": "trainguard",
+        "app.kubernetes.io/part-of": "trainguard",
+        "trainguard.io/training-job": monitor.name,
+    }
+
+
+def _metadata(monitor: TrainingJobMonitor, name: str | None = None) -> Obj:
+    meta: Obj = {
+        "name": name or object_name(monitor),
+        "namespace": monitor.namespace,
+        "labels": labels(monitor),
+    }
+    if monitor.metadata.uid:
+        # without a uid (rendered from a file) the owner is unknown; the operator sets it
+        meta["ownerReferences"] = [monitor.owner_reference()]
+    return meta
+
+
+def prometheus_rule(monitor: TrainingJobMonitor, policy: EffectivePolicy) -> Obj:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": _metadata(monitor),
+        "spec": {"groups": [rule_group(monitor, policy)]},
+    }
+
+
+def receiver_secret_name(monitor: TrainingJobMonitor) -> str:
+    return f"{object_name(monitor)}-receivers"
+
+
+def receiver_secret(monitor: TrainingJobMonitor, policy: EffectivePolicy) -> Obj | None:
+    data = inline_secret_data(policy)
+    if not data:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(monitor, receiver_secret_name(monitor)),
+        "type": "Opaque",
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in sorted(data.items())},
+    }
+
+
+def alertmanager_config(
+    monitor: TrainingJobMonitor, policy: EffectivePolicy, resolved_nodes: dict[str, list[str]] | None = None
+) -> Obj:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1alpha1",
+        "kind": "AlertmanagerConfig",
+        "metadata": _metadata(monitor),
+        "spec": alertmanager_config_spec(monitor, policy, receiver_secret_name(monitor), resolved_nodes),
+    }
+
+
+def pod_monitor(monitor: TrainingJobMonitor) -> Obj:
+    """Scrapes the sidecars. honorLabels keeps the labels the sidecar sets; relabelings give `up` the
+    same namespace, pod, node and training_job labels, which GPUNodeDown reads."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": _metadata(monitor),
+        "spec": {
+            "selector": monitor.spec.selector.to_kubernetes(),
+            "podMetricsEndpoints": [
+                {
+                    "port": METRICS_PORT_NAME,
+                    "path": "/metrics",
+                    "interval": monitor.spec.exporter.scrape_interval,
+                    "honorLabels": True,
+                    "relabelings": [
+                        {"targetLabel": "training_job", "replacement": monitor.name, "action": "replace"},
+                        {
+                            "sourceLabels": ["__meta_kubernetes_pod_node_name"],
+                            "targetLabel": "node",
+                            "action": "replace",
+                        },
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def monitor_objects(
+    monitor: TrainingJobMonitor, policy: EffectivePolicy, resolved_nodes: dict[str, list[str]] | None = None
+) -> list[Obj]:
+    """Everything one monitor owns, in apply order (the Secret before the config that reads it)."""
+    objs = [prometheus_rule(monitor, policy)]
+    secret = receiver_secret(monitor, policy)
+    if secret is not None:
+        objs.append(secret)
+    objs += [alertmanager_config(monitor, policy, resolved_nodes), pod_monitor(monitor)]
+    return objs

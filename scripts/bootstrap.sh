@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Prepares a machine for trainguard's tests: a virtualenv with the project and its dev extras, and,
+# where this is a Debian-like machine and we are root, the promtool/amtool/Prometheus/Alertmanager
+# binaries the integration tests drive. Safe to run again: it skips what is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV="${TRAINGUARD_VENV:-.venv}"
+log() { printf '[bootstrap] %s\n' "$*" >&2; }
+
+if [ ! -x "$VENV/bin/python" ]; then
+  log "creating virtualenv $VENV"
+  python3 -m venv "$VENV"
+fi
+stamp="$VENV/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  log "installing trainguard with its dev extras into $VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  "$VENV/bin/python" -m pip install -q -e '.[dev]'
+  touch "$stamp"
+fi
+
+missing=()
+for tool in promtool amtool prometheus prometheus-alertmanager; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing prometheus and prometheus-alertmanager (missing: ${missing[*]})"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager >/dev/null
+    # the packages start services; the tests start their own processes
+    for svc in prometheus prometheus-alertmanager prometheus-node-exporter; do
+      (service "$svc" stop || true) >/dev/null 2>&1
+    done
+  else
+    log "missing ${missing[*]}: the tests that drive them will be skipped."
+    log "install them with: sudo apt-get install prometheus prometheus-alertmanager"
+  fi
+fi

@@ -1,0 +1,89 @@
+"""The catalogue matches the public contract of ARCHITECTURE sections 3 and 4."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainguard.catalog import ALERTS, ALERTS_BY_NAME, METRICS, SEVERITIES, Scope
+from trainguard.catalog.markdown import alerts_markdown
+from trainguard.render.prometheus import EXPRESSIONS
+
+CONTRACT_ALERTS = {
+    # name: (severity, for)
+    "TrainingLossNonFinite": ("P0", "0s"),
+    "TrainingJobStalled": ("P0", "0s"),
+    "GPUNodeDown": ("P0", "1m"),
+    "GPUDoubleBitECCError": ("P0", "0s"),
+    "GPUCriticalXid": ("P0", "0s"),
+    "TrainingThroughputDrop": ("P1", "5m"),
+    "GPUMemoryCritical": ("P1", "10s"),
+    "GPUMemoryHang": ("P1", "1m"),
+    "GPUThermalThrottling": ("P1", "1m"),
+    "NetworkPacketLossHigh": ("P1", "1m"),
+    "GradientExplosion": ("P1", "1m"),
+    "CheckpointStale": ("P1", "5m"),
+    "InferenceLatencyHigh": ("P1", "2m"),
+    "GPUMemoryPressure": ("P2", "2m"),
+    "GPUMemoryFragmentationHigh": ("P2", "5m"),
+    "TrainingThroughputDeviation": ("P2", "5m"),
+    "TrainingLossOscillation": ("P2", "5m"),
+    "GradientVanishing": ("P2", "5m"),
+    "LossScaleUnstable": ("P2", "0s"),
+    "AllReduceTimeRatioHigh": ("P2", "5m"),
+    "DataLoaderSlow": ("P2", "5m"),
+    "HostSwapPressure": ("P2", "2m"),
+    "DiskWriteLatencyHigh": ("P2", "5m"),
+    "NetworkPacketLoss": ("P2", "5m"),
+    "NetworkBandwidthSaturation": ("P2", "10m"),
+    "GPUSingleBitECCErrorsHigh": ("P2", "0s"),
+    "GPUMemoryHigh": ("P3", "5m"),
+}
+
+CONTRACT_METRICS = {
+    "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    "trainguard_train_step", "trainguard_train_last_step_timestamp_seconds", "trainguard_train_loss",
+    "trainguard_train_nonfinite_loss_total", "trainguard_train_grad_norm",
+    "trainguard_train_tokens_per_second_per_gpu", "trainguard_train_loss_scale",
+    "trainguard_train_loss_scale_updates_total", "trainguard_train_dataloader_wait_ratio",
+    "trainguard_train_allreduce_time_ratio", "trainguard_gpu_memory_fragmentation_ratio",
+    "trainguard_checkpoint_last_success_timestamp_seconds", "trainguard_checkpoint_last_step",
+    "trainguard_host_kswapd_cpu_ratio", "trainguard_host_memory_used_ratio",
+    "trainguard_host_disk_write_latency_seconds", "trainguard_network_packet_loss_ratio",
+    "trainguard_network_bandwidth_utilization_ratio", "trainguard_inference_latency_seconds",
+    "trainguard_inference_queue_depth",
+}  # fmt: skip
+
+
+def test_alert_table_matches_the_contract() -> None:
+    assert {a.name: (a.severity, a.for_) for a in ALERTS} == CONTRACT_ALERTS
+
+
+def test_metric_names_match_the_contract() -> None:
+    assert {m.name for m in METRICS} == CONTRACT_METRICS
+
+
+def test_counters_end_in_total() -> None:
+    for m in METRICS:
+        if m.name.startswith("trainguard_"):
+            assert (m.type == "counter") == m.name.endswith("_total"), m.name
+
+
+def test_every_alert_has_an_expression_and_valid_fields() -> None:
+    for a in ALERTS:
+        assert a.name in EXPRESSIONS
+        assert a.severity in SEVERITIES
+        assert a.summary and a.probable_cause and a.condition
+        for target in a.supersedes:
+            assert ALERTS_BY_NAME[target].scope == a.scope or a.scope == Scope.JOB
+
+
+def test_p0_alerts_name_their_response() -> None:
+    assert {a.name for a in ALERTS if a.severity == "P0"} == {a.name for a in ALERTS if a.p0_class}
+
+
+def test_committed_alert_docs_match_the_catalogue() -> None:
+    committed = (Path(__file__).resolve().parents[2] / "docs" / "alerts.md").read_text()
+    assert committed == alerts_markdown(), "docs/alerts.md is stale: run `make docs`"

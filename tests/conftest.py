@@ -1,0 +1,88 @@
+"""Shared fixtures: small valid objects, and the real promtool/amtool binaries when installed."""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+from typing import Any
+
+import pytest
+
+from trainguard.api import AlertPolicy, TrainingJobMonitor, parse_object
+
+MONITOR: dict[str, Any] = {
+    "apiVersion": "trainguard.io/v1alpha1",
+    "kind": "TrainingJobMonitor",
+    "metadata": {"name": "llama-pretrain", "namespace": "ml"},
+    "spec": {
+        "selector": {"matchLabels": {"app": "llama-pretrain"}},
+        "exporter": {"gpuBackend": "simulated", "scrapeInterval": "15s"},
+        "checkpoint": {"timeout": "5m"},
+        "policyRefs": [{"name": "default"}],
+    },
+}
+
+POLICY: dict[str, Any] = {
+    "apiVersion": "trainguard.io/v1alpha1",
+    "kind": "AlertPolicy",
+    "metadata": {"name": "default", "namespace": "ml"},
+    "spec": {
+        "receivers": [
+            {
+                "name": "oncall-phone",
+                "type": "webhook",
+                "roles": ["phone", "sms"],
+                "url": "http://127.0.0.1:9101/phone",
+            },
+            {"name": "im", "type": "webhook", "roles": ["im"], "url": "http://127.0.0.1:9101/im"},
+            {"name": "email", "type": "webhook", "roles": ["email"], "url": "http://127.0.0.1:9101/email"},
+            {"name": "ticket", "type": "webhook", "roles": ["ticket"], "url": "http://127.0.0.1:9101/ticket"},
+        ]
+    },
+}
+
+
+def merged(base: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    """A deep copy of `base` with dotted paths replaced: merged(MONITOR, **{"spec.mode": "inference"})."""
+    out = copy.deepcopy(base)
+    for path, value in changes.items():
+        node = out
+        *parents, last = path.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    return out
+
+
+def monitor(**changes: Any) -> TrainingJobMonitor:
+    obj = parse_object(merged(MONITOR, **changes))
+    assert isinstance(obj, TrainingJobMonitor)
+    return obj
+
+
+def policy(**changes: Any) -> AlertPolicy:
+    obj = parse_object(merged(POLICY, **changes))
+    assert isinstance(obj, AlertPolicy)
+    return obj
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        if os.environ.get("TRAINGUARD_REQUIRE_TOOLS"):
+            pytest.fail(f"{name} is required (TRAINGUARD_REQUIRE_TOOLS is set) but not on PATH")
+        pytest.skip(
+            f"{name} is not installed (.ci/run installs it: apt-get install prometheus prometheus-alertmanager)"
+        )
+    return path
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    return _tool("promtool")
+
+
+@pytest.fixture(scope="session")
+def amtool() -> str:
+    return _tool("amtool")

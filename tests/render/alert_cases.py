@@ -1,0 +1,485 @@
+"""Must-fire and must-not-fire cases for every catalogue alert, as promtool unit-test data.
+
+Written by hand from ARCHITECTURE section 4, not derived from the renderer, so that a wrong
+expression or threshold in the rules fails here. Series use promtool's expanding notation at a one
+minute interval; label sets are those the exporter sidecar produces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+JOB = {"namespace": "ml", "training_job": "llama-pretrain"}
+POD = JOB | {"pod": "llama-0", "node": "gpu-node-1"}
+GPU = POD | {"gpu": "0", "UUID": "GPU-0000", "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "gpu-node-1"}
+NIC = POD | {"interface": "ib0"}
+DISK = POD | {"device": "nvme0n1"}
+OTHER_JOB_GPU = GPU | {"training_job": "other-job", "pod": "other-0"}
+
+
+def series(metric: str, labels: dict[str, str], values: str) -> dict[str, str]:
+    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return {"series": f"{metric}{{{inner}}}", "values": values}
+
+
+@dataclass
+class Case:
+    why: str
+    at: str
+    input: list[dict[str, str]]
+    fires: list[dict[str, str]] = field(default_factory=list)
+    """Expected label sets of the alert at `at` (alertname aside); empty means it must not fire."""
+    monitor: dict[str, Any] = field(default_factory=dict)
+    """Changes to the test monitor, as dotted paths (see tests/conftest.py)."""
+
+
+def mem(used: float, free: float, labels: dict[str, str] = GPU, n: int = 20) -> list[dict[str, str]]:
+    return [
+        series("DCGM_FI_DEV_FB_USED", labels, f"{used}x{n}"),
+        series("DCGM_FI_DEV_FB_FREE", labels, f"{free}x{n}"),
+    ]
+
+
+def steps(start: int, n: int = 120) -> dict[str, str]:
+    """A step counter that advances 60 steps a minute from `start`."""
+    return series("trainguard_train_step", POD, f"{start}+60x{n}")
+
+
+def p(sev: str, labels: dict[str, str]) -> dict[str, str]:
+    return labels | {"severity": sev}
+
+
+CASES: dict[str, list[Case]] = {
+    "TrainingLossNonFinite": [
+        Case(
+            "counter went up by one",
+            "3m",
+            [series("trainguard_train_nonfinite_loss_total", POD, "0 0 0 1 1 1")],
+            [p("P0", POD)],
+        ),
+        Case("counter stays at zero", "5m", [series("trainguard_train_nonfinite_loss_total", POD, "0x10")]),
+        Case(
+            "an old increase is not repeated",
+            "8m",
+            [series("trainguard_train_nonfinite_loss_total", POD, "0 1 1 1 1 1 1 1 1 1")],
+        ),
+    ],
+    "TrainingJobStalled": [
+        Case(
+            "last step 6 minutes ago",
+            "11m",
+            [series("trainguard_train_last_step_timestamp_seconds", POD, "0+60x5 300x10")],
+            [p("P0", JOB)],
+        ),
+        Case(
+            "last step exactly 5 minutes ago (boundary)",
+            "10m",
+            [series("trainguard_train_last_step_timestamp_seconds", POD, "0+60x5 300x10")],
+        ),
+        Case(
+            "steps keep coming",
+            "11m",
+            [series("trainguard_train_last_step_timestamp_seconds", POD, "0+60x15")],
+        ),
+        Case(
+            "stall threshold follows a longer checkpoint timeout",
+            "11m",
+            [series("trainguard_train_last_step_timestamp_seconds", POD, "0+60x5 300x10")],
+            monitor={"spec.checkpoint.timeout": "10m"},
+        ),
+    ],
+    "GPUNodeDown": [
+        Case(
+            "exporter unreachable for 3 minutes",
+            "5m",
+            [series("up", POD, "1 1 0 0 0 0 0")],
+            [p("P0", JOB | {"node": "gpu-node-1"})],
+        ),
+        Case(
+            "Node NotReady",
+            "5m",
+            [
+                series("up", POD, "1x10"),
+                series(
+                    "kube_node_status_condition",
+                    {"node": "gpu-node-1", "condition": "Ready", "status": "true"},
+                    "1 1 0 0 0 0 0",
+                ),
+            ],
+            [p("P0", JOB | {"node": "gpu-node-1"})],
+        ),
+        Case("one failed scrape is not a node down", "3m", [series("up", POD, "1 1 0 1 1 1")]),
+        Case(
+            "another node NotReady",
+            "5m",
+            [
+                series("up", POD, "1x10"),
+                series(
+                    "kube_node_status_condition",
+                    {"node": "cpu-node-7", "condition": "Ready", "status": "true"},
+                    "0x10",
+                ),
+            ],
+        ),
+    ],
+    "GPUDoubleBitECCError": [
+        Case(
+            "DBE counter increased",
+            "3m",
+            [series("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", GPU, "0 0 0 2 2 2")],
+            [p("P0", GPU)],
+        ),
+        Case("old DBE errors that do not grow", "5m", [series("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", GPU, "5x10")]),
+    ],
+    "GPUCriticalXid": [
+        Case(
+            "XID 79: fallen off the bus",
+            "2m",
+            [series("DCGM_FI_DEV_XID_ERRORS", GPU, "0 79 79 79")],
+            [p("P0", GPU)],
+        ),
+        Case(
+            "XID 48: double-bit ECC",
+            "2m",
+            [series("DCGM_FI_DEV_XID_ERRORS", GPU, "0 48 48 48")],
+            [p("P0", GPU)],
+        ),
+        Case(
+            "XID 13: an application error, not fatal",
+            "2m",
+            [series("DCGM_FI_DEV_XID_ERRORS", GPU, "0 13 13 13")],
+        ),
+        Case(
+            "XID 43: GPU stopped processing (application), not fatal",
+            "2m",
+            [series("DCGM_FI_DEV_XID_ERRORS", GPU, "43x5")],
+        ),
+        Case("no XID", "2m", [series("DCGM_FI_DEV_XID_ERRORS", GPU, "0x5")]),
+    ],
+    "TrainingThroughputDrop": [
+        Case(
+            "40% below baseline for 10 minutes after warm-up",
+            "90m",
+            [series("trainguard_train_tokens_per_second_per_gpu", POD, "1000x80 600x20"), steps(2000)],
+            [p("P1", JOB)],
+        ),
+        Case(
+            "exactly 30% below (boundary)",
+            "90m",
+            [series("trainguard_train_tokens_per_second_per_gpu", POD, "1000x80 700x20"), steps(2000)],
+        ),
+        Case(
+            "40% below but still in warm-up",
+            "90m",
+            [
+                series("trainguard_train_tokens_per_second_per_gpu", POD, "1000x80 600x20"),
+                series("trainguard_train_step", POD, "0+10x100"),
+            ],
+        ),
+        Case(
+            "drop of only 3 minutes",
+            "83m",
+            [series("trainguard_train_tokens_per_second_per_gpu", POD, "1000x80 600x20"), steps(2000)],
+        ),
+    ],
+    "GPUMemoryCritical": [
+        Case("exactly 95% used (boundary, >=)", "2m", mem(95, 5), [p("P1", GPU)]),
+        Case("94% used", "2m", mem(94, 6)),
+        Case("another job's GPU is full", "2m", mem(99, 1, OTHER_JOB_GPU)),
+    ],
+    "GPUMemoryHang": [
+        Case(
+            "91% used at 10% utilisation",
+            "5m",
+            [*mem(91, 9), series("DCGM_FI_DEV_GPU_UTIL", GPU, "10x20")],
+            [p("P1", GPU)],
+        ),
+        Case("91% used but busy", "5m", [*mem(91, 9), series("DCGM_FI_DEV_GPU_UTIL", GPU, "95x20")]),
+        Case(
+            "exactly 90% used (boundary)", "5m", [*mem(90, 10), series("DCGM_FI_DEV_GPU_UTIL", GPU, "10x20")]
+        ),
+    ],
+    "GPUThermalThrottling": [
+        Case("86 C for 5 minutes", "5m", [series("DCGM_FI_DEV_GPU_TEMP", GPU, "86x10")], [p("P1", GPU)]),
+        Case("85 C (boundary)", "5m", [series("DCGM_FI_DEV_GPU_TEMP", GPU, "85x10")]),
+        Case("a 30-second spike", "3m", [series("DCGM_FI_DEV_GPU_TEMP", GPU, "70 70 90 70 70")]),
+    ],
+    "NetworkPacketLossHigh": [
+        Case(
+            "0.2% loss",
+            "5m",
+            [series("trainguard_network_packet_loss_ratio", NIC, "0.002x10")],
+            [p("P1", NIC)],
+        ),
+        Case("0.1% loss (boundary)", "5m", [series("trainguard_network_packet_loss_ratio", NIC, "0.001x10")]),
+    ],
+    "GradientExplosion": [
+        Case(
+            "grad norm 10x a flat baseline",
+            "85m",
+            [series("trainguard_train_grad_norm", POD, "1x80 10x20"), steps(2000)],
+            [p("P1", JOB)],
+        ),
+        Case(
+            "grad norm within the deviation floor",
+            "85m",
+            [series("trainguard_train_grad_norm", POD, "1x80 1.1x20"), steps(2000)],
+        ),
+        Case(
+            "explosion during warm-up",
+            "85m",
+            [
+                series("trainguard_train_grad_norm", POD, "1x80 10x20"),
+                series("trainguard_train_step", POD, "0+5x100"),
+            ],
+        ),
+    ],
+    "CheckpointStale": [
+        Case(
+            "no full checkpoint for 45 minutes at 1 step/s (cadence 1000 steps)",
+            "45m",
+            [
+                series(
+                    "trainguard_checkpoint_last_success_timestamp_seconds", POD | {"kind": "full"}, "0x60"
+                ),
+                steps(2000, 60),
+            ],
+            [p("P1", JOB)],
+        ),
+        Case(
+            "a full checkpoint 15 minutes ago",
+            "45m",
+            [
+                series(
+                    "trainguard_checkpoint_last_success_timestamp_seconds",
+                    POD | {"kind": "full"},
+                    "0x29 1800x30",
+                ),
+                steps(2000, 60),
+            ],
+        ),
+        Case(
+            "recent incremental checkpoints do not count as full",
+            "45m",
+            [
+                series(
+                    "trainguard_checkpoint_last_success_timestamp_seconds", POD | {"kind": "full"}, "0x60"
+                ),
+                series(
+                    "trainguard_checkpoint_last_success_timestamp_seconds",
+                    POD | {"kind": "incremental"},
+                    "0+60x60",
+                ),
+                steps(2000, 60),
+            ],
+            [p("P1", JOB)],
+        ),
+    ],
+    "InferenceLatencyHigh": [
+        Case(
+            "300ms at 85% memory",
+            "5m",
+            [series("trainguard_inference_latency_seconds", POD, "0.3x10"), *mem(85, 15)],
+            [p("P1", POD)],
+            monitor={"spec.mode": "inference"},
+        ),
+        Case(
+            "300ms with memory to spare",
+            "5m",
+            [series("trainguard_inference_latency_seconds", POD, "0.3x10"), *mem(50, 50)],
+            monitor={"spec.mode": "inference"},
+        ),
+        Case(
+            "a training monitor has no inference alert",
+            "5m",
+            [series("trainguard_inference_latency_seconds", POD, "0.3x10"), *mem(85, 15)],
+        ),
+    ],
+    "GPUMemoryPressure": [
+        Case("exactly 85% used (boundary, >=)", "5m", mem(85, 15), [p("P2", GPU)]),
+        Case("84% used", "5m", mem(84, 16)),
+    ],
+    "GPUMemoryFragmentationHigh": [
+        Case(
+            "25% fragmented",
+            "7m",
+            [series("trainguard_gpu_memory_fragmentation_ratio", POD | {"gpu": "0"}, "0.25x10")],
+            [p("P2", POD | {"gpu": "0"})],
+        ),
+        Case(
+            "20% (boundary)",
+            "7m",
+            [series("trainguard_gpu_memory_fragmentation_ratio", POD | {"gpu": "0"}, "0.2x10")],
+        ),
+    ],
+    "TrainingThroughputDeviation": [
+        Case(
+            "20% above baseline",
+            "90m",
+            [series("trainguard_train_tokens_per_second_per_gpu", POD, "1000x80 1200x20"), steps(2000)],
+            [p("P2", JOB)],
+        ),
+        Case(
+            "10% away",
+            "90m",
+            [series("trainguard_train_tokens_per_second_per_gpu", POD, "1000x80 900x20"), steps(2000)],
+        ),
+    ],
+    "TrainingLossOscillation": [
+        Case(
+            "loss swings 1 <-> 3 around a flat 2",
+            "90m",
+            [series("trainguard_train_loss", POD, "2x80 " + " ".join(["1 3"] * 10)), steps(2000)],
+            [p("P2", JOB)],
+        ),
+        Case(
+            "loss swings 1.9 <-> 2.1: within sigma x floor",
+            "90m",
+            [series("trainguard_train_loss", POD, "2x80 " + " ".join(["1.9 2.1"] * 10)), steps(2000)],
+        ),
+        Case(
+            "swings during warm-up",
+            "90m",
+            [
+                series("trainguard_train_loss", POD, "2x80 " + " ".join(["1 3"] * 10)),
+                series("trainguard_train_step", POD, "0+5x100"),
+            ],
+        ),
+    ],
+    "GradientVanishing": [
+        Case(
+            "grad norm 1e-5 after warm-up",
+            "10m",
+            [series("trainguard_train_grad_norm", POD, "0.00001x20"), steps(2000, 20)],
+            [p("P2", JOB)],
+        ),
+        Case(
+            "grad norm 1e-3", "10m", [series("trainguard_train_grad_norm", POD, "0.001x20"), steps(2000, 20)]
+        ),
+        Case(
+            "tiny grads during warm-up",
+            "10m",
+            [
+                series("trainguard_train_grad_norm", POD, "0.00001x20"),
+                series("trainguard_train_step", POD, "0+5x20"),
+            ],
+        ),
+        Case(
+            "not a finetuning alert",
+            "10m",
+            [series("trainguard_train_grad_norm", POD, "0.00001x20"), steps(2000, 20)],
+            monitor={"spec.mode": "finetuning"},
+        ),
+    ],
+    "LossScaleUnstable": [
+        Case(
+            "a change every minute",
+            "15m",
+            [series("trainguard_train_loss_scale_updates_total", POD, "0+1x20")],
+            [p("P2", JOB)],
+        ),
+        Case(
+            "a change every three minutes",
+            "15m",
+            [series("trainguard_train_loss_scale_updates_total", POD, "0+0.34x20")],
+        ),
+    ],
+    "AllReduceTimeRatioHigh": [
+        Case(
+            "15% of step time",
+            "7m",
+            [series("trainguard_train_allreduce_time_ratio", POD, "0.15x10")],
+            [p("P2", POD)],
+        ),
+        Case("10% (boundary)", "7m", [series("trainguard_train_allreduce_time_ratio", POD, "0.1x10")]),
+    ],
+    "DataLoaderSlow": [
+        Case(
+            "30% waiting",
+            "7m",
+            [series("trainguard_train_dataloader_wait_ratio", POD, "0.3x10")],
+            [p("P2", POD)],
+        ),
+        Case("20% (boundary)", "7m", [series("trainguard_train_dataloader_wait_ratio", POD, "0.2x10")]),
+    ],
+    "HostSwapPressure": [
+        Case(
+            "kswapd busy and memory 90% used",
+            "5m",
+            [
+                series("trainguard_host_kswapd_cpu_ratio", POD, "0.1x10"),
+                series("trainguard_host_memory_used_ratio", POD, "0.9x10"),
+            ],
+            [p("P2", POD)],
+        ),
+        Case(
+            "kswapd busy with memory to spare",
+            "5m",
+            [
+                series("trainguard_host_kswapd_cpu_ratio", POD, "0.1x10"),
+                series("trainguard_host_memory_used_ratio", POD, "0.5x10"),
+            ],
+        ),
+    ],
+    "DiskWriteLatencyHigh": [
+        Case(
+            "250ms writes",
+            "7m",
+            [series("trainguard_host_disk_write_latency_seconds", DISK, "0.25x10")],
+            [p("P2", DISK)],
+        ),
+        Case(
+            "200ms (boundary)", "7m", [series("trainguard_host_disk_write_latency_seconds", DISK, "0.2x10")]
+        ),
+    ],
+    "NetworkPacketLoss": [
+        Case(
+            "0.08% loss",
+            "7m",
+            [series("trainguard_network_packet_loss_ratio", NIC, "0.0008x10")],
+            [p("P2", NIC)],
+        ),
+        Case("0.05% (boundary)", "7m", [series("trainguard_network_packet_loss_ratio", NIC, "0.0005x10")]),
+    ],
+    "NetworkBandwidthSaturation": [
+        Case(
+            "90% utilised for 12 minutes",
+            "12m",
+            [series("trainguard_network_bandwidth_utilization_ratio", NIC, "0.9x15")],
+            [p("P2", NIC)],
+        ),
+        Case(
+            "80% (boundary)", "12m", [series("trainguard_network_bandwidth_utilization_ratio", NIC, "0.8x15")]
+        ),
+    ],
+    "GPUSingleBitECCErrorsHigh": [
+        Case(
+            "180 SBE in an hour",
+            "60m",
+            [series("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", GPU, "0+3x60")],
+            [p("P2", GPU)],
+        ),
+        Case("60 SBE in an hour", "60m", [series("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", GPU, "0+1x60")]),
+    ],
+    "GPUMemoryHigh": [
+        Case("exactly 70% used (boundary, >=)", "7m", mem(70, 30), [p("P3", GPU)]),
+        Case("69% used", "7m", mem(69, 31)),
+        Case("70% for only 3 minutes", "3m", mem(70, 30)),
+    ],
+}
+
+ESCALATION_CASES: list[Case] = [
+    Case(
+        "P1 thermal alert unacknowledged for 16 minutes is also raised to P0",
+        "17m",
+        [series("DCGM_FI_DEV_GPU_TEMP", GPU, "90x30")],
+        [p("P1", GPU), GPU | {"severity": "P0", "escalated_from": "P1"}],
+    ),
+    Case(
+        "not escalated before for + 15m",
+        "15m",
+        [series("DCGM_FI_DEV_GPU_TEMP", GPU, "90x30")],
+        [p("P1", GPU)],
+    ),
+]

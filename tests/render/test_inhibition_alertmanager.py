@@ -1,0 +1,90 @@
+"""Inhibition on a real Alertmanager process: post alerts to its API and read back which ones the
+rendered rules inhibit."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import monitor, policy
+from tests.processes import alertmanager, http_json
+from tests.render.amconfig import write_config
+
+pytestmark = pytest.mark.tools
+
+A = {"namespace": "ml", "training_job": "llama-pretrain"}
+B = {"namespace": "ml", "training_job": "bert-finetune"}
+
+
+def alert(name: str, severity: str, **labels: str) -> dict[str, object]:
+    return {"labels": {"alertname": name, "severity": severity, **labels}, "annotations": {"summary": name}}
+
+
+def key(a: dict[str, object]) -> tuple[str, ...]:
+    labels = a["labels"]
+    assert isinstance(labels, dict)
+    return tuple(str(labels.get(k, "")) for k in ("alertname", "training_job", "node", "gpu"))
+
+
+@pytest.fixture(scope="module")
+def am_binary() -> str:
+    path = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    if path is None:
+        pytest.skip("Alertmanager is not installed (.ci/run installs prometheus-alertmanager)")
+    return path
+
+
+def test_inhibition_on_a_real_alertmanager(am_binary: str, tmp_path: Path) -> None:
+    pol = policy()
+    pairs = [(monitor(), pol), (monitor(**{"metadata.name": "bert-finetune"}), pol)]
+    config = write_config(tmp_path, pairs)
+    alerts = [
+        # job A has a P0: its P1-P3 are silenced, job B's are not
+        alert("TrainingLossNonFinite", "P0", **A, pod="a-0", node="n1"),
+        alert("DataLoaderSlow", "P2", **A, pod="a-0", node="n1"),
+        alert("DataLoaderSlow", "P2", **B, pod="b-0", node="n9"),
+        # node n2 is down (job A): every alert on n2 is silenced, whichever job raised it
+        alert("GPUNodeDown", "P0", **A, node="n2"),
+        alert("DiskWriteLatencyHigh", "P2", **B, pod="b-1", node="n2", device="nvme0n1"),
+        alert("DiskWriteLatencyHigh", "P2", **B, pod="b-2", node="n3", device="nvme0n1"),
+        # an alert without a node is not "on" the down node
+        alert("TrainingThroughputDeviation", "P2", **B),
+        # a stronger alert of the same signal silences the milder one on the same GPU only
+        alert("GPUMemoryCritical", "P1", **B, pod="b-1", node="n4", gpu="0"),
+        alert("GPUMemoryPressure", "P2", **B, pod="b-1", node="n4", gpu="0"),
+        alert("GPUMemoryPressure", "P2", **B, pod="b-1", node="n4", gpu="1"),
+    ]
+    expected_inhibited = {
+        ("DataLoaderSlow", "llama-pretrain", "n1", ""),
+        ("DiskWriteLatencyHigh", "bert-finetune", "n2", ""),
+        ("GPUMemoryPressure", "bert-finetune", "n4", "0"),
+    }
+    with alertmanager(am_binary, config, tmp_path) as url:
+        http_json(f"{url}/api/v2/alerts", alerts)
+        deadline = time.monotonic() + 15
+        while True:
+            got = http_json(f"{url}/api/v2/alerts")
+            inhibited = {key(a) for a in got if a["status"]["inhibitedBy"]}
+            if (len(got) == len(alerts) and inhibited == expected_inhibited) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    assert len(got) == len(alerts)
+    assert inhibited == expected_inhibited
+
+
+def test_inhibition_switches_turn_rules_off(am_binary: str, tmp_path: Path) -> None:
+    pol = policy(**{"spec.inhibition": {"nodeDown": False, "jobP0": False, "supersede": False}})
+    config = write_config(tmp_path, [(monitor(), pol)])
+    alerts = [
+        alert("GPUNodeDown", "P0", **A, node="n2"),
+        alert("DiskWriteLatencyHigh", "P2", **A, pod="a-1", node="n2", device="sda"),
+    ]
+    with alertmanager(am_binary, config, tmp_path) as url:
+        http_json(f"{url}/api/v2/alerts", alerts)
+        time.sleep(1.0)
+        got = http_json(f"{url}/api/v2/alerts")
+    assert len(got) == 2
+    assert not any(a["status"]["inhibitedBy"] for a in got)
