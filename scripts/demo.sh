@@ -15,6 +15,7 @@ fi
 if command -v amtool >/dev/null; then
   echo "== amtool check-config $out/alertmanager.yml"
   amtool check-config "$out/alertmanager.yml"
+  echo "== routes (quiet hours are on in the quickstart, so a receiver with a day and a night route shows twice)"
   for sev in P0 P1 P2 P3; do
     printf '== a %s alert of ml/llama-pretrain goes to: ' "$sev"
     amtool config routes test --config.file="$out/alertmanager.yml" \
