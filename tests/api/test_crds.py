@@ -52,7 +52,13 @@ def test_cel_rules_and_defaults_are_carried_over() -> None:
     rules = [r["rule"] for r in spec["properties"]["checkpoint"]["x-kubernetes-validations"]]
     assert "self.fullEverySteps % self.incrementalEverySteps == 0" in rules
     assert spec["properties"]["baseline"]["properties"]["sigma"]["default"] == 3.0
-    assert spec["properties"]["baseline"]["default"] == {}
+    assert spec["properties"]["baseline"]["default"] == {
+        "sigma": 3.0,
+        "window": "1h",
+        "offset": "10m",
+        "minStddevRatio": 0.05,
+    }
+    assert spec["properties"]["checkpoint"]["default"]["fullEverySteps"] == 1000
     assert spec["properties"]["mode"]["enum"] == ["training", "finetuning", "inference"]
     assert "warmupSteps" not in spec["properties"]["baseline"].get("required", [])
     assert monitor["spec"]["versions"][0]["subresources"] == {"status": {}}

@@ -79,9 +79,10 @@ def _structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
                 prop = _structural(sub, defs)
                 optional = name not in schema.get("required", []) and "anyOf" not in sub
                 if optional and "default" not in prop and prop.get("type") in ("object", "array"):
-                    # A default_factory: an empty default lets the apiserver apply nested defaults and
-                    # lets CEL rules read the field without has().
-                    prop["default"] = [] if prop["type"] == "array" else {}
+                    # A default_factory: a default lets the apiserver fill the field, so CEL rules can
+                    # read it without has(); it is spelled out in full because the apiserver checks a
+                    # default against the CEL rules without applying the nested defaults first.
+                    prop["default"] = _filled_default(prop)
                 out["properties"][name] = prop
         if schema.get("required"):
             out["required"] = list(schema["required"])
@@ -91,6 +92,16 @@ def _structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     if kind == "array":
         out["items"] = _structural(schema.get("items", {}), defs)
     return out
+
+
+def _filled_default(schema: dict[str, Any]) -> Any:
+    if "default" in schema:
+        return schema["default"]
+    if schema.get("type") == "array":
+        return []
+    if schema.get("type") == "object" and "properties" in schema:
+        return {k: _filled_default(v) for k, v in schema["properties"].items() if "default" in v}
+    return {}
 
 
 def schema_for(model: type[BaseModel]) -> dict[str, Any]:

@@ -108,7 +108,8 @@ class Checkpoint(Model):
     incremental_every_steps: int = Field(default=100, ge=1, le=10_000_000)
     full_every_steps: int = Field(default=1000, ge=1, le=100_000_000)
     timeout: Duration = Field(
-        default="10m", description="How long a checkpoint may take; stalls are judged past it."
+        default="5m",
+        description="How long a checkpoint may take; a stall is only judged past it (at least 5m).",
     )
 
     @model_validator(mode="after")

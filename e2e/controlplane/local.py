@@ -1,0 +1,283 @@
+"""Start and stop a local Kubernetes control plane: etcd, kube-apiserver (admission webhooks on),
+kube-controller-manager (garbage collector, Job controller, ...), kube-scheduler and a fake kubelet
+for GPU nodes. Every process dies with the harness, even on Ctrl-C or a hard kill of the parent."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from kubernetes import client, config
+
+from e2e.controlplane.certs import make_ca, make_cert, make_keypair
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+K8S_VERSION = os.environ.get("K8S_VERSION", "1.36.3")
+SERVICE_CIDR = "10.96.0.0/16"
+
+
+def log(message: str) -> None:
+    print(f"[controlplane {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("TRAINGUARD_E2E_CACHE", Path.home() / ".cache" / "trainguard-e2e"))
+
+
+def ensure_binaries() -> Path:
+    """Build or reuse the cached binaries; returns the folder of stable names."""
+    subprocess.run([str(HERE / "build.sh"), "all"], check=True)
+    return cache_dir() / "bin" / "current"
+
+
+def prometheus_operator_crds() -> list[Path]:
+    version = os.environ.get("PROM_OPERATOR_VERSION", "0.95.2")
+    return sorted((cache_dir() / "crds" / f"prometheus-operator-{version}").glob("*.yaml"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """PR_SET_PDEATHSIG: the kernel kills the child when the harness dies, however it dies."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGTERM)
+
+
+@dataclass
+class LocalControlPlane:
+    workdir: Path
+    bin: Path
+    nodes: int = 3
+    procs: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
+    api_port: int = 0
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "admin.kubeconfig"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.api_port}"
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        out = (self.workdir / f"{name}.log").open("ab")
+        env = os.environ | {
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+        }
+        proc = subprocess.Popen(
+            args,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - the fork happens before any thread of ours starts
+            cwd=self.workdir,
+            env=env,
+        )
+        self.procs.append((name, proc))
+        return proc
+
+    def _check_alive(self) -> None:
+        for name, proc in self.procs:
+            if proc.poll() is not None:
+                tail = (self.workdir / f"{name}.log").read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"{name} exited with {proc.returncode}; last log lines:\n{tail}")
+
+    def _wait(self, what: str, probe: callable, timeout: float = 90) -> None:  # type: ignore[valid-type]
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_alive()
+            try:
+                if probe():
+                    return
+            except Exception:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what} not ready after {timeout}s (logs in {self.workdir})")
+            time.sleep(0.25)
+
+    def _certs(self) -> None:
+        d = self.workdir
+        make_ca(d)
+        sans = ["IP:127.0.0.1", "IP:10.96.0.1", "DNS:localhost", "DNS:kubernetes", "DNS:kubernetes.default",
+                "DNS:kubernetes.default.svc", "DNS:kubernetes.default.svc.cluster.local"]  # fmt: skip
+        make_cert(d, "apiserver", "/CN=kube-apiserver", sans)
+        make_cert(d, "admin", "/O=system:masters/CN=trainguard-e2e-admin", client=True)
+        make_cert(
+            d, "apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet-client", client=True
+        )
+        make_keypair(d, "sa")
+
+    def write_kubeconfig(self, path: Path, user: dict[str, str]) -> None:
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [
+                        {
+                            "name": "e2e",
+                            "cluster": {
+                                "server": self.server,
+                                "certificate-authority": str(self.workdir / "ca.crt"),
+                            },
+                        }
+                    ],
+                    "users": [{"name": "user", "user": user}],
+                    "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "user"}}],
+                    "current-context": "e2e",
+                }
+            )
+        )
+
+    def _https_ok(self, url: str) -> bool:
+        ctx = ssl.create_default_context(cafile=str(self.workdir / "ca.crt"))
+        ctx.load_cert_chain(str(self.workdir / "admin.crt"), str(self.workdir / "admin.key"))
+        with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:
+            return bool(resp.status == 200)
+
+    def start(self) -> None:
+        t0 = time.monotonic()
+        d = self.workdir
+        self._certs()
+        etcd_port, etcd_peer = free_port(), free_port()
+        self._spawn("etcd", [
+            str(self.bin / "etcd"), "--data-dir", str(d / "etcd"), "--name", "e2e",
+            "--listen-client-urls", f"http://127.0.0.1:{etcd_port}",
+            "--advertise-client-urls", f"http://127.0.0.1:{etcd_port}",
+            "--listen-peer-urls", f"http://127.0.0.1:{etcd_peer}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{etcd_peer}",
+            "--initial-cluster", f"e2e=http://127.0.0.1:{etcd_peer}",
+            "--unsafe-no-fsync", "--quota-backend-bytes", str(2 * 1024**3),
+        ])  # fmt: skip
+        self._wait(
+            "etcd",
+            lambda: urllib.request.urlopen(f"http://127.0.0.1:{etcd_port}/health", timeout=2).status == 200,
+        )
+        log(f"etcd ready ({time.monotonic() - t0:.1f}s)")
+
+        self.api_port = free_port()
+        self._spawn("kube-apiserver", [
+            str(self.bin / "kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.api_port}",
+            f"--tls-cert-file={d / 'apiserver.crt'}", f"--tls-private-key-file={d / 'apiserver.key'}",
+            f"--client-ca-file={d / 'ca.crt'}",
+            f"--kubelet-client-certificate={d / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={d / 'apiserver-kubelet-client.key'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={d / 'sa.pub'}", f"--service-account-signing-key-file={d / 'sa.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,DefaultStorageClass,ResourceQuota,"
+            "MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy",
+            "--allow-privileged=true", "--profiling=false", "--endpoint-reconciler-type=none",
+        ])  # fmt: skip
+        self.write_kubeconfig(
+            self.kubeconfig, {"client-certificate": str(d / "admin.crt"), "client-key": str(d / "admin.key")}
+        )
+        self._wait("kube-apiserver", lambda: self._https_ok(f"{self.server}/readyz"), timeout=120)
+        log(f"kube-apiserver ready on {self.server} ({time.monotonic() - t0:.1f}s)")
+
+        self._spawn("kube-controller-manager", [
+            str(self.bin / "kube-controller-manager"), f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
+            "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
+            f"--service-account-private-key-file={d / 'sa.key'}", f"--root-ca-file={d / 'ca.crt'}",
+            f"--cluster-signing-cert-file={d / 'ca.crt'}", f"--cluster-signing-key-file={d / 'ca.key'}",
+            "--controllers=*", "--use-service-account-credentials=false",
+            f"--service-cluster-ip-range={SERVICE_CIDR}", "--allocate-node-cidrs=false",
+            "--node-monitor-grace-period=40s", "--concurrent-gc-syncs=5",
+        ])  # fmt: skip
+        self._spawn("kube-scheduler", [
+            str(self.bin / "kube-scheduler"), f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
+            "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
+        ])  # fmt: skip
+        self._spawn("fake-kubelet", [
+            sys.executable, "-m", "e2e.controlplane.fakekubelet", "--kubeconfig", str(self.kubeconfig),
+            "--nodes", str(self.nodes),
+        ])  # fmt: skip
+        self._wait_cluster_usable()
+        log(
+            f"control plane ready: {self.nodes} fake GPU nodes, kubeconfig {self.kubeconfig} ({time.monotonic() - t0:.1f}s)"
+        )
+
+    def _wait_cluster_usable(self) -> None:
+        api = client.CoreV1Api(config.new_client_from_config(str(self.kubeconfig)))
+
+        def ready() -> bool:
+            api.read_namespaced_service_account("default", "default")
+            nodes = api.list_node().items
+            return len(nodes) == self.nodes and all(
+                any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
+                for n in nodes
+            )
+
+        self._wait("default service account and Ready nodes", ready, timeout=120)
+
+    def stop(self) -> None:
+        for _name, proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.terminate()
+        for _name, proc in reversed(self.procs):
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.procs.clear()
+
+
+@contextlib.contextmanager
+def local_control_plane(nodes: int = 3, keep: bool = False) -> Iterator[LocalControlPlane]:
+    """Build or reuse the binaries, start everything, and always tear it down."""
+    t0 = time.monotonic()
+    bin_dir = ensure_binaries()
+    log(f"binaries ready in {time.monotonic() - t0:.1f}s")
+    workdir = Path(tempfile.mkdtemp(prefix="trainguard-e2e-"))
+    plane = LocalControlPlane(workdir=workdir, bin=bin_dir, nodes=nodes)
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        plane.start()
+        yield plane
+    finally:
+        plane.stop()
+        signal.signal(signal.SIGTERM, previous)
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        log("control plane stopped")
+
+
+def main() -> None:
+    """`python -m e2e.controlplane.local`: start a control plane and keep it until Ctrl-C."""
+    with local_control_plane(keep=True) as plane:
+        print(f"export KUBECONFIG={plane.kubeconfig}", flush=True)
+        try:
+            while True:
+                time.sleep(1)
+                plane._check_alive()
+        except KeyboardInterrupt:
+            pass
+
+
+if __name__ == "__main__":
+    main()
