@@ -3,11 +3,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 
-.PHONY: help bootstrap demo test lint unit crds docs check-generated controlplane clean
+.PHONY: help bootstrap demo test lint unit e2e crds docs check-generated controlplane clean
 
 help:
 	@echo "make demo   - render the quickstart and check it with promtool and amtool"
-	@echo "make test   - everything CI runs: lint, type checks, layer contracts, unit and integration tests"
+	@echo "make test   - everything CI runs: lint, types, layer contracts, unit, integration and e2e tests"
+	@echo "make e2e    - the e2e suite on a local control plane built from Go modules (cached)"
 	@echo "make crds   - regenerate crds/ from the models; make docs - docs/alerts.md from the catalogue"
 	@echo "make controlplane - build (or reuse) the local Kubernetes control plane binaries"
 
@@ -26,7 +27,10 @@ lint: bootstrap
 unit: bootstrap
 	$(PY) -m pytest --cov=trainguard.render --cov=trainguard.catalog --cov=trainguard.api --cov-report=term
 
-test: lint check-generated unit
+e2e: bootstrap
+	$(PY) -m pytest e2e -q
+
+test: lint check-generated unit e2e
 
 crds: bootstrap
 	$(BIN)/trainguard crds -o crds

@@ -20,6 +20,10 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
+for tool in go openssl; do
+  command -v "$tool" >/dev/null 2>&1 || log "warning: $tool is not installed; the e2e suite needs it (Go 1.26 builds the control plane)"
+done
+
 missing=()
 for tool in promtool amtool prometheus prometheus-alertmanager; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")

@@ -136,6 +136,44 @@ def cmd_docs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_operator(args: argparse.Namespace) -> int:
+    try:
+        import kopf  # noqa: F401
+        import kubernetes  # noqa: F401
+    except ImportError as exc:
+        _fail(
+            f"the operator needs the 'operator' extra ({exc.name} is missing): pip install 'trainguard[operator]'"
+        )
+    import logging
+
+    from trainguard.controller.run import OperatorOptions, run
+
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    run(
+        OperatorOptions(
+            kubeconfig=args.kubeconfig,
+            peering=args.peering,
+            priority=args.priority,
+            standalone=args.standalone,
+            namespace=args.namespace,
+            webhook_port=args.webhook_port,
+            webhook_addr=args.webhook_addr,
+            webhook_url=args.webhook_url,
+            webhook_service=args.webhook_service,
+            webhook_cert=args.webhook_cert,
+            webhook_key=args.webhook_key,
+            webhook_ca=args.webhook_ca,
+            manage_webhook=not args.no_manage_webhook,
+            receiver_url=args.receiver_url,
+            liveness=args.liveness or None,
+        )
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from trainguard import __version__
 
@@ -177,6 +215,42 @@ def build_parser() -> argparse.ArgumentParser:
     crds.add_argument("-o", "--output", default="crds", metavar="DIR")
     crds.add_argument("--check", action="store_true", help="fail if the files in DIR differ from the models")
     crds.set_defaults(func=cmd_crds)
+
+    op = sub.add_parser(
+        "operator", help="run the operator (kopf): reconcile monitors and policies, inject sidecars"
+    )
+    op.add_argument("--kubeconfig", help="default: in-cluster config, then KUBECONFIG / ~/.kube/config")
+    op.add_argument("--namespace", default="trainguard-system", help="the operator's own namespace")
+    op.add_argument("--peering", default="trainguard", help="kopf peering object shared by the replicas")
+    op.add_argument(
+        "--priority", type=int, help="peering priority (default: random); the highest replica acts"
+    )
+    op.add_argument(
+        "--standalone", action="store_true", help="no peering: for a single replica without the peering CRD"
+    )
+    op.add_argument("--webhook-port", type=int, default=9443)
+    op.add_argument("--webhook-addr", default="0.0.0.0")
+    op.add_argument(
+        "--webhook-url",
+        help="https://HOST:PORT the apiserver reaches the webhook at (operator outside the cluster)",
+    )
+    op.add_argument("--webhook-service", help="NAME:PORT of the operator's Service (operator in the cluster)")
+    op.add_argument("--webhook-cert", help="TLS certificate of the webhook server (PEM)")
+    op.add_argument("--webhook-key", help="its private key (PEM)")
+    op.add_argument("--webhook-ca", help="the CA that signed it, for the webhook configuration's caBundle")
+    op.add_argument(
+        "--no-manage-webhook", action="store_true", help="do not apply the MutatingWebhookConfiguration"
+    )
+    op.add_argument(
+        "--receiver-url",
+        default="https://trainguard-operator.trainguard-system.svc:8443/v1/events",
+        help="where sidecars post fast-path P0 events",
+    )
+    op.add_argument(
+        "--liveness", default="http://0.0.0.0:8080/healthz", help="liveness endpoint; empty to disable"
+    )
+    op.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    op.set_defaults(func=cmd_operator)
 
     docs = sub.add_parser("docs", help="write docs/alerts.md from the alert catalogue")
     docs.add_argument("-o", "--output", default="docs/alerts.md", metavar="FILE")

@@ -137,6 +137,20 @@ class LabelSelector(Model):
                 return False
         return True
 
+    def to_selector_string(self) -> str:
+        """The `labelSelector` query form: `app=x,tier in (a,b),!canary`."""
+        parts = [f"{k}={v}" for k, v in sorted(self.match_labels.items())]
+        for r in self.match_expressions:
+            if r.operator == "In":
+                parts.append(f"{r.key} in ({','.join(r.values)})")
+            elif r.operator == "NotIn":
+                parts.append(f"{r.key} notin ({','.join(r.values)})")
+            elif r.operator == "Exists":
+                parts.append(r.key)
+            else:
+                parts.append(f"!{r.key}")
+        return ",".join(parts)
+
     def to_kubernetes(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.match_labels:

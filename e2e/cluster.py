@@ -1,0 +1,234 @@
+"""What the e2e tests need from any cluster: applying YAML, waiting, and running the operator under
+its least-privilege ServiceAccount. Works on the local control plane and on any kubeconfig."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+
+from e2e.controlplane.certs import make_ca, make_cert
+from e2e.controlplane.local import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+OPERATOR_NS = "trainguard-system"
+FAKE_NODE_LABEL = "trainguard.io/fake-node=true"
+T = TypeVar("T")
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads a bare `=` as the obscure `value` tag (prometheus-operator's CRDs have one)."""
+
+
+_Loader.add_constructor("tag:yaml.org,2002:value", lambda loader, node: loader.construct_scalar(node))
+
+
+def load_all(path: Path) -> list[Any]:
+    return [d for d in yaml.load_all(path.read_text(), Loader=_Loader) if d]
+
+
+def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 60, interval: float = 0.5) -> T:
+    """Poll until fn returns something truthy; fail with `what` and the last error."""
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = fn()
+            if value:
+                return value
+        except Exception as exc:
+            last = exc
+        time.sleep(interval)
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last})" if last else "")
+    )
+
+
+@dataclass
+class Cluster:
+    kubeconfig: Path
+    workdir: Path
+    api: client.ApiClient = field(init=False)
+    operators: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.api = config.new_client_from_config(str(self.kubeconfig))
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        self.dynamic = DynamicClient(self.api)
+
+    # ---- objects ----
+
+    def apply_file(self, path: Path | str, namespace: str | None = None) -> None:
+        self.apply(load_all(Path(path)), namespace)
+
+    def apply(self, objs: Iterable[dict[str, Any]], namespace: str | None = None) -> None:
+        for original in objs:
+            if not original:
+                continue
+            obj = dict(original)
+            if namespace and obj.get("kind") not in ("CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
+                                                     "ClusterKopfPeering", "Namespace"):  # fmt: skip
+                obj["metadata"] = {**obj["metadata"], "namespace": namespace}
+            resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+            self.dynamic.server_side_apply(
+                resource, body=obj, name=obj["metadata"]["name"], namespace=obj["metadata"].get("namespace"),
+                field_manager="e2e", force_conflicts=True,
+            )  # fmt: skip
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> Any | None:
+        resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
+        try:
+            return self.dynamic.get(resource, name=name, namespace=namespace).to_dict()
+        except Exception as exc:
+            if getattr(exc, "status", None) == 404:
+                return None
+            raise
+
+    def list(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]:
+        resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
+        return [i.to_dict() for i in self.dynamic.get(resource, namespace=namespace).items]
+
+    def namespace(self, name: str) -> str:
+        try:
+            self.core.create_namespace({"metadata": {"name": name}})
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        wait_for(
+            f"default ServiceAccount in {name}",
+            lambda: self.core.read_namespaced_service_account("default", name),
+        )
+        return name
+
+    def wait_crds(self, names: Iterable[str]) -> None:
+        ext = client.ApiextensionsV1Api(self.api)
+        for n in names:
+            wait_for(f"CRD {n} Established", lambda n=n: any(
+                c.type == "Established" and c.status == "True" for c in (ext.read_custom_resource_definition(n).status.conditions or [])
+            ))  # fmt: skip
+        self.dynamic.resources.invalidate_cache()
+
+    # ---- trainguard installation ----
+
+    def install(self, extra_crds: list[Path]) -> None:
+        """CRDs (trainguard's, prometheus-operator's, kopf peering), namespace, RBAC, peering object."""
+        peering = load_all(REPO / "deploy" / "peering.yaml")
+        crds = [load_all(p)[0] for p in [*sorted((REPO / "crds").glob("*.yaml")), *extra_crds]]
+        utils_crds = [*crds, peering[0]]
+        self.apply(utils_crds)
+        self.wait_crds(c["metadata"]["name"] for c in utils_crds)
+        self.apply(peering[1:])
+        self.namespace(OPERATOR_NS)
+        self.apply_file(REPO / "deploy" / "rbac.yaml")
+
+    def operator_kubeconfig(self) -> Path:
+        """A kubeconfig holding a token of the operator's ServiceAccount: the e2e operator runs with
+        exactly the RBAC of deploy/rbac.yaml, not as cluster-admin."""
+        token = self.core.create_namespaced_service_account_token(
+            "trainguard-operator", OPERATOR_NS, {"spec": {"expirationSeconds": 7200}}
+        ).status.token
+        admin = yaml.safe_load(self.kubeconfig.read_text())
+        current = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])
+        cluster = next(c for c in admin["clusters"] if c["name"] == current["context"]["cluster"])
+        path = self.workdir / "operator.kubeconfig"
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "clusters": [cluster],
+            "users": [{"name": "operator", "user": {"token": token}}],
+            "contexts": [{"name": "operator", "context": {"cluster": cluster["name"], "user": "operator"}}],
+            "current-context": "operator",
+        }))  # fmt: skip
+        return path
+
+    def webhook_certs(self, host: str) -> tuple[Path, Path, Path]:
+        d = self.workdir / "webhook"
+        if not (d / "webhook.crt").exists():
+            d.mkdir(exist_ok=True)
+            make_ca(d, "webhook-ca")
+            san = f"IP:{host}" if host.replace(".", "").isdigit() else f"DNS:{host}"
+            make_cert(d, "webhook", f"/CN={host}", [san], ca="webhook-ca")
+        return d / "webhook.crt", d / "webhook.key", d / "webhook-ca.crt"
+
+    def start_operator(self, priority: int, name: str = "operator") -> subprocess.Popen[bytes]:
+        """Start `trainguard operator` and wait until kopf reports it alive."""
+        host = os.environ.get("TRAINGUARD_E2E_WEBHOOK_HOST", "127.0.0.1")
+        cert, key, ca = self.webhook_certs(host)
+        port, health = free_port(), free_port()
+        log = (self.workdir / f"{name}.log").open("ab")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "trainguard.cli", "operator",
+             "--kubeconfig", str(self.operator_kubeconfig()), "--priority", str(priority),
+             "--webhook-addr", "0.0.0.0" if host != "127.0.0.1" else "127.0.0.1", "--webhook-port", str(port),
+             "--webhook-url", f"https://{host}:{port}",
+             "--webhook-cert", str(cert), "--webhook-key", str(key), "--webhook-ca", str(ca),
+             "--receiver-url", "https://127.0.0.1:1/v1/events", "--liveness", f"http://127.0.0.1:{health}/healthz"],
+            stdout=log, stderr=subprocess.STDOUT, env=os.environ | {"PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+        self.operators.append(proc)
+
+        def alive() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"operator exited with {proc.returncode}:\n{self.operator_logs()}")
+            with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=2) as resp:
+                return bool(resp.status == 200)
+
+        wait_for("the operator's liveness endpoint", alive, timeout=60)
+        return proc
+
+    def stop_operator(self, proc: subprocess.Popen[bytes]) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc in self.operators:
+            self.operators.remove(proc)
+
+    def stop_all_operators(self) -> None:
+        for proc in list(self.operators):
+            self.stop_operator(proc)
+
+    def operator_logs(self) -> str:
+        return "\n".join(
+            p.read_text(errors="replace")[-6000:] for p in sorted(self.workdir.glob("operator*.log"))
+        )
+
+    def start_fake_nodes(self, prefix: str, count: int) -> subprocess.Popen[bytes]:
+        log = (self.workdir / "fake-kubelet.log").open("ab")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "e2e.controlplane.fakekubelet", "--kubeconfig", str(self.kubeconfig),
+             "--nodes", str(count), "--prefix", prefix],
+            stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+        )  # fmt: skip
+        wait_for(
+            f"{count} fake nodes",
+            lambda: len(self.core.list_node(label_selector=FAKE_NODE_LABEL).items) >= count,
+        )
+        return proc
+
+    def delete_fake_nodes(self) -> None:
+        for node in self.core.list_node(label_selector=FAKE_NODE_LABEL).items:
+            self.core.delete_node(node.metadata.name)
+
+    def events(self, namespace: str, name: str, reason: str) -> list[client.CoreV1Event]:
+        items = self.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
+        return [e for e in items if e.reason == reason]
+
+
+def new_workdir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="trainguard-e2e-run-"))

@@ -1,0 +1,67 @@
+"""e2e fixtures: a cluster (the local control plane, or TRAINGUARD_E2E_KUBECONFIG) with trainguard's
+CRDs and RBAC installed, and the operator running under its ServiceAccount."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from e2e.cluster import Cluster, new_workdir
+from e2e.controlplane.local import local_control_plane, prometheus_operator_crds
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    workdir = new_workdir()
+    external = os.environ.get("TRAINGUARD_E2E_KUBECONFIG")
+    try:
+        if external:
+            # any cluster (kind on a laptop, say): the same suite, with fake GPU nodes registered there
+            c = Cluster(Path(external), workdir)
+            c.install(prometheus_operator_crds())
+            kubelet = c.start_fake_nodes(prefix="gpu-node-", count=3)
+            try:
+                yield c
+            finally:
+                c.stop_all_operators()
+                kubelet.terminate()
+                c.delete_fake_nodes()
+        else:
+            with local_control_plane(nodes=3) as plane:
+                c = Cluster(plane.kubeconfig, workdir)
+                c.install(prometheus_operator_crds())
+                try:
+                    yield c
+                finally:
+                    c.stop_all_operators()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: Cluster) -> Iterator[Cluster]:
+    """One operator replica for the session (tests that restart or add replicas manage their own)."""
+    cluster.start_operator(priority=100)
+    yield cluster
+
+
+@pytest.fixture
+def ns(cluster: Cluster) -> Iterator[str]:
+    name = cluster.namespace(f"e2e-{uuid.uuid4().hex[:8]}")
+    yield name
+    cluster.core.delete_namespace(name, propagation_policy="Background")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> None:
+    """On a failure, show the operator's log: the first thing anyone debugging e2e wants."""
+    if call.when == "call" and call.excinfo is not None:
+        for value in getattr(item, "funcargs", {}).values():
+            if isinstance(value, Cluster):
+                item.add_report_section("call", "operator log", value.operator_logs())
+                return

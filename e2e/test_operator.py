@@ -1,0 +1,282 @@
+"""The operator against a real kube-apiserver, controller-manager and scheduler."""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes.client.exceptions import ApiException
+
+from e2e.cluster import REPO, Cluster, wait_for
+from trainguard.api import load_documents
+from trainguard.render import render_kubernetes
+
+QUICKSTART = REPO / "examples" / "quickstart.yaml"
+MON = ("trainguard.io/v1alpha1", "TrainingJobMonitor")
+OWNED = [
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
+    ("monitoring.coreos.com/v1alpha1", "AlertmanagerConfig"),
+    ("monitoring.coreos.com/v1", "PodMonitor"),
+]
+NAME = "trainguard-llama-pretrain"
+
+
+def quickstart(ns: str, **policy_spec: Any) -> list[dict[str, Any]]:
+    docs = [d for d in yaml.safe_load_all(QUICKSTART.read_text()) if d]
+    for d in docs:
+        d["metadata"]["namespace"] = ns
+        if d["kind"] == "AlertPolicy":
+            d["spec"].update(policy_spec)
+    return docs
+
+
+def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c["type"] == type_:
+            return dict(c)
+    return None
+
+
+def ready(
+    cluster: Cluster, ns: str, name: str = "llama-pretrain", generation: int | None = None
+) -> dict[str, Any] | None:
+    obj = cluster.get(*MON, ns, name)
+    c = condition(obj, "Ready")
+    if (
+        c
+        and c["status"] == "True"
+        and (generation is None or obj["status"].get("observedGeneration") == generation)
+    ):
+        return obj
+    return None
+
+
+def rule(cluster: Cluster, ns: str, alert: str) -> dict[str, Any] | None:
+    pr = cluster.get("monitoring.coreos.com/v1", "PrometheusRule", ns, NAME)
+    for r in (pr or {}).get("spec", {}).get("groups", [{}])[0].get("rules", []):
+        if r.get("alert") == alert and r["labels"].get("escalated_from") is None:
+            return dict(r)
+    return None
+
+
+def test_quickstart_renders_owned_objects_and_becomes_ready(operator: Cluster, ns: str) -> None:
+    operator.apply(quickstart(ns))
+    obj = wait_for("monitor Ready", lambda: ready(operator, ns), timeout=60)
+    assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
+    assert condition(obj, "RulesApplied")["status"] == "True"
+    assert condition(obj, "RoutesApplied")["status"] == "True"
+    assert condition(obj, "Degraded")["status"] == "False"
+    # the live objects carry exactly what `trainguard render` produces for the same input
+    text = QUICKSTART.read_text().replace("namespace: ml", f"namespace: {ns}")
+    expected = {o["kind"]: o for o in render_kubernetes(load_documents([("quickstart", text)]))}
+    for api_version, kind in OWNED:
+        live = wait_for(f"{kind}", lambda a=api_version, k=kind: operator.get(a, k, ns, NAME))
+        assert live["spec"] == expected[kind]["spec"], kind
+        owner = live["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"], owner["controller"]) == (
+            "TrainingJobMonitor",
+            "llama-pretrain",
+            True,
+        )
+        assert live["metadata"]["annotations"]["trainguard.io/input-hash"]
+
+
+def test_policy_change_updates_the_rule_and_delete_collects_owned(operator: Cluster, ns: str) -> None:
+    operator.apply(quickstart(ns))
+    wait_for("monitor Ready", lambda: ready(operator, ns))
+    assert ">= 0.95" in rule(operator, ns, "GPUMemoryCritical")["expr"]
+    operator.apply(quickstart(ns, alerts=[{"name": "GPUMemoryCritical", "threshold": 0.9, "for": "30s"}]))
+    changed = wait_for(
+        "rule re-rendered",
+        lambda: (
+            (r := rule(operator, ns, "GPUMemoryCritical"))
+            and ">= 0.9" in r["expr"]
+            and ">= 0.95" not in r["expr"]
+            and r
+        ),
+    )
+    assert changed["for"] == "30s"
+    operator.custom.delete_namespaced_custom_object(
+        "trainguard.io", "v1alpha1", ns, "trainingjobmonitors", "llama-pretrain"
+    )
+    for api_version, kind in OWNED:
+        wait_for(
+            f"{kind} garbage-collected",
+            lambda a=api_version, k=kind: operator.get(a, k, ns, NAME) is None,
+            timeout=90,
+        )
+
+
+def test_missing_policy_degrades_then_recovers(operator: Cluster, ns: str) -> None:
+    monitor, policy = quickstart(ns)
+    operator.apply([monitor])
+    degraded = wait_for(
+        "Degraded",
+        lambda: (
+            (c := condition(operator.get(*MON, ns, "llama-pretrain"), "Degraded"))
+            and c["status"] == "True"
+            and c
+        ),
+    )
+    assert degraded["reason"] == "PolicyNotFound"
+    assert f"AlertPolicy {ns}/default named in spec.policyRefs does not exist" in degraded["message"]
+    assert operator.get("monitoring.coreos.com/v1", "PrometheusRule", ns, NAME) is None
+    operator.apply([policy])
+    wait_for("Ready once the policy exists", lambda: ready(operator, ns), timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"spec.baseline.sigma": -1}, "spec.baseline.sigma"),
+        ({"spec.checkpoint.fullEverySteps": 1050}, "spec.checkpoint.fullEverySteps"),
+        ({"spec.mode": "pretraining"}, "spec.mode"),
+        ({"spec.selector": {"matchLabels": {}}}, "spec.selector"),
+        ({"spec.exporter.scrapeInterval": "fast"}, "spec.exporter.scrapeInterval"),
+        ({"spec.unknownField": 1}, "unknownField"),
+    ],
+)
+def test_invalid_monitor_is_rejected_by_the_apiserver(
+    cluster: Cluster, ns: str, change: dict[str, Any], field: str
+) -> None:
+    monitor = copy.deepcopy(quickstart(ns)[0])
+    for path, value in change.items():
+        node = monitor
+        *parents, last = path.split(".")
+        for p in parents:
+            node = node[p]
+        node[last] = value
+    with pytest.raises(ApiException) as exc:
+        cluster.custom.create_namespaced_custom_object(  # Strict: what kubectl does
+            "trainguard.io", "v1alpha1", ns, "trainingjobmonitors", monitor, field_validation="Strict"
+        )
+    body = str(exc.value.body)
+    assert exc.value.status in (400, 422), body  # 400: strict decoding of an unknown field
+    assert field in body, body
+
+
+def indexed_job(ns: str, name: str = "llama-pretrain", completions: int = 2) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": completions,
+            "parallelism": completions,
+            "template": {
+                "metadata": {"labels": {"app": "llama-pretrain"}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "image": "registry.invalid/llama:1",
+                            "env": [{"name": "EXISTING", "value": "kept"}],
+                            "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                        },
+                        {"name": "logshipper", "image": "registry.invalid/ship:1"},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def test_indexed_job_pods_get_one_sidecar_and_land_on_gpu_nodes(operator: Cluster, ns: str) -> None:
+    operator.apply(quickstart(ns))
+    wait_for("monitor Ready", lambda: ready(operator, ns))
+    operator.apply([indexed_job(ns)])
+    pods = wait_for(
+        "2 job pods Running",
+        lambda: (
+            (items := operator.core.list_namespaced_pod(ns, label_selector="app=llama-pretrain").items)
+            and len(items) == 2
+            and all(p.status.phase == "Running" for p in items)
+            and items
+        ),
+        timeout=90,
+    )
+    traces = set()
+    for pod in pods:
+        exporters = [c for c in pod.spec.init_containers or [] if c.name == "trainguard-exporter"]
+        assert len(exporters) == 1, "injected exactly once"
+        assert exporters[0].restart_policy == "Always", "a native sidecar, so the Job can complete"
+        assert exporters[0].security_context.run_as_non_root is True
+        assert [c.name for c in pod.spec.containers] == ["trainer", "logshipper"]
+        for c in [*pod.spec.containers, *(pod.spec.init_containers or [])]:
+            env = {e.name: e.value for e in c.env or []}
+            traces.add(env["TRAINGUARD_TRACE_ID"])
+        trainer_env = {e.name: e.value for e in pod.spec.containers[0].env}
+        assert trainer_env["EXISTING"] == "kept"
+        assert trainer_env["TRAINGUARD_ENDPOINT"] == "unix:///var/run/trainguard/sdk.sock"
+        exporter_env = {e.name: e for e in exporters[0].env}
+        assert exporter_env["TRAINGUARD_NODE"].value_from.field_ref.field_path == "spec.nodeName"
+        assert exporter_env["TRAINGUARD_TRAINING_JOB"].value == "llama-pretrain"
+        assert {v.name for v in pod.spec.volumes} >= {"trainguard-run", "trainguard-fastpath-token"}
+        assert pod.metadata.annotations["trainguard.io/injected"] == "llama-pretrain"
+        assert pod.spec.node_name.startswith("gpu-node-"), "placed by the real scheduler on a fake GPU node"
+    assert len(traces) == 1, "one trace id per run, shared by every container of every pod"
+    # the scheduler honoured the GPU requests: 8 GPUs per node means one pod per node
+    assert len({p.spec.node_name for p in pods}) == 2
+    status = wait_for(
+        "pods counted",
+        lambda: (o := ready(operator, ns)) and o["status"].get("podsMonitored") == 2 and o,
+        timeout=150,
+    )
+    assert status
+
+
+def test_pods_that_match_no_monitor_or_opt_out_are_untouched(operator: Cluster, ns: str) -> None:
+    operator.apply(quickstart(ns))
+    wait_for("monitor Ready", lambda: ready(operator, ns))
+    other = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": ns, "labels": {"app": "web"}},
+             "spec": {"containers": [{"name": "web", "image": "registry.invalid/web:1"}]}}  # fmt: skip
+    opted_out = copy.deepcopy(other)
+    opted_out["metadata"].update(
+        name="opt-out", labels={"app": "llama-pretrain", "trainguard.io/inject": "disabled"}
+    )
+    operator.apply([other, opted_out])
+    for name in ("web", "opt-out"):
+        pod = operator.core.read_namespaced_pod(name, ns)
+        assert not pod.spec.init_containers
+        assert "trainguard.io/injected" not in (pod.metadata.annotations or {})
+
+
+def test_restart_leaves_no_duplicates_and_keeps_status(operator: Cluster, ns: str) -> None:
+    operator.apply(quickstart(ns))
+    before = wait_for("monitor Ready", lambda: ready(operator, ns))
+    rv = {k: operator.get(a, k, ns, NAME)["metadata"]["resourceVersion"] for a, k in OWNED}
+    for proc in list(operator.operators):
+        operator.stop_operator(proc)
+    operator.start_operator(priority=100)
+    # the resumed operator reconciles again: nothing changed, so nothing is re-applied
+    wait_for("resume reconcile", lambda: len(operator.events(ns, "llama-pretrain", "Applied")) >= 1)
+    after = wait_for("still Ready", lambda: ready(operator, ns))
+    assert condition(after, "Ready")["lastTransitionTime"] == condition(before, "Ready")["lastTransitionTime"]
+    for api_version, kind in OWNED:
+        items = operator.list(api_version, kind, ns)
+        assert [i["metadata"]["name"] for i in items] == [NAME], f"one {kind}, not duplicates"
+        assert items[0]["metadata"]["resourceVersion"] == rv[kind], f"{kind} untouched by the restart"
+
+
+def test_two_replicas_apply_each_change_once(operator: Cluster, ns: str) -> None:
+    second = operator.start_operator(priority=50, name="operator-b")
+    try:
+        operator.apply(quickstart(ns))
+        wait_for("monitor Ready", lambda: ready(operator, ns, generation=1))
+        operator.apply(quickstart(ns, alerts=[{"name": "GPUThermalThrottling", "threshold": 80}]))
+        wait_for(
+            "rule updated", lambda: (r := rule(operator, ns, "GPUThermalThrottling")) and "> 80" in r["expr"]
+        )
+        time.sleep(5)  # give the second replica every chance to act as well
+        applied = [e.message for e in operator.events(ns, "llama-pretrain", "Applied")]
+        # one apply for the creation, one for the policy change: not one per replica
+        assert len([m for m in applied if "PrometheusRule" in m]) == 2, applied
+        standby = (operator.workdir / "operator-b.log").read_text()
+        assert f"{ns}/llama-pretrain: applied" not in standby, "the lower-priority replica stayed passive"
+    finally:
+        operator.stop_operator(second)

@@ -1,0 +1,144 @@
+"""One reconcile of a monitor: render what it should own, apply what changed, report status.
+
+Never raises for a bad object: problems end in the Degraded condition with a message that says
+what to fix. API failures do raise, so kopf retries with backoff.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from trainguard.api import AlertPolicy, InvalidInput, TrainingJobMonitor, parse_object
+from trainguard.controller.kube import Kube, MissingAPI, content_hash, with_hash
+from trainguard.controller.status import Outcome, monitor_status
+from trainguard.render.kubernetes import monitor_objects
+from trainguard.render.policy import effective_policy
+from trainguard.render.sidecar import fastpath_secret_name
+
+log = logging.getLogger("trainguard.reconcile")
+
+
+def utcnow() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _problem_text(exc: InvalidInput) -> str:
+    return "; ".join(f"{p.path}: {p.message}" if p.path else p.message for p in exc.problems)
+
+
+def fastpath_secret(monitor: TrainingJobMonitor, token: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": fastpath_secret_name(monitor),
+            "namespace": monitor.namespace,
+            "labels": {
+                "app.kubernetes.io/managed-by": "trainguard",
+                "trainguard.io/training-job": monitor.name,
+            },
+            "ownerReferences": [monitor.owner_reference()],
+        },
+        "type": "Opaque",
+        "stringData": {"token": token},
+    }
+
+
+def _no_announce(reason: str, message: str) -> None:
+    return None
+
+
+def reconcile_monitor(
+    kube: Kube,
+    body: dict[str, Any],
+    *,
+    now: Callable[[], str] = utcnow,
+    announce: Callable[[str, str], None] = _no_announce,
+) -> dict[str, Any]:
+    """Reconcile one monitor body and write its status; returns the status written."""
+    meta = body.get("metadata", {})
+    ns, name = meta.get("namespace", "default"), meta.get("name", "?")
+    outcome = Outcome(generation=meta.get("generation"))
+    try:
+        parsed_monitor = parse_object(body, f"{ns}/{name}")
+    except InvalidInput as exc:
+        outcome.error_reason, outcome.error_message = "InvalidSpec", _problem_text(exc)
+        return _write(kube, body, outcome, now)
+    assert isinstance(parsed_monitor, TrainingJobMonitor)
+    monitor = parsed_monitor
+
+    policies: list[AlertPolicy] = []
+    for ref in monitor.spec.policy_refs:
+        raw = kube.get_policy(ns, ref.name)
+        if raw is None:
+            outcome.error_reason = "PolicyNotFound"
+            outcome.error_message = (
+                f"AlertPolicy {ns}/{ref.name} named in spec.policyRefs does not exist; create it or remove "
+                "the reference. Rules and routes are left as they were."
+            )
+            return _write(kube, body, outcome, now, monitor)
+        try:
+            parsed = parse_object(raw, f"{ns}/{ref.name}")
+        except InvalidInput as exc:
+            outcome.error_reason = "InvalidPolicy"
+            outcome.error_message = f"AlertPolicy {ns}/{ref.name}: {_problem_text(exc)}"
+            return _write(kube, body, outcome, now, monitor)
+        assert isinstance(parsed, AlertPolicy)
+        policies.append(parsed)
+
+    desired = monitor_objects(monitor, effective_policy(monitor, policies))
+    outcome.input_hash = content_hash({"objects": desired})
+    try:
+        for obj in desired:
+            label = f"{obj['kind']} {obj['metadata']['namespace']}/{obj['metadata']['name']}"
+            stamped, digest = with_hash(obj)
+            # Secrets are write-only for the operator (no get): apply them every time
+            if obj["kind"] != "Secret" and kube.current_hash(obj) == digest:
+                outcome.unchanged.append(label)
+                continue
+            kube.apply(stamped)
+            outcome.applied.append(label)
+        if kube.create_if_absent(fastpath_secret(monitor, secrets.token_urlsafe(32))):
+            outcome.applied.append(f"Secret {ns}/{fastpath_secret_name(monitor)}")
+    except MissingAPI as exc:
+        outcome.error_reason = "MissingCRDs"
+        outcome.error_message = (
+            f"{exc}: install prometheus-operator's CRDs (PrometheusRule, AlertmanagerConfig, PodMonitor)"
+        )
+        return _write(kube, body, outcome, now, monitor)
+    outcome.rules_applied = outcome.routes_applied = True
+    if outcome.applied:
+        message = f"applied {', '.join(outcome.applied)} for generation {outcome.generation}"
+        log.info("%s/%s: %s", ns, name, message)
+        announce("Applied", message)
+    return _write(kube, body, outcome, now, monitor)
+
+
+def _write(
+    kube: Kube,
+    body: dict[str, Any],
+    outcome: Outcome,
+    now: Callable[[], str],
+    monitor: TrainingJobMonitor | None = None,
+) -> dict[str, Any]:
+    meta = body["metadata"]
+    if monitor is not None:
+        outcome.pods = kube.count_pods(monitor.namespace, monitor.spec.selector.to_selector_string())
+    if outcome.error_reason:
+        log.warning(
+            "%s/%s: %s: %s",
+            meta.get("namespace"),
+            meta.get("name"),
+            outcome.error_reason,
+            outcome.error_message,
+        )
+    previous = body.get("status") or {}
+    status = monitor_status(previous, outcome, now())
+    if not outcome.input_hash and previous.get("inputHash"):
+        status["inputHash"] = previous["inputHash"]
+    kube.patch_status("trainingjobmonitors", meta["namespace"], meta["name"], status)
+    return status

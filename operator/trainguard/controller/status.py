@@ -1,0 +1,87 @@
+"""Status conditions of a monitor, computed from what a reconcile did. Pure: the clock is passed in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Outcome:
+    """What one reconcile found and did."""
+
+    generation: int | None
+    rules_applied: bool = False
+    routes_applied: bool = False
+    error_reason: str = ""
+    error_message: str = ""
+    applied: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    pods: int | None = None
+    input_hash: str = ""
+
+
+def _condition(  # noqa: PLR0917 - one call site, read as a table
+    previous: list[dict[str, Any]],
+    type_: str,
+    ok: bool,
+    reason: str,
+    message: str,
+    now: str,
+    generation: int | None,
+) -> dict[str, Any]:
+    status = "True" if ok else "False"
+    old = next((c for c in previous if c.get("type") == type_), None)
+    transition = (
+        old["lastTransitionTime"]
+        if old and old.get("status") == status and old.get("lastTransitionTime")
+        else now
+    )
+    out = {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": transition,
+    }
+    if generation is not None:
+        out["observedGeneration"] = generation
+    return out
+
+
+def monitor_status(previous: dict[str, Any] | None, outcome: Outcome, now: str) -> dict[str, Any]:
+    """The status to write; conditions keep their lastTransitionTime while their status holds."""
+    prev_conditions = list((previous or {}).get("conditions") or [])
+    g = outcome.generation
+    failed = bool(outcome.error_reason)
+    rules_reason = "Applied" if outcome.rules_applied else (outcome.error_reason or "Pending")
+    routes_reason = "Applied" if outcome.routes_applied else (outcome.error_reason or "Pending")
+    conditions = [
+        _condition(
+            prev_conditions,
+            "Ready",
+            outcome.rules_applied and outcome.routes_applied and not failed,
+            "Reconciled" if not failed else outcome.error_reason,
+            "rules and routes are in place" if not failed else outcome.error_message,
+            now,
+            g,
+        ),
+        _condition(prev_conditions, "RulesApplied", outcome.rules_applied, rules_reason, "", now, g),
+        _condition(prev_conditions, "RoutesApplied", outcome.routes_applied, routes_reason, "", now, g),
+        # Degraded is True when something is wrong, so its "ok" is inverted
+        _condition(
+            prev_conditions,
+            "Degraded",
+            failed,
+            outcome.error_reason or "AsExpected",
+            outcome.error_message,
+            now,
+            g,
+        ),
+    ]
+    status: dict[str, Any] = {"conditions": conditions, "observedGeneration": g}
+    if outcome.pods is not None:
+        status["podsMonitored"] = outcome.pods
+    if outcome.input_hash:
+        status["inputHash"] = outcome.input_hash
+    return status

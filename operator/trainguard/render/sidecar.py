@@ -1,0 +1,177 @@
+"""The sidecar injection as a pure function: a pod and its monitor in, the changed pod fields out.
+
+The exporter runs as a native sidecar (an init container with restartPolicy Always), so a Job's pod
+still completes when training ends. Injection is idempotent: a pod that already carries the
+injected annotation or the exporter container is left alone.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from typing import Any
+
+from trainguard.api.monitor import TrainingJobMonitor
+from trainguard.render.kubernetes import METRICS_PORT_NAME
+
+EXPORTER = "trainguard-exporter"
+INJECTED = "trainguard.io/injected"
+TRACE_ANNOTATION = "trainguard.io/trace-id"
+OPT_OUT = "trainguard.io/inject"
+RUN_VOLUME = "trainguard-run"
+TOKEN_VOLUME = "trainguard-fastpath-token"
+RUN_DIR = "/var/run/trainguard"
+TOKEN_DIR = "/var/run/trainguard-token"
+SDK_SOCKET = f"{RUN_DIR}/sdk.sock"
+NONROOT_UID = 65532
+
+
+def fastpath_secret_name(monitor: TrainingJobMonitor) -> str:
+    return f"trainguard-{monitor.name}-fastpath"
+
+
+def trace_id(pod: dict[str, Any], fallback: str) -> str:
+    """One id per run: derived from the controlling owner (the Job), so all its pods share it;
+    `fallback` (random, from the caller) for a bare pod."""
+    for ref in pod.get("metadata", {}).get("ownerReferences", []) or []:
+        if ref.get("controller") and ref.get("uid"):
+            return hashlib.sha256(ref["uid"].encode()).hexdigest()[:32]
+    return fallback
+
+
+def is_injected(pod: dict[str, Any]) -> bool:
+    annotations = pod.get("metadata", {}).get("annotations") or {}
+    spec = pod.get("spec", {})
+    names = [c.get("name") for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]]
+    return INJECTED in annotations or EXPORTER in names
+
+
+def wants_injection(pod: dict[str, Any]) -> bool:
+    labels = pod.get("metadata", {}).get("labels") or {}
+    return labels.get(OPT_OUT) != "disabled"
+
+
+def _env(name: str, value: str) -> dict[str, str]:
+    return {"name": name, "value": value}
+
+
+def _field_env(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def exporter_container(monitor: TrainingJobMonitor, trace: str, receiver_url: str) -> dict[str, Any]:
+    exp = monitor.spec.exporter
+    args = [
+        "exporter",
+        "--backend",
+        exp.gpu_backend,
+        "--listen",
+        f"0.0.0.0:{exp.port}",
+        "--sdk-socket",
+        SDK_SOCKET,
+    ]
+    if exp.gpu_backend == "simulated":
+        args += ["--gpus", str(monitor.spec.gpus_per_pod)]
+    env = [
+        _field_env("TRAINGUARD_NAMESPACE", "metadata.namespace"),
+        _field_env("TRAINGUARD_POD", "metadata.name"),
+        _field_env("TRAINGUARD_NODE", "spec.nodeName"),
+        _env("TRAINGUARD_TRAINING_JOB", monitor.name),
+        _env("TRAINGUARD_TRACE_ID", trace),
+        _env("TRAINGUARD_FASTPATH_URL", receiver_url),
+        _env("TRAINGUARD_FASTPATH_TOKEN_FILE", f"{TOKEN_DIR}/token"),
+    ]
+    if exp.gpu_backend == "nvml":
+        # see every GPU of the node without allocating one (NVIDIA container runtime)
+        env.append(_env("NVIDIA_VISIBLE_DEVICES", "all"))
+    return {
+        "name": EXPORTER,
+        "image": exp.image,
+        "args": args,
+        "restartPolicy": "Always",
+        "ports": [{"name": METRICS_PORT_NAME, "containerPort": exp.port, "protocol": "TCP"}],
+        "env": env,
+        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+        "readinessProbe": {"httpGet": {"path": "/healthz", "port": exp.port}, "periodSeconds": 10},
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": NONROOT_UID,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [
+            {"name": RUN_VOLUME, "mountPath": RUN_DIR},
+            {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
+        ],
+    }
+
+
+def _with_training_env(container: dict[str, Any], monitor: TrainingJobMonitor, trace: str) -> dict[str, Any]:
+    c = copy.deepcopy(container)
+    env = [e for e in c.get("env") or [] if not str(e.get("name", "")).startswith("TRAINGUARD_")]
+    env += [
+        _env("TRAINGUARD_ENDPOINT", f"unix://{SDK_SOCKET}"),
+        _env("TRAINGUARD_TRACE_ID", trace),
+        _env("TRAINGUARD_TRAINING_JOB", monitor.name),
+        _env("TRAINGUARD_CHECKPOINT_INCREMENTAL_EVERY", str(monitor.spec.checkpoint.incremental_every_steps)),
+        _env("TRAINGUARD_CHECKPOINT_FULL_EVERY", str(monitor.spec.checkpoint.full_every_steps)),
+    ]
+    c["env"] = env
+    mounts = [m for m in c.get("volumeMounts") or [] if m.get("name") != RUN_VOLUME]
+    c["volumeMounts"] = [*mounts, {"name": RUN_VOLUME, "mountPath": RUN_DIR}]
+    return c
+
+
+def _with_trace(container: dict[str, Any], trace: str) -> dict[str, Any]:
+    c = copy.deepcopy(container)
+    env = [e for e in c.get("env") or [] if e.get("name") != "TRAINGUARD_TRACE_ID"]
+    c["env"] = [*env, _env("TRAINGUARD_TRACE_ID", trace)]
+    return c
+
+
+def inject(
+    pod: dict[str, Any], monitor: TrainingJobMonitor, *, fallback_trace: str, receiver_url: str
+) -> dict[str, Any] | None:
+    """The pod fields to replace (metadata.annotations, spec.initContainers, spec.containers,
+    spec.volumes), or None when there is nothing to do."""
+    if is_injected(pod) or not wants_injection(pod):
+        return None
+    spec = pod.get("spec", {})
+    trace = trace_id(pod, fallback_trace)
+    annotations = dict(pod.get("metadata", {}).get("annotations") or {})
+    annotations[INJECTED] = monitor.name
+    annotations[TRACE_ANNOTATION] = trace
+    init = [_with_trace(c, trace) for c in spec.get("initContainers") or []]
+    volumes = [v for v in spec.get("volumes") or [] if v.get("name") not in (RUN_VOLUME, TOKEN_VOLUME)]
+    volumes += [
+        {"name": RUN_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
+        {
+            "name": TOKEN_VOLUME,
+            "secret": {"secretName": fastpath_secret_name(monitor), "defaultMode": 0o444, "optional": True},
+        },
+    ]
+    return {
+        "metadata": {"annotations": annotations},
+        "spec": {
+            "initContainers": [*init, exporter_container(monitor, trace, receiver_url)],
+            "containers": [_with_training_env(c, monitor, trace) for c in spec.get("containers") or []],
+            "volumes": volumes,
+        },
+    }
+
+
+def matching_monitor(pod: dict[str, Any], monitors: list[TrainingJobMonitor]) -> TrainingJobMonitor | None:
+    """The monitor in the pod's namespace whose selector matches it; the oldest name wins a tie."""
+    labels = pod.get("metadata", {}).get("labels") or {}
+    namespace = pod.get("metadata", {}).get("namespace")
+    found = sorted(
+        (
+            m
+            for m in monitors
+            if (namespace is None or m.namespace == namespace) and m.spec.selector.matches(labels)
+        ),
+        key=lambda m: m.name,
+    )
+    return found[0] if found else None

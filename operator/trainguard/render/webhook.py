@@ -1,0 +1,74 @@
+"""The MutatingWebhookConfiguration for sidecar injection.
+
+failurePolicy Ignore: a broken or absent operator never stops training pods from starting. The
+operator's own namespace and kube-system are never mutated, and a pod opts out with the label
+`trainguard.io/inject: disabled`.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+WEBHOOK_CONFIG_NAME = "trainguard-sidecar-injector"
+WEBHOOK_PATH = "/inject-sidecar"
+
+
+def mutating_webhook_configuration(
+    ca_bundle: bytes,
+    *,
+    url: str | None = None,
+    service: tuple[str, str, int] | None = None,
+    operator_namespace: str = "trainguard-system",
+    timeout_seconds: int = 5,
+) -> dict[str, Any]:
+    """`url` (https://host:port) for an operator outside the cluster, else `service` (namespace, name, port)."""
+    if (url is None) == (service is None):
+        raise ValueError("give exactly one of url or service")
+    client: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle).decode()}
+    if url is not None:
+        client["url"] = url.rstrip("/") + WEBHOOK_PATH
+    else:
+        assert service is not None
+        ns, name, port = service
+        client["service"] = {"namespace": ns, "name": name, "port": port, "path": WEBHOOK_PATH}
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": WEBHOOK_CONFIG_NAME, "labels": {"app.kubernetes.io/part-of": "trainguard"}},
+        "webhooks": [
+            {
+                "name": "sidecar.trainguard.io",
+                "admissionReviewVersions": ["v1"],
+                "clientConfig": client,
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "resources": ["pods"],
+                        "operations": ["CREATE"],
+                        "scope": "Namespaced",
+                    }
+                ],
+                "failurePolicy": "Ignore",
+                "sideEffects": "None",
+                "reinvocationPolicy": "Never",
+                "matchPolicy": "Equivalent",
+                "timeoutSeconds": timeout_seconds,
+                "namespaceSelector": {
+                    "matchExpressions": [
+                        {
+                            "key": "kubernetes.io/metadata.name",
+                            "operator": "NotIn",
+                            "values": sorted({operator_namespace, "kube-system", "kube-node-lease"}),
+                        }
+                    ]
+                },
+                "objectSelector": {
+                    "matchExpressions": [
+                        {"key": "trainguard.io/inject", "operator": "NotIn", "values": ["disabled"]}
+                    ]
+                },
+            }
+        ],
+    }

@@ -1,0 +1,124 @@
+"""Sidecar injection as a pure function: what is added, and that it is added once."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from tests.conftest import monitor
+from trainguard.render.sidecar import EXPORTER, inject, is_injected, matching_monitor, trace_id
+from trainguard.render.webhook import mutating_webhook_configuration
+
+POD: dict[str, Any] = {
+    "metadata": {
+        "namespace": "ml",
+        "generateName": "llama-pretrain-0-",
+        "labels": {"app": "llama-pretrain"},
+        "ownerReferences": [
+            {"kind": "Job", "name": "llama-pretrain", "uid": "1234-abcd", "controller": True}
+        ],
+    },
+    "spec": {
+        "containers": [
+            {"name": "trainer", "image": "t:1", "env": [{"name": "A", "value": "1"}]},
+            {"name": "shipper", "image": "s:1"},
+        ],
+        "initContainers": [{"name": "fetch", "image": "f:1"}],
+    },
+}
+
+
+def injected(pod: dict[str, Any] = POD, **changes: Any) -> dict[str, Any]:
+    out = inject(pod, monitor(**changes), fallback_trace="f" * 32, receiver_url="https://op:8443/v1/events")
+    assert out is not None
+    return out
+
+
+def applied(pod: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    result = copy.deepcopy(pod)
+    result["metadata"]["annotations"] = changes["metadata"]["annotations"]
+    result["spec"].update(changes["spec"])
+    return result
+
+
+def test_exporter_is_a_native_sidecar_with_downward_api_env() -> None:
+    spec = injected()["spec"]
+    assert [c["name"] for c in spec["initContainers"]] == ["fetch", EXPORTER]
+    exporter = spec["initContainers"][-1]
+    assert exporter["restartPolicy"] == "Always"
+    env = {e["name"]: e for e in exporter["env"]}
+    assert env["TRAINGUARD_POD"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["TRAINGUARD_NODE"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["TRAINGUARD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert env["TRAINGUARD_TRAINING_JOB"]["value"] == "llama-pretrain"
+    assert env["TRAINGUARD_FASTPATH_TOKEN_FILE"]["value"].endswith("/token")
+    assert exporter["ports"] == [{"name": "tg-metrics", "containerPort": 9400, "protocol": "TCP"}]
+    sc = exporter["securityContext"]
+    assert sc["runAsNonRoot"] and not sc["allowPrivilegeEscalation"] and sc["readOnlyRootFilesystem"]
+    assert exporter["args"][:3] == ["exporter", "--backend", "simulated"]
+
+
+def test_training_containers_get_the_sdk_endpoint_and_keep_their_env() -> None:
+    containers = injected()["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["trainer", "shipper"]
+    env = {e["name"]: e.get("value") for e in containers[0]["env"]}
+    assert env["A"] == "1"
+    assert env["TRAINGUARD_ENDPOINT"] == "unix:///var/run/trainguard/sdk.sock"
+    assert {"name": "trainguard-run", "mountPath": "/var/run/trainguard"} in containers[0]["volumeMounts"]
+
+
+def test_one_trace_id_per_run_in_every_container() -> None:
+    spec = injected()["spec"]
+    traces = {
+        e["value"]
+        for c in [*spec["initContainers"], *spec["containers"]]
+        for e in c["env"]
+        if e["name"] == "TRAINGUARD_TRACE_ID"
+    }
+    assert traces == {trace_id(POD, "unused")}
+    sibling = copy.deepcopy(POD)
+    sibling["metadata"]["generateName"] = "llama-pretrain-1-"
+    assert trace_id(sibling, "x") == trace_id(POD, "y"), "pods of one Job share the run's trace id"
+    bare = {"metadata": {"name": "p"}, "spec": {"containers": []}}
+    assert trace_id(bare, "random-fallback") == "random-fallback"
+
+
+def test_injection_is_idempotent() -> None:
+    once = applied(POD, injected())
+    assert is_injected(once)
+    assert inject(once, monitor(), fallback_trace="x", receiver_url="u") is None
+
+
+def test_opt_out_label() -> None:
+    pod = copy.deepcopy(POD)
+    pod["metadata"]["labels"]["trainguard.io/inject"] = "disabled"
+    assert inject(pod, monitor(), fallback_trace="x", receiver_url="u") is None
+
+
+def test_matching_monitor_respects_namespace_and_selector() -> None:
+    mine = monitor()
+    other_ns = monitor(**{"metadata.namespace": "other"})
+    other_sel = monitor(**{"metadata.name": "bert", "spec.selector": {"matchLabels": {"app": "bert"}}})
+    assert matching_monitor(POD, [other_ns, other_sel, mine]) is mine
+    assert matching_monitor(POD, [other_ns, other_sel]) is None
+
+
+def test_nvml_backend_sees_all_gpus() -> None:
+    env = {
+        e["name"]: e.get("value")
+        for e in injected(**{"spec.exporter.gpuBackend": "nvml"})["spec"]["initContainers"][-1]["env"]
+    }
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+
+
+def test_webhook_configuration_never_blocks_pods() -> None:
+    cfg = mutating_webhook_configuration(b"CA", url="https://127.0.0.1:9443")
+    hook = cfg["webhooks"][0]
+    assert hook["failurePolicy"] == "Ignore"
+    assert hook["timeoutSeconds"] <= 5
+    assert hook["clientConfig"]["url"] == "https://127.0.0.1:9443/inject-sidecar"
+    assert "kube-system" in hook["namespaceSelector"]["matchExpressions"][0]["values"]
+    in_cluster = mutating_webhook_configuration(
+        b"CA", service=("trainguard-system", "trainguard-operator", 443)
+    )
+    assert in_cluster["webhooks"][0]["clientConfig"]["service"]["path"] == "/inject-sidecar"
