@@ -19,8 +19,8 @@ demo: bootstrap
 	@scripts/demo.sh
 
 lint: bootstrap
-	$(BIN)/ruff check operator tests e2e
-	$(BIN)/ruff format --check operator tests e2e
+	$(BIN)/ruff check operator tests e2e examples
+	$(BIN)/ruff format --check operator tests e2e examples
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

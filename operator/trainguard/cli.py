@@ -174,6 +174,18 @@ def cmd_operator(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_exporter(args: argparse.Namespace) -> int:
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError as exc:
+        _fail(
+            f"the exporter needs the 'exporter' extra ({exc.name} is missing): pip install 'trainguard[exporter]'"
+        )
+    from trainguard.exporter.main import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from trainguard import __version__
 
@@ -251,6 +263,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     op.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     op.set_defaults(func=cmd_operator)
+
+    exp = sub.add_parser(
+        "exporter", help="run the exporter sidecar: GPU, host and training metrics on /metrics"
+    )
+    from trainguard.exporter.main import add_arguments
+
+    add_arguments(exp)
+    exp.set_defaults(func=cmd_exporter)
 
     docs = sub.add_parser("docs", help="write docs/alerts.md from the alert catalogue")
     docs.add_argument("-o", "--output", default="docs/alerts.md", metavar="FILE")

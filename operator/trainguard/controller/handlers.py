@@ -11,6 +11,7 @@ from typing import Any, cast
 import kopf
 
 from trainguard.api import GROUP, VERSION, InvalidInput, TrainingJobMonitor, parse_object
+from trainguard.api.common import LabelSelector
 from trainguard.controller.kube import Kube
 from trainguard.controller.reconcile import reconcile_monitor, utcnow
 from trainguard.controller.status import Outcome, monitor_status
@@ -21,6 +22,7 @@ log = logging.getLogger("trainguard.handlers")
 MONITORS = (GROUP, VERSION, "trainingjobmonitors")
 POLICIES = (GROUP, VERSION, "alertpolicies")
 RESYNC_SECONDS = 120.0
+POD_COUNT_SECONDS = 15.0
 
 
 class MonitorLocks:
@@ -85,6 +87,22 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
     def monitor_resync(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
         # repairs drift (an owned object edited or deleted by hand) and refreshes the pod count
         _reconcile(memo["kube"], namespace or "default", name)
+
+    @kopf.timer(*MONITORS, id="pods", interval=POD_COUNT_SECONDS, initial_delay=5, registry=registry)
+    def monitor_pods(
+        *, namespace: str | None, name: str, spec: kopf.Spec, status: kopf.Status, memo: Any, **_: Any
+    ) -> None:
+        """Keeps status.podsMonitored current between reconciles (a list of pods, nothing more)."""
+        kube: Kube = memo["kube"]
+        selector = LabelSelector.model_validate(dict(spec.get("selector") or {}))
+        if selector.is_empty():
+            return
+        count = kube.count_pods(namespace or "default", selector.to_selector_string())
+        if status.get("podsMonitored") != count:
+            with LOCKS(namespace or "default", name):
+                kube.patch_status(
+                    "trainingjobmonitors", namespace or "default", name, {"podsMonitored": count}
+                )
 
     # ---- policies: every monitor that names a policy is re-rendered when it changes ----
 

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""A real, tiny trainer that reports through the trainguard SDK: a two-layer network learning a
+noisy sine wave with minibatch SGD, in pure Python (no numpy or torch needed).
+
+    trainguard exporter --backend simulated --gpus 8 --enable-fault-injection --listen 127.0.0.1:9400 &
+    TRAINGUARD_ENDPOINT=http://127.0.0.1:9400 python examples/train_tiny.py --steps 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
+
+from trainguard.sdk import Reporter
+
+
+class TinyNet:
+    def __init__(self, hidden: int, rng: random.Random) -> None:
+        self.w1 = [rng.gauss(0, 1) for _ in range(hidden)]
+        self.b1 = [0.0] * hidden
+        self.w2 = [rng.gauss(0, 1 / math.sqrt(hidden)) for _ in range(hidden)]
+        self.b2 = 0.0
+
+    def step(self, batch: list[tuple[float, float]], lr: float) -> tuple[float, float]:
+        """One SGD step; returns (loss, gradient norm)."""
+        n, h = len(batch), len(self.w1)
+        g1, gb1, g2, gb2, loss = [0.0] * h, [0.0] * h, [0.0] * h, 0.0, 0.0
+        for x, y in batch:
+            z = [self.w1[j] * x + self.b1[j] for j in range(h)]
+            a = [math.tanh(v) for v in z]
+            out = sum(self.w2[j] * a[j] for j in range(h)) + self.b2
+            err = out - y
+            loss += err * err / n
+            d = 2 * err / n
+            gb2 += d
+            for j in range(h):
+                g2[j] += d * a[j]
+                dz = d * self.w2[j] * (1 - a[j] * a[j])
+                g1[j] += dz * x
+                gb1[j] += dz
+        norm = math.sqrt(sum(v * v for v in g1 + gb1 + g2) + gb2 * gb2)
+        for j in range(h):
+            self.w1[j] -= lr * g1[j]
+            self.b1[j] -= lr * gb1[j]
+            self.w2[j] -= lr * g2[j]
+        self.b2 -= lr * gb2
+        return loss, norm
+
+    def state(self) -> dict[str, object]:
+        return {"w1": self.w1, "b1": self.b1, "w2": self.w2, "b2": self.b2}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--hidden", type=int, default=16)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--step-delay", type=float, default=0.0, help="sleep per step, to make a short run last")
+    p.add_argument("--checkpoint-dir", default="out/checkpoints")
+    p.add_argument("--endpoint", help="default: TRAINGUARD_ENDPOINT, else http://127.0.0.1:9400")
+    args = p.parse_args()
+
+    rng = random.Random(args.seed)
+    net = TinyNet(args.hidden, rng)
+    ckpt_dir = Path(args.checkpoint_dir)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    with Reporter(args.endpoint) as tg:
+        start = 0
+        if (resume := tg.resume_from()) is not None:
+            start = int(resume["step"]) + 1
+            print(f"resuming after the checkpoint of step {resume['step']} ({resume['path']})")
+        for step in range(start, args.steps):
+            while tg.should_pause():
+                time.sleep(1)  # the operator pinned a good checkpoint and will restart the job
+            t0 = time.monotonic()
+            batch = [
+                (x, math.sin(3 * x) + rng.gauss(0, 0.05))
+                for x in (rng.uniform(-1, 1) for _ in range(args.batch))
+            ]
+            load = time.monotonic() - t0
+            loss, grad_norm = net.step(batch, args.lr)
+            if args.step_delay:
+                time.sleep(args.step_delay)
+            tg.log_step(step, loss=loss, grad_norm=grad_norm, tokens=args.batch, dataloader_wait_s=load,
+                        allreduce_s=0.0, step_time_s=time.monotonic() - t0)  # fmt: skip
+            if kind := tg.should_checkpoint(step):
+                path = ckpt_dir / f"{kind}-{step:08d}.json"
+                path.write_text(json.dumps({"step": step, **net.state()}))
+                tg.checkpoint_saved(step, kind, str(path))
+            if step % 200 == 0:
+                print(f"step {step:6d}  loss {loss:.4f}  grad_norm {grad_norm:.4f}", flush=True)
+    print(
+        f"done: {args.steps} steps, final loss {loss:.4f}; sidecar got {tg.sent} reports, dropped {tg.dropped}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,204 @@
+"""The exporter's core: poll the hardware on a thread, render the exposition there, and keep the
+bytes a scrape serves. A slow or hung NVML call delays the next snapshot, never a scrape."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from trainguard.exporter.collectors import (
+    ExporterCollector,
+    GPUCollector,
+    HostCollector,
+    Snapshot,
+    SnapshotBox,
+    TrainingCollector,
+)
+from trainguard.exporter.fastpath import FastPathSender, detect_gpu_faults, detect_stall, event
+from trainguard.exporter.faults import Faults
+from trainguard.exporter.host import HostReader
+from trainguard.exporter.readings import DriverInfo, GPUReading, HostReading
+from trainguard.exporter.training import TrainingState
+
+log = logging.getLogger("trainguard.exporter")
+
+
+class GPUBackend(Protocol):
+    info: DriverInfo
+
+    def read(self) -> list[GPUReading]: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class ExporterConfig:
+    identity: dict[str, str]
+    backend_name: str = "nvml"
+    poll_interval_s: float = 5.0
+    render_interval_s: float = 1.0
+    gpu_timeout_s: float = 3.0
+    stall_after_s: float = 300.0
+
+
+@dataclass
+class Exporter:
+    config: ExporterConfig
+    backend: GPUBackend | None
+    host: HostReader | None
+    training: TrainingState
+    faults: Faults
+    registry: CollectorRegistry
+    fastpath: FastPathSender | None = None
+    clock: Callable[[], float] = time.time
+    box: SnapshotBox = field(default_factory=SnapshotBox)
+    errors: dict[str, float] = field(default_factory=dict)
+    _gpus: list[GPUReading] = field(default_factory=list)
+    _faulted_prev: list[GPUReading] | None = None
+    _host: HostReading = field(default_factory=HostReading)
+    _exposition: bytes = b""
+    _last_poll: float = 0.0
+    _gpu_thread: threading.Thread | None = None
+    _gpu_result: list[GPUReading] | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _stalled: bool = False
+
+    def __post_init__(self) -> None:
+        for cls in (GPUCollector, HostCollector, TrainingCollector, ExporterCollector):
+            self.registry.register(cls(self.box, self.config.identity))
+        self.training.faults = self.faults
+
+    # ---- polling ----
+
+    def _read_gpus(self) -> None:
+        if self.backend is None or not self.backend.info.supported:
+            return
+        if self._gpu_thread is not None and self._gpu_thread.is_alive():
+            self.errors["gpu"] = self.errors.get("gpu", 0) + 1  # the last read is still hung
+            log.warning(
+                "GPU read still running after %.1fs; keeping the last snapshot", self.config.gpu_timeout_s
+            )
+            return
+        self._gpu_result = None
+
+        def work() -> None:
+            try:
+                assert self.backend is not None
+                self._gpu_result = self.backend.read()
+            except Exception as exc:
+                log.warning("GPU read failed: %s", exc)
+                self.errors["gpu"] = self.errors.get("gpu", 0) + 1
+
+        self._gpu_thread = threading.Thread(target=work, name="gpu-read", daemon=True)
+        self._gpu_thread.start()
+        self._gpu_thread.join(self.config.gpu_timeout_s)
+        if self._gpu_thread.is_alive():
+            self.errors["gpu"] = self.errors.get("gpu", 0) + 1
+            return
+        if self._gpu_result is not None:
+            self._gpus = self._gpu_result
+
+    def _read_host(self) -> None:
+        if self.host is None:
+            return
+        try:
+            self._host = self.host.read()
+        except Exception as exc:
+            log.warning("host read failed: %s", exc)
+            self.errors["host"] = self.errors.get("host", 0) + 1
+
+    def poll_hardware(self) -> None:
+        self._read_gpus()
+        self._read_host()
+        self._last_poll = time.monotonic()
+
+    def render(self) -> bytes:
+        """Build the snapshot (faults applied) and render it; also runs the fast-path detectors."""
+        now = self.clock()
+        gpus = self.faults.apply_gpus(copy.deepcopy(self._gpus))
+        host = self.faults.apply_host(copy.deepcopy(self._host))
+        view = self.training.snapshot()
+        self._detect(gpus, view.last_step_ts, now)
+        snap = Snapshot(
+            gpus=gpus,
+            host=host,
+            training=view,
+            driver=self.backend.info if self.backend is not None else DriverInfo(supported=False),
+            backend=self.config.backend_name,
+            errors=dict(self.errors),
+            fastpath=dict(self.fastpath.results) if self.fastpath else {},
+        )
+        self.box.set(snap)
+        self._exposition = generate_latest(self.registry)
+        self._faulted_prev = gpus
+        return self._exposition
+
+    def _detect(self, gpus: list[GPUReading], last_step_ts: float | None, now: float) -> None:
+        if self.fastpath is None:
+            return
+        base = {
+            k: v for k, v in self.config.identity.items() if k in ("namespace", "training_job", "node", "pod")
+        }
+        for ev in detect_gpu_faults(self._faulted_prev, gpus, base, now):
+            self.fastpath.send(ev)
+        stalled = detect_stall(last_step_ts, now, self.config.stall_after_s)
+        if stalled and not self._stalled:
+            self.fastpath.send(event("TrainingJobStalled", base, "no step completed on this rank", now))
+        self._stalled = stalled
+
+    def on_nonfinite_loss(self) -> None:
+        """Called on the SDK's request thread: the event leaves within the same request."""
+        if self.fastpath is None:
+            return
+        base = {
+            k: v for k, v in self.config.identity.items() if k in ("namespace", "training_job", "node", "pod")
+        }
+        ev = event("TrainingLossNonFinite", base, "training produced a non-finite loss", self.clock())
+        self.fastpath.send(ev)
+        self.fastpath.resolve(ev["fingerprint"])  # each new NaN is news
+
+    def exposition(self) -> bytes:
+        return self._exposition
+
+    def healthy(self) -> bool:
+        return bool(self._exposition) and not self._stop.is_set()
+
+    def ingest(self, reports: list[dict[str, Any]]) -> None:
+        for report in reports:
+            if self.training.ingest(report):
+                self.on_nonfinite_loss()
+
+    # ---- lifecycle ----
+
+    def run(self) -> None:
+        """The polling loop: hardware every poll interval, a fresh exposition every render interval."""
+        next_poll = 0.0
+        while not self._stop.is_set():
+            if time.monotonic() >= next_poll:
+                self.poll_hardware()
+                next_poll = time.monotonic() + self.config.poll_interval_s
+            try:
+                self.render()
+            except Exception:
+                log.exception("rendering the exposition failed")
+                self.errors["training"] = self.errors.get("training", 0) + 1
+            self._stop.wait(self.config.render_interval_s)
+
+    def start(self) -> threading.Thread:
+        self.poll_hardware()
+        self.render()
+        thread = threading.Thread(target=self.run, name="poller", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.backend is not None:
+            self.backend.close()

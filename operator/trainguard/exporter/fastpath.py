@@ -1,0 +1,144 @@
+"""The fast path: P0 signals detected in the sidecar and posted straight to the operator.
+
+Detection is pure (previous and current readings in, events out); the sender posts each event on
+its own thread with a bearer token read from a mounted file, retries with backoff, and gives up at
+once on a rejected token instead of retrying forever.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainguard.catalog import FATAL_XIDS
+from trainguard.catalog.events import fingerprint
+from trainguard.exporter.readings import GPUReading
+
+log = logging.getLogger("trainguard.exporter.fastpath")
+
+
+def event(alertname: str, labels: dict[str, str], summary: str, now: float) -> dict[str, Any]:
+    full = {"alertname": alertname, "severity": "P0", **labels}
+    return {
+        "source": "sidecar",
+        "labels": full,
+        "annotations": {"summary": summary},
+        "fingerprint": fingerprint(full),
+        "startsAt": now,
+    }
+
+
+def detect_gpu_faults(
+    previous: list[GPUReading] | None, current: list[GPUReading], base: dict[str, str], now: float
+) -> list[dict[str, Any]]:
+    """DBE counter increases and newly seen fatal XIDs."""
+    before = {r.index: r for r in previous or []}
+    out = []
+    for r in current:
+        old = before.get(r.index)
+        labels = base | {"gpu": str(r.index), "UUID": r.uuid}
+        before_dbe = None if old is None else old.ecc_dbe_total
+        if before_dbe is not None and r.ecc_dbe_total is not None and r.ecc_dbe_total > before_dbe:
+            out.append(event("GPUDoubleBitECCError", labels, f"double-bit ECC error on GPU {r.index}", now))
+        xid = int(r.last_xid or 0)
+        if xid in FATAL_XIDS and (old is None or int(old.last_xid or 0) != xid):
+            out.append(
+                event("GPUCriticalXid", labels | {"xid": str(xid)}, f"fatal XID {xid} on GPU {r.index}", now)
+            )
+    return out
+
+
+def detect_stall(last_step_ts: float | None, now: float, threshold_s: float) -> bool:
+    return last_step_ts is not None and now - last_step_ts > threshold_s
+
+
+@dataclass
+class FastPathSender:
+    url: str
+    token_file: str | None
+    timeout_s: float = 2.0
+    max_attempts: int = 6
+    ca_file: str | None = None
+    sleep: Callable[[float], None] = time.sleep
+    results: dict[str, int] = field(default_factory=dict)
+    _queue: queue.Queue[dict[str, Any]] = field(default_factory=lambda: queue.Queue(maxsize=256))
+    _active: set[str] = field(default_factory=set)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="fastpath", daemon=True)
+        self._thread.start()
+
+    def send(self, ev: dict[str, Any]) -> None:
+        """Queue an event; the same fingerprint is sent once while it stays active."""
+        if ev["fingerprint"] in self._active:
+            return
+        self._active.add(ev["fingerprint"])
+        try:
+            self._queue.put_nowait(ev)
+        except queue.Full:
+            self._count("dropped")
+
+    def resolve(self, fp: str) -> None:
+        self._active.discard(fp)
+
+    def _count(self, result: str) -> None:
+        self.results[result] = self.results.get(result, 0) + 1
+
+    def _token(self) -> str | None:
+        if not self.token_file:
+            return None
+        try:
+            return Path(self.token_file).read_text().strip() or None
+        except OSError:
+            return None
+
+    def _run(self) -> None:
+        while True:
+            self.post(self._queue.get())
+
+    def post(self, ev: dict[str, Any]) -> str:
+        """Deliver one event; returns the result (sent, unauthorized, failed)."""
+        data = json.dumps(ev).encode()
+        context = ssl.create_default_context(cafile=self.ca_file) if self.url.startswith("https") else None
+        delay = 0.1
+        for attempt in range(1, self.max_attempts + 1):
+            headers = {"Content-Type": "application/json"}
+            token = self._token()
+            if token:
+                headers["Authorization"] = f"Bearer {token}"
+            req = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout_s, context=context):
+                    self._count("sent")
+                    return "sent"
+            except urllib.error.HTTPError as exc:
+                if exc.code in (401, 403):
+                    # a wrong token does not get better by retrying; never log the token itself
+                    log.error(
+                        "fast-path receiver rejected the token (%d); event %s not delivered",
+                        exc.code,
+                        ev["fingerprint"],
+                    )
+                    self._count("unauthorized")
+                    return "unauthorized"
+                if 400 <= exc.code < 500:
+                    self._count("rejected")
+                    return "rejected"
+            except (urllib.error.URLError, OSError, TimeoutError):
+                pass
+            if attempt < self.max_attempts:
+                self.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        self._count("failed")
+        return "failed"

@@ -1,0 +1,202 @@
+"""Host signals from /proc and /sys (root injectable, so tests read recorded fixtures).
+
+Rates need two polls: the reader keeps the previous counters and reports nothing for a signal
+until it has a delta.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from trainguard.exporter.readings import HostReading
+
+IB_COUNTERS = (
+    "port_rcv_errors",
+    "port_xmit_discards",
+    "symbol_error",
+    "link_downed",
+    "port_rcv_data",
+    "port_xmit_data",
+)
+
+
+class HostReader:
+    def __init__(
+        self, root: str | Path = "/", clock: Callable[[], float] = time.monotonic, clk_tck: int | None = None
+    ) -> None:
+        self.root = Path(root)
+        self.clock = clock
+        self.clk_tck = clk_tck or os.sysconf("SC_CLK_TCK")
+        self.prev: dict[str, tuple[float, ...]] = {}
+        self.prev_time: float | None = None
+
+    def _read(self, rel: str) -> str:
+        return (self.root / rel).read_text()
+
+    def read(self) -> HostReading:
+        now = self.clock()
+        dt = None if self.prev_time is None else max(now - self.prev_time, 1e-6)
+        counters: dict[str, tuple[float, ...]] = {}
+        h = HostReading()
+        h.memory_used_ratio = self._memory()
+        ticks = self._kswapd_ticks()
+        if ticks is not None:
+            counters["kswapd"] = (ticks,)
+        counters.update(self._disks())
+        counters.update(self._net())
+        ib = self._infiniband()
+        for (dev, port, name), value in ib.items():
+            h.infiniband_counters[(dev, port, name)] = value
+            counters[f"ib:{dev}:{port}:{name}"] = (value,)
+        if dt is not None:
+            self._rates(h, counters, dt)
+        self.prev, self.prev_time = counters, now
+        return h
+
+    def _delta(self, key: str, current: tuple[float, ...]) -> tuple[float, ...] | None:
+        old = self.prev.get(key)
+        if old is None or len(old) != len(current):
+            return None
+        d = tuple(c - o for c, o in zip(current, old, strict=True))
+        return None if any(x < 0 for x in d) else d  # a counter reset: skip one poll
+
+    def _rates(self, h: HostReading, counters: dict[str, tuple[float, ...]], dt: float) -> None:
+        for key, current in counters.items():
+            d = self._delta(key, current)
+            if d is None:
+                continue
+            kind, _, name = key.partition(":")
+            if kind == "kswapd":
+                h.kswapd_cpu_ratio = d[0] / self.clk_tck / dt
+            elif kind == "disk":
+                writes, write_ms = d
+                if writes > 0:
+                    h.disk_write_latency_s[name] = write_ms / writes / 1000.0
+            elif kind == "net":
+                packets, lost, bits, speed = d[0], d[1], d[2], current[3]
+                if packets + lost > 0:
+                    h.packet_loss_ratio[name] = lost / (packets + lost)
+                if speed > 0:
+                    h.bandwidth_utilization_ratio[name] = bits / dt / (speed * 1e6)
+        self._ib_rates(h, counters, dt)
+
+    def _ib_rates(self, h: HostReading, counters: dict[str, tuple[float, ...]], dt: float) -> None:
+        ports = {tuple(k.split(":")[1:3]) for k in counters if k.startswith("ib:")}
+        for dev, port in ports:
+            key = f"{dev}:{port}"
+
+            def delta(name: str, d: str = dev, p: str = port) -> float | None:
+                got = self._delta(f"ib:{d}:{p}:{name}", counters.get(f"ib:{d}:{p}:{name}", (0.0,)))
+                return None if got is None else got[0]
+
+            errors = sum(
+                x for x in (delta("port_rcv_errors"), delta("port_xmit_discards"), delta("symbol_error")) if x
+            )
+            # port_*_data counts 4-byte words
+            words = sum(x for x in (delta("port_rcv_data"), delta("port_xmit_data")) if x)
+            packets = words / 1024.0  # roughly 4 KiB MTU packets: enough to turn errors into a ratio
+            if packets + errors > 0:
+                h.packet_loss_ratio[f"ib:{key}"] = errors / (packets + errors)
+            rate = self._ib_rate_gbps(dev, port)
+            if rate:
+                h.bandwidth_utilization_ratio[f"ib:{key}"] = words * 4 * 8 / dt / (rate * 1e9) / 2
+
+    # ---- sources ----
+
+    def _memory(self) -> float | None:
+        try:
+            fields = {}
+            for line in self._read("proc/meminfo").splitlines():
+                name, _, rest = line.partition(":")
+                fields[name] = float(rest.split()[0])
+            return 1.0 - fields["MemAvailable"] / fields["MemTotal"]
+        except (OSError, KeyError, ValueError, ZeroDivisionError):
+            return None
+
+    def _kswapd_ticks(self) -> float | None:
+        total, found = 0.0, False
+        proc = self.root / "proc"
+        try:
+            entries = [p for p in proc.iterdir() if p.name.isdigit()]
+        except OSError:
+            return None
+        for p in entries:
+            try:
+                if not (p / "comm").read_text().startswith("kswapd"):
+                    continue
+                stat = (p / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            total += float(fields[11]) + float(fields[12])  # utime + stime (fields 14, 15 of stat)
+            found = True
+        return total if found else None
+
+    def _disks(self) -> dict[str, tuple[float, ...]]:
+        out: dict[str, tuple[float, ...]] = {}
+        try:
+            lines = self._read("proc/diskstats").splitlines()
+        except OSError:
+            return out
+        for line in lines:
+            f = line.split()
+            if len(f) < 11:
+                continue
+            name = f[2]
+            if not self._whole_disk(name):
+                continue
+            out[f"disk:{name}"] = (float(f[7]), float(f[10]))  # writes completed, ms writing
+        return out
+
+    def _whole_disk(self, name: str) -> bool:
+        """Whole disks are in /sys/block, partitions are not; virtual devices are left out."""
+        if name.startswith(("loop", "ram", "sr", "zram")):
+            return False
+        block = self.root / "sys/block"
+        return (block / name).exists() if block.is_dir() else not name.startswith("dm-")
+
+    def _net(self) -> dict[str, tuple[float, ...]]:
+        out: dict[str, tuple[float, ...]] = {}
+        try:
+            lines = self._read("proc/net/dev").splitlines()[2:]
+        except OSError:
+            return out
+        for line in lines:
+            name, _, rest = line.partition(":")
+            name = name.strip()
+            if name == "lo":
+                continue
+            f = [float(x) for x in rest.split()]
+            rx_bytes, rx_packets, rx_errs, rx_drop = f[0], f[1], f[2], f[3]
+            tx_bytes, tx_packets, tx_errs, tx_drop = f[8], f[9], f[10], f[11]
+            try:
+                speed = float(self._read(f"sys/class/net/{name}/speed"))
+            except (OSError, ValueError):
+                speed = 0.0
+            lost = rx_errs + rx_drop + tx_errs + tx_drop
+            out[f"net:{name}"] = (rx_packets + tx_packets, lost, (rx_bytes + tx_bytes) * 8, max(speed, 0.0))
+        return out
+
+    def _infiniband(self) -> dict[tuple[str, str, str], float]:
+        out: dict[tuple[str, str, str], float] = {}
+        base = self.root / "sys/class/infiniband"
+        if not base.is_dir():
+            return out
+        for dev in sorted(base.iterdir()):
+            for port in sorted((dev / "ports").glob("*")):
+                for name in IB_COUNTERS:
+                    try:
+                        out[(dev.name, port.name, name)] = float((port / "counters" / name).read_text())
+                    except (OSError, ValueError):
+                        continue
+        return out
+
+    def _ib_rate_gbps(self, dev: str, port: str) -> float:
+        try:
+            text = self._read(f"sys/class/infiniband/{dev}/ports/{port}/rate")  # e.g. "400 Gb/sec (4X NDR)"
+            return float(text.split()[0])
+        except (OSError, ValueError, IndexError):
+            return 0.0

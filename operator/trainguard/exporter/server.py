@@ -1,0 +1,150 @@
+"""HTTP for the exporter: /metrics and /healthz on TCP for Prometheus and the kubelet, the SDK's
+report and control endpoints on TCP and on a unix socket, and fault injection when enabled."""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import logging
+import os
+import socketserver
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from trainguard.exporter.app import Exporter
+from trainguard.exporter.faults import FaultError
+
+log = logging.getLogger("trainguard.exporter.http")
+MAX_BODY = 1 << 20
+
+
+class Handler(BaseHTTPRequestHandler):
+    exporter: Exporter
+    fault_injection: bool = False
+    token_file: str | None = None
+    server_version = "trainguard-exporter"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def address_string(self) -> str:
+        return str(self.client_address[0]) if isinstance(self.client_address, tuple) else "unix"
+
+    def _send(self, code: int, body: bytes = b"", content_type: str = "application/json") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if body and self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, code: int, obj: Any) -> None:
+        self._send(code, json.dumps(obj).encode())
+
+    def _body(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            raise ValueError("request body too large")
+        raw = self.rfile.read(length) if length else b"{}"
+        return json.loads(raw or b"{}")
+
+    def _authorized(self) -> bool:
+        """The operator's control calls carry the fast-path token (mounted from the same Secret)."""
+        if not self.token_file:
+            return False
+        try:
+            expected = Path(self.token_file).read_text().strip()
+        except OSError:
+            return False
+        given = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        return bool(expected) and hmac.compare_digest(given, expected)
+
+    def do_GET(self) -> None:
+        if self.path == "/metrics":
+            self._send(200, self.exporter.exposition(), CONTENT_TYPE_LATEST)
+        elif self.path == "/healthz":
+            self._send(200 if self.exporter.healthy() else 503, b"ok\n", "text/plain")
+        elif self.path == "/v1/control":
+            self._json(200, self.exporter.training.control_view())
+        elif self.path == "/v1/faults" and self.fault_injection:
+            self._json(200, self.exporter.faults.describe())
+        else:
+            self._send(404, b"not found\n", "text/plain")
+
+    def do_POST(self) -> None:
+        try:
+            body = self._body()
+        except (ValueError, json.JSONDecodeError) as exc:
+            self._json(400, {"error": str(exc)})
+            return
+        if self.path == "/v1/report":
+            events = body.get("events") if isinstance(body, dict) else None
+            if not isinstance(events, list):
+                self._json(400, {"error": 'expected {"events": [...]}'})
+                return
+            self.exporter.ingest([e for e in events if isinstance(e, dict)])
+            self._send(204)
+        elif self.path == "/v1/control":
+            if not self._authorized():
+                self._json(401, {"error": "a valid bearer token is required"})
+                return
+            try:
+                self.exporter.training.set_control(body)
+            except (ValueError, TypeError) as exc:
+                self._json(400, {"error": str(exc)})
+                return
+            self._json(200, self.exporter.training.control_view())
+        elif self.path == "/v1/faults" and self.fault_injection:
+            try:
+                gpu = body.get("gpu")
+                self.exporter.faults.add(str(body.get("fault")), None if gpu is None else int(gpu))
+            except (FaultError, ValueError, TypeError) as exc:
+                self._json(400, {"error": str(exc)})
+                return
+            log.warning("fault injected: %s", body)
+            self.exporter.render()
+            self._json(200, self.exporter.faults.describe())
+        else:
+            self._send(404, b"not found\n", "text/plain")
+
+    def do_DELETE(self) -> None:
+        if self.path == "/v1/faults" and self.fault_injection:
+            self.exporter.faults.clear()
+            self.exporter.render()
+            self._send(204)
+        else:
+            self._send(404, b"not found\n", "text/plain")
+
+
+class UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+
+def serve(
+    exporter: Exporter,
+    host: str,
+    port: int,
+    *,
+    socket_path: str | None = None,
+    fault_injection: bool = False,
+    token_file: str | None = None,
+) -> list[socketserver.BaseServer]:
+    """Start the servers on daemon threads and return them (shutdown() stops each)."""
+    handler = type("BoundHandler", (Handler,), {"exporter": exporter, "fault_injection": fault_injection,
+                                                "token_file": token_file})  # fmt: skip
+    servers: list[socketserver.BaseServer] = [ThreadingHTTPServer((host, port), handler)]
+    if socket_path:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(socket_path)
+        Path(socket_path).parent.mkdir(parents=True, exist_ok=True)
+        servers.append(UnixHTTPServer(socket_path, handler))
+        os.chmod(socket_path, 0o666)  # the training containers run as other users
+    for s in servers:
+        threading.Thread(target=s.serve_forever, name=f"http-{type(s).__name__}", daemon=True).start()
+    return servers

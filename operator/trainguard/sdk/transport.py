@@ -1,0 +1,57 @@
+"""HTTP to the sidecar over TCP or a unix socket, with short timeouts."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+from typing import Any
+from urllib.parse import urlparse
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self.socket_path)
+        self.sock = sock
+
+
+class Transport:
+    """`http://host:port` or `unix:///path.sock`."""
+
+    def __init__(self, endpoint: str, timeout: float = 1.0) -> None:
+        self.endpoint = endpoint
+        self.timeout = timeout
+        url = urlparse(endpoint)
+        self.unix = url.scheme == "unix"
+        self.path = url.path
+        self.host = url.hostname or "127.0.0.1"
+        self.port = url.port or 9400
+        if url.scheme not in ("http", "unix"):
+            raise ValueError(
+                f"TRAINGUARD_ENDPOINT must be http://HOST:PORT or unix:///PATH (got {endpoint!r})"
+            )
+
+    def _conn(self) -> http.client.HTTPConnection:
+        if self.unix:
+            return UnixHTTPConnection(self.path, self.timeout)
+        return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        conn = self._conn()
+        try:
+            data = None if body is None else json.dumps(body).encode()
+            headers = {"Content-Type": "application/json"} if data is not None else {}
+            conn.request(method, path, body=data, headers=headers)
+            resp = conn.getresponse()
+            raw = resp.read()
+            if resp.status >= 400:
+                raise OSError(f"sidecar answered {resp.status} to {method} {path}")
+            return json.loads(raw) if raw else None
+        finally:
+            conn.close()

@@ -1,0 +1,66 @@
+"""An exporter running in this process on free loopback ports, for scrape and SDK tests."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.processes import free_port, http_json
+from trainguard.exporter.app import Exporter
+from trainguard.exporter.main import add_arguments, build
+from trainguard.exporter.server import serve
+
+
+@dataclass
+class Running:
+    exporter: Exporter
+    url: str
+    socket: str | None
+
+    def scrape(self) -> dict[str, list[tuple[dict[str, str], float]]]:
+        self.exporter.render()
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        out: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for fam in text_string_to_metric_families(text):
+            for s in fam.samples:
+                out.setdefault(s.name, []).append((s.labels, s.value))
+        return out
+
+    def value(self, name: str, **labels: str) -> float | None:
+        for lbl, v in self.scrape().get(name, []):
+            if all(lbl.get(k) == val for k, val in labels.items()):
+                return v
+        return None
+
+    def post(self, path: str, body: Any) -> Any:
+        return http_json(f"{self.url}{path}", body)
+
+    def delete(self, path: str) -> Any:
+        return http_json(f"{self.url}{path}", method="DELETE")
+
+
+@contextlib.contextmanager
+def running_exporter(*flags: str, socket_path: str | None = None) -> Iterator[Running]:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--namespace", "ml", "--pod", "llama-0", "--node", "gpu-node-1",
+                              "--training-job", "llama-pretrain", *flags])  # fmt: skip
+    exporter = build(args)
+    exporter.start()
+    port = free_port()
+    servers = serve(exporter, "127.0.0.1", port, socket_path=socket_path,
+                    fault_injection=args.enable_fault_injection, token_file=args.fastpath_token_file)  # fmt: skip
+    try:
+        yield Running(exporter, f"http://127.0.0.1:{port}", socket_path)
+    finally:
+        for s in servers:
+            s.shutdown()
+            s.server_close()
+        exporter.stop()

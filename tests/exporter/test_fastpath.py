@@ -1,0 +1,144 @@
+"""The fast path: P0 signals leave the sidecar within a second, with the token, and a wrong token is
+not retried forever."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from tests.exporter.running import running_exporter
+from tests.processes import free_port
+from trainguard.catalog.events import fingerprint
+from trainguard.exporter.fastpath import FastPathSender, detect_gpu_faults
+from trainguard.exporter.readings import GPUReading
+
+
+class Receiver:
+    """A test stand-in for the operator's receiver: records what arrives and when."""
+
+    def __init__(self, token: str, reject_first: int = 0) -> None:
+        self.token = token
+        self.got: list[tuple[float, str, dict[str, Any]]] = []
+        self.attempts = 0
+        self.reject_first = reject_first
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                outer.attempts += 1
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                auth = self.headers.get("Authorization", "")
+                if outer.attempts <= outer.reject_first:
+                    self.send_response(503)
+                elif auth != f"Bearer {outer.token}":
+                    self.send_response(401)
+                else:
+                    outer.got.append((time.monotonic(), auth, body))
+                    self.send_response(202)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.port = free_port()
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), H)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1/events"
+
+
+@contextlib.contextmanager
+def receiver(token: str, **kw: Any) -> Iterator[Receiver]:
+    r = Receiver(token, **kw)
+    try:
+        yield r
+    finally:
+        r.server.shutdown()
+        r.server.server_close()
+
+
+def test_nan_loss_reaches_the_receiver_within_a_second_with_the_token(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret-token\n")
+    with (
+        receiver("s3cret-token") as rcv,
+        running_exporter(
+            "--backend",
+            "simulated",
+            "--gpus",
+            "1",
+            "--fastpath-url",
+            rcv.url,
+            "--fastpath-token-file",
+            str(token_file),
+        ) as exp,
+    ):
+        exp.post("/v1/report", {"events": [{"type": "step", "step": 1, "loss": 2.0}]})
+        sent = time.monotonic()
+        exp.post("/v1/report", {"events": [{"type": "step", "step": 2, "loss": "nan"}]})
+        deadline = sent + 1.0
+        while not rcv.got and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert rcv.got, "no fast-path event within one second"
+        at, auth, body = rcv.got[0]
+        assert at - sent < 1.0
+        assert auth == "Bearer s3cret-token"
+        labels = body["labels"]
+        assert labels["alertname"] == "TrainingLossNonFinite" and labels["severity"] == "P0"
+        assert (labels["namespace"], labels["training_job"], labels["node"]) == (
+            "ml",
+            "llama-pretrain",
+            "gpu-node-1",
+        )
+        # the same fingerprint the operator computes from the Alertmanager alert's labels
+        assert body["fingerprint"] == fingerprint(labels)
+
+
+def test_a_wrong_token_is_not_retried_forever(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("wrong")
+    with receiver("right") as rcv:
+        sender = FastPathSender(rcv.url, str(token_file), sleep=lambda s: None)
+        ev = {"labels": {"alertname": "X"}, "fingerprint": "f"}
+        assert sender.post(ev) == "unauthorized"
+        assert rcv.attempts == 1
+        assert sender.results == {"unauthorized": 1}
+
+
+def test_transient_failures_are_retried_with_backoff(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("t")
+    delays: list[float] = []
+    with receiver("t", reject_first=3) as rcv:
+        sender = FastPathSender(rcv.url, str(token_file), sleep=delays.append)
+        assert sender.post({"labels": {}, "fingerprint": "f"}) == "sent"
+    assert rcv.attempts == 4
+    assert delays == [0.1, 0.2, 0.4]
+
+
+def test_gpu_fault_detection() -> None:
+    base = {"namespace": "ml", "training_job": "j", "node": "n"}
+    before = [
+        GPUReading(0, "U0", "H100", ecc_dbe_total=0, last_xid=0),
+        GPUReading(1, "U1", "H100", ecc_dbe_total=0, last_xid=13),
+    ]
+    after = [
+        GPUReading(0, "U0", "H100", ecc_dbe_total=1, last_xid=48),
+        GPUReading(1, "U1", "H100", ecc_dbe_total=0, last_xid=13),
+    ]
+    events = detect_gpu_faults(before, after, base, 0.0)
+    assert sorted(e["labels"]["alertname"] for e in events) == ["GPUCriticalXid", "GPUDoubleBitECCError"]
+    assert all(e["labels"]["gpu"] == "0" for e in events)
+    assert detect_gpu_faults(after, after, base, 0.0) == [], "a fault already reported is not news"
+    assert detect_gpu_faults(None, before, base, 0.0) == [], (
+        "XID 13 is not fatal; no history, no DBE increase"
+    )

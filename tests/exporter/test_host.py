@@ -1,0 +1,92 @@
+"""Host signals from recorded /proc and /sys snapshots (two polls, ten seconds apart)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainguard.exporter.host import HostReader
+
+MEMINFO = "MemTotal:       2113404928 kB\nMemFree:         10240000 kB\nMemAvailable:   422680985 kB\nSwapTotal: 0 kB\n"
+DISKSTATS = """\
+ 259       0 nvme0n1 {r} 0 {rs} 1200 {w} 0 {ws} {wt} 0 9000 40000 0 0 0 0
+ 259       1 nvme0n1p1 10 0 80 1 5 0 40 30 0 20 31 0 0 0 0
+   7       0 loop0 5 0 10 1 0 0 0 0 0 1 1 0 0 0 0
+"""
+NETDEV = """\
+Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo: 1000 10 0 0 0 0 0 0 1000 10 0 0 0 0 0 0
+  eth0: {rb} {rp} 0 {rd} 0 0 0 0 {tb} {tp} 0 0 0 0 0 0
+"""
+
+
+def write(root: Path, t: int) -> None:
+    """State at poll t (0 or 1): counters advance between polls as on a busy training node."""
+    (root / "proc/42").mkdir(parents=True, exist_ok=True)
+    (root / "proc/meminfo").write_text(MEMINFO)
+    (root / "proc/42/comm").write_text("kswapd0\n")
+    ticks = 1000 + t * 60  # 60 ticks in 10 s at 100 Hz: 6% of a core
+    (root / "proc/42/stat").write_text(f"42 (kswapd0) S 2 0 0 0 -1 2 0 0 0 0 {ticks} 0 0 0 20 0 1 0\n")
+    (root / "proc/7").mkdir(exist_ok=True)
+    (root / "proc/7/comm").write_text("python\n")
+    (root / "proc/7/stat").write_text("7 (python) R 1 1 1 0 -1 0 0 0 0 0 99999 99999 0 0 20 0 1 0\n")
+    # 500 writes taking 125000 ms in total: 250 ms each
+    (root / "proc/diskstats").write_text(
+        DISKSTATS.format(r=100, rs=800, w=1000 + t * 500, ws=8000, wt=20000 + t * 125000)
+    )
+    for dev in ("nvme0n1", "loop0"):
+        (root / "sys/block" / dev).mkdir(parents=True, exist_ok=True)
+    (root / "proc/net").mkdir(exist_ok=True)
+    # 100000 packets, 300 of them dropped; 12.5 GB in 10 s on a 100 Gb/s link: 10% utilisation
+    (root / "proc/net/dev").write_text(
+        NETDEV.format(rb=10**9 + t * 12_500_000_000, rp=10**6 + t * 99_700, rd=t * 300, tb=0, tp=10**6)
+    )
+    (root / "sys/class/net/eth0").mkdir(parents=True, exist_ok=True)
+    (root / "sys/class/net/eth0/speed").write_text("100000\n")
+
+
+@pytest.fixture
+def reader(tmp_path: Path) -> HostReader:
+    times = iter([0.0, 10.0])
+    return HostReader(tmp_path, clock=lambda: next(times), clk_tck=100)
+
+
+def test_first_poll_has_levels_but_no_rates(tmp_path: Path, reader: HostReader) -> None:
+    write(tmp_path, 0)
+    h = reader.read()
+    assert h.memory_used_ratio == pytest.approx(0.8, abs=1e-6)
+    assert h.kswapd_cpu_ratio is None and not h.disk_write_latency_s and not h.packet_loss_ratio
+
+
+def test_second_poll_computes_rates(tmp_path: Path, reader: HostReader) -> None:
+    write(tmp_path, 0)
+    reader.read()
+    write(tmp_path, 1)
+    h = reader.read()
+    assert h.kswapd_cpu_ratio == pytest.approx(0.06)
+    assert h.disk_write_latency_s == {"nvme0n1": pytest.approx(0.25)}, (
+        "partitions and loop devices are left out"
+    )
+    assert h.packet_loss_ratio == {"eth0": pytest.approx(300 / 100_000)}
+    assert h.bandwidth_utilization_ratio == {"eth0": pytest.approx(0.1)}
+
+
+def test_infiniband_ports_when_present(tmp_path: Path, reader: HostReader) -> None:
+    port = tmp_path / "sys/class/infiniband/mlx5_0/ports/1"
+    (port / "counters").mkdir(parents=True)
+    (port / "rate").write_text("400 Gb/sec (4X NDR)\n")
+    for t in (0, 1):
+        write(tmp_path, t)
+        for name, value in (("port_rcv_errors", 5 + t * 10), ("port_xmit_discards", 0), ("symbol_error", 0),
+                            ("port_rcv_data", t * 10_240_000), ("port_xmit_data", 0)):  # fmt: skip
+            (port / "counters" / name).write_text(f"{value}\n")
+        h = reader.read()
+    assert h.infiniband_counters[("mlx5_0", "1", "port_rcv_errors")] == 15
+    assert h.packet_loss_ratio["ib:mlx5_0:1"] == pytest.approx(10 / (10_000 + 10))
+
+
+def test_missing_files_give_nothing_not_errors(tmp_path: Path, reader: HostReader) -> None:
+    h = reader.read()
+    assert h.memory_used_ratio is None and h.kswapd_cpu_ratio is None and not h.packet_loss_ratio
