@@ -97,8 +97,8 @@ class Baseline(Model):
 
     @model_validator(mode="after")
     def _window_longer_than_offset(self) -> Baseline:
-        if duration_seconds(self.window) < 5 * 60:
-            raise ValueError("window must be at least 5m")
+        if duration_seconds(self.window) < 60:
+            raise ValueError("window must be at least 1m")
         if duration_seconds(self.offset) >= duration_seconds(self.window):
             raise ValueError("offset must be shorter than window")
         return self
