@@ -3,12 +3,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 
-.PHONY: help bootstrap demo test lint unit e2e crds docs check-generated controlplane clean
+.PHONY: help bootstrap demo test lint unit e2e bench crds docs check-generated controlplane clean
 
 help:
 	@echo "make demo   - render the quickstart and check it with promtool and amtool"
 	@echo "make test   - everything CI runs: lint, types, layer contracts, unit, integration and e2e tests"
 	@echo "make e2e    - the e2e suite on a local control plane built from Go modules (cached)"
+	@echo "make bench  - exporter scrape cost next to node_exporter, memory, SDK log_step cost"
 	@echo "make crds   - regenerate crds/ from the models; make docs - docs/alerts.md from the catalogue"
 	@echo "make controlplane - build (or reuse) the local Kubernetes control plane binaries"
 
@@ -19,8 +20,8 @@ demo: bootstrap
 	@scripts/demo.sh
 
 lint: bootstrap
-	$(BIN)/ruff check operator tests e2e examples
-	$(BIN)/ruff format --check operator tests e2e examples
+	$(BIN)/ruff check operator tests e2e examples bench
+	$(BIN)/ruff format --check operator tests e2e examples bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
@@ -41,6 +42,9 @@ docs: bootstrap
 check-generated: bootstrap
 	$(BIN)/trainguard crds -o crds --check
 	$(BIN)/trainguard docs -o docs/alerts.md --check
+
+bench: bootstrap
+	$(PY) bench/exporter.py
 
 controlplane:
 	e2e/controlplane/build.sh all
