@@ -17,11 +17,11 @@ bootstrap:
 	@scripts/bootstrap.sh
 
 demo: bootstrap
-	@scripts/demo.sh
+	$(PY) scripts/demo.py
 
 lint: bootstrap
-	$(BIN)/ruff check operator tests e2e examples bench
-	$(BIN)/ruff format --check operator tests e2e examples bench
+	$(BIN)/ruff check operator tests e2e examples bench scripts
+	$(BIN)/ruff format --check operator tests e2e examples bench scripts
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

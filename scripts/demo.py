@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""The local demo, on the embedded quickstart and no cluster: a real exporter (simulated GPUs) with
+a tiny trainer reporting through the SDK, scraped by a real Prometheus that evaluates the rules
+trainguard renders and notifies a real Alertmanager with trainguard's routes. Two faults are
+injected; you see each alert reach the receivers its severity routes to. It stops by itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "examples" / "quickstart.yaml"
+RECEIVER_PORT = 9101  # the quickstart's receivers post to http://127.0.0.1:9101/<name>
+DEMO_FAULTS = [("thermal", "GPUThermalThrottling"), ("xid-79", "GPUCriticalXid")]
+
+
+def say(msg: str) -> None:
+    print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def get_json(url: str, body: Any = None, method: str | None = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        raw = resp.read()
+    return json.loads(raw) if raw else None
+
+
+def wait_up(url: str, proc: subprocess.Popen[bytes], what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{what} exited with {proc.returncode}")
+        try:
+            urllib.request.urlopen(url, timeout=1).read()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"{what} did not come up at {url}")
+
+
+def demo_documents() -> str:
+    """The quickstart, made quick: 1s scrapes and the demo's alerts without a `for`."""
+    docs = [d for d in yaml.safe_load_all(QUICKSTART.read_text()) if d]
+    for d in docs:
+        if d["kind"] == "TrainingJobMonitor":
+            d["spec"]["exporter"]["scrapeInterval"] = "1s"
+        else:
+            d["spec"]["quietHours"]["enabled"] = False  # a demo at night should still ring
+            d["spec"]["alerts"] = [{"name": name, "for": "0s"} for _, name in DEMO_FAULTS]
+    return yaml.safe_dump_all(docs)
+
+
+def receiver(log: list[tuple[str, dict[str, Any]]]) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            log.append((self.path.strip("/"), body))
+            for alert in body.get("alerts", []):
+                labels = alert["labels"]
+                say(f"  -> receiver '{self.path.strip('/')}' got {body['status']} {labels['alertname']} "
+                    f"[{labels.get('severity')}] on {labels.get('node', '-')} gpu {labels.get('gpu', '-')}")  # fmt: skip
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.1", RECEIVER_PORT), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--keep", action="store_true", help="keep the work folder (configs and logs)")
+    args = p.parse_args()
+    prometheus = shutil.which("prometheus")
+    alertmanager = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    if not prometheus or not alertmanager:
+        say("prometheus and alertmanager are needed: apt-get install prometheus prometheus-alertmanager")
+        return 1
+    sys.path.insert(0, str(ROOT / "operator"))
+    from trainguard.api import load_documents  # noqa: PLC0415
+    from trainguard.render import dump_yaml, render_prometheus  # noqa: PLC0415
+
+    work = Path(tempfile.mkdtemp(prefix="trainguard-demo-"))
+    files = render_prometheus(load_documents([("quickstart", demo_documents())]))
+    (work / "rules.yml").write_text(dump_yaml(files["rules.yml"]))
+    (work / "alertmanager.yml").write_text(dump_yaml(files["alertmanager.yml"]))
+    say(f"rendered examples/quickstart.yaml into {work}/rules.yml and alertmanager.yml")
+    exp_port, prom_port, am_port = free_port(), free_port(), free_port()
+    identity = {
+        "namespace": "ml",
+        "training_job": "llama-pretrain",
+        "node": "gpu-node-1",
+        "pod": "llama-pretrain-0",
+    }
+    (work / "prometheus.yml").write_text(dump_yaml({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(work / "rules.yml")],
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
+        "scrape_configs": [{"job_name": "trainguard", "honor_labels": True,
+                            "static_configs": [{"targets": [f"127.0.0.1:{exp_port}"], "labels": identity}]}],
+    }))  # fmt: skip
+    notifications: list[tuple[str, dict[str, Any]]] = []
+    server = receiver(notifications)
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(name: str, cmd: list[str]) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            cmd, stdout=(work / f"{name}.log").open("wb"), stderr=subprocess.STDOUT, cwd=ROOT
+        )
+        procs.append(proc)
+        return proc
+
+    try:
+        exporter = start("exporter", [sys.executable, "-m", "trainguard.cli", "exporter", "--backend", "simulated",
+                                      "--gpus", "8", "--enable-fault-injection", "--listen", f"127.0.0.1:{exp_port}",
+                                      *[x for k, v in identity.items() for x in (f"--{k.replace('_', '-')}", v)]])  # fmt: skip
+        wait_up(f"http://127.0.0.1:{exp_port}/healthz", exporter, "the exporter")
+        say(f"exporter: 8 simulated H100s on http://127.0.0.1:{exp_port}/metrics (fault injection on)")
+        start("trainer", [sys.executable, "examples/train_tiny.py", "--steps", "100000000", "--step-delay", "0.02",
+                          "--endpoint", f"http://127.0.0.1:{exp_port}", "--checkpoint-dir", str(work / "ckpt")])  # fmt: skip
+        am = start("alertmanager", [alertmanager, f"--config.file={work / 'alertmanager.yml'}",
+                                    f"--storage.path={work / 'am'}", f"--web.listen-address=127.0.0.1:{am_port}",
+                                    "--cluster.listen-address="])  # fmt: skip
+        prom = start("prometheus", [prometheus, f"--config.file={work / 'prometheus.yml'}",
+                                    f"--storage.tsdb.path={work / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}"])  # fmt: skip
+        wait_up(f"http://127.0.0.1:{am_port}/-/ready", am, "alertmanager")
+        wait_up(f"http://127.0.0.1:{prom_port}/-/ready", prom, "prometheus")
+        say(
+            f"prometheus http://127.0.0.1:{prom_port}  alertmanager http://127.0.0.1:{am_port}  receivers :{RECEIVER_PORT}"
+        )
+        time.sleep(8)
+        query = get_json(f"http://127.0.0.1:{prom_port}/api/v1/query?query=trainguard_train_step")["data"][
+            "result"
+        ]
+        loss = get_json(f"http://127.0.0.1:{prom_port}/api/v1/query?query=trainguard_train_loss")["data"][
+            "result"
+        ]
+        if query:
+            say(
+                f"training: step {float(query[0]['value'][1]):.0f}, loss {float(loss[0]['value'][1]):.4f} (scraped by Prometheus)"
+            )
+        for fault, alert in DEMO_FAULTS:
+            wait_note = (
+                "P1 routes wait group_wait 30s" if alert == "GPUThermalThrottling" else "P0 routes wait 5s"
+            )
+            say(f"injecting '{fault}' on GPU 1: expecting {alert} ({wait_note})")
+            get_json(f"http://127.0.0.1:{exp_port}/v1/faults", {"fault": fault, "gpu": 1})
+            deadline = time.monotonic() + 40
+            while time.monotonic() < deadline:
+                if any(
+                    a["labels"]["alertname"] == alert
+                    for _, body in notifications
+                    for a in body.get("alerts", [])
+                ):
+                    break
+                time.sleep(0.5)
+            else:
+                say(f"  {alert} did not reach a receiver within 40s (logs in {work})")
+                args.keep = True
+            get_json(f"http://127.0.0.1:{exp_port}/v1/faults", method="DELETE")
+        time.sleep(2)
+        say(f"done: {len(notifications)} notifications; P1 went to 'im', P0 to 'phone' and 'im', as routed")
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        server.shutdown()
+        if args.keep:
+            say(f"configs and logs kept in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
