@@ -100,39 +100,32 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write_or_check(target: Path, text: str, check: bool, regenerate: str) -> None:
+    """Write a generated file, or with `check` fail when the committed one differs."""
+    if check:
+        current = target.read_text(encoding="utf-8") if target.exists() else ""
+        if current != text:
+            _fail(f"{target} is out of date: run `{regenerate}` and commit the result")
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    print(f"wrote {target}", file=sys.stderr)
+
+
 def cmd_crds(args: argparse.Namespace) -> int:
     _need("render")
     from trainguard.api.crd import crds
     from trainguard.render import dump_yaml
 
-    out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=True)
     for name, crd in crds().items():
-        text = dump_yaml(crd)
-        target = out / name
-        if args.check:
-            current = target.read_text(encoding="utf-8") if target.exists() else ""
-            if current != text:
-                _fail(f"{target} is out of date with the models: run `make crds` and commit the result")
-        else:
-            target.write_text(text, encoding="utf-8")
-            print(f"wrote {target}", file=sys.stderr)
+        _write_or_check(Path(args.output) / name, dump_yaml(crd), args.check, "make crds")
     return 0
 
 
 def cmd_docs(args: argparse.Namespace) -> int:
     from trainguard.catalog.markdown import alerts_markdown
 
-    target = Path(args.output)
-    text = alerts_markdown()
-    if args.check:
-        current = target.read_text(encoding="utf-8") if target.exists() else ""
-        if current != text:
-            _fail(f"{target} is out of date with the catalogue: run `make docs` and commit the result")
-        return 0
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text, encoding="utf-8")
-    print(f"wrote {target}", file=sys.stderr)
+    _write_or_check(Path(args.output), alerts_markdown(), args.check, "make docs")
     return 0
 
 

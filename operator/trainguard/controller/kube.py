@@ -91,27 +91,20 @@ class Kube:
             raise
         return True
 
-    def get_policy(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def _get_custom(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            result = self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, "alertpolicies", name
-            )
+            result = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
         return cast(dict[str, Any], result)
 
+    def get_policy(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._get_custom("alertpolicies", namespace, name)
+
     def get_monitor(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            result = self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, "trainingjobmonitors", name
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return cast(dict[str, Any], result)
+        return self._get_custom("trainingjobmonitors", namespace, name)
 
     def count_pods(self, namespace: str, selector: str) -> int:
         pods = self.core.list_namespaced_pod(namespace, label_selector=selector)
