@@ -42,7 +42,7 @@ class GPUBackend(Protocol):
 class ExporterConfig:
     identity: dict[str, str]
     backend_name: str = "nvml"
-    poll_interval_s: float = 5.0
+    poll_interval_s: float = 1.0
     render_interval_s: float = 1.0
     gpu_timeout_s: float = 3.0
     stall_after_s: float = 300.0

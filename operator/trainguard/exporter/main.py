@@ -42,7 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--gpus-per-pod", type=int, help="divides tokens/s into per-GPU throughput (default: --gpus)"
     )
-    p.add_argument("--poll-interval", type=float, default=5.0, help="seconds between hardware polls")
+    p.add_argument(
+        "--poll-interval", type=float, default=1.0, help="seconds between hardware polls (fast-path latency)"
+    )
     p.add_argument(
         "--render-interval", type=float, default=1.0, help="seconds between expositions (training freshness)"
     )
