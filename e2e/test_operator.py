@@ -280,3 +280,50 @@ def test_two_replicas_apply_each_change_once(operator: Cluster, ns: str) -> None
         assert f"{ns}/llama-pretrain: applied" not in standby, "the lower-priority replica stayed passive"
     finally:
         operator.stop_operator(second)
+
+
+def test_every_receiver_type_and_time_interval_is_accepted_by_the_real_crd(
+    operator: Cluster, ns: str
+) -> None:
+    """The AlertmanagerConfig trainguard renders for a full policy passes prometheus-operator's schema."""
+    secret = {"name": "alerting", "key": "url"}
+    spec = {
+        "receivers": [
+            {"name": "oncall-phone", "type": "pagerduty", "roles": ["phone"], "routingKeySecretRef": secret},
+            {"name": "im", "type": "slack", "roles": ["im"], "url": "https://hooks.slack.invalid/T0/B0/x", "channel": "#gpu"},
+            {"name": "wecom", "type": "wecom", "roles": ["im"], "corpId": "ww1", "agentId": "1000002",
+             "apiSecretSecretRef": secret},
+            {"name": "ding", "type": "dingtalk", "roles": ["sms"], "url": "http://dingtalk-relay:8060/dingtalk/ops/send"},
+            {"name": "feishu", "type": "feishu", "roles": ["im"], "urlSecretRef": secret},
+            {"name": "email", "type": "email", "roles": ["email"], "to": "ml-oncall@example.com",
+             "from": "trainguard@example.com", "smarthost": "smtp.example.com:587", "authPasswordSecretRef": secret},
+            {"name": "ticket", "type": "webhook", "roles": ["ticket"], "url": "http://tickets:8080/hook"},
+        ],
+        "quietHours": {"enabled": True, "timezone": "Asia/Shanghai", "start": "23:00", "end": "08:00",
+                       "weekdays": ["monday", "friday"]},
+        "maintenanceWindows": [{"name": "psu-swap", "start": "2026-12-01T22:00:00Z", "end": "2026-12-02T03:30:00Z",
+                                "nodes": ["gpu-node-2"]}],
+    }  # fmt: skip
+    monitor, policy = quickstart(ns)
+    policy["spec"] = spec
+    operator.apply([monitor, policy])
+    wait_for("monitor Ready with the full policy", lambda: ready(operator, ns), timeout=60)
+    amc = operator.get("monitoring.coreos.com/v1alpha1", "AlertmanagerConfig", ns, NAME)
+    assert {r["name"] for r in amc["spec"]["receivers"]} >= {
+        "oncall-phone",
+        "im",
+        "wecom",
+        "ding",
+        "feishu",
+        "email",
+    }
+    intervals = {i["name"]: i for i in amc["spec"]["muteTimeIntervals"]}
+    assert set(intervals) == {"quiet-hours", "maintenance-psu-swap"}
+    # Asia/Shanghai is UTC+8 all year: 23:00-08:00 local is 15:00-24:00 UTC
+    assert intervals["quiet-hours"]["timeIntervals"][0]["times"] == [
+        {"startTime": "15:00", "endTime": "24:00"}
+    ]
+    slack_url = operator.core.read_namespaced_secret(
+        f"{NAME}-receivers", ns
+    )  # the inline Slack URL, as a Secret
+    assert "im-url" in slack_url.data

@@ -11,7 +11,8 @@ import pytest
 
 from tests.conftest import monitor, policy
 from tests.render.amconfig import write_config
-from trainguard.render.alertmanager import alertmanager_config_spec
+from trainguard.api.policy import QuietHours
+from trainguard.render.alertmanager import alertmanager_config_spec, quiet_hours_interval
 from trainguard.render.policy import effective_policy
 
 pytestmark = pytest.mark.tools
@@ -191,3 +192,30 @@ def test_alertmanager_config_resource_uses_local_names() -> None:
     assert p0["groupWait"] == "5s"
     assert [r["receiver"] for r in p0["routes"]] == ["oncall-phone", "im"]
     assert all(r["continue"] for r in p0["routes"])
+
+
+@pytest.mark.parametrize(
+    ("zone", "start", "end", "days", "expected"),
+    [
+        # UTC-8: Monday 22:00-07:00 local is Tuesday 06:00-15:00 UTC
+        ("America/Los_Angeles", "22:00", "07:00", ["monday"],
+         [{"times": [{"start_time": "06:00", "end_time": "15:00"}], "weekdays": ["tuesday"]}]),
+        # UTC+8: 23:00-08:00 local is 15:00-24:00 UTC, the same day
+        ("Asia/Shanghai", "23:00", "08:00", ["sunday"],
+         [{"times": [{"start_time": "15:00", "end_time": "24:00"}], "weekdays": ["sunday"]}]),
+        # UTC+1: 22:00-07:00 local is 21:00-06:00 UTC, crossing midnight: the morning is the next day
+        ("Europe/Berlin", "22:00", "07:00", ["sunday"],
+         [{"times": [{"start_time": "21:00", "end_time": "24:00"}], "weekdays": ["sunday"]},
+          {"times": [{"start_time": "00:00", "end_time": "06:00"}], "weekdays": ["monday"]}]),
+        # UTC+9: Monday 02:00-05:00 local is Sunday 17:00-20:00 UTC
+        ("Asia/Tokyo", "02:00", "05:00", ["monday"],
+         [{"times": [{"start_time": "17:00", "end_time": "20:00"}], "weekdays": ["sunday"]}]),
+    ],
+)  # fmt: skip
+def test_quiet_hours_move_to_utc_with_their_weekdays(
+    zone: str, start: str, end: str, days: list[str], expected: list[dict[str, object]]
+) -> None:
+    q = QuietHours(enabled=True, timezone=zone, start=start, end=end, weekdays=days)  # type: ignore[arg-type]
+    assert quiet_hours_interval(q, with_location=False) == expected
+    with_location = quiet_hours_interval(q, with_location=True)
+    assert all(e["location"] == zone for e in with_location), "plain Alertmanager keeps the zone"

@@ -225,30 +225,35 @@ def _times(start: str, end: str) -> list[dict[str, str]]:
 
 def quiet_hours_interval(q: QuietHours, with_location: bool) -> list[dict[str, Any]]:
     """Quiet hours as Alertmanager time intervals. Without `location` (AlertmanagerConfig has none),
-    the times are moved to UTC with the zone's standard offset: an hour off in daylight-saving time."""
-    start, end = q.start, q.end
+    times and weekdays are moved to UTC with the zone's standard offset: an hour off in
+    daylight-saving time."""
+    start, end, day_shift = q.start, q.end, 0
     if not with_location and q.timezone != "UTC":
-        offset = zoneinfo.ZoneInfo(q.timezone).utcoffset(datetime(2026, 1, 15))
-        shift = -(offset or timedelta()).total_seconds()
+        offset = zoneinfo.ZoneInfo(q.timezone).utcoffset(datetime(2026, 1, 15)) or timedelta()
+        shift = -int(offset.total_seconds() // 60)
 
-        def move(hhmm: str) -> str:
+        def minutes(hhmm: str) -> int:
             h, m = map(int, hhmm.split(":"))
-            total = int((h * 60 + m + shift / 60) % (24 * 60))
+            return h * 60 + m + shift
+
+        def hhmm(total: int) -> str:
+            total %= 24 * 60
             return f"{total // 60:02d}:{total % 60:02d}"
 
-        start, end = move(start), move(end)
+        day_shift = minutes(start) // (24 * 60)  # -1, 0 or 1: the UTC day the local evening starts on
+        start, end = hhmm(minutes(start)), hhmm(minutes(end))
+    days = [_DAYS[(_DAYS.index(d) + day_shift) % 7] for d in q.weekdays]
     out: list[dict[str, Any]] = []
     times = _times(start, end)
-    if q.weekdays and start > end:
-        # the morning part belongs to the day after each named day
-        following = {d: _DAYS[(_DAYS.index(d) + 1) % 7] for d in q.weekdays}
-        out.append({"times": times[:1], "weekdays": list(q.weekdays)})
+    if days and start > end:
+        # the part after midnight belongs to the day after each named day
+        out.append({"times": times[:1], "weekdays": days})
         if len(times) > 1:
-            out.append({"times": times[1:], "weekdays": [following[d] for d in q.weekdays]})
+            out.append({"times": times[1:], "weekdays": [_DAYS[(_DAYS.index(d) + 1) % 7] for d in days]})
     else:
         entry: dict[str, Any] = {"times": times}
-        if q.weekdays:
-            entry["weekdays"] = list(q.weekdays)
+        if days:
+            entry["weekdays"] = days
         out.append(entry)
     if with_location and q.timezone != "UTC":
         for e in out:
