@@ -234,12 +234,12 @@ class LocalControlPlane:
         self._wait("default service account and Ready nodes", ready, timeout=120)
 
     def stop(self) -> None:
+        """In reverse start order, each one waited for: the apiserver shuts down while etcd still runs."""
         for _name, proc in reversed(self.procs):
             if proc.poll() is None:
                 proc.terminate()
-        for _name, proc in reversed(self.procs):
             try:
-                proc.wait(timeout=15)
+                proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
