@@ -57,9 +57,10 @@ def free_port() -> int:
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """PR_SET_PDEATHSIG: the kernel kills the child when the harness dies, however it dies."""
+    """PR_SET_PDEATHSIG: if the harness dies without its cleanup (SIGKILL, a crash), the kernel kills
+    the child too; a graceful stop goes through stop() instead."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGTERM)
+    libc.prctl(1, signal.SIGKILL)
 
 
 @dataclass
