@@ -302,7 +302,7 @@ def test_every_receiver_type_and_time_interval_is_accepted_by_the_real_crd(
         "quietHours": {"enabled": True, "timezone": "Asia/Shanghai", "start": "23:00", "end": "08:00",
                        "weekdays": ["monday", "friday"]},
         "maintenanceWindows": [{"name": "psu-swap", "start": "2026-12-01T22:00:00Z", "end": "2026-12-02T03:30:00Z",
-                                "nodes": ["gpu-node-2"]}],
+                                "nodeSelector": {"matchLabels": {"kubernetes.io/hostname": "gpu-node-2"}}}],
     }  # fmt: skip
     monitor, policy = quickstart(ns)
     policy["spec"] = spec
@@ -323,6 +323,10 @@ def test_every_receiver_type_and_time_interval_is_accepted_by_the_real_crd(
     assert intervals["quiet-hours"]["timeIntervals"][0]["times"] == [
         {"startTime": "15:00", "endTime": "24:00"}
     ]
+    # the window's nodeSelector was resolved by the operator against the cluster's nodes
+    p0 = amc["spec"]["route"]["routes"][0]
+    assert p0["routes"][0]["matchers"] == [{"name": "node", "matchType": "=~", "value": "gpu-node-2"}]
+    assert "maintenance-psu-swap" in p0["routes"][0]["routes"][0]["muteTimeIntervals"]
     slack_url = operator.core.read_namespaced_secret(
         f"{NAME}-receivers", ns
     )  # the inline Slack URL, as a Secret

@@ -41,6 +41,9 @@ class FakeKube:
         self.created.append(obj["metadata"]["name"])
         return True
 
+    def node_names(self, selector: str) -> list[str]:
+        return ["gpu-node-7"] if selector == "rack=r12" else []
+
     def count_pods(self, namespace: str, selector: str) -> int:
         assert selector == "app=llama-pretrain"
         return 2
@@ -116,3 +119,17 @@ def test_missing_prometheus_operator_crds_is_a_clear_condition() -> None:
     reconcile_monitor(kube, body())  # type: ignore[arg-type]
     c = cond(kube, "Degraded")
     assert c["reason"] == "MissingCRDs" and "install prometheus-operator's CRDs" in c["message"]
+
+
+def test_maintenance_window_node_selector_is_resolved_to_node_names() -> None:
+    pol = copy.deepcopy(POLICY)
+    pol["spec"]["maintenanceWindows"] = [
+        {"name": "rack-12", "start": "2026-12-01T22:00:00Z", "end": "2026-12-01T23:00:00Z",
+         "nodeSelector": {"matchLabels": {"rack": "r12"}}}
+    ]  # fmt: skip
+    kube = FakeKube({"default": pol})
+    reconcile_monitor(kube, body())  # type: ignore[arg-type]
+    amc = kube.objects[("AlertmanagerConfig", "trainguard-llama-pretrain")]
+    p0 = amc["spec"]["route"]["routes"][0]
+    assert p0["routes"][0]["matchers"] == [{"name": "node", "matchType": "=~", "value": "gpu-node-7"}]
+    assert p0["routes"][0]["routes"][0]["muteTimeIntervals"] == ["maintenance-rack-12"]

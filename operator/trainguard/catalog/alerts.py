@@ -442,6 +442,21 @@ ALERTS: tuple[Alert, ...] = (
 ALERTS_BY_NAME: dict[str, Alert] = {a.name: a for a in ALERTS}
 ALERT_NAMES: tuple[str, ...] = tuple(a.name for a in ALERTS)
 
+MODE_PROFILES: dict[Mode, dict[str, dict[str, float]]] = {
+    Mode.TRAINING: {},
+    # a fine-tune is short and checkpoints rarely: allow a longer gap between full checkpoints
+    Mode.FINETUNING: {"CheckpointStale": {"factor": 3}},
+    # inference servers pre-allocate most of the GPU for their KV cache (vLLM takes 90% by default):
+    # high memory is their normal state, so only the edge of the card is news
+    Mode.INFERENCE: {
+        "GPUMemoryHigh": {"ratio": 0.95},
+        "GPUMemoryPressure": {"ratio": 0.97},
+        "GPUMemoryCritical": {"ratio": 0.99},
+        "GPUMemoryHang": {"ratio": 0.95, "utilization": 5},
+    },
+}
+"""Each mode's thresholds where they differ from the catalogue; an AlertPolicy overrides both."""
+
 
 def alert(name: str) -> Alert:
     try:

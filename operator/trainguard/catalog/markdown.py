@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainguard.catalog.alerts import ALERTS, FATAL_XIDS, Alert, Mode
+from trainguard.catalog.alerts import ALERTS, FATAL_XIDS, MODE_PROFILES, Alert, Mode
 from trainguard.catalog.metrics import COMMON_LABELS, DCGM_LABELS, METRICS
 
 
@@ -31,6 +31,17 @@ def alerts_markdown() -> str:
         lines.append(
             f"| [{a.name}](#{a.name.lower()}) | {a.severity} | {a.for_} | {a.condition}{baseline} | {params} | {_modes(a)} |"
         )
+    lines += [
+        "",
+        "## Thresholds by mode",
+        "",
+        "Where a monitor's `mode` changes a default (warm-up: 1000 steps in training, 100 in finetuning):",
+        "",
+    ]
+    for mode, changes in MODE_PROFILES.items():
+        for alert_name, values in changes.items():
+            shown = ", ".join(f"`{k}` = {_num(v)}" for k, v in values.items())
+            lines.append(f"- {mode.value}: {alert_name} {shown}")
     lines += ["", "## Runbooks", ""]
     for a in ALERTS:
         lines += [f"### {a.name}", "", f"**{a.summary}.** {a.severity}, scope: {a.scope.value}.", ""]

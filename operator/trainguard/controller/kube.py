@@ -106,6 +106,10 @@ class Kube:
     def get_monitor(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._get_custom("trainingjobmonitors", namespace, name)
 
+    def node_names(self, selector: str) -> list[str]:
+        nodes = self.core.list_node(label_selector=selector).items
+        return sorted(str(n.metadata.name) for n in nodes if n.metadata is not None)
+
     def count_pods(self, namespace: str, selector: str) -> int:
         pods = self.core.list_namespaced_pod(namespace, label_selector=selector)
         return len([p for p in pods.items if p.metadata is None or p.metadata.deletion_timestamp is None])

@@ -90,7 +90,14 @@ def reconcile_monitor(
         assert isinstance(parsed, AlertPolicy)
         policies.append(parsed)
 
-    desired = monitor_objects(monitor, effective_policy(monitor, policies))
+    effective = effective_policy(monitor, policies)
+    # maintenance windows may name nodes by label: the renderer is pure, so resolve them here
+    windows = {
+        w.name: kube.node_names(w.node_selector.to_selector_string())
+        for w in effective.maintenance_windows
+        if w.node_selector is not None and not w.node_selector.is_empty()
+    }
+    desired = monitor_objects(monitor, effective, windows)
     outcome.input_hash = content_hash({"objects": desired})
     try:
         for obj in desired:

@@ -39,8 +39,13 @@ def _eq(name: str, value: str) -> str:
     return f'{name}="{value}"'
 
 
+_RE2_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
+
+
 def _re(name: str, values: Sequence[str]) -> str:
-    return f'{name}=~"{"|".join(re.escape(v) for v in values)}"'
+    """An anchored alternation; only RE2's metacharacters are escaped, so names stay readable."""
+    pattern = "|".join(_RE2_SPECIAL.sub(r"\\\1", v) for v in values)
+    return f'{name}=~"{pattern}"'
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from trainguard.api.policy import (
     SeverityRoute,
 )
 from trainguard.api.policy import AlertPolicySpec as _Spec
-from trainguard.catalog import ALERTS, SEVERITIES, Alert
+from trainguard.catalog import ALERTS, MODE_PROFILES, SEVERITIES, Alert
 
 DEFAULT_ROLES_BY_SEVERITY: dict[str, tuple[str, ...]] = {
     "P0": ("phone", "sms", "im"),
@@ -145,6 +145,7 @@ def effective_policy(monitor: TrainingJobMonitor, policies: Sequence[AlertPolicy
     for a in ALERTS:
         change = overrides.get(a.name, {})
         params = {p.name: p.default for p in a.params}
+        params.update(MODE_PROFILES[mode].get(a.name, {}))
         params.update(change.get("params", {}))  # type: ignore[call-overload]
         alerts.append(
             EffectiveAlert(
