@@ -142,3 +142,15 @@ def test_gpu_fault_detection() -> None:
     assert detect_gpu_faults(None, before, base, 0.0) == [], (
         "XID 13 is not fatal; no history, no DBE increase"
     )
+
+
+def test_the_same_fault_is_posted_once_a_minute_not_every_step() -> None:
+    now = [0.0]
+    sender = FastPathSender("http://127.0.0.1:9/", None, clock=lambda: now[0])
+    ev = {"labels": {"alertname": "TrainingLossNonFinite"}, "fingerprint": "abc"}
+    assert sender.send(ev) is True
+    now[0] = 30.0
+    assert sender.send(ev) is False, "a NaN on the next step is the same event"
+    now[0] = 61.0
+    assert sender.send(ev) is True, "still failing a minute later: say so again"
+    assert sender.send({**ev, "fingerprint": "other"}) is True

@@ -17,7 +17,6 @@ from trainguard.catalog.alerts import (
     P0Class,
     Param,
     Scope,
-    alert,
 )
 from trainguard.catalog.metrics import (
     COMMON_LABELS,
@@ -47,5 +46,4 @@ __all__ = [
     "P0Class",
     "Param",
     "Scope",
-    "alert",
 ]

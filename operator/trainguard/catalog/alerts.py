@@ -94,12 +94,6 @@ class Alert:
     p0_class: P0Class | None = None
     extra: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
-    def param(self, name: str) -> Param:
-        for p in self.params:
-            if p.name == name:
-                return p
-        raise KeyError(f"alert {self.name} has no parameter {name!r}")
-
 
 def _p(name: str, default: float, help_: str) -> Param:
     return Param(name, default, help_)
@@ -456,10 +450,3 @@ MODE_PROFILES: dict[Mode, dict[str, dict[str, float]]] = {
     },
 }
 """Each mode's thresholds where they differ from the catalogue; an AlertPolicy overrides both."""
-
-
-def alert(name: str) -> Alert:
-    try:
-        return ALERTS_BY_NAME[name]
-    except KeyError:
-        raise KeyError(f"unknown alert {name!r}; known alerts: {', '.join(ALERT_NAMES)}") from None

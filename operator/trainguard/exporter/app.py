@@ -160,9 +160,9 @@ class Exporter:
         base = {
             k: v for k, v in self.config.identity.items() if k in ("namespace", "training_job", "node", "pod")
         }
-        ev = event("TrainingLossNonFinite", base, "training produced a non-finite loss", self.clock())
-        self.fastpath.send(ev)
-        self.fastpath.resolve(ev["fingerprint"])  # each new NaN is news
+        self.fastpath.send(
+            event("TrainingLossNonFinite", base, "training produced a non-finite loss", self.clock())
+        )
 
     def exposition(self) -> bytes:
         return self._exposition

@@ -70,27 +70,31 @@ class FastPathSender:
     max_attempts: int = 6
     ca_file: str | None = None
     sleep: Callable[[float], None] = time.sleep
+    repeat_after_s: float = 60.0
+    """The same fingerprint is posted at most once in this long (a NaN every step is one event)."""
+    clock: Callable[[], float] = time.monotonic
     results: dict[str, int] = field(default_factory=dict)
     _queue: queue.Queue[dict[str, Any]] = field(default_factory=lambda: queue.Queue(maxsize=256))
-    _active: set[str] = field(default_factory=set)
+    _last: dict[str, float] = field(default_factory=dict)
     _thread: threading.Thread | None = None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="fastpath", daemon=True)
         self._thread.start()
 
-    def send(self, ev: dict[str, Any]) -> None:
-        """Queue an event; the same fingerprint is sent once while it stays active."""
-        if ev["fingerprint"] in self._active:
-            return
-        self._active.add(ev["fingerprint"])
+    def send(self, ev: dict[str, Any]) -> bool:
+        """Queue an event unless the same fingerprint went out within repeat_after_s."""
+        now = self.clock()
+        last = self._last.get(ev["fingerprint"])
+        if last is not None and now - last < self.repeat_after_s:
+            return False
+        self._last[ev["fingerprint"]] = now
         try:
             self._queue.put_nowait(ev)
         except queue.Full:
             self._count("dropped")
-
-    def resolve(self, fp: str) -> None:
-        self._active.discard(fp)
+            return False
+        return True
 
     def _count(self, result: str) -> None:
         self.results[result] = self.results.get(result, 0) + 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.api.policy import (
@@ -70,7 +70,6 @@ class EffectivePolicy:
     maintenance_windows: tuple[MaintenanceWindow, ...]
     inhibition: Inhibition
     runbook_base_url: str
-    policy_names: tuple[str, ...] = field(default=())
 
     def enabled_alerts(self) -> list[EffectiveAlert]:
         return [a for a in self.alerts if a.enabled]
@@ -167,7 +166,6 @@ def effective_policy(monitor: TrainingJobMonitor, policies: Sequence[AlertPolicy
         maintenance_windows=tuple(windows.values()),
         inhibition=inhibition,
         runbook_base_url=runbook,
-        policy_names=tuple(p.name for p in policies),
     )
 
 
