@@ -126,12 +126,11 @@ class Cluster:
 
     def install(self, extra_crds: list[Path]) -> None:
         """CRDs (trainguard's, prometheus-operator's, kopf peering), namespace, RBAC, peering object."""
-        peering = load_all(REPO / "deploy" / "peering.yaml")
-        crds = [load_all(p)[0] for p in [*sorted((REPO / "crds").glob("*.yaml")), *extra_crds]]
-        utils_crds = [*crds, peering[0]]
-        self.apply(utils_crds)
-        self.wait_crds(c["metadata"]["name"] for c in utils_crds)
-        self.apply(peering[1:])
+        sources = [*sorted((REPO / "crds").glob("*.yaml")), REPO / "deploy" / "peering-crd.yaml", *extra_crds]
+        crds = [load_all(p)[0] for p in sources]
+        self.apply(crds)
+        self.wait_crds(c["metadata"]["name"] for c in crds)
+        self.apply_file(REPO / "deploy" / "peering.yaml")
         self.namespace(OPERATOR_NS)
         self.apply_file(REPO / "deploy" / "rbac.yaml")
 
