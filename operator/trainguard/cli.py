@@ -7,6 +7,7 @@ reported as such, not as a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,14 +22,15 @@ def _fail(message: str, code: int = EXIT_INVALID) -> NoReturn:
     raise SystemExit(code)
 
 
-def _need(extra: str) -> None:
-    try:
-        import pydantic  # noqa: F401
-        import yaml  # noqa: F401
-    except ImportError as exc:
-        _fail(
-            f"this command needs the '{extra}' extra ({exc.name} is missing): pip install 'trainguard[{extra}]'"
-        )
+def _need(extra: str, *modules: str) -> None:
+    """Fail with the pip command to run when a command's extra is not installed."""
+    for module in modules or ("pydantic", "yaml"):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            _fail(
+                f"this command needs the '{extra}' extra ({module} is missing): pip install 'trainguard[{extra}]'"
+            )
 
 
 def _read_sources(files: Sequence[str]) -> list[tuple[str, str]]:
@@ -130,13 +132,7 @@ def cmd_docs(args: argparse.Namespace) -> int:
 
 
 def cmd_operator(args: argparse.Namespace) -> int:
-    try:
-        import kopf  # noqa: F401
-        import kubernetes  # noqa: F401
-    except ImportError as exc:
-        _fail(
-            f"the operator needs the 'operator' extra ({exc.name} is missing): pip install 'trainguard[operator]'"
-        )
+    _need("operator", "kopf", "kubernetes", "pydantic", "yaml")
     import logging
 
     from trainguard.controller.run import OperatorOptions, run
@@ -168,12 +164,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
 
 
 def cmd_exporter(args: argparse.Namespace) -> int:
-    try:
-        import prometheus_client  # noqa: F401
-    except ImportError as exc:
-        _fail(
-            f"the exporter needs the 'exporter' extra ({exc.name} is missing): pip install 'trainguard[exporter]'"
-        )
+    _need("exporter", "prometheus_client")
     from trainguard.exporter.main import run
 
     return run(args)
@@ -260,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp = sub.add_parser(
         "exporter", help="run the exporter sidecar: GPU, host and training metrics on /metrics"
     )
-    from trainguard.exporter.main import add_arguments
+    from trainguard.exporter.flags import add_arguments
 
     add_arguments(exp)
     exp.set_defaults(func=cmd_exporter)

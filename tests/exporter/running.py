@@ -13,7 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.processes import free_port, http_json
 from trainguard.exporter.app import Exporter
-from trainguard.exporter.main import add_arguments, build
+from trainguard.exporter.flags import add_arguments
+from trainguard.exporter.main import build
 from trainguard.exporter.server import serve
 
 

@@ -1,0 +1,51 @@
+"""The exporter's flags; standard library only, so `trainguard --help` works without the extra."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    p.add_argument(
+        "--backend",
+        choices=["nvml", "simulated", "none"],
+        default="nvml",
+        help="nvml: read the GPUs; simulated: seeded fake GPUs; none: no GPU metrics (dcgm-exporter has them)",
+    )
+    p.add_argument("--gpus", type=int, default=8, help="simulated GPUs (simulated backend)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the simulated noise")
+    p.add_argument("--listen", default="0.0.0.0:9400", metavar="HOST:PORT")
+    p.add_argument(
+        "--sdk-socket", default=env("TRAINGUARD_SDK_SOCKET"), help="also serve the SDK on this unix socket"
+    )
+    p.add_argument("--namespace", default=env("TRAINGUARD_NAMESPACE", ""))
+    p.add_argument("--pod", default=env("TRAINGUARD_POD", ""))
+    p.add_argument("--node", default=env("TRAINGUARD_NODE", ""))
+    p.add_argument("--training-job", default=env("TRAINGUARD_TRAINING_JOB", ""))
+    p.add_argument(
+        "--gpus-per-pod", type=int, help="divides tokens/s into per-GPU throughput (default: --gpus)"
+    )
+    p.add_argument(
+        "--poll-interval", type=float, default=1.0, help="seconds between hardware polls (fast-path latency)"
+    )
+    p.add_argument(
+        "--render-interval", type=float, default=1.0, help="seconds between expositions (training freshness)"
+    )
+    p.add_argument("--host-root", default="/", help="where /proc and /sys are (a host mount in a container)")
+    p.add_argument("--no-host", action="store_true", help="do not collect host metrics")
+    p.add_argument(
+        "--stall-after",
+        type=float,
+        default=300.0,
+        help="seconds without a step before a fast-path stall event",
+    )
+    p.add_argument(
+        "--fastpath-url", default=env("TRAINGUARD_FASTPATH_URL"), help="the operator's event receiver"
+    )
+    p.add_argument("--fastpath-token-file", default=env("TRAINGUARD_FASTPATH_TOKEN_FILE"))
+    p.add_argument("--fastpath-ca-file", default=env("TRAINGUARD_FASTPATH_CA_FILE"))
+    p.add_argument("--enable-fault-injection", action="store_true",
+                   help="serve POST/DELETE /v1/faults (never in production)")  # fmt: skip
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
