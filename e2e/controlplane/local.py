@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -101,7 +101,7 @@ class LocalControlPlane:
                 tail = (self.workdir / f"{name}.log").read_text(errors="replace")[-3000:]
                 raise RuntimeError(f"{name} exited with {proc.returncode}; last log lines:\n{tail}")
 
-    def _wait(self, what: str, probe: callable, timeout: float = 90) -> None:  # type: ignore[valid-type]
+    def _wait(self, what: str, probe: Callable[[], bool], timeout: float = 90) -> None:
         deadline = time.monotonic() + timeout
         while True:
             self._check_alive()

@@ -64,7 +64,7 @@ class Exporter:
     _faulted_prev: list[GPUReading] | None = None
     _host: HostReading = field(default_factory=HostReading)
     _exposition: bytes = b""
-    _last_poll: float = 0.0
+    _render_lock: threading.Lock = field(default_factory=threading.Lock)
     _gpu_thread: threading.Thread | None = None
     _gpu_result: list[GPUReading] | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -117,10 +117,16 @@ class Exporter:
     def poll_hardware(self) -> None:
         self._read_gpus()
         self._read_host()
-        self._last_poll = time.monotonic()
 
     def render(self) -> bytes:
-        """Build the snapshot (faults applied) and render it; also runs the fast-path detectors."""
+        """Build the snapshot (faults applied) and render it; also runs the fast-path detectors.
+
+        Runs on the poller and, after a fault is injected, on an HTTP thread: the lock keeps the
+        detectors' edge state (previous readings, stalled or not) consistent between the two."""
+        with self._render_lock:
+            return self._render()
+
+    def _render(self) -> bytes:
         now = self.clock()
         gpus = self.faults.apply_gpus(copy.deepcopy(self._gpus))
         host = self.faults.apply_host(copy.deepcopy(self._host))
@@ -143,9 +149,7 @@ class Exporter:
     def _detect(self, gpus: list[GPUReading], last_step_ts: float | None, now: float) -> None:
         if self.fastpath is None:
             return
-        base = {
-            k: v for k, v in self.config.identity.items() if k in ("namespace", "training_job", "node", "pod")
-        }
+        base = dict(self.config.identity)
         for ev in detect_gpu_faults(self._faulted_prev, gpus, base, now):
             self.fastpath.send(ev)
         stalled = detect_stall(last_step_ts, now, self.config.stall_after_s)
@@ -157,11 +161,9 @@ class Exporter:
         """Called on the SDK's request thread: the event leaves within the same request."""
         if self.fastpath is None:
             return
-        base = {
-            k: v for k, v in self.config.identity.items() if k in ("namespace", "training_job", "node", "pod")
-        }
+        labels = dict(self.config.identity)
         self.fastpath.send(
-            event("TrainingLossNonFinite", base, "training produced a non-finite loss", self.clock())
+            event("TrainingLossNonFinite", labels, "training produced a non-finite loss", self.clock())
         )
 
     def exposition(self) -> bytes:
