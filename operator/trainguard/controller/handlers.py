@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import kopf
+from pydantic import ValidationError
 
 from trainguard.api import GROUP, VERSION, InvalidInput, TrainingJobMonitor, parse_object
 from trainguard.api.common import LabelSelector
@@ -94,7 +95,10 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
     ) -> None:
         """Keeps status.podsMonitored current between reconciles (a list of pods, nothing more)."""
         kube: Kube = memo["kube"]
-        selector = LabelSelector.model_validate(dict(spec.get("selector") or {}))
+        try:
+            selector = LabelSelector.model_validate(_plain(spec).get("selector") or {})
+        except ValidationError:
+            return  # the monitor's own reconcile reports it as Degraded; no retry storm here
         if selector.is_empty():
             return
         count = kube.count_pods(namespace or "default", selector.to_selector_string())
