@@ -15,9 +15,8 @@ from typing import Any
 from trainguard.api import AlertPolicy, InvalidInput, TrainingJobMonitor, parse_object
 from trainguard.controller.kube import Kube, MissingAPI, content_hash, with_hash
 from trainguard.controller.status import Outcome, monitor_status
-from trainguard.render.kubernetes import monitor_objects
+from trainguard.render.kubernetes import fastpath_secret, fastpath_secret_name, monitor_objects
 from trainguard.render.policy import effective_policy
-from trainguard.render.sidecar import fastpath_secret_name
 
 log = logging.getLogger("trainguard.reconcile")
 
@@ -28,24 +27,6 @@ def utcnow() -> str:
 
 def _problem_text(exc: InvalidInput) -> str:
     return "; ".join(f"{p.path}: {p.message}" if p.path else p.message for p in exc.problems)
-
-
-def fastpath_secret(monitor: TrainingJobMonitor, token: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            "name": fastpath_secret_name(monitor),
-            "namespace": monitor.namespace,
-            "labels": {
-                "app.kubernetes.io/managed-by": "trainguard",
-                "trainguard.io/training-job": monitor.name,
-            },
-            "ownerReferences": [monitor.owner_reference()],
-        },
-        "type": "Opaque",
-        "stringData": {"token": token},
-    }
 
 
 def _no_announce(reason: str, message: str) -> None:

@@ -67,6 +67,21 @@ def receiver_secret(monitor: TrainingJobMonitor, policy: EffectivePolicy) -> Obj
     }
 
 
+def fastpath_secret_name(monitor: TrainingJobMonitor) -> str:
+    return f"{object_name(monitor)}-fastpath"
+
+
+def fastpath_secret(monitor: TrainingJobMonitor, token: str) -> Obj:
+    """The token sidecars and the operator share; the caller makes it (randomness stays outside)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(monitor, fastpath_secret_name(monitor)),
+        "type": "Opaque",
+        "stringData": {"token": token},
+    }
+
+
 def alertmanager_config(
     monitor: TrainingJobMonitor, policy: EffectivePolicy, resolved_nodes: dict[str, list[str]] | None = None
 ) -> Obj:

@@ -12,7 +12,7 @@ import hashlib
 from typing import Any
 
 from trainguard.api.monitor import TrainingJobMonitor
-from trainguard.render.kubernetes import METRICS_PORT_NAME
+from trainguard.render.kubernetes import METRICS_PORT_NAME, fastpath_secret_name
 
 EXPORTER = "trainguard-exporter"
 INJECTED = "trainguard.io/injected"
@@ -24,10 +24,6 @@ RUN_DIR = "/var/run/trainguard"
 TOKEN_DIR = "/var/run/trainguard-token"
 SDK_SOCKET = f"{RUN_DIR}/sdk.sock"
 NONROOT_UID = 65532
-
-
-def fastpath_secret_name(monitor: TrainingJobMonitor) -> str:
-    return f"trainguard-{monitor.name}-fastpath"
 
 
 def trace_id(pod: dict[str, Any], fallback: str) -> str:
