@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import argparse
 import copy
 from typing import Any
 
+import pytest
+
 from tests.conftest import monitor
-from trainguard.render.sidecar import EXPORTER, inject, is_injected, matching_monitor, trace_id
+from trainguard.exporter.flags import add_arguments
+from trainguard.render.sidecar import (
+    EXPORTER,
+    exporter_args,
+    inject,
+    is_injected,
+    matching_monitor,
+    pod_gpus,
+    supports_native_sidecar,
+    trace_id,
+)
 from trainguard.render.webhook import mutating_webhook_configuration
 
 POD: dict[str, Any] = {
@@ -122,3 +135,47 @@ def test_webhook_configuration_never_blocks_pods() -> None:
         b"CA", service=("trainguard-system", "trainguard-operator", 443)
     )
     assert in_cluster["webhooks"][0]["clientConfig"]["service"]["path"] == "/inject-sidecar"
+
+
+def exporter_parser() -> argparse.ArgumentParser:
+    """The exporter's own parser: what the sidecar's command line is read with in the pod."""
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    add_arguments(parser)
+    return parser
+
+
+@pytest.mark.parametrize("backend", ["nvml", "dcgm", "simulated"])
+def test_rendered_args_parse_with_the_exporters_real_parser(backend: str) -> None:
+    spec = injected(**{"spec.exporter.gpuBackend": backend})["spec"]
+    args = spec["initContainers"][-1]["args"]
+    assert args[0] == "exporter"
+    parsed = exporter_parser().parse_args(args[1:])  # argparse exits (a crash loop) on a bad flag
+    # dcgm: the GPU series come from dcgm-exporter, the sidecar still serves training and host series
+    assert parsed.backend == {"dcgm": "none"}.get(backend, backend)
+    assert parsed.sdk_socket.endswith("sdk.sock")
+
+
+def test_gpus_per_pod_comes_from_the_pods_own_gpu_limits() -> None:
+    pod = copy.deepcopy(POD)
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "4"}}
+    assert pod_gpus(pod) == 4
+    args = injected(pod, **{"spec.exporter.gpuBackend": "nvml"})["spec"]["initContainers"][-1]["args"]
+    assert exporter_parser().parse_args(args[1:]).gpus_per_pod == 4
+    # a pod that asks for no GPU falls back to the monitor's gpusPerPod
+    assert pod_gpus(POD) is None
+    assert exporter_parser().parse_args(exporter_args(monitor())[1:]).gpus_per_pod == 8
+
+
+def test_before_kubernetes_1_29_the_exporter_is_a_regular_container() -> None:
+    assert not supports_native_sidecar("1", "28")
+    assert not supports_native_sidecar("1", "27+")
+    assert supports_native_sidecar("1", "29")
+    assert supports_native_sidecar("1", "36")
+    assert supports_native_sidecar("2", "0")
+    out = inject(POD, monitor(), fallback_trace="f" * 32, receiver_url="u", native_sidecar=False)
+    assert out is not None
+    spec = out["spec"]
+    assert [c["name"] for c in spec["initContainers"]] == ["fetch"], "never an init container that never ends"
+    assert [c["name"] for c in spec["containers"]] == ["trainer", "shipper", EXPORTER]
+    assert "restartPolicy" not in spec["containers"][-1]
+    assert is_injected(applied(POD, out)), "a regular-container exporter still counts as injected"

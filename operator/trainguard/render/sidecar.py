@@ -1,8 +1,9 @@
 """The sidecar injection as a pure function: a pod and its monitor in, the changed pod fields out.
 
 The exporter runs as a native sidecar (an init container with restartPolicy Always), so a Job's pod
-still completes when training ends. Injection is idempotent: a pod that already carries the
-injected annotation or the exporter container is left alone.
+still completes when training ends. Before Kubernetes 1.29 an apiserver drops that restartPolicy and
+the pod would never leave Init, so there the exporter is a regular container instead. Injection is
+idempotent: a pod that already carries the injected annotation or the exporter container is left alone.
 """
 
 from __future__ import annotations
@@ -24,6 +25,41 @@ RUN_DIR = "/var/run/trainguard"
 TOKEN_DIR = "/var/run/trainguard-token"
 SDK_SOCKET = f"{RUN_DIR}/sdk.sock"
 NONROOT_UID = 65532
+GPU_RESOURCE = "nvidia.com/gpu"
+
+EXPORTER_BACKEND = {"nvml": "nvml", "simulated": "simulated", "dcgm": "none"}
+"""The exporter's --backend for each gpuBackend: with dcgm the GPU series come from dcgm-exporter, and
+the sidecar serves the training and host series (and the info series the dcgm join reads)."""
+
+NATIVE_SIDECAR_MIN = (1, 29)
+"""Native sidecars (SidecarContainers) are on by default from Kubernetes 1.29."""
+
+
+def supports_native_sidecar(major: str, minor: str) -> bool:
+    """From the apiserver's /version: `minor` may carry a suffix such as "28+" (EKS, GKE)."""
+    digits = "".join(ch for ch in minor if ch.isdigit())
+    try:
+        return (int(major), int(digits)) >= NATIVE_SIDECAR_MIN
+    except ValueError:
+        return True  # an unparseable version is a new one more often than an old one
+
+
+def pod_gpus(pod: dict[str, Any]) -> int | None:
+    """GPUs the pod asks the device plugin for: the sum over its containers, the largest init
+    container counted as the scheduler does; None when it asks for none."""
+    spec = pod.get("spec", {})
+
+    def gpus(c: dict[str, Any]) -> int:
+        res = c.get("resources") or {}
+        value = (res.get("limits") or {}).get(GPU_RESOURCE, (res.get("requests") or {}).get(GPU_RESOURCE, 0))
+        try:
+            return int(str(value))
+        except ValueError:
+            return 0
+
+    total = sum(gpus(c) for c in spec.get("containers") or [])
+    total = max(total, *(gpus(c) for c in spec.get("initContainers") or []), 0)
+    return total or None
 
 
 def trace_id(pod: dict[str, Any], fallback: str) -> str:
@@ -55,19 +91,36 @@ def _field_env(name: str, path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def exporter_container(monitor: TrainingJobMonitor, trace: str, receiver_url: str) -> dict[str, Any]:
+def exporter_args(monitor: TrainingJobMonitor, gpus: int | None = None) -> list[str]:
+    """The sidecar's command line; `gpus` is what the pod asks for (else the monitor's gpusPerPod)."""
     exp = monitor.spec.exporter
+    per_pod = gpus or monitor.spec.gpus_per_pod
     args = [
         "exporter",
         "--backend",
-        exp.gpu_backend,
+        EXPORTER_BACKEND[exp.gpu_backend],
         "--listen",
         f"0.0.0.0:{exp.port}",
         "--sdk-socket",
         SDK_SOCKET,
     ]
+    if per_pod:
+        args += ["--gpus-per-pod", str(per_pod)]
     if exp.gpu_backend == "simulated":
-        args += ["--gpus", str(monitor.spec.gpus_per_pod)]
+        args += ["--gpus", str(per_pod or 1)]
+    return args
+
+
+def exporter_container(
+    monitor: TrainingJobMonitor,
+    trace: str,
+    receiver_url: str,
+    *,
+    gpus: int | None = None,
+    native: bool = True,
+) -> dict[str, Any]:
+    exp = monitor.spec.exporter
+    args = exporter_args(monitor, gpus)
     env = [
         _field_env("TRAINGUARD_NAMESPACE", "metadata.namespace"),
         _field_env("TRAINGUARD_POD", "metadata.name"),
@@ -78,13 +131,13 @@ def exporter_container(monitor: TrainingJobMonitor, trace: str, receiver_url: st
         _env("TRAINGUARD_FASTPATH_TOKEN_FILE", f"{TOKEN_DIR}/token"),
     ]
     if exp.gpu_backend == "nvml":
-        # see every GPU of the node without allocating one (NVIDIA container runtime)
+        # NVML sees the node's GPUs without allocating one (NVIDIA container runtime); the exporter
+        # keeps only the pod's own: the SDK reports the devices the plugin gave the trainer
         env.append(_env("NVIDIA_VISIBLE_DEVICES", "all"))
-    return {
+    container: dict[str, Any] = {
         "name": EXPORTER,
         "image": exp.image,
         "args": args,
-        "restartPolicy": "Always",
         "ports": [{"name": METRICS_PORT_NAME, "containerPort": exp.port, "protocol": "TCP"}],
         "env": env,
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
@@ -102,6 +155,9 @@ def exporter_container(monitor: TrainingJobMonitor, trace: str, receiver_url: st
             {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
         ],
     }
+    if native:
+        container["restartPolicy"] = "Always"
+    return container
 
 
 def _with_training_env(container: dict[str, Any], monitor: TrainingJobMonitor, trace: str) -> dict[str, Any]:
@@ -128,10 +184,16 @@ def _with_trace(container: dict[str, Any], trace: str) -> dict[str, Any]:
 
 
 def inject(
-    pod: dict[str, Any], monitor: TrainingJobMonitor, *, fallback_trace: str, receiver_url: str
+    pod: dict[str, Any],
+    monitor: TrainingJobMonitor,
+    *,
+    fallback_trace: str,
+    receiver_url: str,
+    native_sidecar: bool = True,
 ) -> dict[str, Any] | None:
     """The pod fields to replace (metadata.annotations, spec.initContainers, spec.containers,
-    spec.volumes), or None when there is nothing to do."""
+    spec.volumes), or None when there is nothing to do. Without `native_sidecar` (Kubernetes before
+    1.29) the exporter is the last regular container."""
     if is_injected(pod) or not wants_injection(pod):
         return None
     spec = pod.get("spec", {})
@@ -148,13 +210,15 @@ def inject(
             "secret": {"secretName": fastpath_secret_name(monitor), "defaultMode": 0o444, "optional": True},
         },
     ]
+    exporter = exporter_container(monitor, trace, receiver_url, gpus=pod_gpus(pod), native=native_sidecar)
+    containers = [_with_training_env(c, monitor, trace) for c in spec.get("containers") or []]
+    if native_sidecar:
+        init.append(exporter)
+    else:
+        containers.append(exporter)
     return {
         "metadata": {"annotations": annotations},
-        "spec": {
-            "initContainers": [*init, exporter_container(monitor, trace, receiver_url)],
-            "containers": [_with_training_env(c, monitor, trace) for c in spec.get("containers") or []],
-            "volumes": volumes,
-        },
+        "spec": {"initContainers": init, "containers": containers, "volumes": volumes},
     }
 
 
