@@ -12,8 +12,9 @@ import pytest
 from tests.conftest import monitor, policy
 from tests.render.amconfig import write_config
 from trainguard.api.policy import QuietHours
-from trainguard.render.alertmanager import alertmanager_config_spec, quiet_hours_interval
+from trainguard.render.alertmanager import alertmanager_config_spec
 from trainguard.render.policy import effective_policy
+from trainguard.render.time_intervals import quiet_hours_interval
 
 pytestmark = pytest.mark.tools
 

@@ -7,9 +7,10 @@ import base64
 from typing import Any
 
 from trainguard.api.monitor import TrainingJobMonitor
-from trainguard.render.alertmanager import alertmanager_config_spec, inline_secret_data
+from trainguard.render.alertmanager import alertmanager_config_spec
 from trainguard.render.policy import EffectivePolicy
 from trainguard.render.prometheus import rule_group
+from trainguard.render.receivers import inline_secret_data
 
 METRICS_PORT_NAME = "tg-metrics"
 """Name of the sidecar's container port; the PodMonitor scrapes it by name."""

@@ -1,0 +1,78 @@
+"""Alertmanager inhibition rules: which firing alert silences which."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trainguard.api.monitor import TrainingJobMonitor
+from trainguard.catalog import ALERTS
+from trainguard.render.matchers import Matcher, eq, ne, one_of
+from trainguard.render.policy import EffectivePolicy
+
+
+@dataclass(frozen=True)
+class InhibitRule:
+    source: tuple[Matcher, ...]
+    target: tuple[Matcher, ...]
+    equal: tuple[str, ...]
+
+    def plain(self) -> dict[str, Any]:
+        """alertmanager.yml's form."""
+        return {
+            "source_matchers": [m.text() for m in self.source],
+            "target_matchers": [m.text() for m in self.target],
+            "equal": list(self.equal),
+        }
+
+    def resource(self) -> dict[str, Any]:
+        """An AlertmanagerConfig's form."""
+        return {
+            "sourceMatch": [m.resource() for m in self.source],
+            "targetMatch": [m.resource() for m in self.target],
+            "equal": list(self.equal),
+        }
+
+
+NODE_DOWN_INHIBIT = InhibitRule(
+    # a node that is down explains every other alert on it, whichever job raised it; the target must
+    # have a node, since Alertmanager counts two missing labels as equal
+    source=(eq("alertname", "GPUNodeDown"),),
+    target=(ne("alertname", "GPUNodeDown"), Matcher("node", "=~", ".+")),
+    equal=("node",),
+)
+
+
+def inhibit_rules(
+    monitor: TrainingJobMonitor, policy: EffectivePolicy, match_namespace: bool = True
+) -> list[InhibitRule]:
+    """The monitor's inhibitions. The node-down rule is cluster-wide, so not among them when
+    `match_namespace` (plain Alertmanager: added once, see alertmanager_yml); prometheus-operator
+    scopes an AlertmanagerConfig's rules to its namespace anyway."""
+    job: tuple[Matcher, ...] = (eq("training_job", monitor.name),)
+    if match_namespace:
+        job = (eq("namespace", monitor.namespace), *job)
+    rules: list[InhibitRule] = []
+    if policy.inhibition.node_down and not match_namespace:
+        rules.append(NODE_DOWN_INHIBIT)
+    if policy.inhibition.job_p0:
+        rules.append(
+            InhibitRule(
+                source=(*job, eq("severity", "P0")),
+                target=(*job, one_of("severity", ["P1", "P2", "P3"])),
+                equal=("namespace", "training_job"),
+            )
+        )
+    if policy.inhibition.supersede:
+        enabled = {a.name for a in policy.enabled_alerts()}
+        for a in ALERTS:
+            targets = [t for t in a.supersedes if t in enabled]
+            if a.name in enabled and targets:
+                rules.append(
+                    InhibitRule(
+                        source=(*job, eq("alertname", a.name)),
+                        target=(*job, one_of("alertname", targets)),
+                        equal=tuple(a.scope.labels),
+                    )
+                )
+    return rules
