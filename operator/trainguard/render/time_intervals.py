@@ -31,6 +31,16 @@ def _times(start: str, end: str) -> list[dict[str, str]]:
     return out
 
 
+def standard_offset(zone: zoneinfo.ZoneInfo, year: int = 2026) -> timedelta:
+    """The zone's UTC offset outside daylight-saving time: of a January and a July date, the one whose
+    dst() is zero, since January is summer in the southern hemisphere. If neither or both are, the
+    smaller offset."""
+    samples = [datetime(year, 1, 15, 12, tzinfo=zone), datetime(year, 7, 15, 12, tzinfo=zone)]
+    offsets = [d.utcoffset() or timedelta() for d in samples]
+    standard = [o for o, d in zip(offsets, samples, strict=True) if d.dst() == timedelta()]
+    return standard[0] if len(standard) == 1 else min(offsets)
+
+
 def _shift_day(day: str, by: int) -> str:
     return WEEKDAYS[(WEEKDAYS.index(day) + by) % 7]
 
@@ -41,7 +51,7 @@ def quiet_hours_interval(q: QuietHours, with_location: bool) -> list[dict[str, A
     daylight-saving time."""
     start, end, day_shift = q.start, q.end, 0
     if not with_location and q.timezone != "UTC":
-        offset = zoneinfo.ZoneInfo(q.timezone).utcoffset(datetime(2026, 1, 15)) or timedelta()
+        offset = standard_offset(zoneinfo.ZoneInfo(q.timezone))
         shift = -int(offset.total_seconds() // 60)
 
         def minutes(hhmm: str) -> int:
