@@ -147,7 +147,7 @@ def test_invalid_monitor_names_the_field(changes: dict[str, Any], path: str, fra
         ),
         (
             {"spec.customRules": [{"name": "GPUNodeDown", "expr": "up == 0", "severity": "P0"}]},
-            "spec",
+            "spec.customRules[0].name",
             "is a catalogue alert",
         ),
         (

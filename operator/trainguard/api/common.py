@@ -5,7 +5,16 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 GROUP = "trainguard.io"
@@ -53,10 +62,11 @@ def format_duration(seconds: float) -> str:
     return "".join(out)
 
 
+K8S_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 K8sName = Annotated[
     str,
     Field(
-        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        pattern=K8S_NAME_PATTERN,
         min_length=1,
         max_length=63,
         description="A Kubernetes object name (DNS label).",
@@ -89,10 +99,64 @@ class Model(BaseModel):
     )
 
 
+_LABEL_NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+_DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+LABEL_VALUE_PATTERN = rf"^({_LABEL_NAME})?$"
+"""Kubernetes' label value syntax (at most 63 characters, checked apart): empty, or alphanumerics at both
+ends with `-`, `_` and `.` between."""
+LABEL_KEY_PATTERN = rf"^({_DNS_SUBDOMAIN}/)?{_LABEL_NAME}$"
+"""Kubernetes' label key syntax: an optional DNS-subdomain prefix and `/`, then a name like a value."""
+LABEL_KEY_LENGTHS = r"^([^/]{1,253}/)?[^/]{1,63}$"
+"""The key's lengths: prefix at most 253, name at most 63 (RE2 has no lookahead, so a second pattern)."""
+LABEL_KEY_ALLOWED = (
+    "a label key is an optional DNS-subdomain prefix (lowercase, at most 253 characters) and '/', "
+    "then a name of at most 63 letters, digits, '-', '_' or '.' that starts and ends with a letter or digit"
+)
+LABEL_VALUE_ALLOWED = (
+    "a label value is empty or at most 63 letters, digits, '-', '_' or '.' "
+    "that starts and ends with a letter or digit"
+)
+LABEL_KEY_CEL = f"k.matches('{LABEL_KEY_PATTERN}') && k.matches('{LABEL_KEY_LENGTHS}')"
+"""A CEL test of a label key bound to `k` (structural schemas cannot constrain map keys)."""
+
+
+def label_key_problem(key: str) -> str | None:
+    """Why `key` is not a Kubernetes label key, or None when it is one."""
+    if re.fullmatch(LABEL_KEY_PATTERN, key) and re.fullmatch(LABEL_KEY_LENGTHS, key):
+        return None
+    return f"{key!r} is not a valid label key: {LABEL_KEY_ALLOWED}"
+
+
+def _check_label_key(key: str) -> str:
+    problem = label_key_problem(key)
+    if problem:
+        raise ValueError(problem)
+    return key
+
+
+def _check_label_value(value: str) -> str:
+    if len(value) > 63 or not re.fullmatch(LABEL_VALUE_PATTERN, value):
+        raise ValueError(f"{value!r} is not a valid label value: {LABEL_VALUE_ALLOWED}")
+    return value
+
+
+LabelKey = Annotated[
+    str,
+    AfterValidator(_check_label_key),
+    WithJsonSchema({"type": "string", "maxLength": 317, "pattern": LABEL_KEY_PATTERN}),
+]
+LabelValue = Annotated[
+    str,
+    AfterValidator(_check_label_value),
+    WithJsonSchema({"type": "string", "maxLength": 63, "pattern": LABEL_VALUE_PATTERN}),
+]
+"""A Kubernetes label value; the schema carries the same pattern, the model a message saying what is allowed."""
+
+
 class LabelSelectorRequirement(Model):
-    key: str = Field(min_length=1, max_length=317)
+    key: LabelKey
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: list[str] = Field(default_factory=list, max_length=64)
+    values: list[LabelValue] = Field(default_factory=list, max_length=64)
 
     @model_validator(mode="after")
     def _values_match_operator(self) -> LabelSelectorRequirement:
@@ -106,15 +170,28 @@ class LabelSelectorRequirement(Model):
         cel(
             "self.operator in ['In', 'NotIn'] ? size(self.values) > 0 : size(self.values) == 0",
             "values must be non-empty for In and NotIn, and empty for Exists and DoesNotExist",
-        )
+        ),
+        cel(f"self.key.matches('{LABEL_KEY_LENGTHS}')", LABEL_KEY_ALLOWED, ".key"),
     )
 
 
 class LabelSelector(Model):
     """A Kubernetes label selector; an empty selector matches nothing here, never everything."""
 
-    match_labels: dict[str, str] = Field(default_factory=dict)
+    match_labels: dict[str, LabelValue] = Field(default_factory=dict, max_length=32)
     match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list, max_length=16)
+
+    @field_validator("match_labels")
+    @classmethod
+    def _keys_are_label_keys(cls, v: dict[str, str]) -> dict[str, str]:
+        problems = [p for p in map(label_key_problem, v) if p]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return v
+
+    model_config = cel_rules(
+        cel(f"self.matchLabels.all(k, {LABEL_KEY_CEL})", LABEL_KEY_ALLOWED, ".matchLabels"),
+    )
 
     def is_empty(self) -> bool:
         return not self.match_labels and not self.match_expressions

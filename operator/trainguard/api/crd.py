@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from trainguard.api.common import GROUP, VERSION
+from trainguard.api.common import GROUP, K8S_NAME_PATTERN, VERSION
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.api.policy import AlertPolicy
 
@@ -28,6 +28,7 @@ _KEEP = {
     "maximum",
     "minItems",
     "maxItems",
+    "maxProperties",
     "format",
     "x-kubernetes-validations",
 }
@@ -134,7 +135,12 @@ def _crd(
             {
                 "rule": "size(self.metadata.name) <= 63",
                 "message": "metadata.name must be at most 63 characters: it becomes a label value",
-            }
+            },
+            {
+                "rule": f"self.metadata.name.matches('{K8S_NAME_PATTERN}')",
+                "message": "metadata.name must be a DNS label (lowercase letters, digits and '-', no dots): "
+                "it becomes a label value and part of the generated objects' names",
+            },
         ],
     }
     top["properties"]["spec"].pop("default", None)

@@ -200,6 +200,11 @@ class TrainingJobMonitorSpec(Model):
             "selector must name at least one label (matchLabels or matchExpressions)",
             ".selector",
         ),
+        cel(
+            "self.policyRefs.all(p, self.policyRefs.exists_one(x, x.name == p.name))",
+            "policyRefs must not name the same policy twice",
+            ".policyRefs",
+        ),
     )
 
 

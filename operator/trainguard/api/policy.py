@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import zoneinfo
 from typing import Literal
 
@@ -17,6 +18,7 @@ from trainguard.api.common import (
     cel,
     cel_rules,
 )
+from trainguard.api.promql import promql_problem
 from trainguard.catalog import ALERT_NAMES, ALERTS_BY_NAME
 
 Severity = Literal["P0", "P1", "P2", "P3"]
@@ -26,6 +28,13 @@ ReceiverRole = Literal["phone", "sms", "im", "email", "ticket"]
 _RULE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _RECEIVER_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _HHMM = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
+RESERVED_RULE_LABELS = ("alertname", "namespace", "severity", "training_job")
+BOT_API_URL = r"(?i)^https?://([^/?#@]*@)?(oapi\.dingtalk\.com|open\.feishu\.cn|open\.larksuite\.com)\.?(:[0-9]*)?([/?#]|$)"
+"""The DingTalk and Feishu (Lark) bot APIs: they take their own message format, not Alertmanager's."""
+BOT_API_MESSAGE = (
+    "DingTalk and Feishu bots do not accept Alertmanager's webhook payload: point url at a relay "
+    "that translates it (for example prometheus-webhook-dingtalk), not at the bot API"
+)
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 
 
@@ -64,19 +73,51 @@ class CustomRule(Model):
     severity: Severity
     summary: str = Field(default="", max_length=1024)
     description: str = Field(default="", max_length=4096)
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict, max_length=32)
+
+    @field_validator("expr")
+    @classmethod
+    def _expr_is_promql(cls, v: str) -> str:
+        problem = promql_problem(v)
+        if problem:
+            raise ValueError(
+                f"not valid PromQL: {problem} (check it with promtool check rules, or in Prometheus' "
+                "query page with $selector replaced by the job's matchers)"
+            )
+        return v
 
     @field_validator("labels")
     @classmethod
     def _labels_not_reserved(cls, v: dict[str, str]) -> dict[str, str]:
-        reserved = {"severity", "namespace", "training_job", "alertname"} & set(v)
+        reserved = set(RESERVED_RULE_LABELS) & set(v)
         if reserved:
             raise ValueError(f"labels must not set {', '.join(sorted(reserved))}; trainguard sets them")
         return v
 
+    @field_validator("name")
+    @classmethod
+    def _not_a_catalogue_alert(cls, v: str) -> str:
+        if v in ALERT_NAMES:
+            raise ValueError(f"{v} is a catalogue alert; override it under alerts instead")
+        return v
+
+    model_config = cel_rules(
+        cel(
+            f"!{list(RESERVED_RULE_LABELS)}.exists(k, k in self.labels)",
+            f"labels must not set {', '.join(RESERVED_RULE_LABELS)}; trainguard sets them",
+            ".labels",
+        ),
+        cel(
+            f"!(self.name in {list(ALERT_NAMES)})",
+            "name is a catalogue alert; override it under alerts instead",
+            ".name",
+        ),
+    )
+
 
 class Receiver(Model):
-    """Where notifications go. DingTalk and Feishu take a webhook URL (their bot or a relay)."""
+    """Where notifications go. DingTalk and Feishu need a relay that translates Alertmanager's webhook
+    payload into their bots' format (for example prometheus-webhook-dingtalk); url is the relay's."""
 
     name: str = Field(pattern=_RECEIVER_NAME, max_length=63)
     type: Literal["webhook", "slack", "wecom", "dingtalk", "feishu", "pagerduty", "email"]
@@ -114,6 +155,13 @@ class Receiver(Model):
             raise ValueError("a wecom receiver needs corpId and apiSecretSecretRef")
         return self
 
+    @field_validator("url")
+    @classmethod
+    def _not_a_bot_api(cls, v: str | None) -> str | None:
+        if v is not None and re.match(BOT_API_URL, v):
+            raise ValueError(BOT_API_MESSAGE)
+        return v
+
     model_config = cel_rules(
         cel("!(has(self.url) && has(self.urlSecretRef))", "set url or urlSecretRef, not both"),
         cel(
@@ -132,6 +180,7 @@ class Receiver(Model):
             "self.type != 'wecom' || (has(self.corpId) && has(self.apiSecretSecretRef))",
             "a wecom receiver needs corpId and apiSecretSecretRef",
         ),
+        cel(f"!has(self.url) || !self.url.matches('{BOT_API_URL}')", BOT_API_MESSAGE, ".url"),
     )
 
 
@@ -214,7 +263,8 @@ class MaintenanceWindow(Model):
     model_config = cel_rules(
         cel("timestamp(self.end) > timestamp(self.start)", "end must be after start", ".end"),
         cel(
-            "size(self.nodes) > 0 || has(self.nodeSelector)",
+            "size(self.nodes) > 0 || (has(self.nodeSelector) && (size(self.nodeSelector.matchLabels) > 0"
+            " || size(self.nodeSelector.matchExpressions) > 0))",
             "name the nodes: set nodes or nodeSelector",
         ),
     )
@@ -272,12 +322,6 @@ class AlertPolicySpec(Model):
         names = [a.name for a in self.alerts]
         if len(set(names)) != len(names):
             raise ValueError("alerts: each alert may be overridden once")
-        custom = [r.name for r in self.custom_rules]
-        clash = sorted(set(custom) & set(ALERT_NAMES))
-        if clash:
-            raise ValueError(
-                f"customRules: {', '.join(clash)} is a catalogue alert; override it under alerts"
-            )
         return self
 
     model_config = cel_rules(
@@ -295,6 +339,11 @@ class AlertPolicySpec(Model):
             "self.routes.all(r, self.routes.exists_one(x, x.severity == r.severity))",
             "at most one route per severity",
             ".routes",
+        ),
+        cel(
+            "self.alerts.all(a, self.alerts.exists_one(x, x.name == a.name))",
+            "alerts: each alert may be overridden once",
+            ".alerts",
         ),
     )
 
