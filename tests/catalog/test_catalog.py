@@ -15,6 +15,7 @@ CONTRACT_ALERTS = {
     "GPUNodeDown": ("P0", "1m"),
     "GPUDoubleBitECCError": ("P0", "0s"),
     "GPUCriticalXid": ("P0", "0s"),
+    "GPULost": ("P0", "0s"),  # added by review (issue 7): trainguard_gpu_lost was read by nothing
     "TrainingThroughputDrop": ("P1", "5m"),
     "GPUMemoryCritical": ("P1", "10s"),
     "GPUMemoryHang": ("P1", "1m"),

@@ -16,6 +16,8 @@ GPU = POD | {"gpu": "0", "UUID": "GPU-0000", "modelName": "NVIDIA H100 80GB HBM3
 NIC = POD | {"interface": "ib0"}
 DISK = POD | {"device": "nvme0n1"}
 OTHER_JOB_GPU = GPU | {"training_job": "other-job", "pod": "other-0"}
+LOST = POD | {"gpu": "0", "UUID": "GPU-0000"}
+"""trainguard_gpu_lost carries no modelName or Hostname: a lost GPU no longer says what it is."""
 
 
 def series(metric: str, labels: dict[str, str], values: str) -> dict[str, str]:
@@ -88,6 +90,25 @@ CASES: dict[str, list[Case]] = {
             [series("trainguard_train_last_step_timestamp_seconds", POD, "0+60x5 300x10")],
             monitor={"spec.checkpoint.timeout": "10m"},
         ),
+        Case(
+            "hung before its first step: started 6 minutes ago, no step series at all",
+            "6m",
+            [series("trainguard_train_start_timestamp_seconds", POD, "0x10")],
+            [p("P0", JOB)],
+        ),
+        Case(
+            "started 4 minutes ago and still loading: no step yet, not a stall yet",
+            "4m",
+            [series("trainguard_train_start_timestamp_seconds", POD, "0x10")],
+        ),
+        Case(
+            "a step after the start counts, not the start",
+            "8m",
+            [
+                series("trainguard_train_start_timestamp_seconds", POD, "0x10"),
+                series("trainguard_train_last_step_timestamp_seconds", POD, "_x3 180x7"),
+            ],
+        ),
     ],
     "GPUNodeDown": [
         Case(
@@ -156,6 +177,20 @@ CASES: dict[str, list[Case]] = {
             [series("DCGM_FI_DEV_XID_ERRORS", GPU, "43x5")],
         ),
         Case("no XID", "2m", [series("DCGM_FI_DEV_XID_ERRORS", GPU, "0x5")]),
+    ],
+    "GPULost": [
+        Case(
+            "NVML reports GPU 0 lost (XID 79)",
+            "2m",
+            [series("trainguard_gpu_lost", LOST, "_ 1 1 1")],
+            [p("P0", LOST)],
+        ),
+        Case("every GPU answers: the series is absent", "2m", [series("DCGM_FI_DEV_GPU_TEMP", GPU, "60x5")]),
+        Case(
+            "another job's GPU is lost",
+            "2m",
+            [series("trainguard_gpu_lost", LOST | {"training_job": "other-job", "pod": "other-0"}, "1x5")],
+        ),
     ],
     "TrainingThroughputDrop": [
         Case(
@@ -237,11 +272,23 @@ CASES: dict[str, list[Case]] = {
     ],
     "CheckpointStale": [
         Case(
-            "no full checkpoint for 45 minutes at 1 step/s (cadence 1000 steps)",
+            "never a full checkpoint in the 45 minutes since the start, at 1 step/s (cadence 1000 steps)",
+            "45m",
+            [series("trainguard_train_start_timestamp_seconds", POD, "0x60"), steps(2000, 60)],
+            [p("P1", JOB)],
+        ),
+        Case(
+            "started 20 minutes ago, no checkpoint yet: within 2x the cadence",
+            "45m",
+            [series("trainguard_train_start_timestamp_seconds", POD, "1500x60"), steps(2000, 60)],
+        ),
+        Case(
+            "the last full checkpoint 45 minutes ago",
             "45m",
             [
+                series("trainguard_train_start_timestamp_seconds", POD, "0x60"),
                 series(
-                    "trainguard_checkpoint_last_success_timestamp_seconds", POD | {"kind": "full"}, "0x60"
+                    "trainguard_checkpoint_last_success_timestamp_seconds", POD | {"kind": "full"}, "_ 60x60"
                 ),
                 steps(2000, 60),
             ],
@@ -251,10 +298,11 @@ CASES: dict[str, list[Case]] = {
             "a full checkpoint 15 minutes ago",
             "45m",
             [
+                series("trainguard_train_start_timestamp_seconds", POD, "0x60"),
                 series(
                     "trainguard_checkpoint_last_success_timestamp_seconds",
                     POD | {"kind": "full"},
-                    "0x29 1800x30",
+                    "_x29 1800x30",
                 ),
                 steps(2000, 60),
             ],
@@ -263,9 +311,7 @@ CASES: dict[str, list[Case]] = {
             "recent incremental checkpoints do not count as full",
             "45m",
             [
-                series(
-                    "trainguard_checkpoint_last_success_timestamp_seconds", POD | {"kind": "full"}, "0x60"
-                ),
+                series("trainguard_train_start_timestamp_seconds", POD, "0x60"),
                 series(
                     "trainguard_checkpoint_last_success_timestamp_seconds",
                     POD | {"kind": "incremental"},

@@ -119,7 +119,8 @@ ALERTS: tuple[Alert, ...] = (
         "0s",
         Layer.JOB,
         Scope.JOB,
-        "no step completed for longer than the threshold (and longer than a checkpoint may take)",
+        "no step completed for longer than the threshold (and longer than a checkpoint may take), "
+        "counted from the pod's start when no step ever completed",
         "The training job has stopped making progress",
         "a hung collective (NCCL) after a rank or link failed, a deadlocked data loader, or a stuck GPU",
         params=(_p("seconds", 300, "seconds without a completed step"),),
@@ -159,6 +160,17 @@ ALERTS: tuple[Alert, ...] = (
         "hardware fault: fallen off the bus, ECC, NVLink or GSP failure",
         p0_class=P0Class.NODE_FAULT,
         extra={"codes": FATAL_XIDS},
+    ),
+    Alert(
+        "GPULost",
+        "P0",
+        "0s",
+        Layer.HARDWARE,
+        Scope.GPU,
+        "NVML reports the GPU as lost",
+        "A GPU fell off the bus and no longer answers",
+        "XID 79: PCIe link or power failure, overheating or a hardware fault; the node needs a reset",
+        p0_class=P0Class.NODE_FAULT,
     ),
     # ---- P1 ----
     Alert(
@@ -242,7 +254,8 @@ ALERTS: tuple[Alert, ...] = (
         "5m",
         Layer.JOB,
         Scope.JOB,
-        "no successful full checkpoint for the threshold times the full-checkpoint cadence",
+        "no successful full checkpoint for the threshold times the full-checkpoint cadence, counted "
+        "from the pod's start when none ever succeeded",
         "No recent successful checkpoint",
         "checkpoint writes failing or too slow: storage full, quota or throughput",
         params=(_p("factor", 2, "multiple of the full-checkpoint cadence"),),

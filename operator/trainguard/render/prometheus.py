@@ -13,7 +13,7 @@ from typing import Any
 
 from trainguard.api.common import duration_seconds, format_duration
 from trainguard.api.monitor import TrainingJobMonitor
-from trainguard.catalog import FATAL_XIDS, Scope
+from trainguard.catalog import FATAL_XIDS, METRICS, Scope
 from trainguard.render.policy import EffectiveAlert, EffectivePolicy
 
 JOB = "namespace, training_job"
@@ -122,15 +122,8 @@ def _floored(ctx: Context, stddev: str, mean: str, ratio: str) -> str:
     return f"({ctx.m(stddev)} > on({JOB}) {floor}) or on({JOB}) {floor}"
 
 
-DCGM_METRICS = (
-    "DCGM_FI_DEV_GPU_UTIL",
-    "DCGM_FI_DEV_FB_USED",
-    "DCGM_FI_DEV_FB_FREE",
-    "DCGM_FI_DEV_GPU_TEMP",
-    "DCGM_FI_DEV_XID_ERRORS",
-    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
-    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-)
+DCGM_METRICS: tuple[str, ...] = tuple(m.name for m in METRICS if m.is_gpu)
+"""Every dcgm-exporter metric of the contract, so a rule on any of them reads the joined series."""
 
 
 def _dcgm_join_rules(ctx: Context) -> list[Rule]:
@@ -160,6 +153,13 @@ def _mem(ctx: Context) -> str:
     return ctx.m("trainguard:gpu_memory_used:ratio")
 
 
+def _since_start(ctx: Context, last: str) -> str:
+    """The job's latest `last` timestamp, or its start when there is none yet: a job that hangs before
+    its first step, or never checkpoints, is judged from the moment it started."""
+    start = ctx.m("trainguard_train_start_timestamp_seconds")
+    return f"(max by ({JOB}) ({last}) or max by ({JOB}) ({start}))"
+
+
 def _stall_seconds(ctx: Context, a: EffectiveAlert) -> float:
     # a checkpoint pauses steps, so a stall is only judged past the longest a checkpoint may take
     return max(a.p("seconds"), duration_seconds(ctx.monitor.spec.checkpoint.timeout))
@@ -170,7 +170,7 @@ EXPRESSIONS: dict[str, Callable[[Context, EffectiveAlert], str]] = {
         f"increase({c.m('trainguard_train_nonfinite_loss_total')}[{c.rate_window}]) > 0"
     ),
     "TrainingJobStalled": lambda c, a: (
-        f"time() - max by ({JOB}) ({c.m('trainguard_train_last_step_timestamp_seconds')}) "
+        f"time() - {_since_start(c, c.m('trainguard_train_last_step_timestamp_seconds'))} "
         f"> {_num(_stall_seconds(c, a))}"
     ),
     "GPUNodeDown": lambda c, a: (
@@ -181,6 +181,7 @@ EXPRESSIONS: dict[str, Callable[[Context, EffectiveAlert], str]] = {
     "GPUDoubleBitECCError": lambda c, a: (
         f"increase({c.gpu('DCGM_FI_DEV_ECC_DBE_VOL_TOTAL')}[{c.rate_window}]) > 0"
     ),
+    "GPULost": lambda c, a: f"{c.m('trainguard_gpu_lost')} == 1",
     "GPUCriticalXid": lambda c, a: " or ".join(
         f"{c.gpu('DCGM_FI_DEV_XID_ERRORS')} == {code}" for code in a.alert.extra.get("codes", FATAL_XIDS)
     ),
@@ -203,7 +204,7 @@ EXPRESSIONS: dict[str, Callable[[Context, EffectiveAlert], str]] = {
         f"{c.m('trainguard:train_grad_norm:max:upper_bound')} and {c.warmed_up}"
     ),
     "CheckpointStale": lambda c, a: (
-        f"time() - max by ({JOB}) ({c.m('trainguard_checkpoint_last_success_timestamp_seconds', _FULL)}) "
+        f"time() - {_since_start(c, c.m('trainguard_checkpoint_last_success_timestamp_seconds', _FULL))} "
         f"> on({JOB}) {_num(a.p('factor') * c.monitor.spec.checkpoint.full_every_steps)} / "
         f"({c.m('trainguard:train_step:rate')} > 0)"
     ),
