@@ -8,6 +8,7 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from trainguard.sdk.transport import Transport
@@ -15,6 +16,8 @@ from trainguard.sdk.transport import Transport
 log = logging.getLogger("trainguard.sdk")
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:9400"
+CHECKPOINT_KINDS = ("incremental", "full")  # the exporter counts any other kind as incremental
+FIRST_CONTROL_TIMEOUT_S = 0.5  # resume_from() waits at most this long for a sidecar it never reached
 
 
 def _clean(value: Any) -> Any:
@@ -36,6 +39,7 @@ class Reporter:
         full_every: int | None = None,
         timeout_s: float = 1.0,
         start: bool = True,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.endpoint = endpoint or os.environ.get("TRAINGUARD_ENDPOINT") or DEFAULT_ENDPOINT
         self.transport = Transport(self.endpoint, timeout=timeout_s)
@@ -46,7 +50,10 @@ class Reporter:
         self.full_every = full_every or int(env("TRAINGUARD_CHECKPOINT_FULL_EVERY", "1000"))
         self.flush_interval_s = flush_interval_s
         self.control_interval_s = control_interval_s
-        self._queue: collections.deque[dict[str, Any]] = collections.deque(maxlen=queue_size)
+        self._clock = clock
+        self.started_at = clock()
+        self._queue_size = max(1, queue_size)
+        self._queue: collections.deque[dict[str, Any]] = collections.deque(maxlen=self._queue_size)
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()  # one flush at a time: the thread's and close()'s
         self._wake = threading.Event()
@@ -55,6 +62,7 @@ class Reporter:
         self.sent = 0
         self.failures = 0
         self._warned = False
+        self._warned_input = False
         self._control: dict[str, Any] = {
             "pause": False,
             "checkpoint": None,
@@ -62,6 +70,12 @@ class Reporter:
             "resume_from": None,
         }
         self._last_control = 0.0
+        self._control_fetched = False  # once the sidecar has answered GET /v1/control
+        self._first_resume_fetch_done = False
+        self._instance: str | None = None  # the sidecar's instance id last seen (it changes on restart)
+        self._hello_lost = False  # a hello was dropped from the full queue: send another
+        self._checkpoints: dict[str, dict[str, Any]] = {}  # kind -> the newest successful one recorded
+        self._put(self._hello())  # the first event sent
         self._thread: threading.Thread | None = None
         if start:
             self._thread = threading.Thread(target=self._run, name="trainguard-sdk", daemon=True)
@@ -71,9 +85,37 @@ class Reporter:
 
     def _put(self, event: dict[str, Any]) -> None:
         with self._lock:
-            if len(self._queue) == self._queue.maxlen:
-                self.dropped += 1  # deque(maxlen) drops the oldest
+            if len(self._queue) == self._queue_size:  # deque(maxlen) drops the oldest: count it
+                self.dropped += 1
+                if self._queue[0]["type"] == "hello":
+                    self._hello_lost = True
             self._queue.append(event)
+
+    def _count_dropped(self, events: Iterable[dict[str, Any]]) -> None:
+        """Count reports that will never be sent (the caller holds the lock). A dropped hello is
+        queued again at the next control refresh: without it the sidecar cannot know the job."""
+        for event in events:
+            self.dropped += 1
+            if event.get("type") == "hello":
+                self._hello_lost = True
+
+    def _bad_input(self, what: str, exc: Exception) -> None:
+        with self._lock:
+            self.dropped += 1
+        if not self._warned_input:
+            self._warned_input = True
+            log.warning("trainguard: %s got a value it cannot report (%s); that report is dropped", what, exc)
+
+    def _hello(self) -> dict[str, Any]:
+        """Who this trainer is, for a sidecar that starts (or restarts) without knowing: a restarted
+        sidecar lost the job's start time, its checkpoint times and which GPUs are this pod's."""
+        return {
+            "type": "hello",
+            "started_at": self.started_at,
+            "pid": os.getpid(),
+            "visible_devices": os.environ.get("NVIDIA_VISIBLE_DEVICES") or None,
+            "checkpoints": {kind: dict(ckpt) for kind, ckpt in self._checkpoints.items()},
+        }
 
     def log_step(
         self,
@@ -86,41 +128,58 @@ class Reporter:
         allreduce_s: float | None = None,
         step_time_s: float | None = None,
     ) -> None:
-        event: dict[str, Any] = {"type": "step", "step": step, "ts": time.time()}
-        for key, value in (("loss", loss), ("grad_norm", grad_norm), ("tokens", tokens), ("loss_scale", loss_scale),
-                           ("dataloader_wait_s", dataloader_wait_s), ("allreduce_s", allreduce_s),
-                           ("step_time_s", step_time_s)):  # fmt: skip
-            if value is not None:
-                event[key] = _clean(float(value))
+        try:
+            event: dict[str, Any] = {"type": "step", "step": int(step), "ts": self._clock()}
+            for key, value in (("loss", loss), ("grad_norm", grad_norm), ("tokens", tokens), ("loss_scale", loss_scale),
+                               ("dataloader_wait_s", dataloader_wait_s), ("allreduce_s", allreduce_s),
+                               ("step_time_s", step_time_s)):  # fmt: skip
+                if value is not None:
+                    event[key] = _clean(float(value))
+        except (TypeError, ValueError, OverflowError) as exc:  # a str, a NaN step, a many-element tensor
+            self._bad_input("log_step", exc)
+            return
         self._put(event)
-        if loss is not None and not math.isfinite(float(loss)):
-            self._wake.set()  # a NaN is a P0: do not wait for the next flush
+        if isinstance(event.get("loss"), str):
+            self._wake.set()  # a non-finite loss is a P0: do not wait for the next flush
 
     def checkpoint_saved(self, step: int, kind: str, path: str, ok: bool = True) -> None:
-        self._put(
-            {
-                "type": "checkpoint",
-                "step": step,
-                "kind": kind,
-                "path": str(path),
-                "ok": bool(ok),
-                "ts": time.time(),
-            }
-        )
+        try:
+            step, kind, path, ok = int(step), str(kind), str(path), bool(ok)
+        except (TypeError, ValueError, OverflowError) as exc:
+            self._bad_input("checkpoint_saved", exc)
+            return
+        ts = self._clock()
+        self._put({"type": "checkpoint", "step": step, "kind": kind, "path": path, "ok": ok, "ts": ts})
         if ok:
             with self._lock:
+                recorded = kind if kind in CHECKPOINT_KINDS else "incremental"
+                self._checkpoints[recorded] = {"step": step, "ts": ts, "path": path}
                 best = self._control.get("resume_from")
                 if best is None or step >= float(best.get("step", -1)):
-                    self._control["resume_from"] = {"step": step, "kind": kind, "path": str(path)}
+                    self._control["resume_from"] = {"step": step, "kind": kind, "path": path}
                 if self._control.get("checkpoint") in (kind, "incremental"):
                     self._control["checkpoint"] = None
         self._wake.set()
 
     def log_request(self, latency_s: float, queue_depth: int) -> None:
-        self._put({"type": "request", "latency_s": float(latency_s), "queue_depth": int(queue_depth)})
+        try:
+            event = {
+                "type": "request",
+                "latency_s": _clean(float(latency_s)),
+                "queue_depth": int(queue_depth),
+            }
+        except (TypeError, ValueError, OverflowError) as exc:
+            self._bad_input("log_request", exc)
+            return
+        self._put(event)
 
     def log_fragmentation(self, gpu: int, ratio: float) -> None:
-        self._put({"type": "fragmentation", "gpu": int(gpu), "ratio": float(ratio)})
+        try:
+            event = {"type": "fragmentation", "gpu": int(gpu), "ratio": _clean(float(ratio))}
+        except (TypeError, ValueError, OverflowError) as exc:
+            self._bad_input("log_fragmentation", exc)
+            return
+        self._put(event)
 
     # ---- what the operator asks (cached; refreshed by the background thread) ----
 
@@ -141,9 +200,15 @@ class Reporter:
             return bool(self._control.get("pause"))
 
     def resume_from(self) -> dict[str, Any] | None:
-        """The newest good checkpoint: {"step", "kind", "path"}, or None."""
+        """The newest good checkpoint: {"step", "kind", "path"}, or None.
+
+        Usually called once, right after construction, before the background thread has asked the
+        sidecar: so the first call asks it now (at most FIRST_CONTROL_TIMEOUT_S) unless that is done."""
         if self._thread is None:
             self._refresh_control(force=True)
+        elif not self._control_fetched and not self._first_resume_fetch_done:
+            self._first_resume_fetch_done = True
+            self._refresh_control(force=True, timeout=min(self.transport.timeout, FIRST_CONTROL_TIMEOUT_S))
         with self._lock:
             best = self._control.get("resume_from")
             return dict(best) if best else None
@@ -180,29 +245,42 @@ class Reporter:
                 self._warned = False
         except (OSError, ValueError) as exc:
             self._warn_once(exc)
-            with self._lock:  # keep what fits, newest first: the queue's bound still holds
-                for event in reversed(batch):
-                    if len(self._queue) == self._queue.maxlen:
-                        self.dropped += 1
-                        break
-                    self._queue.appendleft(event)
+            with self._lock:  # put back the newest that fit in front of what came since: the bound holds
+                room = max(0, self._queue_size - len(self._queue))
+                kept = batch[len(batch) - room :] if room else []
+                self._queue.extendleft(reversed(kept))
+                self._count_dropped(batch[: len(batch) - len(kept)])
 
-    def _refresh_control(self, force: bool = False) -> None:
+    def _refresh_control(self, force: bool = False, timeout: float | None = None) -> None:
         now = time.monotonic()
         if not force and now - self._last_control < self.control_interval_s:
             return
         self._last_control = now
         try:
-            control = self.transport.request("GET", "/v1/control")
+            control = self.transport.request("GET", "/v1/control", timeout=timeout)
         except (OSError, ValueError) as exc:
             self._warn_once(exc)
             return
-        if isinstance(control, dict):
-            with self._lock:
-                local_best = self._control.get("resume_from")
-                self._control.update(control)
-                if control.get("resume_from") is None and local_best is not None:
-                    self._control["resume_from"] = local_best
+        if not isinstance(control, dict):
+            return
+        instance = control.pop("instance", None)
+        hello = None
+        with self._lock:
+            self._control_fetched = True
+            local_best = self._control.get("resume_from")
+            self._control.update(control)
+            if control.get("resume_from") is None and local_best is not None:
+                self._control["resume_from"] = local_best
+            # no instance (an older exporter) changes nothing; a new one is a restarted sidecar
+            if isinstance(instance, str):
+                restarted = self._instance is not None and instance != self._instance
+                if restarted or self._hello_lost:
+                    self._hello_lost = False
+                    hello = self._hello()
+                self._instance = instance
+        if hello is not None:
+            self._put(hello)
+            self._wake.set()
 
     def _run(self) -> None:
         while not self._closed.is_set():

@@ -37,13 +37,15 @@ class Transport:
                 f"TRAINGUARD_ENDPOINT must be http://HOST:PORT or unix:///PATH (got {endpoint!r})"
             )
 
-    def _conn(self) -> http.client.HTTPConnection:
+    def _conn(self, timeout: float) -> http.client.HTTPConnection:
         if self.unix:
-            return UnixHTTPConnection(self.path, self.timeout)
-        return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+            return UnixHTTPConnection(self.path, timeout)
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
 
-    def request(self, method: str, path: str, body: Any = None) -> Any:
-        conn = self._conn()
+    def request(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> Any:
+        """The decoded JSON answer. Every failure is an OSError or a ValueError (bad JSON), so a caller
+        that must never raise catches those two: a garbled answer (http.client.HTTPException) is one."""
+        conn = self._conn(self.timeout if timeout is None else timeout)
         try:
             data = None if body is None else json.dumps(body).encode()
             headers = {"Content-Type": "application/json"} if data is not None else {}
@@ -53,5 +55,7 @@ class Transport:
             if resp.status >= 400:
                 raise OSError(f"sidecar answered {resp.status} to {method} {path}")
             return json.loads(raw) if raw else None
+        except http.client.HTTPException as exc:
+            raise OSError(f"sidecar gave a malformed answer to {method} {path}: {exc!r}") from exc
         finally:
             conn.close()

@@ -1,0 +1,93 @@
+"""The hello event: who this trainer is, sent first and again to a sidecar that restarted (its
+control answer carries a new `instance`), with the checkpoints recorded before the restart."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.sdk.fakes import running_sidecar, wait
+from trainguard.sdk import Reporter
+
+STARTED = 1_700_000_000.0
+
+
+def control(instance: str | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"pause": False, "checkpoint": None, "advisories": [], "resume_from": None}
+    if instance is not None:
+        body["instance"] = instance
+    return body
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = STARTED
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+@pytest.fixture(autouse=True)
+def visible_devices(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "GPU-8f2c,GPU-11aa")
+    yield
+
+
+def test_the_first_event_sent_is_hello() -> None:
+    with running_sidecar(control("a")) as (sidecar, url):
+        tg = Reporter(url, clock=Clock(), flush_interval_s=0.02, control_interval_s=0.02)
+        tg.log_step(1, loss=1.0)
+        tg.close()
+    assert sidecar.batches[0][0] == {"type": "hello", "started_at": STARTED + 1, "pid": os.getpid(),
+                                     "visible_devices": "GPU-8f2c,GPU-11aa", "checkpoints": {}}  # fmt: skip
+
+
+def test_a_restarted_sidecar_gets_hello_again_with_the_checkpoints_recorded_before() -> None:
+    with running_sidecar(control("a")) as (sidecar, url):
+        tg = Reporter(url, clock=Clock(), flush_interval_s=0.02, control_interval_s=0.02)
+        try:
+            tg.checkpoint_saved(100, "incremental", "/ckpt/100")
+            tg.checkpoint_saved(200, "incremental", "/ckpt/200")
+            tg.checkpoint_saved(150, "full", "/ckpt/full-150", ok=False)  # a failed save is no checkpoint
+            wait(lambda: sum(e["type"] == "checkpoint" for e in sidecar.events) == 3)
+            gets = sidecar.control_gets
+            wait(lambda: sidecar.control_gets >= gets + 3)
+            assert len(sidecar.hellos()) == 1, "the same sidecar gets one hello"
+            sidecar.control = control("b")  # it restarted: start time and checkpoint times are gone
+            wait(lambda: len(sidecar.hellos()) == 2)
+            gets = sidecar.control_gets
+            wait(lambda: sidecar.control_gets >= gets + 3)
+            assert len(sidecar.hellos()) == 2
+        finally:
+            tg.close()
+    again = sidecar.hellos()[1]
+    assert again["started_at"] == STARTED + 1 and again["pid"] == os.getpid()
+    assert again["visible_devices"] == "GPU-8f2c,GPU-11aa"
+    assert again["checkpoints"] == {"incremental": {"step": 200, "ts": STARTED + 3, "path": "/ckpt/200"}}
+
+
+def test_an_older_sidecar_without_instance_gets_one_hello() -> None:
+    with running_sidecar(control(None)) as (sidecar, url):
+        tg = Reporter(url, flush_interval_s=0.02, control_interval_s=0.02)
+        try:
+            tg.checkpoint_saved(10, "full", "/ckpt/10")
+            wait(lambda: sidecar.control_gets >= 5)
+        finally:
+            tg.close()
+    assert len(sidecar.hellos()) == 1
+
+
+def test_a_hello_pushed_out_of_a_full_queue_is_sent_again() -> None:
+    with running_sidecar(control("a")) as (sidecar, url):
+        tg = Reporter(url, start=False, queue_size=3, clock=Clock())
+        for step in range(1, 6):  # the sidecar was slow to start: the hello was pushed out
+            tg.log_step(step)
+        tg.checkpoint_saved(5, "full", "/ckpt/5")
+        assert tg.resume_from() == {"step": 5, "kind": "full", "path": "/ckpt/5"}  # asks the sidecar
+        tg.flush()
+    assert [e["type"] for e in sidecar.events] == ["step", "checkpoint", "hello"]
+    assert sidecar.hellos()[0]["checkpoints"] == {"full": {"step": 5, "ts": STARTED + 7, "path": "/ckpt/5"}}
