@@ -11,7 +11,16 @@
             time.sleep(5)
 
 log_step does not block: reports go through a bounded queue (the oldest is dropped when it is full,
-and counted) to a background thread. A missing, slow or restarted sidecar costs one warning.
+and counted: every report is sent, still queued or counted in `dropped`) to a background thread. A
+missing, slow or restarted sidecar costs one warning; a value that is not a number costs its report.
+
+The first event is a hello (start time, pid, NVIDIA_VISIBLE_DEVICES, the newest checkpoint recorded
+per kind). It is sent again when the sidecar's control answer carries a new `instance` id (a restarted
+sidecar lost that state) or when the full queue pushed it out. resume_from() asks the sidecar itself
+(briefly) when called before the background thread has: it is usually the first thing a script asks.
+
+trainguard.sdk.huggingface and .lightning also report the fp16 loss scale every step and, where CUDA
+exists, the allocator's fragmentation every 50 steps (trainguard.sdk.torch_state reads both).
 """
 
 from trainguard.sdk.reporter import Reporter

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
+from trainguard.sdk import torch_state
 from trainguard.sdk.reporter import Reporter
 
 try:
@@ -14,18 +16,30 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 
 class TrainguardCallback(TrainerCallback):  # type: ignore[misc]
-    def __init__(self, reporter: Reporter | None = None, tokens_per_step: int | None = None) -> None:
+    def __init__(
+        self,
+        reporter: Reporter | None = None,
+        tokens_per_step: int | None = None,
+        fragmentation_every: int = torch_state.FRAGMENTATION_EVERY,
+    ) -> None:
         self.reporter = reporter or Reporter()
         self.tokens_per_step = tokens_per_step
         self._step_started = time.monotonic()
+        self._requested: tuple[int, str] | None = None  # (step, kind) of the save this callback asked for
+        self._fragmentation = torch_state.Every(fragmentation_every)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._step_started = time.monotonic()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        self.reporter.log_step(state.global_step, tokens=self.tokens_per_step,
-                               step_time_s=time.monotonic() - self._step_started)  # fmt: skip
-        if self.reporter.should_checkpoint(state.global_step):
+        step = state.global_step
+        self.reporter.log_step(step, tokens=self.tokens_per_step, step_time_s=time.monotonic() - self._step_started,
+                               loss_scale=torch_state.huggingface_loss_scale(kwargs))  # fmt: skip
+        if self._fragmentation.due(step):
+            torch_state.report_fragmentation(self.reporter)
+        if kind := self.reporter.should_checkpoint(step):
+            # a save HF's own cadence already asked for at this step writes everything: a full one
+            self._requested = (step, "full" if control.should_save else kind)
             control.should_save = True
         if self.reporter.should_pause():
             control.should_training_stop = True  # resume later from the checkpoint the operator kept
@@ -39,5 +53,9 @@ class TrainguardCallback(TrainerCallback):  # type: ignore[misc]
             self.reporter.log_step(state.global_step, loss=logs.get("loss"), grad_norm=logs.get("grad_norm"))
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        path = f"{args.output_dir}/checkpoint-{state.global_step}"
-        self.reporter.checkpoint_saved(state.global_step, "full", path)
+        """HF writes model, optimizer and scheduler state to {output_dir}/checkpoint-{global_step}: a
+        save on its own cadence is a full one; a save asked for here has the kind that was asked."""
+        step = state.global_step
+        requested, self._requested = self._requested, None
+        kind = requested[1] if requested is not None and requested[0] == step else "full"
+        self.reporter.checkpoint_saved(step, kind, os.path.join(args.output_dir, f"checkpoint-{step}"))

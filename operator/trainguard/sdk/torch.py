@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from trainguard.sdk import torch_state
 from trainguard.sdk.reporter import Reporter
 
 try:
@@ -21,10 +23,12 @@ def fragmentation(device: int = 0) -> float:
 
 
 def report_fragmentation(reporter: Reporter) -> None:
-    for device in range(torch.cuda.device_count()):
-        reporter.log_fragmentation(device, fragmentation(device))
+    """One sample per GPU this process reserved memory on, labelled with its pod-level index;
+    nothing without CUDA."""
+    for gpu, ratio in torch_state.fragmentation_by_gpu(torch, os.environ.get("CUDA_VISIBLE_DEVICES")).items():
+        reporter.log_fragmentation(gpu, ratio)
 
 
 def loss_scale(scaler: Any) -> float | None:
-    """The current scale of a torch.cuda.amp.GradScaler (None when it is disabled)."""
-    return float(scaler.get_scale()) if scaler is not None and scaler.is_enabled() else None
+    """The current scale of a torch GradScaler (None when it is disabled)."""
+    return torch_state.loss_scale(scaler)
