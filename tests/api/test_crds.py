@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -77,3 +78,13 @@ def test_alert_names_are_an_enum_in_the_policy_crd() -> None:
 def test_crd_yaml_round_trips() -> None:
     for name in crds():
         assert yaml.safe_load((ROOT / "crds" / name).read_text())["kind"] == "CustomResourceDefinition"
+
+
+def test_cel_regular_expressions_are_raw_strings() -> None:
+    """CEL rejects escapes such as `\\.` in a plain string literal, and the apiserver then refuses the CRD."""
+    for crd in crds().values():
+        schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        for path, node in walk(schema):
+            for rule in node.get("x-kubernetes-validations", []):
+                plain = re.findall(r"(?<![rR])'([^']*)'", rule["rule"])
+                assert not [s for s in plain if "\\" in s], f"{path}: {rule['rule']}"

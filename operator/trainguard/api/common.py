@@ -82,6 +82,13 @@ def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, Jso
     return out
 
 
+def cel_string(pattern: str) -> str:
+    """A regular expression as a CEL raw string literal: CEL rejects escapes such as `\\.` in plain ones."""
+    if "'" in pattern:
+        raise ValueError(f"cannot quote {pattern!r} as a CEL raw string")
+    return f"r'{pattern}'"
+
+
 def cel_rules(*rules: dict[str, JsonValue]) -> ConfigDict:
     """model_config carrying CEL rules into the generated CRD (pydantic merges it with the base config)."""
     return ConfigDict(json_schema_extra={"x-kubernetes-validations": list(rules)})
@@ -116,7 +123,7 @@ LABEL_VALUE_ALLOWED = (
     "a label value is empty or at most 63 letters, digits, '-', '_' or '.' "
     "that starts and ends with a letter or digit"
 )
-LABEL_KEY_CEL = f"k.matches('{LABEL_KEY_PATTERN}') && k.matches('{LABEL_KEY_LENGTHS}')"
+LABEL_KEY_CEL = f"k.matches({cel_string(LABEL_KEY_PATTERN)}) && k.matches({cel_string(LABEL_KEY_LENGTHS)})"
 """A CEL test of a label key bound to `k` (structural schemas cannot constrain map keys)."""
 
 
@@ -171,7 +178,7 @@ class LabelSelectorRequirement(Model):
             "self.operator in ['In', 'NotIn'] ? size(self.values) > 0 : size(self.values) == 0",
             "values must be non-empty for In and NotIn, and empty for Exists and DoesNotExist",
         ),
-        cel(f"self.key.matches('{LABEL_KEY_LENGTHS}')", LABEL_KEY_ALLOWED, ".key"),
+        cel(f"self.key.matches({cel_string(LABEL_KEY_LENGTHS)})", LABEL_KEY_ALLOWED, ".key"),
     )
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from trainguard.api.common import GROUP, K8S_NAME_PATTERN, VERSION
+from trainguard.api.common import GROUP, K8S_NAME_PATTERN, VERSION, cel_string
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.api.policy import AlertPolicy
 
@@ -137,7 +137,7 @@ def _crd(
                 "message": "metadata.name must be at most 63 characters: it becomes a label value",
             },
             {
-                "rule": f"self.metadata.name.matches('{K8S_NAME_PATTERN}')",
+                "rule": f"self.metadata.name.matches({cel_string(K8S_NAME_PATTERN)})",
                 "message": "metadata.name must be a DNS label (lowercase letters, digits and '-', no dots): "
                 "it becomes a label value and part of the generated objects' names",
             },

@@ -17,6 +17,7 @@ from trainguard.api.common import (
     SecretKeyRef,
     cel,
     cel_rules,
+    cel_string,
 )
 from trainguard.api.promql import promql_problem
 from trainguard.catalog import ALERT_NAMES, ALERTS_BY_NAME
@@ -180,7 +181,7 @@ class Receiver(Model):
             "self.type != 'wecom' || (has(self.corpId) && has(self.apiSecretSecretRef))",
             "a wecom receiver needs corpId and apiSecretSecretRef",
         ),
-        cel(f"!has(self.url) || !self.url.matches('{BOT_API_URL}')", BOT_API_MESSAGE, ".url"),
+        cel(f"!has(self.url) || !self.url.matches({cel_string(BOT_API_URL)})", BOT_API_MESSAGE, ".url"),
     )
 
 
