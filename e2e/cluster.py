@@ -26,6 +26,7 @@ from e2e.controlplane.local import free_port
 REPO = Path(__file__).resolve().parents[1]
 OPERATOR_NS = "trainguard-system"
 FAKE_NODE_LABEL = "trainguard.io/fake-node=true"
+RESYNC_SECONDS = 10
 T = TypeVar("T")
 
 
@@ -63,6 +64,7 @@ class Cluster:
     workdir: Path
     api: client.ApiClient = field(init=False)
     operators: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    webhook_ports: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.api = config.new_client_from_config(str(self.kubeconfig))
@@ -161,11 +163,16 @@ class Cluster:
             make_cert(d, "webhook", f"/CN={host}", [san], ca="webhook-ca")
         return d / "webhook.crt", d / "webhook.key", d / "webhook-ca.crt"
 
-    def start_operator(self, priority: int, name: str = "operator") -> subprocess.Popen[bytes]:
-        """Start `trainguard operator` and wait until kopf reports it alive."""
+    def start_operator(
+        self, priority: int, name: str = "operator", *, manage_webhook: bool = True
+    ) -> subprocess.Popen[bytes]:
+        """Start `trainguard operator` and wait until kopf reports it alive. A replica started with
+        `manage_webhook=False` serves admission on its own port (webhook_ports[name]) without pointing
+        the cluster's webhook configuration at itself."""
         host = os.environ.get("TRAINGUARD_E2E_WEBHOOK_HOST", "127.0.0.1")
         cert, key, ca = self.webhook_certs(host)
         port, health = free_port(), free_port()
+        self.webhook_ports[name] = port
         log = (self.workdir / f"{name}.log").open("ab")
         proc = subprocess.Popen(
             [sys.executable, "-m", "trainguard.cli", "operator",
@@ -173,7 +180,10 @@ class Cluster:
              "--webhook-addr", "0.0.0.0" if host != "127.0.0.1" else "127.0.0.1", "--webhook-port", str(port),
              "--webhook-url", f"https://{host}:{port}",
              "--webhook-cert", str(cert), "--webhook-key", str(key), "--webhook-ca", str(ca),
-             "--receiver-url", "https://127.0.0.1:1/v1/events", "--liveness", f"http://127.0.0.1:{health}/healthz"],
+             "--receiver-url", "https://127.0.0.1:1/v1/events", "--liveness", f"http://127.0.0.1:{health}/healthz",
+             # short periods, so the e2e tests see a resync and a pod count within seconds
+             "--resync-seconds", str(RESYNC_SECONDS), "--pods-seconds", "2",
+             *([] if manage_webhook else ["--no-manage-webhook"])],
             stdout=log, stderr=subprocess.STDOUT, env=os.environ | {"PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
         self.operators.append(proc)

@@ -264,7 +264,7 @@ def test_restart_leaves_no_duplicates_and_keeps_status(operator: Cluster, ns: st
 
 
 def test_two_replicas_apply_each_change_once(operator: Cluster, ns: str) -> None:
-    second = operator.start_operator(priority=50, name="operator-b")
+    second = operator.start_operator(priority=50, name="operator-b", manage_webhook=False)
     try:
         operator.apply(quickstart(ns))
         wait_for("monitor Ready", lambda: ready(operator, ns, generation=1))

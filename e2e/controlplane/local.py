@@ -187,8 +187,10 @@ class LocalControlPlane:
             f"--service-account-key-file={d / 'sa.pub'}", f"--service-account-signing-key-file={d / 'sa.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--authorization-mode=Node,RBAC",
+            # OwnerReferencesPermissionEnforcement as on OpenShift: blockOwnerDeletion needs RBAC
             "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,DefaultStorageClass,ResourceQuota,"
-            "MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy",
+            "MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy,"
+            "OwnerReferencesPermissionEnforcement",
             "--allow-privileged=true", "--profiling=false", "--endpoint-reconciler-type=none",
         ])  # fmt: skip
         self.write_kubeconfig(

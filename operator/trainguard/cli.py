@@ -24,7 +24,7 @@ def _fail(message: str, code: int = EXIT_INVALID) -> NoReturn:
 
 def _need(extra: str, *modules: str) -> None:
     """Fail with the pip command to run when a command's extra is not installed."""
-    for module in modules or ("pydantic", "yaml"):
+    for module in modules or ("pydantic", "yaml", "promql_parser"):
         try:
             importlib.import_module(module)
         except ImportError:
@@ -132,7 +132,7 @@ def cmd_docs(args: argparse.Namespace) -> int:
 
 
 def cmd_operator(args: argparse.Namespace) -> int:
-    _need("operator", "kopf", "kubernetes", "pydantic", "yaml")
+    _need("operator", "kopf", "kubernetes", "pydantic", "yaml", "promql_parser")
     import logging
 
     from trainguard.controller.run import OperatorOptions, run
@@ -158,6 +158,8 @@ def cmd_operator(args: argparse.Namespace) -> int:
             manage_webhook=not args.no_manage_webhook,
             receiver_url=args.receiver_url,
             liveness=args.liveness or None,
+            resync_seconds=args.resync_seconds,
+            pods_seconds=args.pods_seconds,
         )
     )
     return 0
@@ -244,6 +246,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     op.add_argument(
         "--liveness", default="http://0.0.0.0:8080/healthz", help="liveness endpoint; empty to disable"
+    )
+    op.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=120.0,
+        help="re-apply every monitor's objects this often (repairs hand edits); the leader only",
+    )
+    op.add_argument(
+        "--pods-seconds", type=float, default=15.0, help="refresh status.podsMonitored this often"
     )
     op.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     op.set_defaults(func=cmd_operator)

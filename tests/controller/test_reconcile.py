@@ -4,7 +4,11 @@ exercised by e2e/test_operator.py against a kube-apiserver)."""
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
 
 from tests.conftest import MONITOR, POLICY
 from trainguard.controller.kube import HASH_ANNOTATION, MissingAPI
@@ -12,28 +16,48 @@ from trainguard.controller.reconcile import reconcile_monitor
 
 
 class FakeKube:
+    """The API edge as the real one behaves: apply writes only when the object changes (an unchanged
+    server-side apply keeps its resourceVersion) and says whether it did; a refused apply raises the
+    client's ApiException with a Status body."""
+
     def __init__(
-        self, policies: dict[str, dict[str, Any]] | None = None, missing_kinds: tuple[str, ...] = ()
+        self,
+        policies: dict[str, dict[str, Any]] | None = None,
+        missing_kinds: tuple[str, ...] = (),
+        refuse: dict[str, ApiException] | None = None,
     ) -> None:
         self.policies = policies or {}
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.applies: list[str] = []
+        """Kinds whose apply changed the object."""
+        self.calls: list[str] = []
+        self.deleted: list[str] = []
         self.status: dict[str, Any] | None = None
         self.created: list[str] = []
         self.missing_kinds = missing_kinds
+        self.refuse = refuse or {}
 
     def get_policy(self, namespace: str, name: str) -> dict[str, Any] | None:
         return copy.deepcopy(self.policies.get(name))
 
-    def current_hash(self, obj: dict[str, Any]) -> str | None:
-        live = self.objects.get((obj["kind"], obj["metadata"]["name"]))
-        return None if live is None else live["metadata"]["annotations"][HASH_ANNOTATION]
-
-    def apply(self, obj: dict[str, Any]) -> None:
+    def apply(self, obj: dict[str, Any]) -> bool:
+        self.calls.append(obj["kind"])
         if obj["kind"] in self.missing_kinds:
             raise MissingAPI(f"{obj['kind']} is not served")
-        self.objects[(obj["kind"], obj["metadata"]["name"])] = obj
-        self.applies.append(obj["kind"])
+        if obj["kind"] in self.refuse:
+            raise self.refuse[obj["kind"]]
+        key = (obj["kind"], obj["metadata"]["name"])
+        changed = self.objects.get(key) != obj
+        self.objects[key] = copy.deepcopy(obj)
+        if changed:
+            self.applies.append(obj["kind"])
+        return changed
+
+    def delete_if_present(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
+        if self.objects.pop((kind, name), None) is None:
+            return False
+        self.deleted.append(f"{kind}/{name}")
+        return True
 
     def create_if_absent(self, obj: dict[str, Any]) -> bool:
         if obj["metadata"]["name"] in self.created:
@@ -50,6 +74,12 @@ class FakeKube:
 
     def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.status = status
+
+
+def refused(code: int, message: str) -> ApiException:
+    exc = ApiException(status=code, reason="Unprocessable Entity" if code == 422 else "Error")
+    exc.body = json.dumps({"kind": "Status", "status": "Failure", "message": message, "code": code})
+    return exc
 
 
 def body(**spec: Any) -> dict[str, Any]:
@@ -76,7 +106,67 @@ def test_applies_everything_then_nothing_when_unchanged() -> None:
     kube.applies.clear()
     events.clear()
     reconcile_monitor(kube, body(), announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
-    assert kube.applies == [] and events == [], "the input-hash annotation says nothing changed"
+    assert kube.calls[-3:] == ["PrometheusRule", "AlertmanagerConfig", "PodMonitor"], "applied every time"
+    assert kube.applies == [] and events == [], "nothing changed, so nothing is announced"
+    assert kube.objects[("PrometheusRule", "trainguard-llama-pretrain")]["metadata"]["annotations"][
+        HASH_ANNOTATION
+    ]
+
+
+def test_a_hand_edit_of_an_owned_object_is_repaired_by_the_next_reconcile() -> None:
+    kube = FakeKube({"default": POLICY})
+    reconcile_monitor(kube, body())  # type: ignore[arg-type]
+    rule = kube.objects[("PrometheusRule", "trainguard-llama-pretrain")]
+    rendered = copy.deepcopy(rule["spec"])
+    rule["spec"]["groups"][0]["rules"] = []  # kubectl edit: every rule gone, the annotation kept
+    kube.applies.clear()
+    reconcile_monitor(kube, body())  # type: ignore[arg-type]
+    assert kube.applies == ["PrometheusRule"]
+    assert kube.objects[("PrometheusRule", "trainguard-llama-pretrain")]["spec"] == rendered
+
+
+def test_an_apply_the_api_refuses_is_degraded_naming_the_object_and_the_message() -> None:
+    message = 'admission webhook "prometheusrulevalidate.monitoring.coreos.com" denied the request: bad expr'
+    kube = FakeKube({"default": POLICY}, refuse={"PrometheusRule": refused(422, message)})
+    events: list[tuple[str, str]] = []
+    reconcile_monitor(kube, body(), announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
+    c = cond(kube, "Degraded")
+    assert c["status"] == "True" and c["reason"] == "ApplyFailed"
+    assert "PrometheusRule ml/trainguard-llama-pretrain" in c["message"] and message in c["message"]
+    assert cond(kube, "Ready")["status"] == "False"
+    assert cond(kube, "RulesApplied")["status"] == "False"
+    assert events == [("ApplyFailed", c["message"])]
+
+
+def test_a_forbidden_apply_is_degraded_and_later_objects_say_what_was_applied() -> None:
+    kube = FakeKube({"default": POLICY}, refuse={"PodMonitor": refused(403, "podmonitors is forbidden")})
+    reconcile_monitor(kube, body())  # type: ignore[arg-type]
+    c = cond(kube, "Degraded")
+    assert c["reason"] == "ApplyFailed" and "PodMonitor" in c["message"] and "RBAC" in c["message"]
+    assert cond(kube, "RulesApplied")["status"] == "True"
+    assert cond(kube, "RoutesApplied")["status"] == "True"
+
+
+def test_a_transient_api_failure_is_reported_and_raised_for_kopf_to_retry() -> None:
+    kube = FakeKube({"default": POLICY}, refuse={"PrometheusRule": refused(503, "etcd unavailable")})
+    with pytest.raises(ApiException):
+        reconcile_monitor(kube, body())  # type: ignore[arg-type]
+    assert cond(kube, "Degraded")["reason"] == "ApplyFailed"
+
+
+def test_the_receiver_secret_goes_when_the_inline_url_does() -> None:
+    slack = copy.deepcopy(POLICY)
+    slack["spec"]["receivers"].append(
+        {"name": "chat", "type": "slack", "roles": ["im"], "url": "https://hooks.slack.invalid/T/B/x"}
+    )
+    kube = FakeKube({"default": slack})
+    reconcile_monitor(kube, body())  # type: ignore[arg-type]
+    assert ("Secret", "trainguard-llama-pretrain-receivers") in kube.objects
+    kube.policies["default"] = POLICY
+    reconcile_monitor(kube, body())  # type: ignore[arg-type]
+    assert kube.deleted == ["Secret/trainguard-llama-pretrain-receivers"]
+    reconcile_monitor(kube, body())  # type: ignore[arg-type]
+    assert kube.deleted == ["Secret/trainguard-llama-pretrain-receivers"], "deleted once"
 
 
 def test_policy_change_reapplies_only_what_changed() -> None:

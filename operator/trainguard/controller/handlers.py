@@ -1,65 +1,80 @@
-"""kopf handlers. Registered on a registry passed in, so importing this module changes nothing."""
+"""kopf handlers. Registered on a registry passed in, so importing this module changes nothing.
+
+No handler here needs a finalizer: kopf adds one for timers and for non-optional deletion handlers,
+and a finalizer left behind by an uninstalled operator blocks the deletion of monitors and of their
+namespaces. Periodic work is in controller.periodic; a deleted policy arrives as a watch event.
+"""
 
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any, cast
+import weakref
+from collections.abc import Mapping
+from typing import Any
 
 import kopf
-from pydantic import ValidationError
 
-from trainguard.api import GROUP, VERSION, InvalidInput, TrainingJobMonitor, parse_object
-from trainguard.api.common import LabelSelector
+from trainguard.api import GROUP, VERSION, InvalidInput, parse_object
+from trainguard.controller.admission import admit
 from trainguard.controller.kube import Kube
 from trainguard.controller.reconcile import reconcile_monitor, utcnow
 from trainguard.controller.status import Outcome, monitor_status
-from trainguard.render.sidecar import inject, matching_monitor
 
 log = logging.getLogger("trainguard.handlers")
 
 MONITORS = (GROUP, VERSION, "trainingjobmonitors")
 POLICIES = (GROUP, VERSION, "alertpolicies")
-RESYNC_SECONDS = 120.0
-POD_COUNT_SECONDS = 15.0
 
 
 class MonitorLocks:
-    """One lock per monitor: its own handler, the policy handler and the resync timer run on
-    kopf's thread pool and would otherwise render and apply the same monitor at once."""
+    """One lock per monitor: its handler, the policy handler and the periodic resync run on different
+    threads and would otherwise render and apply the same monitor at once. Weakly held, so the locks
+    of deleted monitors go away with their last user."""
 
     def __init__(self) -> None:
         self._guard = threading.Lock()
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._locks: weakref.WeakValueDictionary[tuple[str, str], threading.Lock] = (
+            weakref.WeakValueDictionary()
+        )
 
     def __call__(self, namespace: str, name: str) -> threading.Lock:
         with self._guard:
-            return self._locks.setdefault((namespace, name), threading.Lock())
+            lock = self._locks.get((namespace, name))
+            if lock is None:
+                lock = threading.Lock()
+                self._locks[(namespace, name)] = lock
+            return lock
+
+    def __len__(self) -> int:
+        return len(self._locks)
 
 
 LOCKS = MonitorLocks()
 
 
-def _announcer(body: Mapping[str, Any]) -> Callable[[str, str], None]:
-    """Post a Kubernetes Event about the object (through kopf's event queue)."""
+def announcer(kube: Kube, body: Mapping[str, Any]) -> Any:
+    """Post Kubernetes Events about the object; a failed post is logged, never raised."""
 
     def post(reason: str, message: str) -> None:
-        kopf.info(kopf.Body(cast(kopf.RawBody, dict(body))), reason=reason, message=message)
+        try:
+            kube.post_event(dict(body), reason, message, "Warning" if reason.endswith("Failed") else "Normal")
+        except Exception:
+            log.exception("could not post the %s Event", reason)
 
     return post
 
 
-def _reconcile(kube: Kube, namespace: str, name: str) -> None:
+def reconcile(kube: Kube, namespace: str, name: str) -> None:
     with LOCKS(namespace, name):
         fresh = kube.get_monitor(namespace, name)
         if fresh is not None:  # read under the lock, so the status it starts from is current
-            reconcile_monitor(kube, fresh, announce=_announcer(fresh))
+            reconcile_monitor(kube, fresh, announce=announcer(kube, fresh))
 
 
 def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
-    """Attach every handler of the operator to `registry`."""
+    """Attach every handler of the operator to `registry`. The memo carries `kube` and
+    `native_sidecar` (set at startup)."""
 
     # ---- indices: what other handlers look up without an API call ----
 
@@ -67,53 +82,22 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
     def monitors_by_policy(*, namespace: str | None, name: str, spec: kopf.Spec, **_: Any) -> dict[Any, Any]:
         return {(namespace, ref.get("name")): name for ref in spec.get("policyRefs", []) or []}
 
-    @kopf.index(*MONITORS, id="monitors_by_namespace", registry=registry)
-    def monitors_by_namespace(*, namespace: str | None, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-        return {namespace: {"apiVersion": body["apiVersion"], "kind": body["kind"],
-                            "metadata": {"name": body.metadata.name, "namespace": namespace,
-                                         "uid": body.metadata.uid},
-                            "spec": dict(body.spec)}}  # fmt: skip
-
     # ---- monitors ----
 
     @kopf.on.resume(*MONITORS, id="monitor", registry=registry)
     @kopf.on.create(*MONITORS, id="monitor", registry=registry)
     @kopf.on.update(*MONITORS, id="monitor", registry=registry)
     def monitor_changed(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
-        _reconcile(memo["kube"], namespace or "default", name)
-
-    @kopf.timer(
-        *MONITORS, id="resync", interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS, registry=registry
-    )
-    def monitor_resync(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
-        # repairs drift (an owned object edited or deleted by hand) and refreshes the pod count
-        _reconcile(memo["kube"], namespace or "default", name)
-
-    @kopf.timer(*MONITORS, id="pods", interval=POD_COUNT_SECONDS, initial_delay=5, registry=registry)
-    def monitor_pods(
-        *, namespace: str | None, name: str, spec: kopf.Spec, status: kopf.Status, memo: Any, **_: Any
-    ) -> None:
-        """Keeps status.podsMonitored current between reconciles (a list of pods, nothing more)."""
-        kube: Kube = memo["kube"]
-        try:
-            selector = LabelSelector.model_validate(_plain(spec).get("selector") or {})
-        except ValidationError:
-            return  # the monitor's own reconcile reports it as Degraded; no retry storm here
-        if selector.is_empty():
-            return
-        count = kube.count_pods(namespace or "default", selector.to_selector_string())
-        if status.get("podsMonitored") != count:
-            with LOCKS(namespace or "default", name):
-                kube.patch_status(
-                    "trainingjobmonitors", namespace or "default", name, {"podsMonitored": count}
-                )
+        reconcile(memo["kube"], namespace or "default", name)
 
     # ---- policies: every monitor that names a policy is re-rendered when it changes ----
+
+    def users_of(namespace: str, name: str, index: kopf.Index[Any, str] | None) -> list[str]:
+        return sorted(set(index.get((namespace, name), [])) if index else [])
 
     @kopf.on.resume(*POLICIES, id="policy", registry=registry)
     @kopf.on.create(*POLICIES, id="policy", registry=registry)
     @kopf.on.update(*POLICIES, id="policy", registry=registry)
-    @kopf.on.delete(*POLICIES, id="policy-deleted", registry=registry, optional=True)
     def policy_changed(
         *,
         namespace: str | None,
@@ -125,13 +109,9 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
     ) -> None:
         kube: Kube = memo["kube"]
         namespace = namespace or "default"
-        users: list[str] = sorted(
-            set(monitors_by_policy.get((namespace, name), [])) if monitors_by_policy else []
-        )
+        users = users_of(namespace, name, monitors_by_policy)
         for monitor_name in users:
-            _reconcile(kube, namespace, monitor_name)
-        if body.metadata.get("deletionTimestamp"):
-            return
+            reconcile(kube, namespace, monitor_name)
         try:
             parse_object(_plain(body), f"{namespace}/{name}")
             outcome = Outcome(
@@ -145,38 +125,40 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
         status["monitors"] = len(users)
         kube.patch_status("alertpolicies", namespace, name, status)
 
-    # ---- sidecar injection ----
-
-    @kopf.on.mutate("", "v1", "pods", id="inject-sidecar", operations=["CREATE"], ignore_failures=True,
-                    registry=registry)  # fmt: skip
-    def inject_sidecar(
+    @kopf.on.event(*POLICIES, id="policy-deleted", registry=registry)
+    def policy_deleted(
         *,
-        body: kopf.Body,
-        patch: kopf.Patch,
-        monitors_by_namespace: kopf.Index[str, dict[str, Any]] | None = None,
+        type: str | None,
+        namespace: str | None,
+        name: str,
+        memo: Any,
+        monitors_by_policy: kopf.Index[Any, str] | None = None,
         **_: Any,
     ) -> None:
-        pod = _plain(body)
-        namespace = pod.get("metadata", {}).get("namespace", "")
-        monitors = []
-        for raw in (monitors_by_namespace or {}).get(namespace, []):
-            try:
-                parsed = parse_object(raw)
-            except InvalidInput:
-                continue  # an invalid monitor selects nothing; its status says why
-            if isinstance(parsed, TrainingJobMonitor):
-                monitors.append(parsed)
-        monitor = matching_monitor(pod, monitors)
-        if monitor is None:
+        """A raw watch event: it needs no finalizer, unlike a deletion handler."""
+        if type != "DELETED":
             return
-        changes = inject(pod, monitor, fallback_trace=secrets.token_hex(16), receiver_url=receiver_url)
+        namespace = namespace or "default"
+        for monitor_name in users_of(namespace, name, monitors_by_policy):
+            reconcile(memo["kube"], namespace, monitor_name)  # now Degraded: PolicyNotFound
+
+    # ---- sidecar injection: every replica answers, standbys included ----
+
+    @kopf.on.mutate("", "v1", "pods", id="inject-sidecar", operations=["CREATE"], registry=registry)
+    def inject_sidecar(*, body: kopf.Body, patch: kopf.Patch, memo: Any, **_: Any) -> None:
+        kube: Kube = memo["kube"]
+        changes = admit(
+            _plain(body),
+            list_monitors=kube.list_monitors,
+            post_event=kube.post_event,
+            receiver_url=receiver_url,
+            native_sidecar=bool(memo.get("native_sidecar", True)),
+        )
         if changes is None:
             return
         patch.metadata["annotations"] = changes["metadata"]["annotations"]
         for key, value in changes["spec"].items():
             patch.spec[key] = value
-        log.info("injected the exporter into pod %s/%s for monitor %s",
-                 namespace, pod["metadata"].get("name") or pod["metadata"].get("generateName", "?"), monitor.name)  # fmt: skip
 
 
 def _plain(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
+import secrets
 from typing import Any, cast
 
 from kubernetes import client
@@ -12,9 +14,11 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
 from trainguard.api import GROUP, VERSION
+from trainguard.render.sidecar import carries_exporter
 
 FIELD_MANAGER = "trainguard-operator"
 HASH_ANNOTATION = "trainguard.io/input-hash"
+PEERING = ("kopf.dev", "v1", "clusterkopfpeerings")
 
 
 class MissingAPI(Exception):
@@ -39,6 +43,7 @@ class Kube:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self._dynamic: DynamicClient | None = None
+        self._written: dict[tuple[str, str, str], str] = {}
 
     @property
     def dynamic(self) -> DynamicClient:
@@ -59,20 +64,26 @@ class Kube:
                     f"{obj['kind']} ({obj['apiVersion']}) is not served by this cluster"
                 ) from None
 
-    def current_hash(self, obj: dict[str, Any]) -> str | None:
-        """The input-hash annotation of the live object, or None if it does not exist."""
+    def _live_version(self, obj: dict[str, Any]) -> str | None:
+        """The live object's resourceVersion; Secrets are write-only for the operator (no get), so for
+        them the version this process last wrote stands in."""
         meta = obj["metadata"]
+        key = (obj["kind"], meta.get("namespace") or "", meta["name"])
+        if obj["kind"] == "Secret":
+            return self._written.get(key)
         try:
             live = self.dynamic.get(self._resource(obj), name=meta["name"], namespace=meta.get("namespace"))
         except NotFoundError:
             return None
-        annotations = live.metadata.annotations or {}
-        return str(annotations.get(HASH_ANNOTATION, "")) or ""
+        return str(live.metadata.resourceVersion)
 
-    def apply(self, obj: dict[str, Any]) -> None:
-        """Server-side apply, taking ownership of the fields trainguard renders."""
+    def apply(self, obj: dict[str, Any]) -> bool:
+        """Server-side apply, taking ownership of the fields trainguard renders; True when the object
+        changed. Applying every time repairs hand edits; an unchanged object is not written again, so its
+        resourceVersion says whether anything happened."""
         meta = obj["metadata"]
-        self.dynamic.server_side_apply(
+        before = self._live_version(obj)
+        result = self.dynamic.server_side_apply(
             self._resource(obj),
             body=obj,
             name=meta["name"],
@@ -80,6 +91,19 @@ class Kube:
             field_manager=FIELD_MANAGER,
             force_conflicts=True,
         )
+        after = str(result.metadata.resourceVersion)
+        self._written[(obj["kind"], meta.get("namespace") or "", meta["name"])] = after
+        return before != after
+
+    def delete_if_present(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
+        """Delete an object trainguard no longer renders; True when there was one."""
+        resource = self._resource({"apiVersion": api_version, "kind": kind})
+        try:
+            self.dynamic.delete(resource, name=name, namespace=namespace)
+        except NotFoundError:
+            return False
+        self._written.pop((kind, namespace, name), None)
+        return True
 
     def create_if_absent(self, obj: dict[str, Any]) -> bool:
         """Create without reading first (the operator may create Secrets but not read them)."""
@@ -111,8 +135,32 @@ class Kube:
         return sorted(str(n.metadata.name) for n in nodes if n.metadata is not None)
 
     def count_pods(self, namespace: str, selector: str) -> int:
+        """Pods of the selector that carry the exporter: a pod let through without it is not monitored."""
         pods = self.core.list_namespaced_pod(namespace, label_selector=selector)
-        return len([p for p in pods.items if p.metadata is None or p.metadata.deletion_timestamp is None])
+        plain = [self.api.sanitize_for_serialization(p) for p in pods.items]
+        return len([p for p in plain if not p["metadata"].get("deletionTimestamp") and carries_exporter(p)])
+
+    def list_monitors(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Monitors read from the API, not from a watch: a standby replica's watches are paused."""
+        if namespace is None:
+            result = self.custom.list_cluster_custom_object(GROUP, VERSION, "trainingjobmonitors")
+        else:
+            result = self.custom.list_namespaced_custom_object(
+                GROUP, VERSION, namespace, "trainingjobmonitors"
+            )
+        return [cast(dict[str, Any], item) for item in cast(dict[str, Any], result).get("items", [])]
+
+    def get_peering(self, name: str) -> dict[str, Any] | None:
+        try:
+            return cast(dict[str, Any], self.custom.get_cluster_custom_object(*PEERING, name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def server_version(self) -> tuple[str, str]:
+        info = client.VersionApi(self.api).get_code()
+        return str(info.major), str(info.minor)
 
     def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
         try:
@@ -122,3 +170,34 @@ class Kube:
         except ApiException as exc:
             if exc.status != 404:  # deleted meanwhile: nothing to report on
                 raise
+
+    def post_event(self, regarding: dict[str, Any], reason: str, message: str, type_: str = "Normal") -> None:
+        """A core/v1 Event about an object (apiVersion, kind, metadata.name/namespace/uid): from kopf's
+        handlers and from the operator's own threads alike, where kopf's event queue does not exist."""
+        meta = regarding.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        now = dt.datetime.now(dt.UTC)
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{meta.get('name', 'trainguard')}.{secrets.token_hex(8)}",
+                "namespace": namespace,
+            },
+            "involvedObject": {
+                "apiVersion": regarding.get("apiVersion"),
+                "kind": regarding.get("kind"),
+                "name": meta.get("name"),
+                "namespace": namespace,
+                "uid": meta.get("uid"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": type_,
+            "source": {"component": FIELD_MANAGER},
+            "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "count": 1,
+            "reportingComponent": FIELD_MANAGER,
+        }
+        self.core.create_namespaced_event(namespace, cast(Any, event))

@@ -1,21 +1,31 @@
 """One reconcile of a monitor: render what it should own, apply what changed, report status.
 
 Never raises for a bad object: problems end in the Degraded condition with a message that says
-what to fix. API failures do raise, so kopf retries with backoff.
+what to fix. An apply the API refuses (a 422, an admission webhook or policy, a 403) is Degraded with
+reason ApplyFailed, naming the object and the API's message; a transient failure (5xx, 429, no answer)
+is reported the same way and raised, so kopf retries with backoff.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import secrets
 from collections.abc import Callable
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
+
 from trainguard.api import AlertPolicy, InvalidInput, TrainingJobMonitor, parse_object
 from trainguard.controller.kube import Kube, MissingAPI, content_hash, with_hash
 from trainguard.controller.status import Outcome, monitor_status
-from trainguard.render.kubernetes import fastpath_secret, fastpath_secret_name, monitor_objects
+from trainguard.render.kubernetes import (
+    fastpath_secret,
+    fastpath_secret_name,
+    monitor_objects,
+    receiver_secret_name,
+)
 from trainguard.render.policy import effective_policy
 
 log = logging.getLogger("trainguard.reconcile")
@@ -80,30 +90,66 @@ def reconcile_monitor(
     }
     desired = monitor_objects(monitor, effective, windows)
     outcome.input_hash = content_hash({"objects": desired})
+    label = ""
+    done: set[str] = set()
     try:
         for obj in desired:
             label = f"{obj['kind']} {obj['metadata']['namespace']}/{obj['metadata']['name']}"
-            stamped, digest = with_hash(obj)
-            # Secrets are write-only for the operator (no get): apply them every time
-            if obj["kind"] != "Secret" and kube.current_hash(obj) == digest:
+            stamped, _ = with_hash(obj)
+            # applied every time: an unchanged object costs the API no write, a hand edit is repaired
+            if kube.apply(stamped):
+                outcome.applied.append(label)
+            else:
                 outcome.unchanged.append(label)
-                continue
-            kube.apply(stamped)
-            outcome.applied.append(label)
+            done.add(obj["kind"])
+        label = f"Secret {ns}/{receiver_secret_name(monitor)}"
+        if "Secret" not in done and kube.delete_if_present("v1", "Secret", ns, receiver_secret_name(monitor)):
+            outcome.applied.append(f"deleted {label} (no inline receiver values left)")
+        label = f"Secret {ns}/{fastpath_secret_name(monitor)}"
         if kube.create_if_absent(fastpath_secret(monitor, secrets.token_urlsafe(32))):
-            outcome.applied.append(f"Secret {ns}/{fastpath_secret_name(monitor)}")
+            outcome.applied.append(label)
     except MissingAPI as exc:
         outcome.error_reason = "MissingCRDs"
         outcome.error_message = (
             f"{exc}: install prometheus-operator's CRDs (PrometheusRule, AlertmanagerConfig, PodMonitor)"
         )
         return _write(kube, body, outcome, now, monitor)
+    except ApiException as exc:
+        outcome.rules_applied = "PrometheusRule" in done
+        outcome.routes_applied = "AlertmanagerConfig" in done
+        outcome.error_reason = "ApplyFailed"
+        outcome.error_message = apply_failure_message(label, exc)
+        announce("ApplyFailed", outcome.error_message)
+        status = _write(kube, body, outcome, now, monitor)
+        if transient(exc):
+            raise
+        return status
     outcome.rules_applied = outcome.routes_applied = True
     if outcome.applied:
         message = f"applied {', '.join(outcome.applied)} for generation {outcome.generation}"
         log.info("%s/%s: %s", ns, name, message)
         announce("Applied", message)
     return _write(kube, body, outcome, now, monitor)
+
+
+def transient(exc: ApiException) -> bool:
+    """Worth retrying soon: the API was unavailable or busy, not refusing the object."""
+    return exc.status is None or exc.status in {0, 429} or exc.status >= 500
+
+
+def apply_failure_message(label: str, exc: ApiException) -> str:
+    """The object and the API's own message (its Status.message), which names the offending field."""
+    detail = str(exc.reason or "")
+    try:
+        status = json.loads(exc.body or "")
+        detail = str(status.get("message") or detail)
+    except (ValueError, TypeError, AttributeError):
+        pass
+    hint = {
+        403: "the operator's RBAC does not allow it (see deploy/rbac.yaml)",
+        422: "the object was invalid for the cluster's schema",
+    }.get(exc.status or 0, "retried at the next reconcile")
+    return f"{label}: the API refused the apply ({exc.status}): {detail}; {hint}"
 
 
 def _write(

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
+import secrets
+import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import kopf
 from kubernetes import client, config
 
-from trainguard.controller.handlers import register
+from trainguard.controller.handlers import LOCKS, reconcile, register
 from trainguard.controller.kube import Kube
+from trainguard.controller.leadership import Leadership
+from trainguard.controller.periodic import Periodic
+from trainguard.render.sidecar import supports_native_sidecar
 from trainguard.render.webhook import WEBHOOK_CONFIG_NAME, mutating_webhook_configuration
 
 log = logging.getLogger("trainguard.operator")
@@ -38,6 +44,46 @@ class OperatorOptions:
     manage_webhook: bool = True
     receiver_url: str = "https://trainguard-operator.trainguard-system.svc:8443/v1/events"
     liveness: str | None = "http://0.0.0.0:8080/healthz"
+    resync_seconds: float = 120.0
+    """How often every monitor is re-applied (repairs hand edits of the objects it owns)."""
+    pods_seconds: float = 15.0
+
+
+def client_configuration(kubeconfig: str | None) -> client.Configuration:
+    """A fresh client configuration: in-cluster, or from the kubeconfig file read now. Built anew at
+    each login, so a rotated ServiceAccount token or an exec plugin's new credential is picked up."""
+    cfg = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        return cfg
+    try:
+        config.load_incluster_config(client_configuration=cfg)
+    except config.ConfigException:
+        config.load_kube_config(client_configuration=cfg)
+    return cfg
+
+
+def connection_info(kubeconfig: str | None) -> kopf.ConnectionInfo:
+    """What kopf.login_via_client returns, for an explicit kubeconfig too: the token is read through
+    get_api_key_with_prefix, which runs the client's refresh hook (exec plugins, token files)."""
+    cfg = client_configuration(kubeconfig)
+    header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix("authorization")
+    parts = header.split(" ", 1) if header else []
+    scheme, token = (
+        (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
+    )
+    return kopf.ConnectionInfo(
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        username=cfg.username or None,
+        password=cfg.password or None,
+        scheme=scheme,
+        token=token,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+        default_namespace=None,
+    )
 
 
 def _api_client(opts: OperatorOptions) -> client.ApiClient:
@@ -56,15 +102,29 @@ def run(opts: OperatorOptions) -> None:
     api = _api_client(opts)
     kube = Kube(api)
     priority = opts.priority if opts.priority is not None else random.randint(1, 2**31 - 1)
+    # our own identity in kopf's peering, so the operator's loops can tell which replica leads
+    identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+    leader = Leadership(
+        None if opts.standalone else (lambda: kube.get_peering(opts.peering)), identity, priority
+    )
+    periodic = Periodic(
+        kube,
+        leader=leader,
+        reconcile=lambda ns, name: reconcile(kube, ns, name),
+        lock=LOCKS,
+        resync_s=opts.resync_seconds,
+        pods_s=opts.pods_seconds,
+    )
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
         memo["kube"] = kube
+        memo["native_sidecar"] = native_sidecar(kube)
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="trainguard.io")
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
             prefix="trainguard.io", key="last-handled-configuration"
         )
-        settings.persistence.finalizer = "trainguard.io/finalizer"
+        settings.persistence.finalizer = "trainguard.io/finalizer"  # only to remove old ones
         settings.posting.level = logging.INFO
         settings.watching.server_timeout = 300
         settings.networking.request_timeout = 60
@@ -79,23 +139,19 @@ def run(opts: OperatorOptions) -> None:
             settings.admission.managed = None  # we manage the configuration: Ignore, 5s, selectors
         if opts.manage_webhook and opts.webhook_ca and (opts.webhook_url or opts.webhook_service):
             ensure_webhook_configuration(kube, opts)
+        periodic.start()
+
+    @kopf.on.cleanup(registry=registry)
+    def stop_periodic(**_: Any) -> None:
+        periodic.stop()
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo | None:
-        cfg = api.configuration
-        token = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
-        return kopf.ConnectionInfo(
-            server=cfg.host,
-            ca_path=cfg.ssl_ca_cert,
-            insecure=not cfg.verify_ssl,
-            scheme="Bearer" if token else None,
-            token=token.removeprefix("Bearer ").strip() if token else None,
-            certificate_path=cfg.cert_file,
-            private_key_path=cfg.key_file,
-            default_namespace=None,
-        )
+        return connection_info(opts.kubeconfig)
 
-    log.info("trainguard operator starting: peering %s, priority %d", opts.peering, priority)
+    log.info(
+        "trainguard operator starting: peering %s, identity %s, priority %d", opts.peering, identity, priority
+    )
     asyncio.run(
         kopf.operator(
             registry=registry,
@@ -103,9 +159,24 @@ def run(opts: OperatorOptions) -> None:
             standalone=opts.standalone,
             peering_name=opts.peering,
             priority=priority,
+            identity=cast(Any, identity),  # kopf's Identity is a NewType of str
             liveness_endpoint=opts.liveness,
         )
     )
+
+
+def native_sidecar(kube: Kube) -> bool:
+    """Whether this apiserver keeps an init container's restartPolicy Always (Kubernetes 1.29+)."""
+    try:
+        major, minor = kube.server_version()
+    except Exception as exc:
+        log.warning("cannot read the server version (%s); assuming native sidecars are supported", exc)
+        return True
+    supported = supports_native_sidecar(major, minor)
+    if not supported:
+        log.warning("Kubernetes %s.%s has no native sidecars: the exporter is injected as a regular container "
+                    "(a Job's pod then completes only when the exporter stops too)", major, minor)  # fmt: skip
+    return supported
 
 
 def ensure_webhook_configuration(kube: Kube, opts: OperatorOptions) -> None:

@@ -78,6 +78,14 @@ def is_injected(pod: dict[str, Any]) -> bool:
     return INJECTED in annotations or EXPORTER in names
 
 
+def carries_exporter(pod: dict[str, Any]) -> bool:
+    """The pod runs the exporter (as a native sidecar or a regular container): it is monitored."""
+    spec = pod.get("spec") or {}
+    return any(
+        c.get("name") == EXPORTER for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    )
+
+
 def wants_injection(pod: dict[str, Any]) -> bool:
     labels = pod.get("metadata", {}).get("labels") or {}
     return labels.get(OPT_OUT) != "disabled"

@@ -1,0 +1,96 @@
+"""Sidecar injection at pod admission.
+
+Every replica answers admission requests, the standbys included, and kopf pauses a standby's watches,
+so the monitors are read from the API for each request rather than from a watch-fed index. Injection
+never denies a pod: on any error the pod is let through without the exporter and an Event says why.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from trainguard.api import InvalidInput, TrainingJobMonitor, parse_object
+from trainguard.render.sidecar import inject, matching_monitor
+
+log = logging.getLogger("trainguard.admission")
+
+
+def select(pod: Mapping[str, Any], monitors: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The raw monitor whose selector matches the pod; invalid monitors select nothing (their own
+    status says why)."""
+    parsed: dict[str, tuple[TrainingJobMonitor, dict[str, Any]]] = {}
+    for raw in monitors:
+        try:
+            obj = parse_object(raw)
+        except InvalidInput:
+            continue
+        if isinstance(obj, TrainingJobMonitor):
+            parsed[obj.name] = (obj, raw)
+    monitor = matching_monitor(dict(pod), [m for m, _ in parsed.values()])
+    return None if monitor is None else parsed[monitor.name][1]
+
+
+def regarding(pod: Mapping[str, Any], monitor: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """What an injection Event is about: the monitor when one matched, else the pod's controller (the
+    pod itself has no name yet at admission when it comes from a Job)."""
+    if monitor is not None:
+        return dict(monitor)
+    meta = pod.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("controller"):
+            return {
+                "apiVersion": ref.get("apiVersion"),
+                "kind": ref.get("kind"),
+                "metadata": {
+                    "name": ref.get("name"),
+                    "namespace": meta.get("namespace"),
+                    "uid": ref.get("uid"),
+                },
+            }
+    return None
+
+
+def admit(
+    pod: Mapping[str, Any],
+    *,
+    list_monitors: Callable[[str], list[dict[str, Any]]],
+    post_event: Callable[[dict[str, Any], str, str, str], None],
+    receiver_url: str,
+    native_sidecar: bool,
+) -> dict[str, Any] | None:
+    """The changes for an admitted pod, or None. Never raises: a broken operator must not block pods."""
+    namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+    matched: dict[str, Any] | None = None
+    try:
+        matched = select(pod, list_monitors(namespace))
+        if matched is None:
+            return None
+        monitor = parse_object(matched)
+        assert isinstance(monitor, TrainingJobMonitor)
+        changes = inject(dict(pod), monitor, fallback_trace=secrets.token_hex(16), receiver_url=receiver_url,
+                         native_sidecar=native_sidecar)  # fmt: skip
+        if changes is not None:
+            log.info("injecting the exporter into a pod of %s/%s for monitor %s", namespace, _pod_name(pod),
+                     monitor.name)  # fmt: skip
+        return changes
+    except Exception as exc:
+        message = (
+            f"pod {namespace}/{_pod_name(pod)} was admitted WITHOUT the trainguard exporter: {exc!r}. "
+            "It is not monitored until it is recreated; see the operator's log."
+        )
+        log.exception("sidecar injection failed; the pod is admitted without it")
+        target = regarding(pod, matched)
+        if target is not None:
+            try:
+                post_event(target, "InjectionFailed", message, "Warning")
+            except Exception:
+                log.exception("could not record the injection failure as an Event")
+        return None
+
+
+def _pod_name(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("name") or (str(meta.get("generateName") or "") + "*"))

@@ -1,0 +1,101 @@
+"""The operator's periodic work, on the leader only: a resync of every monitor (it repairs hand edits
+of owned objects) and the pod count in status.
+
+kopf timers would do this per object, but kopf puts a finalizer on every object that has a timer: with
+the operator uninstalled first, monitors then hang in Terminating and block namespace deletion. One
+loop over a list needs no finalizer.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from trainguard.api.common import LabelSelector
+
+log = logging.getLogger("trainguard.periodic")
+
+
+@dataclass
+class Periodic:
+    kube: Any
+    """list_monitors(), count_pods(ns, selector) and patch_status(...) of controller.kube.Kube."""
+    leader: Callable[[], bool]
+    reconcile: Callable[[str, str], None]
+    lock: Callable[[str, str], Any]
+    resync_s: float = 120.0
+    pods_s: float = 15.0
+    clock: Callable[[], float] = time.monotonic
+    _next_resync: float = 0.0
+    _next_pods: float = 0.0
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        now = self.clock()
+        self._next_resync = now + self.resync_s
+        self._next_pods = now + min(5.0, self.pods_s)
+
+    def tick(self) -> None:
+        """One pass: whatever is due, if this replica leads."""
+        now = self.clock()
+        resync, pods = now >= self._next_resync, now >= self._next_pods
+        if not (resync or pods) or not self.leader():
+            return
+        monitors = self.kube.list_monitors()
+        if resync:
+            self._next_resync = now + self.resync_s
+            for m in monitors:
+                ns, name = _key(m)
+                self._guarded("resync", ns, name, functools.partial(self.reconcile, ns, name))
+        if pods:
+            self._next_pods = now + self.pods_s
+            for m in monitors:
+                ns, name = _key(m)
+                self._guarded("pod count", ns, name, functools.partial(self._count_pods, ns, name, m))
+
+    @staticmethod
+    def _guarded(what: str, ns: str, name: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception:
+            log.exception("%s of %s/%s failed; retried next time", what, ns, name)
+
+    def _count_pods(self, ns: str, name: str, body: dict[str, Any]) -> None:
+        """Keeps status.podsMonitored current between reconciles."""
+        try:
+            selector = LabelSelector.model_validate((body.get("spec") or {}).get("selector") or {})
+        except ValidationError:
+            return  # the monitor's own reconcile reports it as Degraded
+        if selector.is_empty():
+            return
+        count = self.kube.count_pods(ns, selector.to_selector_string())
+        if (body.get("status") or {}).get("podsMonitored") != count:
+            with self.lock(ns, name):
+                self.kube.patch_status("trainingjobmonitors", ns, name, {"podsMonitored": count})
+
+    def run(self, interval_s: float = 1.0) -> None:
+        while not self._stop.wait(interval_s):
+            try:
+                self.tick()
+            except Exception:
+                log.exception("periodic pass failed; retried next time")
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.run, name="trainguard-periodic", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _key(monitor: dict[str, Any]) -> tuple[str, str]:
+    meta = monitor.get("metadata") or {}
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or "?")

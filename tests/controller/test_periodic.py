@@ -1,0 +1,115 @@
+"""The leader's periodic work: a resync of every monitor and the pod count, without kopf timers
+(whose finalizers outlive an uninstalled operator)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from tests.conftest import MONITOR
+from trainguard.controller.handlers import LOCKS, MonitorLocks, register
+from trainguard.controller.periodic import Periodic
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class FakeKube:
+    def __init__(self) -> None:
+        self.status: dict[str, Any] = {}
+        self.patches: list[dict[str, Any]] = []
+
+    def list_monitors(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        return [MONITOR | {"status": self.status}]
+
+    def count_pods(self, namespace: str, selector: str) -> int:
+        return 3
+
+    def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.patches.append(status)
+        self.status = self.status | status
+
+
+def periodic(leader: bool, clock: Clock, kube: FakeKube, done: list[str]) -> Periodic:
+    return Periodic(kube, leader=lambda: leader, reconcile=lambda ns, n: done.append(f"{ns}/{n}"),
+                    lock=LOCKS, resync_s=120, pods_s=15, clock=clock)  # fmt: skip
+
+
+def test_the_leader_resyncs_every_monitor_on_its_interval() -> None:
+    clock, kube, done = Clock(), FakeKube(), []
+    p = periodic(True, clock, kube, done)
+    p.tick()
+    assert done == []
+    clock.t += 120
+    p.tick()
+    assert done == ["ml/llama-pretrain"]
+    clock.t += 60
+    p.tick()
+    assert done == ["ml/llama-pretrain"], "not again before the interval"
+
+
+def test_pods_are_counted_and_written_only_when_the_count_changes() -> None:
+    clock, kube, done = Clock(), FakeKube(), []
+    p = periodic(True, clock, kube, done)
+    clock.t += 5
+    p.tick()
+    assert kube.patches == [{"podsMonitored": 3}]
+    clock.t += 15
+    p.tick()
+    assert kube.patches == [{"podsMonitored": 3}]
+
+
+def test_a_standby_does_nothing() -> None:
+    clock, kube, done = Clock(), FakeKube(), []
+    p = periodic(False, clock, kube, done)
+    clock.t += 1000
+    p.tick()
+    assert done == [] and kube.patches == []
+
+
+def test_one_failing_monitor_does_not_stop_the_pass() -> None:
+    clock, kube = Clock(), FakeKube()
+    kube.list_monitors = lambda namespace=None: [  # type: ignore[method-assign]
+        MONITOR | {"metadata": {"name": "a", "namespace": "ml"}},
+        MONITOR | {"metadata": {"name": "b", "namespace": "ml"}},
+    ]
+    done: list[str] = []
+
+    def reconcile(ns: str, name: str) -> None:
+        if name == "a":
+            raise RuntimeError("boom")
+        done.append(name)
+
+    p = Periodic(
+        kube, leader=lambda: True, reconcile=reconcile, lock=LOCKS, resync_s=1, pods_s=100, clock=clock
+    )
+    clock.t += 1
+    p.tick()
+    assert done == ["b"]
+
+
+def test_no_handler_asks_kopf_for_a_finalizer() -> None:
+    """kopf puts a finalizer on every object with a timer, daemon or mandatory deletion handler: one
+    left by an uninstalled operator blocks the monitor's (and its namespace's) deletion."""
+    registry = kopf.OperatorRegistry()
+    register(registry, receiver_url="https://op/v1/events")
+    spawning = list(registry._spawning.get_all_handlers())
+    changing = [h for h in registry._changing.get_all_handlers() if h.requires_finalizer]
+    assert spawning == [] and changing == []
+
+
+def test_locks_of_gone_monitors_are_pruned() -> None:
+    locks = MonitorLocks()
+    for i in range(100):
+        with locks("ml", f"m{i}"):
+            pass
+    assert len(locks) == 0
+    held = locks("ml", "kept")
+    assert locks("ml", "kept") is held, "the same lock while someone holds it"
+    assert len(locks) == 1
