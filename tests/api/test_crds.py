@@ -21,13 +21,6 @@ def test_committed_crds_match_the_models() -> None:
         assert committed == dump_yaml(crd), f"crds/{name} is stale: run `make crds`"
 
 
-def test_chart_crds_match_when_the_chart_exists() -> None:
-    chart = ROOT / "charts" / "trainguard" / "crds"
-    for name in crds():
-        if chart.exists():
-            assert (chart / name).read_text() == (ROOT / "crds" / name).read_text()
-
-
 def walk(schema: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
     out = [(path, schema)]
     for key, sub in schema.get("properties", {}).items():
