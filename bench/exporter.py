@@ -91,7 +91,7 @@ def main() -> int:
     procs: dict[str, subprocess.Popen[bytes]] = {}
     procs["trainguard"] = subprocess.Popen(
         [sys.executable, "-m", "trainguard.cli", "exporter", "--backend", "simulated", "--gpus", str(args.gpus),
-         "--listen", f"127.0.0.1:{ports['trainguard']}", "--namespace", "ml", "--pod", "bench-0",
+         "--listen", f"127.0.0.1:{ports['trainguard']}", "--sdk-tcp", "--namespace", "ml", "--pod", "bench-0",
          "--node", "gpu-node-1", "--training-job", "bench"],
         stdout=(work / "exporter.log").open("wb"), stderr=subprocess.STDOUT, cwd=ROOT,
         env=os.environ | {"PYTHONPATH": str(ROOT / "operator")},

@@ -2,7 +2,7 @@
 """A real, tiny trainer that reports through the trainguard SDK: a two-layer network learning a
 noisy sine wave with minibatch SGD, in pure Python (no numpy or torch needed).
 
-    trainguard exporter --backend simulated --gpus 8 --enable-fault-injection --listen 127.0.0.1:9400 &
+    trainguard exporter --backend simulated --gpus 8 --enable-fault-injection --sdk-tcp --listen 127.0.0.1:9400 &
     TRAINGUARD_ENDPOINT=http://127.0.0.1:9400 python examples/train_tiny.py --steps 2000
 """
 

@@ -138,7 +138,7 @@ def main() -> int:
 
     try:
         exporter = start("exporter", [sys.executable, "-m", "trainguard.cli", "exporter", "--backend", "simulated",
-                                      "--gpus", "8", "--enable-fault-injection", "--listen", f"127.0.0.1:{exp_port}",
+                                      "--gpus", "8", "--enable-fault-injection", "--sdk-tcp", "--listen", f"127.0.0.1:{exp_port}",
                                       *[x for k, v in identity.items() for x in (f"--{k.replace('_', '-')}", v)]])  # fmt: skip
         wait_up(f"http://127.0.0.1:{exp_port}/healthz", exporter, "the exporter")
         say(f"exporter: 8 simulated H100s on http://127.0.0.1:{exp_port}/metrics (fault injection on)")

@@ -48,16 +48,19 @@ class Running:
 
 
 @contextlib.contextmanager
-def running_exporter(*flags: str, socket_path: str | None = None) -> Iterator[Running]:
+def running_exporter(*flags: str, socket_path: str | None = None, sdk_tcp: bool = True) -> Iterator[Running]:
+    """sdk_tcp: serve the SDK's endpoints on the loopback TCP port too (--sdk-tcp), as most tests post
+    reports there; False keeps them on the unix socket only, as in a pod."""
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args(["--namespace", "ml", "--pod", "llama-0", "--node", "gpu-node-1",
-                              "--training-job", "llama-pretrain", *flags])  # fmt: skip
+                              "--training-job", "llama-pretrain", *(["--sdk-tcp"] if sdk_tcp else []), *flags])  # fmt: skip
     exporter = build(args)
     exporter.start()
     port = free_port()
     servers = serve(exporter, "127.0.0.1", port, socket_path=socket_path,
-                    fault_injection=args.enable_fault_injection, token_file=args.fastpath_token_file)  # fmt: skip
+                    fault_injection=args.enable_fault_injection, token_file=args.fastpath_token_file,
+                    sdk_tcp=args.sdk_tcp)  # fmt: skip
     try:
         yield Running(exporter, f"http://127.0.0.1:{port}", socket_path)
     finally:

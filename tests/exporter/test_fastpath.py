@@ -154,3 +154,16 @@ def test_the_same_fault_is_posted_once_a_minute_not_every_step() -> None:
     now[0] = 61.0
     assert sender.send(ev) is True, "still failing a minute later: say so again"
     assert sender.send({**ev, "fingerprint": "other"}) is True
+
+
+def test_a_gpu_that_falls_off_the_bus_is_posted_once() -> None:
+    base = {"namespace": "ml", "training_job": "j", "node": "n"}
+    healthy = [GPUReading(0, "U0", "H100", last_xid=0), GPUReading(1, "U1", "H100", last_xid=0)]
+    lost = [GPUReading(0, "U0", "H100", last_xid=0), GPUReading(1, "U1", "H100", lost=True)]
+    events = detect_gpu_faults(healthy, lost, base, 0.0)
+    assert [(e["labels"]["alertname"], e["labels"]["gpu"], e["labels"]["UUID"]) for e in events] == [
+        ("GPULost", "1", "U1")
+    ]
+    assert events[0]["labels"]["severity"] == "P0"
+    assert detect_gpu_faults(lost, lost, base, 0.0) == [], "still lost is not news"
+    assert [e["labels"]["alertname"] for e in detect_gpu_faults(None, lost, base, 0.0)] == ["GPULost"]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 
-from trainguard.exporter.host import HostReader
+from tests.exporter.running import running_exporter
+from trainguard.exporter.host import KSWAPD_HIDDEN, HostReader
 
 MEMINFO = "MemTotal:       2113404928 kB\nMemFree:         10240000 kB\nMemAvailable:   422680985 kB\nSwapTotal: 0 kB\n"
 DISKSTATS = """\
@@ -90,3 +92,55 @@ def test_infiniband_ports_when_present(tmp_path: Path, reader: HostReader) -> No
 def test_missing_files_give_nothing_not_errors(tmp_path: Path, reader: HostReader) -> None:
     h = reader.read()
     assert h.memory_used_ratio is None and h.kswapd_cpu_ratio is None and not h.packet_loss_ratio
+
+
+def test_link_utilisation_is_the_busier_direction_over_the_per_direction_speed(
+    tmp_path: Path, reader: HostReader
+) -> None:
+    """A 100 Gb/s NIC moving 10 Gb/s each way is 10% used, not 20%: its speed is per direction."""
+    write(tmp_path, 0)
+    reader.read()
+    write(tmp_path, 1)
+    netdev = (tmp_path / "proc/net/dev").read_text().split("\n")
+    netdev[3] = netdev[3].replace(" 0 1000000 0 0 0 0 0 0", f" {12_500_000_000} 1000000 0 0 0 0 0 0")
+    (tmp_path / "proc/net/dev").write_text("\n".join(netdev))
+    h = reader.read()
+    assert h.bandwidth_utilization_ratio == {"eth0": pytest.approx(0.1)}
+
+
+def test_infiniband_utilisation_is_the_busier_direction_too(tmp_path: Path, reader: HostReader) -> None:
+    port = tmp_path / "sys/class/infiniband/mlx5_0/ports/1"
+    (port / "counters").mkdir(parents=True)
+    (port / "rate").write_text("400 Gb/sec (4X NDR)\n")
+    for t in (0, 1):
+        write(tmp_path, t)
+        # 100 GB received in 10 s on a 400 Gb/s port (80 Gb/s: 20%), 25 GB sent (5%)
+        for name, value in (("port_rcv_data", t * 25_000_000_000), ("port_xmit_data", t * 6_250_000_000)):
+            (port / "counters" / name).write_text(f"{value}\n")
+        h = reader.read()
+    assert h.bandwidth_utilization_ratio["ib:mlx5_0:1"] == pytest.approx(0.2)
+
+
+def test_kswapd_hidden_by_the_pods_pid_namespace_is_said_once_and_visible(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="trainguard.exporter.host")
+    write(tmp_path, 0)
+    (tmp_path / "proc/42/comm").write_text("sleep\n")  # the pod's processes only
+    with running_exporter("--backend", "none", "--host-root", str(tmp_path)) as exp:
+        exp.exporter.poll_hardware()
+        up = {
+            lbl["collector"]: (v, lbl["error"]) for lbl, v in exp.scrape()["trainguard_exporter_collector_up"]
+        }
+    assert up["host"] == (0, KSWAPD_HIDDEN)
+    assert "--host-root" in KSWAPD_HIDDEN
+    assert len([r for r in caplog.records if "kswapd" in r.getMessage()]) == 1, "once, not every poll"
+
+
+def test_kswapd_visible_means_the_host_collector_is_up(tmp_path: Path) -> None:
+    write(tmp_path, 0)
+    with running_exporter("--backend", "none", "--host-root", str(tmp_path)) as exp:
+        up = {
+            lbl["collector"]: (v, lbl["error"]) for lbl, v in exp.scrape()["trainguard_exporter_collector_up"]
+        }
+    assert up == {"host": (1, ""), "training": (1, "")}, "no GPU backend: no gpu collector to be up"

@@ -1,9 +1,11 @@
-"""The NVML backend, driven through a fake NVML (no GPU here; the real path is checked on a GPU
-machine when one is lent, see the closing notes)."""
+"""The NVML backend, driven through a fake NVML that hands out ctypes pointer handles as pynvml does
+(no GPU here; the real path is checked on a GPU machine when one is lent)."""
 
 from __future__ import annotations
 
+import ctypes
 import time
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
@@ -19,7 +21,7 @@ from trainguard.exporter.collectors import (
     TrainingCollector,
 )
 from trainguard.exporter.faults import Faults
-from trainguard.exporter.nvml import NVMLBackend
+from trainguard.exporter.nvml import NVMLBackend, handle_address
 from trainguard.exporter.training import TrainingState
 
 IDENTITY = {"namespace": "ml", "pod": "p-0", "node": "n1", "training_job": "j"}
@@ -33,11 +35,30 @@ def samples(exporter: Exporter) -> dict[str, list[tuple[dict[str, str], float]]]
     return out
 
 
-def exporter_for(nvml: object, timeout: float = 3.0) -> Exporter:
-    backend = NVMLBackend(nvml)  # type: ignore[arg-type]
+class RecordingSender:
+    """Stands in for FastPathSender: keeps what the detectors send."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.results: dict[str, int] = {}
+
+    def send(self, ev: dict[str, Any]) -> bool:
+        self.sent.append(ev)
+        return True
+
+    def alertnames(self) -> list[tuple[str, str]]:
+        return [(e["labels"]["alertname"], e["labels"].get("gpu", "")) for e in self.sent]
+
+
+def exporter_for(
+    nvml: Any, timeout: float = 3.0, sender: RecordingSender | None = None, **config: Any
+) -> Exporter:
+    """An exporter over `nvml`; by default the pod owns the whole node (--gpus-per-pod = all its GPUs)."""
+    backend = NVMLBackend(nvml)
     faults = Faults()
-    e = Exporter(ExporterConfig(IDENTITY, gpu_timeout_s=timeout), backend, None, TrainingState(faults=faults), faults,
-                 CollectorRegistry())  # fmt: skip
+    config.setdefault("gpus_per_pod", nvml.nvmlDeviceGetCount())
+    e = Exporter(ExporterConfig(IDENTITY, gpu_timeout_s=timeout, **config), backend, None,
+                 TrainingState(faults=faults), faults, CollectorRegistry(), fastpath=sender)  # type: ignore[arg-type]  # fmt: skip
     e.poll_hardware()
     return e
 
@@ -77,18 +98,59 @@ def test_not_supported_fields_are_omitted_not_zeroed() -> None:
 def test_lost_gpu_is_reported_as_lost() -> None:
     lost = fake_nvml.healthy_gpu(1) | {"temp": fake_nvml.NVMLError_GpuIsLost}
     s = samples(exporter_for(fake_nvml.make([fake_nvml.healthy_gpu(0), lost])))
-    assert [lbl["gpu"] for lbl, _ in s["trainguard_gpu_lost"]] == ["1"]
+    assert {lbl["gpu"]: v for lbl, v in s["trainguard_gpu_lost"]} == {"0": 0, "1": 1}
     assert [lbl["gpu"] for lbl, _ in s["DCGM_FI_DEV_GPU_TEMP"]] == ["0"]
+    lost_labels = next(lbl for lbl, v in s["trainguard_gpu_lost"] if v == 1)
+    assert lost_labels["UUID"] == "GPU-fake-1", "the UUID enumerated at start, not one made up"
+
+
+def test_handles_are_told_apart_by_address_not_identity() -> None:
+    nvml = fake_nvml.make([fake_nvml.healthy_gpu(0), fake_nvml.healthy_gpu(1)])
+    nvml.nvmlInit()
+    a, b = nvml.nvmlDeviceGetHandleByIndex(1), nvml.nvmlDeviceGetHandleByIndex(1)
+    assert a is not b and a != b, "the fake hands out a new pointer object per call, as pynvml does"
+    assert handle_address(a) == handle_address(b) != handle_address(nvml.nvmlDeviceGetHandleByIndex(0))
+    assert handle_address(ctypes.POINTER(fake_nvml.struct_c_nvmlDevice_t)()) is None
 
 
 def test_xid_from_the_event_set_is_the_last_value() -> None:
     nvml = fake_nvml.make([fake_nvml.healthy_gpu(0), fake_nvml.healthy_gpu(1)])
-    e = exporter_for(nvml)
+    sender = RecordingSender()
+    e = exporter_for(nvml, sender=sender)
+    e.render()
     nvml.xid(1, 13)
     nvml.xid(1, 79)
     e.poll_hardware()
     xids = {lbl["gpu"]: v for lbl, v in samples(e)["DCGM_FI_DEV_XID_ERRORS"]}
     assert xids == {"0": 0, "1": 79}
+    assert sender.alertnames() == [("GPUCriticalXid", "1")], "the fast path sees the XID too"
+
+
+def test_a_gpu_that_falls_off_the_bus_keeps_its_xid_and_is_posted_as_lost() -> None:
+    gpus = [fake_nvml.healthy_gpu(0), fake_nvml.healthy_gpu(1)]
+    nvml = fake_nvml.make(gpus)
+    sender = RecordingSender()
+    e = exporter_for(nvml, sender=sender)
+    e.render()
+    nvml.xid(1, 79)
+    for key in ("util", "memory", "temp", "uuid", "name"):  # XID 79: the GPU answers nothing any more
+        gpus[1][key] = fake_nvml.NVMLError_GpuIsLost
+    e.poll_hardware()
+    s = samples(e)
+    assert {lbl["gpu"]: v for lbl, v in s["trainguard_gpu_lost"]} == {"0": 0, "1": 1}
+    xid = {lbl["gpu"]: (v, lbl["UUID"]) for lbl, v in s["DCGM_FI_DEV_XID_ERRORS"]}
+    assert xid["1"] == (79, "GPU-fake-1"), "GPUCriticalXid must still see what took the GPU down"
+    assert "1" not in {lbl["gpu"] for lbl, _ in s["DCGM_FI_DEV_GPU_TEMP"]}
+    assert sorted(sender.alertnames()) == [("GPUCriticalXid", "1"), ("GPULost", "1")]
+    e.poll_hardware()
+    e.render()
+    assert len(sender.sent) == 2, "edges only: a GPU still lost is not news"
+
+
+def test_a_lost_gpu_without_an_xid_exports_no_made_up_zero() -> None:
+    lost = fake_nvml.healthy_gpu(1) | {"temp": fake_nvml.NVMLError_GpuIsLost}
+    s = samples(exporter_for(fake_nvml.make([fake_nvml.healthy_gpu(0), lost])))
+    assert {lbl["gpu"] for lbl, _ in s["DCGM_FI_DEV_XID_ERRORS"]} == {"0"}
 
 
 def test_old_driver_is_reported_clearly_and_not_half_collected() -> None:
@@ -99,18 +161,21 @@ def test_old_driver_is_reported_clearly_and_not_half_collected() -> None:
 
 
 def test_a_hung_nvml_call_never_blocks_a_scrape() -> None:
-    e = exporter_for(fake_nvml.make([fake_nvml.healthy_gpu(0)]), timeout=0.2)
+    nvml = fake_nvml.make([fake_nvml.healthy_gpu(0)])
+    e = exporter_for(nvml, timeout=0.2)
     before = e.render()
     assert b"DCGM_FI_DEV_GPU_TEMP" in before
-    e.backend.nvml = fake_nvml.make([fake_nvml.healthy_gpu(0)], hang_s=2.0)  # type: ignore[union-attr]
-    e.backend.handles = [e.backend.nvml.nvmlDeviceGetHandleByIndex(0)]  # type: ignore[union-attr]
+    nvml.hang_s = 2.0
     t0 = time.monotonic()
     e.poll_hardware()  # gives up after gpu_timeout_s, keeps the last snapshot
     assert time.monotonic() - t0 < 1.0
     exposition = e.render()
     assert b"DCGM_FI_DEV_GPU_TEMP" in exposition
-    errors = {lbl["collector"]: v for lbl, v in samples(e)["trainguard_exporter_collector_errors_total"]}
+    s = samples(e)
+    errors = {lbl["collector"]: v for lbl, v in s["trainguard_exporter_collector_errors_total"]}
     assert errors["gpu"] >= 1
+    up = {lbl["collector"]: (v, lbl["error"]) for lbl, v in s["trainguard_exporter_collector_up"]}
+    assert up["gpu"] == (0, "read hung for over 0.2s")
 
 
 def test_registration_reads_no_snapshot_and_no_hardware() -> None:

@@ -100,7 +100,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     }))  # fmt: skip
     procs = [
         start([sys.executable, "-m", "trainguard.cli", "exporter", "--backend", "simulated", "--gpus", "2",
-               "--enable-fault-injection", "--listen", f"127.0.0.1:{exp_port}", "--poll-interval", "0.5",
+               "--enable-fault-injection", "--sdk-tcp", "--listen", f"127.0.0.1:{exp_port}", "--poll-interval", "0.5",
                "--stall-after", "5", *[x for k, v in identity.items() for x in (f"--{k.replace('_', '-')}", v)]],
               d / "exporter.log"),
         start([prometheus, f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={d / 'data'}",

@@ -25,7 +25,8 @@ class Metric:
 
     @property
     def is_gpu(self) -> bool:
-        return self.name.startswith("DCGM_FI_")
+        """A per-GPU series: it carries DCGM_LABELS."""
+        return self.name.startswith("DCGM_FI_") or set(DCGM_LABELS) <= set(self.labels)
 
 
 COMMON_LABELS: tuple[str, ...] = ("namespace", "pod", "node", "training_job")
@@ -56,7 +57,25 @@ METRICS: tuple[Metric, ...] = (
         "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", _C, "Total number of double-bit volatile ECC errors.", DCGM_LABELS
     ),
     Metric("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", _C, "Total number of PCIe retries.", DCGM_LABELS),
+    Metric(
+        "trainguard_gpu_lost",
+        _G,
+        "1 when NVML reports the GPU as lost (fallen off the bus), else 0.",
+        DCGM_LABELS,
+    ),
+    Metric(
+        "trainguard_gpu_remapped_rows",
+        _G,
+        "Rows remapped after memory errors (correctable and not).",
+        DCGM_LABELS,
+    ),
     # training
+    Metric(
+        "trainguard_train_start_timestamp_seconds",
+        _G,
+        "Unix time the training (or, if later, this exporter) started: the reference for a step or "
+        "checkpoint that has not happened yet.",
+    ),
     Metric("trainguard_train_step", _G, "Last completed global step."),
     Metric("trainguard_train_last_step_timestamp_seconds", _G, "Unix time at which that step completed."),
     Metric("trainguard_train_loss", _G, "Last finite training loss."),
@@ -96,9 +115,47 @@ METRICS: tuple[Metric, ...] = (
         "Link utilisation as a share of its speed.",
         ("interface",),
     ),
+    Metric(
+        "trainguard_infiniband_port_counter_total",
+        _C,
+        "Raw InfiniBand port counters from /sys/class/infiniband.",
+        ("device", "port", "counter"),
+    ),
     # inference mode
     Metric("trainguard_inference_latency_seconds", _G, "Mean request latency."),
     Metric("trainguard_inference_queue_depth", _G, "Pending requests."),
+    # the exporter itself
+    Metric(
+        "trainguard_exporter_info",
+        _G,
+        "Exporter and driver versions; driver_supported=false means GPU metrics are not collected.",
+        ("version", "backend", "driver_version", "nvml_version", "cuda_version", "driver_supported"),
+    ),
+    Metric(
+        "trainguard_exporter_collector_up",
+        _G,
+        "1 when a collector (gpu, host, training) delivers its metrics, else 0 with the reason in error.",
+        ("collector", "error"),
+    ),
+    Metric(
+        "trainguard_exporter_collector_errors_total",
+        _C,
+        "Failed or timed-out polls, per collector.",
+        ("collector",),
+    ),
+    Metric(
+        "trainguard_exporter_gpus_assigned",
+        _G,
+        "GPUs of this pod whose series are exported, and how they were learnt (source=unknown: none yet).",
+        ("source",),
+    ),
+    Metric(
+        "trainguard_exporter_fastpath_events_total",
+        _C,
+        "Fast-path P0 events by delivery result.",
+        ("result",),
+    ),
 )
+"""Every family the exporter sidecar emits (a test scrapes it and compares), with its help text."""
 
 METRICS_BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}

@@ -7,12 +7,13 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from trainguard.exporter.assignment import Assignment, resolve
 from trainguard.exporter.collectors import (
     ExporterCollector,
     GPUCollector,
@@ -23,8 +24,8 @@ from trainguard.exporter.collectors import (
 )
 from trainguard.exporter.fastpath import FastPathSender, detect_gpu_faults, detect_stall, event
 from trainguard.exporter.faults import Faults
-from trainguard.exporter.host import HostReader
-from trainguard.exporter.readings import DriverInfo, GPUReading, HostReading
+from trainguard.exporter.host import KSWAPD_HIDDEN, HostReader
+from trainguard.exporter.readings import DriverInfo, GPUDevice, GPUReading, HostReading
 from trainguard.exporter.training import TrainingState
 
 log = logging.getLogger("trainguard.exporter")
@@ -32,8 +33,12 @@ log = logging.getLogger("trainguard.exporter")
 
 class GPUBackend(Protocol):
     info: DriverInfo
+    error: str
+    """Why no GPU can be read ("" when the backend works)."""
 
-    def read(self) -> list[GPUReading]: ...
+    def devices(self) -> list[GPUDevice]: ...
+
+    def read(self, only: Collection[int] | None = None) -> list[GPUReading]: ...
 
     def close(self) -> None: ...
 
@@ -46,6 +51,12 @@ class ExporterConfig:
     render_interval_s: float = 1.0
     gpu_timeout_s: float = 3.0
     stall_after_s: float = 300.0
+    gpu_ids: str | None = None
+    """--gpu-ids: this pod's GPUs as UUIDs or NVML indices."""
+    gpus_per_pod: int | None = None
+    """--gpus-per-pod as given: equal to the node's GPU count, the pod owns them all."""
+    filter_gpus: bool = True
+    """Export only this pod's GPUs (NVML sees the whole node); a simulated backend needs no filter."""
 
 
 @dataclass
@@ -69,6 +80,9 @@ class Exporter:
     _gpu_result: list[GPUReading] | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _stalled: bool = False
+    assignment: Assignment = field(default_factory=lambda: Assignment(None, "unknown", "not polled yet"))
+    _gpu_problem: str = ""
+    _host_problem: str = ""
 
     def __post_init__(self) -> None:
         for cls in (GPUCollector, HostCollector, TrainingCollector, ExporterCollector):
@@ -77,23 +91,50 @@ class Exporter:
 
     # ---- polling ----
 
+    def _assign(self, backend: GPUBackend) -> Assignment:
+        """Which GPUs are this pod's, re-decided every poll (the SDK's hello may arrive at any time);
+        a change is logged once."""
+        devices = backend.devices()
+        if not self.config.filter_gpus:
+            new = Assignment(frozenset(d.index for d in devices), "all")
+        else:
+            new = resolve(devices, flag=self.config.gpu_ids, visible=self.training.reported_visible_devices(),
+                          gpus_per_pod=self.config.gpus_per_pod)  # fmt: skip
+        if new != self.assignment and (devices or self.assignment.source != "unknown"):
+            if new.indices is None:
+                log.warning("no GPU series are exported: this pod's GPUs are not known (%s); pass --gpu-ids, "
+                            "or let the SDK report NVIDIA_VISIBLE_DEVICES", new.reason)  # fmt: skip
+            else:
+                log.info("exporting GPUs %s of this node (from %s)%s", sorted(new.indices), new.source,
+                         f"; {new.reason}" if new.reason else "")  # fmt: skip
+                if self.config.gpus_per_pod is None:
+                    self.training.set_gpus(len(new.indices))  # tokens/s per GPU of this pod
+        self.assignment = new
+        return new
+
     def _read_gpus(self) -> None:
-        if self.backend is None or not self.backend.info.supported:
+        backend = self.backend
+        if backend is None:
             return
         if self._gpu_thread is not None and self._gpu_thread.is_alive():
             self.errors["gpu"] = self.errors.get("gpu", 0) + 1  # the last read is still hung
+            self._gpu_problem = f"read hung for over {self.config.gpu_timeout_s:g}s"
             log.warning(
                 "GPU read still running after %.1fs; keeping the last snapshot", self.config.gpu_timeout_s
             )
             return
         self._gpu_result = None
+        failure: list[str] = []
 
         def work() -> None:
             try:
-                assert self.backend is not None
-                self._gpu_result = self.backend.read()
+                if not backend.devices():
+                    backend.read(frozenset())  # a backend that failed to start tries again when due
+                only = self._assign(backend).indices or frozenset()  # unknown: read none, drain XIDs
+                self._gpu_result = backend.read(only)
             except Exception as exc:
                 log.warning("GPU read failed: %s", exc)
+                failure.append(f"read failed: {type(exc).__name__}")
                 self.errors["gpu"] = self.errors.get("gpu", 0) + 1
 
         self._gpu_thread = threading.Thread(target=work, name="gpu-read", daemon=True)
@@ -101,7 +142,9 @@ class Exporter:
         self._gpu_thread.join(self.config.gpu_timeout_s)
         if self._gpu_thread.is_alive():
             self.errors["gpu"] = self.errors.get("gpu", 0) + 1
+            self._gpu_problem = f"read hung for over {self.config.gpu_timeout_s:g}s"
             return
+        self._gpu_problem = failure[0] if failure else ""
         if self._gpu_result is not None:
             self._gpus = self._gpu_result
 
@@ -110,9 +153,11 @@ class Exporter:
             return
         try:
             self._host = self.host.read()
+            self._host_problem = "" if self._host.kswapd_visible else KSWAPD_HIDDEN
         except Exception as exc:
             log.warning("host read failed: %s", exc)
             self.errors["host"] = self.errors.get("host", 0) + 1
+            self._host_problem = f"read failed: {type(exc).__name__}"
 
     def poll_hardware(self) -> None:
         self._read_gpus()
@@ -128,7 +173,8 @@ class Exporter:
 
     def _render(self) -> bytes:
         now = self.clock()
-        gpus = self.faults.apply_gpus(copy.deepcopy(self._gpus))
+        mine = self.assignment.indices or frozenset()
+        gpus = self.faults.apply_gpus(copy.deepcopy([r for r in self._gpus if r.index in mine]))
         host = self.faults.apply_host(copy.deepcopy(self._host))
         view = self.training.snapshot()
         self._detect(gpus, view.last_step_ts, now)
@@ -139,12 +185,23 @@ class Exporter:
             driver=self.backend.info if self.backend is not None else DriverInfo(supported=False),
             backend=self.config.backend_name,
             errors=dict(self.errors),
-            fastpath=dict(self.fastpath.results) if self.fastpath else {},
+            fastpath=dict(self.fastpath.results) if self.fastpath else None,
+            collectors=self._collectors(),
+            assignment=self.assignment if self.backend is not None else None,
         )
         self.box.set(snap)
         self._exposition = generate_latest(self.registry)
         self._faulted_prev = gpus
         return self._exposition
+
+    def _collectors(self) -> dict[str, str]:
+        """collector -> "" (up) or why it is down; a collector that is switched off is left out."""
+        out = {"training": ""}  # pushed by the SDK: nothing to fail but rendering, which is logged
+        if self.backend is not None:
+            out["gpu"] = self.backend.error or self.backend.info.problem or self._gpu_problem
+        if self.host is not None:
+            out["host"] = self._host_problem
+        return out
 
     def _detect(self, gpus: list[GPUReading], last_step_ts: float | None, now: float) -> None:
         if self.fastpath is None:
@@ -180,8 +237,9 @@ class Exporter:
     # ---- lifecycle ----
 
     def run(self) -> None:
-        """The polling loop: hardware every poll interval, a fresh exposition every render interval."""
-        next_poll = 0.0
+        """The polling loop: hardware every poll interval, a fresh exposition every render interval.
+        start() has just polled, so the first poll here is one interval later."""
+        next_poll = time.monotonic() + self.config.poll_interval_s
         while not self._stop.is_set():
             if time.monotonic() >= next_poll:
                 self.poll_hardware()

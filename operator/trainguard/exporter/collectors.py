@@ -7,34 +7,40 @@ no hardware. describe() lists the families without a snapshot, so registration t
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import Metric as Family
 from prometheus_client.registry import Collector
 
 from trainguard import __version__
-from trainguard.catalog import METRICS_BY_NAME
+from trainguard.catalog import COMMON_LABELS, DCGM_LABELS, METRICS, METRICS_BY_NAME, Metric, MetricType
+from trainguard.exporter.assignment import Assignment
 from trainguard.exporter.readings import DriverInfo, GPUReading, HostReading
 from trainguard.exporter.training import TrainingView
 
-IDENTITY = ("namespace", "pod", "node", "training_job")
-GPU_LABELS = ("gpu", "UUID", "modelName", "Hostname")
+GPU_VALUES: dict[str, Callable[[GPUReading], float | None]] = {
+    "DCGM_FI_DEV_GPU_UTIL": lambda r: r.util,
+    "DCGM_FI_DEV_FB_USED": lambda r: r.fb_used_mib,
+    "DCGM_FI_DEV_FB_FREE": lambda r: r.fb_free_mib,
+    "DCGM_FI_DEV_MEM_COPY_UTIL": lambda r: r.mem_copy_util,
+    "DCGM_FI_DEV_GPU_TEMP": lambda r: r.temp_c,
+    "DCGM_FI_DEV_POWER_USAGE": lambda r: r.power_w,
+    "DCGM_FI_DEV_SM_CLOCK": lambda r: r.sm_clock_mhz,
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": lambda r: r.throttle_reasons,
+    "DCGM_FI_DEV_XID_ERRORS": lambda r: r.last_xid,
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": lambda r: r.ecc_sbe_total,
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": lambda r: r.ecc_dbe_total,
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": lambda r: r.pcie_replay_total,
+    "trainguard_gpu_remapped_rows": lambda r: r.remapped_rows_total,
+}
+"""A GPU reading's value for each per-GPU family of the catalogue (GPU_FAMILIES), by metric name."""
 
-GPU_FIELDS: tuple[tuple[str, str], ...] = (
-    ("DCGM_FI_DEV_GPU_UTIL", "util"),
-    ("DCGM_FI_DEV_FB_USED", "fb_used_mib"),
-    ("DCGM_FI_DEV_FB_FREE", "fb_free_mib"),
-    ("DCGM_FI_DEV_MEM_COPY_UTIL", "mem_copy_util"),
-    ("DCGM_FI_DEV_GPU_TEMP", "temp_c"),
-    ("DCGM_FI_DEV_POWER_USAGE", "power_w"),
-    ("DCGM_FI_DEV_SM_CLOCK", "sm_clock_mhz"),
-    ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "throttle_reasons"),
-    ("DCGM_FI_DEV_XID_ERRORS", "last_xid"),
-    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "ecc_sbe_total"),
-    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "ecc_dbe_total"),
-    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "pcie_replay_total"),
-)
+GPU_FAMILIES: tuple[Metric, ...] = tuple(m for m in METRICS if m.is_gpu and m.name != "trainguard_gpu_lost")
+"""Per-GPU families read from a reading; a lost GPU keeps only its XID (what took it down)."""
+
+LOST_GPU_VALUES = ("DCGM_FI_DEV_XID_ERRORS",)
 
 
 @dataclass
@@ -45,7 +51,12 @@ class Snapshot:
     driver: DriverInfo = field(default_factory=DriverInfo)
     backend: str = "nvml"
     errors: dict[str, float] = field(default_factory=dict)
-    fastpath: dict[str, int] = field(default_factory=dict)
+    fastpath: dict[str, int] | None = None
+    """Delivery results; None when no fast path is configured."""
+    collectors: dict[str, str] = field(default_factory=dict)
+    """collector -> "" when it delivers, else a short reason (collector_up 0); absent: not running."""
+    assignment: Assignment | None = None
+    """This pod's GPUs; None without a GPU backend."""
 
 
 class SnapshotBox:
@@ -64,71 +75,68 @@ class SnapshotBox:
             self._snap = snap
 
 
-def _help(name: str) -> str:
-    return METRICS_BY_NAME[name].help
+def labels_of(m: Metric) -> tuple[str, ...]:
+    """The labels a family carries: the common ones, then the catalogue's extra ones."""
+    return (*COMMON_LABELS, *(x for x in m.labels if x not in COMMON_LABELS))
 
 
-def _gauge(name: str, labels: tuple[str, ...], help_: str | None = None) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, help_ or _help(name), labels=list(labels))
+def family(name: str) -> GaugeMetricFamily | CounterMetricFamily:
+    """An empty family whose type, help and labels come from the catalogue entry `name`.
 
-
-def _counter(name: str, labels: tuple[str, ...], help_: str | None = None) -> CounterMetricFamily:
-    # prometheus_client appends _total to a counter's samples; the family is named without it
-    return CounterMetricFamily(name.removesuffix("_total"), help_ or _help(name), labels=list(labels))
+    dcgm-exporter's counters keep their names (no _total), so they are typed gauge here; the
+    trainguard counters end in _total, which prometheus_client appends to the samples itself."""
+    m = METRICS_BY_NAME[name]
+    labels = list(labels_of(m))
+    if m.type == MetricType.COUNTER and name.endswith("_total"):
+        return CounterMetricFamily(name.removesuffix("_total"), m.help, labels=labels)
+    return GaugeMetricFamily(name, m.help, labels=labels)
 
 
 class _Base(Collector):
     def __init__(self, box: SnapshotBox, identity: dict[str, str]) -> None:
         self.box = box
-        self.identity = [identity.get(k, "") for k in IDENTITY]
+        self.identity = [identity.get(k, "") for k in COMMON_LABELS]
 
-    def describe(self) -> Iterator[Metric]:
+    def describe(self) -> Iterator[Family]:
         yield from self._families()
 
-    def collect(self) -> Iterator[Metric]:
+    def collect(self) -> Iterator[Family]:
         yield from self._families(self.box.get())
 
-    def _families(self, snap: Snapshot | None = None) -> Iterator[Metric]:
+    def _families(self, snap: Snapshot | None = None) -> Iterator[Family]:
         raise NotImplementedError
 
 
 class GPUCollector(_Base):
-    """The dcgm-exporter-named GPU metrics; counters keep dcgm-exporter's gauge-style names."""
+    """The dcgm-exporter-named GPU metrics of this pod's GPUs, and whether each is lost."""
 
-    def _families(self, snap: Snapshot | None = None) -> Iterator[Metric]:
-        labels = (*IDENTITY, *GPU_LABELS)
-        fams = {name: _gauge(name, labels) for name, _ in GPU_FIELDS}
-        lost = _gauge(
-            "trainguard_gpu_lost", (*IDENTITY, "gpu", "UUID"), "1 when NVML reports the GPU as lost."
-        )
-        remapped = _gauge("trainguard_gpu_remapped_rows", labels, "Rows remapped after memory errors.")
+    def _families(self, snap: Snapshot | None = None) -> Iterator[Family]:
+        fams = {m.name: family(m.name) for m in GPU_FAMILIES}
+        lost = family("trainguard_gpu_lost")
         if snap is not None and snap.driver.supported:
-            host = self.identity[2]
+            host = self.identity[COMMON_LABELS.index("node")]
             for r in snap.gpus:
-                if r.lost:
-                    lost.add_metric([*self.identity, str(r.index), r.uuid], 1.0)
-                    continue
-                values = [*self.identity, str(r.index), r.uuid, r.model, host]
-                for name, attr in GPU_FIELDS:
-                    value = getattr(r, attr)
+                gpu = {"gpu": str(r.index), "UUID": r.uuid, "modelName": r.model, "Hostname": host}
+                values = [*self.identity, *(gpu[x] for x in DCGM_LABELS)]
+                lost.add_metric(values, 1.0 if r.lost else 0.0)
+                for name, fam in fams.items():
+                    if r.lost and name not in LOST_GPU_VALUES:
+                        continue
+                    value = GPU_VALUES[name](r)
                     if value is not None:  # unsupported: left out, never zero
-                        fams[name].add_metric(values, float(value))
-                if r.remapped_rows_total is not None:
-                    remapped.add_metric(values, r.remapped_rows_total)
+                        fam.add_metric(values, float(value))
         yield from fams.values()
         yield lost
-        yield remapped
 
 
 class HostCollector(_Base):
-    def _families(self, snap: Snapshot | None = None) -> Iterator[Metric]:
-        kswapd = _gauge("trainguard_host_kswapd_cpu_ratio", IDENTITY)
-        memory = _gauge("trainguard_host_memory_used_ratio", IDENTITY)
-        disk = _gauge("trainguard_host_disk_write_latency_seconds", (*IDENTITY, "device"))
-        loss = _gauge("trainguard_network_packet_loss_ratio", (*IDENTITY, "interface"))
-        util = _gauge("trainguard_network_bandwidth_utilization_ratio", (*IDENTITY, "interface"))
-        ib = _counter("trainguard_infiniband_port_counter_total", (*IDENTITY, "device", "port", "counter"),
-                      "Raw InfiniBand port counters from /sys/class/infiniband.")  # fmt: skip
+    def _families(self, snap: Snapshot | None = None) -> Iterator[Family]:
+        kswapd = family("trainguard_host_kswapd_cpu_ratio")
+        memory = family("trainguard_host_memory_used_ratio")
+        disk = family("trainguard_host_disk_write_latency_seconds")
+        loss = family("trainguard_network_packet_loss_ratio")
+        util = family("trainguard_network_bandwidth_utilization_ratio")
+        ib = family("trainguard_infiniband_port_counter_total")
         if snap is not None:
             h = snap.host
             if h.kswapd_cpu_ratio is not None:
@@ -148,6 +156,7 @@ class HostCollector(_Base):
 
 class TrainingCollector(_Base):
     GAUGES: tuple[tuple[str, str], ...] = (
+        ("trainguard_train_start_timestamp_seconds", "start_ts"),
         ("trainguard_train_step", "step"),
         ("trainguard_train_last_step_timestamp_seconds", "last_step_ts"),
         ("trainguard_train_loss", "loss"),
@@ -160,13 +169,13 @@ class TrainingCollector(_Base):
         ("trainguard_inference_queue_depth", "inference_queue_depth"),
     )
 
-    def _families(self, snap: Snapshot | None = None) -> Iterator[Metric]:
-        gauges = {name: _gauge(name, IDENTITY) for name, _ in self.GAUGES}
-        nonfinite = _counter("trainguard_train_nonfinite_loss_total", IDENTITY)
-        scale_updates = _counter("trainguard_train_loss_scale_updates_total", IDENTITY)
-        frag = _gauge("trainguard_gpu_memory_fragmentation_ratio", (*IDENTITY, "gpu"))
-        ckpt_ts = _gauge("trainguard_checkpoint_last_success_timestamp_seconds", (*IDENTITY, "kind"))
-        ckpt_step = _gauge("trainguard_checkpoint_last_step", (*IDENTITY, "kind"))
+    def _families(self, snap: Snapshot | None = None) -> Iterator[Family]:
+        gauges = {name: family(name) for name, _ in self.GAUGES}
+        nonfinite = family("trainguard_train_nonfinite_loss_total")
+        scale_updates = family("trainguard_train_loss_scale_updates_total")
+        frag = family("trainguard_gpu_memory_fragmentation_ratio")
+        ckpt_ts = family("trainguard_checkpoint_last_success_timestamp_seconds")
+        ckpt_step = family("trainguard_checkpoint_last_step")
         if snap is not None:
             t = snap.training
             for name, attr in self.GAUGES:
@@ -186,23 +195,33 @@ class TrainingCollector(_Base):
         yield from (nonfinite, scale_updates, frag, ckpt_ts, ckpt_step)
 
 
-class ExporterCollector(_Base):
-    """The exporter's own health: versions, collector errors, fast-path results."""
+COLLECTORS = ("gpu", "host", "training")
+FASTPATH_RESULTS = ("sent", "failed", "unauthorized", "rejected", "dropped")
 
-    def _families(self, snap: Snapshot | None = None) -> Iterator[Metric]:
-        info = _gauge("trainguard_exporter_info", (*IDENTITY, "version", "backend", "driver_version", "nvml_version",
-                                                   "cuda_version", "driver_supported"),
-                      "Exporter and driver versions; driver_supported=false means GPU metrics are not collected.")  # fmt: skip
-        errors = _counter("trainguard_exporter_collector_errors_total", (*IDENTITY, "collector"),
-                          "Failed or timed-out polls, per collector.")  # fmt: skip
-        fast = _counter("trainguard_exporter_fastpath_events_total", (*IDENTITY, "result"),
-                        "Fast-path P0 events by delivery result.")  # fmt: skip
+
+class ExporterCollector(_Base):
+    """The exporter's own health: versions, collectors up or not (and why), errors, which GPUs are
+    this pod's, fast-path results."""
+
+    def _families(self, snap: Snapshot | None = None) -> Iterator[Family]:
+        info = family("trainguard_exporter_info")
+        up = family("trainguard_exporter_collector_up")
+        errors = family("trainguard_exporter_collector_errors_total")
+        assigned = family("trainguard_exporter_gpus_assigned")
+        fast = family("trainguard_exporter_fastpath_events_total")
         if snap is not None:
             d = snap.driver
             info.add_metric([*self.identity, __version__, snap.backend, d.driver_version, d.nvml_version,
                              d.cuda_version, str(d.supported).lower()], 1.0)  # fmt: skip
-            for name in ("gpu", "host", "training"):
+            for name in COLLECTORS:
                 errors.add_metric([*self.identity, name], snap.errors.get(name, 0.0))
-            for result, n in sorted(snap.fastpath.items()):
-                fast.add_metric([*self.identity, result], float(n))
-        yield from (info, errors, fast)
+                if name in snap.collectors:
+                    problem = snap.collectors[name]
+                    up.add_metric([*self.identity, name, problem], 0.0 if problem else 1.0)
+            a = snap.assignment
+            if a is not None:
+                assigned.add_metric([*self.identity, a.source], float(len(a.indices or ())))
+            if snap.fastpath is not None:
+                for result in sorted(set(FASTPATH_RESULTS) | set(snap.fastpath)):
+                    fast.add_metric([*self.identity, result], float(snap.fastpath.get(result, 0)))
+        yield from (info, up, errors, assigned, fast)

@@ -41,12 +41,15 @@ def event(alertname: str, labels: dict[str, str], summary: str, now: float) -> d
 def detect_gpu_faults(
     previous: list[GPUReading] | None, current: list[GPUReading], base: dict[str, str], now: float
 ) -> list[dict[str, Any]]:
-    """DBE counter increases and newly seen fatal XIDs."""
+    """DBE counter increases, newly seen fatal XIDs and GPUs that just fell off the bus (edges only:
+    a fault already reported is not news)."""
     before = {r.index: r for r in previous or []}
     out = []
     for r in current:
         old = before.get(r.index)
         labels = base | {"gpu": str(r.index), "UUID": r.uuid}
+        if r.lost and (old is None or not old.lost):
+            out.append(event("GPULost", labels, f"GPU {r.index} is lost (fell off the bus)", now))
         before_dbe = None if old is None else old.ecc_dbe_total
         if before_dbe is not None and r.ecc_dbe_total is not None and r.ecc_dbe_total > before_dbe:
             out.append(event("GPUDoubleBitECCError", labels, f"double-bit ECC error on GPU {r.index}", now))

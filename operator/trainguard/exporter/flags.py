@@ -18,14 +18,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the simulated noise")
     p.add_argument("--listen", default="0.0.0.0:9400", metavar="HOST:PORT")
     p.add_argument(
-        "--sdk-socket", default=env("TRAINGUARD_SDK_SOCKET"), help="also serve the SDK on this unix socket"
+        "--sdk-socket", default=env("TRAINGUARD_SDK_SOCKET"), help="serve the SDK on this unix socket"
+    )
+    p.add_argument(
+        "--sdk-tcp",
+        action="store_true",
+        help="also serve the SDK's /v1/report and unauthenticated GET /v1/control on --listen (local "
+        "development only: any pod that reaches the port could post a NaN loss or fake steps)",
     )
     p.add_argument("--namespace", default=env("TRAINGUARD_NAMESPACE", ""))
     p.add_argument("--pod", default=env("TRAINGUARD_POD", ""))
     p.add_argument("--node", default=env("TRAINGUARD_NODE", ""))
     p.add_argument("--training-job", default=env("TRAINGUARD_TRAINING_JOB", ""))
     p.add_argument(
-        "--gpus-per-pod", type=int, help="divides tokens/s into per-GPU throughput (default: --gpus)"
+        "--gpus-per-pod",
+        type=int,
+        help="divides tokens/s into per-GPU throughput (default: the pod's GPUs); equal to the node's GPU "
+        "count, the pod owns every GPU of the node",
+    )
+    p.add_argument(
+        "--gpu-ids",
+        default=env("TRAINGUARD_GPU_IDS"),
+        help="this pod's GPUs, comma-separated UUIDs or NVML indices (default: the training container's "
+        "NVIDIA_VISIBLE_DEVICES, reported by the SDK)",
     )
     p.add_argument(
         "--poll-interval", type=float, default=1.0, help="seconds between hardware polls (fast-path latency)"

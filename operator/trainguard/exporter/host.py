@@ -6,12 +6,17 @@ until it has a delta.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from trainguard.exporter.readings import HostReading
+
+log = logging.getLogger("trainguard.exporter.host")
+
+KSWAPD_HIDDEN = "kswapd not visible: mount the host's /proc and pass --host-root"
 
 IB_COUNTERS = (
     "port_rcv_errors",
@@ -32,6 +37,7 @@ class HostReader:
         self.clk_tck = clk_tck or os.sysconf("SC_CLK_TCK")
         self.prev: dict[str, tuple[float, ...]] = {}
         self.prev_time: float | None = None
+        self._kswapd_logged = False
 
     def _read(self, rel: str) -> str:
         return (self.root / rel).read_text()
@@ -45,6 +51,16 @@ class HostReader:
         ticks = self._kswapd_ticks()
         if ticks is not None:
             counters["kswapd"] = (ticks,)
+        else:
+            h.kswapd_visible = False
+            if not self._kswapd_logged:
+                log.warning(
+                    "no kswapd process under %s: this is the pod's own PID namespace, so the host's swap "
+                    "activity is invisible and HostSwapPressure cannot fire; mount the host's /proc (e.g. "
+                    "hostPath / at /host) and pass --host-root /host",
+                    self.root / "proc",
+                )
+                self._kswapd_logged = True
         counters.update(self._disks())
         counters.update(self._net())
         ib = self._infiniband()
@@ -76,11 +92,12 @@ class HostReader:
                 if writes > 0:
                     h.disk_write_latency_s[name] = write_ms / writes / 1000.0
             elif kind == "net":
-                packets, lost, bits, speed = d[0], d[1], d[2], current[3]
+                packets, lost, rx_bits, tx_bits, speed = d[0], d[1], d[2], d[3], current[4]
                 if packets + lost > 0:
                     h.packet_loss_ratio[name] = lost / (packets + lost)
                 if speed > 0:
-                    h.bandwidth_utilization_ratio[name] = bits / dt / (speed * 1e6)
+                    # the link speed is per direction (full duplex): the busier direction saturates
+                    h.bandwidth_utilization_ratio[name] = max(rx_bits, tx_bits) / dt / (speed * 1e6)
         self._ib_rates(h, counters, dt)
 
     def _ib_rates(self, h: HostReading, counters: dict[str, tuple[float, ...]], dt: float) -> None:
@@ -96,13 +113,15 @@ class HostReader:
                 x for x in (delta("port_rcv_errors"), delta("port_xmit_discards"), delta("symbol_error")) if x
             )
             # port_*_data counts 4-byte words
-            words = sum(x for x in (delta("port_rcv_data"), delta("port_xmit_data")) if x)
-            packets = words / 1024.0  # roughly 4 KiB MTU packets: enough to turn errors into a ratio
+            rx_words, tx_words = delta("port_rcv_data") or 0.0, delta("port_xmit_data") or 0.0
+            packets = (rx_words + tx_words) / 1024.0  # roughly 4 KiB MTU packets: enough for a ratio
             if packets + errors > 0:
                 h.packet_loss_ratio[f"ib:{key}"] = errors / (packets + errors)
             rate = self._ib_rate_gbps(dev, port)
             if rate:
-                h.bandwidth_utilization_ratio[f"ib:{key}"] = words * 4 * 8 / dt / (rate * 1e9) / 2
+                # the rate is per direction, like a NIC's speed: the busier direction saturates
+                busiest = max(rx_words, tx_words)
+                h.bandwidth_utilization_ratio[f"ib:{key}"] = busiest * 4 * 8 / dt / (rate * 1e9)
 
     # ---- sources ----
 
@@ -177,7 +196,7 @@ class HostReader:
             except (OSError, ValueError):
                 speed = 0.0
             lost = rx_errs + rx_drop + tx_errs + tx_drop
-            out[f"net:{name}"] = (rx_packets + tx_packets, lost, (rx_bytes + tx_bytes) * 8, max(speed, 0.0))
+            out[f"net:{name}"] = (rx_packets + tx_packets, lost, rx_bytes * 8, tx_bytes * 8, max(speed, 0.0))
         return out
 
     def _infiniband(self) -> dict[tuple[str, str, str], float]:

@@ -41,9 +41,8 @@ def build(args: argparse.Namespace, registry: CollectorRegistry | None = None) -
     if args.fastpath_url:
         sender = FastPathSender(args.fastpath_url, args.fastpath_token_file, ca_file=args.fastpath_ca_file)
         sender.start()
-    gpus_per_pod = args.gpus_per_pod or (
-        args.gpus if args.backend == "simulated" else max(1, len(getattr(backend, "handles", [])) or 1)
-    )
+    # until the pod's GPUs are known (NVML), tokens/s is per pod; then per GPU of the pod
+    gpus_per_pod = args.gpus_per_pod or (args.gpus if args.backend == "simulated" else 1)
     return Exporter(
         config=ExporterConfig(
             identity=identity,
@@ -51,6 +50,9 @@ def build(args: argparse.Namespace, registry: CollectorRegistry | None = None) -
             poll_interval_s=args.poll_interval,
             render_interval_s=args.render_interval,
             stall_after_s=args.stall_after,
+            gpu_ids=args.gpu_ids,
+            gpus_per_pod=args.gpus_per_pod,
+            filter_gpus=args.backend == "nvml",
         ),
         backend=backend,
         host=None if args.no_host else HostReader(args.host_root),
@@ -70,13 +72,16 @@ def run(args: argparse.Namespace) -> int:
     exporter = build(args)
     exporter.start()
     servers = serve(exporter, host or "0.0.0.0", int(port), socket_path=args.sdk_socket,
-                    fault_injection=args.enable_fault_injection, token_file=args.fastpath_token_file)  # fmt: skip
+                    fault_injection=args.enable_fault_injection, token_file=args.fastpath_token_file,
+                    sdk_tcp=args.sdk_tcp)  # fmt: skip
     if args.enable_fault_injection:
         log.warning(
             "fault injection is ON: POST /v1/faults changes the metrics (never use this in production)"
         )
-    log.info("serving /metrics on %s (backend %s)%s", args.listen, args.backend,
-             f", SDK on unix://{args.sdk_socket}" if args.sdk_socket else "")  # fmt: skip
+    sdk = [f"unix://{args.sdk_socket}"] if args.sdk_socket else []
+    sdk += [f"tcp {args.listen}"] if args.sdk_tcp else []
+    log.info("serving /metrics on %s (backend %s); SDK on %s", args.listen, args.backend,
+             " and ".join(sdk) or "nothing (no --sdk-socket, no --sdk-tcp)")  # fmt: skip
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())

@@ -2,41 +2,140 @@
 
 Unsupported fields are left out (None), a lost GPU is reported as lost, and XIDs come from an NVML
 event set; the last one seen is exported as its value, as dcgm-exporter does.
+
+NVML that cannot start (no driver, no library, a runtime that hides the devices) is not fatal: the
+backend reports why in `error`, logs it once, reads no GPU and tries again now and then, while the
+exporter keeps serving host and training metrics.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
+import time
+from collections.abc import Callable, Collection
 from types import ModuleType
 from typing import Any
 
-from trainguard.exporter.readings import DriverInfo, GPUReading
+from trainguard.exporter.readings import DriverInfo, GPUDevice, GPUReading
 
 log = logging.getLogger("trainguard.exporter.nvml")
 
 MIN_DRIVER_MAJOR = 470
 """Remapped rows, the volatile ECC totals and the XID event set as read here need R470 or newer."""
 
+RETRY_S = 60.0
+"""How often NVML that failed to start is tried again (a driver container may come up late)."""
+
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-class NVMLBackend:
-    def __init__(self, nvml: ModuleType | None = None) -> None:
-        if nvml is None:
-            import pynvml  # noqa: PLC0415 - only where the NVML backend is used
+def handle_address(handle: Any) -> int | None:
+    """The address a pynvml handle points to. Handles are ctypes pointers, which compare by identity,
+    and NVML hands out a new pointer object for the same GPU on every call (each event's `device`
+    included): only the address identifies the GPU, and reading it calls nothing of NVML."""
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    except (ctypes.ArgumentError, TypeError):
+        return None
 
-            nvml = pynvml
-        self.nvml = nvml
-        self.nvml.nvmlInit()
-        self.info = self._driver_info()
-        count = self.nvml.nvmlDeviceGetCount() if self.info.supported else 0
-        self.handles = [self.nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+
+def short_reason(exc: BaseException) -> str:
+    """A short, stable text for a metric label: NVML's messages are fixed strings."""
+    text = str(exc).strip() or type(exc).__name__
+    return text[:100]
+
+
+class NVMLBackend:
+    def __init__(
+        self,
+        nvml: ModuleType | Any = None,
+        clock: Callable[[], float] = time.monotonic,
+        retry_s: float = RETRY_S,
+    ) -> None:
+        self.nvml: Any = nvml
+        self.clock = clock
+        self.retry_s = retry_s
+        self.info = DriverInfo(supported=False)
+        self.error = ""
+        """Why no GPU is read ("" when NVML works); exported as collector_up's error label."""
+        self.started = False
+        self.handles: list[Any] = []
+        self.inventory: list[GPUDevice] = []
+        self.index_by_address: dict[int, int] = {}
         self.last_xid: dict[int, int] = {}
         self.events: Any = None
+        self._next_try = 0.0
+        self._start()
+
+    # ---- starting ----
+
+    def _start(self) -> None:
+        self._next_try = self.clock() + self.retry_s
+        try:
+            if self.nvml is None:
+                import pynvml  # noqa: PLC0415 - only where the NVML backend is used
+
+                self.nvml = pynvml
+            self.nvml.nvmlInit()
+        except ImportError as exc:
+            self._failed(f"pynvml is not installed: {exc.name}")
+            return
+        except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, NoPermission, ...
+            self._failed(f"NVML init failed: {short_reason(exc)}")
+            return
+        n = self.nvml
+        try:
+            self.info = self._driver_info()
+            if not self.info.supported:
+                self.started = True
+                self._set_error(self.info.problem, log.error)
+                return
+            self.handles = [n.nvmlDeviceGetHandleByIndex(i) for i in range(n.nvmlDeviceGetCount())]
+            self.inventory = [self._device(i, h) for i, h in enumerate(self.handles)]
+        except Exception as exc:
+            self.handles, self.inventory = [], []
+            self.info = DriverInfo(supported=False)
+            self._failed(f"NVML device enumeration failed: {short_reason(exc)}")
+            with contextlib.suppress(Exception):
+                n.nvmlShutdown()
+            return
+        self.index_by_address = {}
+        for i, h in enumerate(self.handles):
+            address = handle_address(h)
+            if address is not None:
+                self.index_by_address[address] = i
+        self.started = True
+        if self.error:
+            log.warning(
+                "NVML started after all: %d GPUs, driver %s", len(self.handles), self.info.driver_version
+            )
+        self.error = ""
         if self.handles:
             self._register_xid_events()
+
+    def _failed(self, reason: str) -> None:
+        self.started = False
+        self._set_error(reason, log.error, f"; GPU metrics are not collected (host and training metrics are "
+                                           f"still served), retrying every {self.retry_s:.0f}s")  # fmt: skip
+
+    def _set_error(self, reason: str, emit: Callable[..., None], suffix: str = "") -> None:
+        """Log a cause once, not on every retry."""
+        if reason != self.error:
+            emit("%s%s", reason, suffix)
+        self.error = reason
+
+    def _device(self, i: int, h: Any, quiet: bool = False) -> GPUDevice:
+        n = self.nvml
+        try:
+            return GPUDevice(i, _text(n.nvmlDeviceGetUUID(h)), _text(n.nvmlDeviceGetName(h)))
+        except n.NVMLError as exc:  # a GPU already lost: identified by its index alone
+            if not quiet:
+                log.warning("GPU %d does not answer at start: %s", i, exc)
+            return GPUDevice(i, "", "")
 
     def _driver_info(self) -> DriverInfo:
         n = self.nvml
@@ -54,10 +153,9 @@ class NVMLBackend:
         if major < MIN_DRIVER_MAJOR:
             info.supported = False
             info.problem = (
-                f"NVIDIA driver {info.driver_version} is older than {MIN_DRIVER_MAJOR}: GPU metrics are not collected; "
-                "upgrade the driver or use gpuBackend: dcgm"
+                f"NVIDIA driver {info.driver_version} is older than {MIN_DRIVER_MAJOR}: GPU metrics are not "
+                "collected; upgrade the driver or use gpuBackend: dcgm"
             )
-            log.error(info.problem)
         return info
 
     def _register_xid_events(self) -> None:
@@ -69,6 +167,11 @@ class NVMLBackend:
         except n.NVMLError as exc:
             log.warning("XID events unavailable: %s", exc)
             self.events = None
+
+    def devices(self) -> list[GPUDevice]:
+        return list(self.inventory)
+
+    # ---- reading ----
 
     def _drain_xids(self) -> None:
         if self.events is None:
@@ -82,9 +185,12 @@ class NVMLBackend:
             except n.NVMLError as exc:
                 log.warning("reading XID events failed: %s", exc)
                 return
-            index = self.handles.index(event.device) if event.device in self.handles else -1
-            if index >= 0:
-                self.last_xid[index] = int(event.eventData)
+            address = handle_address(event.device)
+            index = None if address is None else self.index_by_address.get(address)
+            if index is None:
+                log.warning("XID %s from a GPU this exporter did not enumerate", event.eventData)
+                continue
+            self.last_xid[index] = int(event.eventData)
 
     def _field(self, fn: Any, *args: Any) -> Any:
         """One NVML call: NotSupported -> None; GpuIsLost propagates."""
@@ -94,23 +200,31 @@ class NVMLBackend:
         except n.NVMLError_NotSupported:
             return None
 
-    def read(self) -> list[GPUReading]:
+    def read(self, only: Collection[int] | None = None) -> list[GPUReading]:
+        """The GPUs in `only` (all when None). XIDs are drained for every GPU, so one seen before the
+        pod's GPUs were known is not lost; only the GPUs read are ever exported."""
+        if not self.started:
+            if self.clock() >= self._next_try:
+                self._start()
+            if not self.started:
+                return []
         n = self.nvml
         self._drain_xids()
         out = []
         for i, h in enumerate(self.handles):
-            try:
-                r = GPUReading(
-                    index=i, uuid=_text(n.nvmlDeviceGetUUID(h)), model=_text(n.nvmlDeviceGetName(h))
-                )
-            except n.NVMLError_GpuIsLost:
-                out.append(GPUReading(index=i, uuid=f"GPU-{i}", model="", lost=True))
+            if only is not None and i not in only:
                 continue
+            if not self.inventory[i].uuid:  # lost at start: ask again, it may have come back
+                self.inventory[i] = self._device(i, h, quiet=True)
+            dev = self.inventory[i]
+            r = GPUReading(index=dev.index, uuid=dev.uuid, model=dev.model)
             try:
                 self._fill(r, h)
             except n.NVMLError_GpuIsLost:
-                r = GPUReading(index=i, uuid=r.uuid, model=r.model, lost=True)
-            r.last_xid = float(self.last_xid.get(i, 0))
+                r = GPUReading(index=dev.index, uuid=dev.uuid, model=dev.model, lost=True)
+            xid = self.last_xid.get(dev.index)
+            # a lost GPU shows the XID that took it down (79, typically) but no made-up zero
+            r.last_xid = float(xid) if xid is not None else (None if r.lost else 0.0)
             out.append(r)
         return out
 
@@ -140,6 +254,8 @@ class NVMLBackend:
             r.remapped_rows_total = float(rows[0] + rows[1])
 
     def close(self) -> None:
+        if not self.started:
+            return
         try:
             if self.events is not None:
                 self.nvml.nvmlEventSetFree(self.events)

@@ -5,6 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+@dataclass(frozen=True)
+class GPUDevice:
+    """A GPU as enumerated at start: what identifies it even once it stops answering."""
+
+    index: int
+    uuid: str
+    model: str
+
+
 @dataclass
 class GPUReading:
     index: int
@@ -35,6 +44,8 @@ class HostReading:
     bandwidth_utilization_ratio: dict[str, float] = field(default_factory=dict)
     infiniband_counters: dict[tuple[str, str, str], float] = field(default_factory=dict)
     """(device, port, counter) -> value of /sys/class/infiniband/*/ports/*/counters/*."""
+    kswapd_visible: bool = True
+    """False when <host-root>/proc shows no kswapd (the pod's own PID namespace): no swap signal."""
 
 
 @dataclass

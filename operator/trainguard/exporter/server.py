@@ -1,10 +1,17 @@
 """HTTP for the exporter: /metrics and /healthz on TCP for Prometheus and the kubelet, the SDK's
-report and control endpoints on TCP and on a unix socket, and fault injection when enabled."""
+report and control endpoints on a unix socket, and fault injection when enabled.
+
+The TCP port is open to the whole pod network, so it serves nothing that changes or reveals the
+training state without the operator's bearer token: a report posted there could page someone with
+a NaN loss or hide a stall with fake steps, and the control view names checkpoint paths. `--sdk-tcp`
+opens the SDK's endpoints on TCP as well, for local development.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import hmac
+import ipaddress
 import json
 import logging
 import os
@@ -23,10 +30,40 @@ log = logging.getLogger("trainguard.exporter.http")
 MAX_BODY = 1 << 20
 
 
+class BadRequest(ValueError):
+    pass
+
+
+def content_length(value: str | None) -> int:
+    """A Content-Length to trust: absent is 0; negative, non-numeric or too large is refused (a
+    negative one would skip the size check and read to EOF)."""
+    if value is None or not value.strip():
+        return 0
+    text = value.strip()
+    if not (text.isascii() and text.isdigit()):  # no sign, no spaces inside, ASCII digits only
+        raise BadRequest(f"invalid Content-Length {value!r}")
+    length = int(text)
+    if length > MAX_BODY:
+        raise BadRequest("request body too large")
+    return length
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class Handler(BaseHTTPRequestHandler):
     exporter: Exporter
     fault_injection: bool = False
     token_file: str | None = None
+    sdk: bool = False
+    """Serve the SDK's endpoints (report, unauthenticated control view): the unix socket, or TCP
+    with --sdk-tcp."""
     server_version = "trainguard-exporter"
     protocol_version = "HTTP/1.1"
 
@@ -47,12 +84,10 @@ class Handler(BaseHTTPRequestHandler):
     def _json(self, code: int, obj: Any) -> None:
         self._send(code, json.dumps(obj).encode())
 
-    def _body(self) -> Any:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
-            raise ValueError("request body too large")
-        raw = self.rfile.read(length) if length else b"{}"
-        return json.loads(raw or b"{}")
+    def _refuse(self, code: int, message: str) -> None:
+        """Answer without reading the body, then close: the connection's framing is not to be trusted."""
+        self.close_connection = True
+        self._json(code, {"error": message})
 
     def _authorized(self) -> bool:
         """The operator's control calls carry the fast-path token (mounted from the same Secret)."""
@@ -71,6 +106,9 @@ class Handler(BaseHTTPRequestHandler):
         elif self.path == "/healthz":
             self._send(200 if self.exporter.healthy() else 503, b"ok\n", "text/plain")
         elif self.path == "/v1/control":
+            if not (self.sdk or self._authorized()):
+                self._json(401, {"error": "a valid bearer token is required (the SDK uses the unix socket)"})
+                return
             self._json(200, self.exporter.training.control_view())
         elif self.path == "/v1/faults" and self.fault_injection:
             self._json(200, self.exporter.faults.describe())
@@ -79,7 +117,21 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         try:
-            body = self._body()
+            length = content_length(self.headers.get("Content-Length"))
+        except BadRequest as exc:
+            self._refuse(400, str(exc))  # the body's end is unknown: do not read it
+            return
+        raw = self.rfile.read(length) if length else b""
+        if self.path == "/v1/report" and not self.sdk:
+            self._json(
+                403, {"error": "reports are accepted on the SDK's unix socket only (or TCP with --sdk-tcp)"}
+            )
+            return
+        if self.path == "/v1/control" and not self._authorized():
+            self._json(401, {"error": "a valid bearer token is required"})
+            return
+        try:
+            body = json.loads(raw or b"{}")
         except (ValueError, json.JSONDecodeError) as exc:
             self._json(400, {"error": str(exc)})
             return
@@ -91,9 +143,6 @@ class Handler(BaseHTTPRequestHandler):
             self.exporter.ingest([e for e in events if isinstance(e, dict)])
             self._send(204)
         elif self.path == "/v1/control":
-            if not self._authorized():
-                self._json(401, {"error": "a valid bearer token is required"})
-                return
             try:
                 self.exporter.training.set_control(body)
             except (ValueError, TypeError) as exc:
@@ -134,16 +183,20 @@ def serve(
     socket_path: str | None = None,
     fault_injection: bool = False,
     token_file: str | None = None,
+    sdk_tcp: bool = False,
 ) -> list[socketserver.BaseServer]:
     """Start the servers on daemon threads and return them (shutdown() stops each)."""
-    handler = type("BoundHandler", (Handler,), {"exporter": exporter, "fault_injection": fault_injection,
-                                                "token_file": token_file})  # fmt: skip
-    servers: list[socketserver.BaseServer] = [ThreadingHTTPServer((host, port), handler)]
+    common = {"exporter": exporter, "fault_injection": fault_injection, "token_file": token_file}
+    tcp = type("TCPHandler", (Handler,), common | {"sdk": sdk_tcp})
+    if sdk_tcp and not is_loopback(host):
+        log.warning("--sdk-tcp on %s: any pod that reaches this port can post training reports (a NaN loss "
+                    "pages someone, fake steps hide a stall); use it on loopback only", host)  # fmt: skip
+    servers: list[socketserver.BaseServer] = [ThreadingHTTPServer((host, port), tcp)]
     if socket_path:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(socket_path)
         Path(socket_path).parent.mkdir(parents=True, exist_ok=True)
-        servers.append(UnixHTTPServer(socket_path, handler))
+        servers.append(UnixHTTPServer(socket_path, type("UnixHandler", (Handler,), common | {"sdk": True})))
         os.chmod(socket_path, 0o666)  # the training containers run as other users
     for s in servers:
         threading.Thread(target=s.serve_forever, name=f"http-{type(s).__name__}", daemon=True).start()

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Collection
 
-from trainguard.exporter.readings import DriverInfo, GPUReading
+from trainguard.exporter.readings import DriverInfo, GPUDevice, GPUReading
 
 TOTAL_MIB = 81559.0
+MODEL = "NVIDIA H100 80GB HBM3"
+
+
+def _uuid(i: int) -> str:
+    return f"GPU-5e1f0000-0000-4000-8000-{i:012d}"
 
 
 class SimulatedBackend:
@@ -18,19 +24,25 @@ class SimulatedBackend:
         self.dbe = [0.0] * gpus
         self.replay = [0.0] * gpus
         self.base_used = [TOTAL_MIB * self.rng.uniform(0.55, 0.68) for _ in range(gpus)]
+        self.error = ""
 
-    def read(self) -> list[GPUReading]:
+    def devices(self) -> list[GPUDevice]:
+        return [GPUDevice(i, _uuid(i), MODEL) for i in range(self.gpus)]
+
+    def read(self, only: Collection[int] | None = None) -> list[GPUReading]:
         g = self.rng.gauss
         out = []
         for i in range(self.gpus):
+            if only is not None and i not in only:
+                continue
             if self.rng.random() < 0.002:
                 self.sbe[i] += 1  # the odd corrected error of healthy HBM
             used = min(TOTAL_MIB, max(0.0, self.base_used[i] + g(0, 150)))
             out.append(
                 GPUReading(
                     index=i,
-                    uuid=f"GPU-5e1f0000-0000-4000-8000-{i:012d}",
-                    model="NVIDIA H100 80GB HBM3",
+                    uuid=_uuid(i),
+                    model=MODEL,
                     util=min(100.0, max(0.0, round(g(94, 3)))),
                     fb_used_mib=round(used),
                     fb_free_mib=round(TOTAL_MIB - used),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import math
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +21,9 @@ CHECKPOINT_KINDS = ("incremental", "full")
 
 @dataclass
 class TrainingView:
+    start_ts: float | None = None
+    """min(exporter start, the SDK's started_at): "not yet" for a step or checkpoint means "not
+    since then", so stall and checkpoint rules have a reference before the first one."""
     step: float | None = None
     last_step_ts: float | None = None
     loss: float | None = None
@@ -68,6 +72,19 @@ class TrainingState:
         self.view = TrainingView()
         self.control = Control()
         self.prev_step_ts: float | None = None
+        self.instance = secrets.token_hex(8)
+        """Chosen at start: an SDK that sees a new one says hello again (the sidecar restarted)."""
+        self.view.start_ts = clock()
+        self.visible_devices: str | None = None
+        """NVIDIA_VISIBLE_DEVICES of the training container, from the SDK's hello."""
+
+    def reported_visible_devices(self) -> str | None:
+        with self.lock:
+            return self.visible_devices
+
+    def set_gpus(self, gpus: int) -> None:
+        with self.lock:
+            self.gpus = max(1, gpus)
 
     def snapshot(self) -> TrainingView:
         with self.lock:
@@ -76,6 +93,7 @@ class TrainingState:
     def control_view(self) -> dict[str, Any]:
         with self.lock:
             return {
+                "instance": self.instance,
                 "pause": self.control.pause,
                 "checkpoint": self.control.checkpoint,
                 "advisories": list(self.control.advisories),
@@ -101,7 +119,9 @@ class TrainingState:
             self.view.reports_total += 1
             if kind == "step":
                 return self._step(report)
-            if kind == "checkpoint":
+            if kind == "hello":
+                self._hello(report)
+            elif kind == "checkpoint":
                 self._checkpoint(report)
             elif kind == "request":
                 self.view.inference_latency_s = _num(report.get("latency_s"))
@@ -155,18 +175,45 @@ class TrainingState:
                     setattr(v, attr, min(1.0, max(0.0, part / step_time)))
         return nonfinite
 
-    def _checkpoint(self, r: dict[str, Any]) -> None:
-        kind = str(r.get("kind")) if r.get("kind") in CHECKPOINT_KINDS else "incremental"
-        if not r.get("ok", True):
+    def _hello(self, r: dict[str, Any]) -> None:
+        """The SDK's first report, and again for each new exporter instance: what a restarted
+        sidecar would otherwise have lost (start time, checkpoints) and which GPUs are the pod's."""
+        started = _num(r.get("started_at"))
+        if started is not None and math.isfinite(started) and started > 0:
+            current = self.view.start_ts
+            self.view.start_ts = started if current is None else min(current, started)
+        if "visible_devices" in r:
+            visible = r["visible_devices"]
+            self.visible_devices = visible if isinstance(visible, str) else None
+        checkpoints = r.get("checkpoints")
+        if not isinstance(checkpoints, dict):
             return
-        ts = _num(r.get("ts")) or self.clock()
-        step = _num(r.get("step"))
+        for kind in CHECKPOINT_KINDS:
+            c = checkpoints.get(kind)
+            if not isinstance(c, dict):
+                continue
+            ts = _num(c.get("ts"))
+            if ts is None or not math.isfinite(ts):
+                continue
+            known = self.view.checkpoint_ts.get(kind)
+            if known is not None and ts <= known:
+                continue  # the exporter already knows this one or a newer one
+            path = c.get("path")
+            self._record_checkpoint(kind, ts, _num(c.get("step")), path if isinstance(path, str) else None)
+
+    def _record_checkpoint(self, kind: str, ts: float, step: float | None, path: Any) -> None:
         self.view.checkpoint_ts[kind] = ts
         if step is not None:
             self.view.checkpoint_step[kind] = step
         best = self.control.resume_from
         if step is not None and (best is None or step >= float(best.get("step", -1))):
-            self.control.resume_from = {"step": step, "kind": kind, "path": r.get("path")}
+            self.control.resume_from = {"step": step, "kind": kind, "path": path}
+
+    def _checkpoint(self, r: dict[str, Any]) -> None:
+        kind = str(r.get("kind")) if r.get("kind") in CHECKPOINT_KINDS else "incremental"
+        if not r.get("ok", True):
+            return
+        self._record_checkpoint(kind, _num(r.get("ts")) or self.clock(), _num(r.get("step")), r.get("path"))
         # a requested checkpoint is done once one at least as complete is saved
         if self.control.checkpoint == kind or (self.control.checkpoint == "incremental" and kind == "full"):
             self.control.checkpoint = None
