@@ -55,6 +55,11 @@ CONTRACT_METRICS = {
     "trainguard_host_disk_write_latency_seconds", "trainguard_network_packet_loss_ratio",
     "trainguard_network_bandwidth_utilization_ratio", "trainguard_inference_latency_seconds",
     "trainguard_inference_queue_depth",
+    # added by review (issue 7): a job's start, a lost GPU, and the exporter's own health
+    "trainguard_train_start_timestamp_seconds", "trainguard_gpu_lost", "trainguard_gpu_remapped_rows",
+    "trainguard_infiniband_port_counter_total", "trainguard_exporter_info", "trainguard_exporter_collector_up",
+    "trainguard_exporter_collector_errors_total", "trainguard_exporter_gpus_assigned",
+    "trainguard_exporter_fastpath_events_total",
 }  # fmt: skip
 
 

@@ -122,7 +122,7 @@ def _floored(ctx: Context, stddev: str, mean: str, ratio: str) -> str:
     return f"({ctx.m(stddev)} > on({JOB}) {floor}) or on({JOB}) {floor}"
 
 
-DCGM_METRICS: tuple[str, ...] = tuple(m.name for m in METRICS if m.is_gpu)
+DCGM_METRICS: tuple[str, ...] = tuple(m.name for m in METRICS if m.name.startswith("DCGM_FI_"))
 """Every dcgm-exporter metric of the contract, so a rule on any of them reads the joined series."""
 
 

@@ -1,0 +1,58 @@
+"""The seam between the rules and what feeds them: every series a rendered rule reads is exported by
+the sidecar (the catalogue's metric contract), recorded by an earlier rule of the same group, or one
+of the few external series named here. A rule on a series nothing exports never fires, silently."""
+
+from __future__ import annotations
+
+import promql_parser
+import pytest
+
+from tests.conftest import monitor, policy
+from trainguard.catalog import METRICS
+from trainguard.render.policy import effective_policy
+from trainguard.render.prometheus import rule_group
+
+EXTERNAL = {
+    "up": "Prometheus' own scrape health of the PodMonitor's targets",
+    "kube_node_status_condition": "kube-state-metrics",
+}
+"""Series trainguard reads but neither exports nor records; each needs its source named."""
+
+
+def selected_names(expr: str) -> set[str]:
+    names: set[str] = set()
+
+    def visit(node: object) -> bool:
+        if isinstance(node, promql_parser.VectorSelector) and node.name:
+            names.add(node.name)
+        return True
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return names
+
+
+@pytest.mark.parametrize("backend", ["nvml", "simulated", "dcgm"])
+@pytest.mark.parametrize("mode", ["training", "finetuning", "inference"])
+def test_every_series_a_rule_reads_is_produced_by_something(backend: str, mode: str) -> None:
+    m = monitor(**{"spec.exporter.gpuBackend": backend, "spec.mode": mode})
+    group = rule_group(m, effective_policy(m, [policy()]))
+    exported = {metric.name for metric in METRICS}
+    recorded: set[str] = set()
+    missing: dict[str, set[str]] = {}
+    for rule in group["rules"]:
+        reads = selected_names(rule["expr"]) - exported - recorded - set(EXTERNAL)
+        if backend == "dcgm":
+            # dcgm-exporter's own series, joined into trainguard_dcgm:* by the first rules
+            reads -= {metric.name for metric in METRICS if metric.name.startswith("DCGM_FI_")}
+        if reads:
+            missing[rule.get("record") or rule["alert"]] = reads
+        if "record" in rule:
+            recorded.add(rule["record"])
+    assert missing == {}, f"rules read series that nothing produces: {missing}"
+
+
+def test_the_check_catches_a_series_nobody_exports() -> None:
+    assert selected_names('time() - max by (a) (trainguard_train_last_step_seconds{a="b"})') == {
+        "trainguard_train_last_step_seconds"
+    }
+    assert "trainguard_train_last_step_seconds" not in {m.name for m in METRICS}
