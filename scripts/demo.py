@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from prometheus_api_client import PrometheusConnect
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"
@@ -155,12 +156,9 @@ def main() -> int:
             f"prometheus http://127.0.0.1:{prom_port}  alertmanager http://127.0.0.1:{am_port}  receivers :{RECEIVER_PORT}"
         )
         time.sleep(8)
-        query = get_json(f"http://127.0.0.1:{prom_port}/api/v1/query?query=trainguard_train_step")["data"][
-            "result"
-        ]
-        loss = get_json(f"http://127.0.0.1:{prom_port}/api/v1/query?query=trainguard_train_loss")["data"][
-            "result"
-        ]
+        prometheus_api = PrometheusConnect(f"http://127.0.0.1:{prom_port}", disable_ssl=True)
+        query = prometheus_api.get_current_metric_value("trainguard_train_step")
+        loss = prometheus_api.get_current_metric_value("trainguard_train_loss")
         if query:
             say(
                 f"training: step {float(query[0]['value'][1]):.0f}, loss {float(loss[0]['value'][1]):.4f} (scraped by Prometheus)"

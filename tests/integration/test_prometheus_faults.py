@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_api_client import PrometheusConnect
 
 from tests.processes import free_port, http_json, wait_http
 from trainguard.api import load_documents
@@ -122,15 +123,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 
 def firing(prom: str) -> set[tuple[str, str]]:
-    alerts = http_json(f"{prom}/api/v1/alerts")["data"]["alerts"]
-    return {(a["labels"]["alertname"], a["labels"]["severity"]) for a in alerts if a["state"] == "firing"}
+    """Firing alerts as Prometheus records them (its ALERTS series), read with prometheus-api-client."""
+    result = PrometheusConnect(prom, disable_ssl=True).custom_query('ALERTS{alertstate="firing"}')
+    return {(a["metric"]["alertname"], a["metric"]["severity"]) for a in result}
 
 
 def test_faults_drive_their_alerts_and_nothing_fires_without_them(stack: dict[str, Any]) -> None:
     prom, exp = stack["prometheus"], stack["exporter"]
     # a baseline of one minute, ending ten seconds back, then quiet: nothing above P3
     time.sleep(75)
-    up = http_json(f"{prom}/api/v1/query?query=up")["data"]["result"]
+    up = PrometheusConnect(prom, disable_ssl=True).get_current_metric_value("up")
     assert up and up[0]["value"][1] == "1", up
     loud = {a for a in firing(prom) if a[1] != "P3"}
     assert not loud, f"alerts fired without any fault: {loud}"
