@@ -82,7 +82,8 @@ def carries_exporter(pod: dict[str, Any]) -> bool:
     """The pod runs the exporter (as a native sidecar or a regular container): it is monitored."""
     spec = pod.get("spec") or {}
     return any(
-        c.get("name") == EXPORTER for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        c.get("name") == EXPORTER
+        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
     )
 
 
