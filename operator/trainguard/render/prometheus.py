@@ -300,9 +300,19 @@ def _escalated(rule: Rule, after: str) -> Rule:
     }
 
 
+SIDECAR_NVML_ONLY: dict[str, str] = {
+    "GPULost": "trainguard_gpu_lost comes from the sidecar's NVML backend; with dcgm-exporter a GPU that "
+    "fell off the bus shows as XID 79, which GPUCriticalXid matches",
+}
+"""Alerts whose input only the sidecar's own GPU collector exports: left out with gpuBackend dcgm."""
+
+
 def alerting_rules(ctx: Context, policy: EffectivePolicy) -> list[Rule]:
     rules: list[Rule] = []
+    dcgm = ctx.monitor.spec.exporter.gpu_backend == "dcgm"
     for a in policy.enabled_alerts():
+        if dcgm and a.name in SIDECAR_NVML_ONLY:
+            continue
         rule = _alert_rule(ctx, a, policy)
         rules.append(rule)
         if policy.escalation.enabled and a.severity == "P1":
