@@ -125,6 +125,12 @@ REJECTED = [
     ),
     pytest.param(
         POLICY,
+        {"spec.customRules": [RULE | {"labels": {"on-call": "ml"}}]},
+        "label names must be Prometheus label names",
+        id="policy-custom-rule-label-name-not-prometheus",
+    ),
+    pytest.param(
+        POLICY,
         {"spec.customRules": [RULE | {"name": "GPUNodeDown"}]},
         "name is a catalogue alert",
         id="policy-custom-rule-named-like-a-catalogue-alert",

@@ -99,6 +99,10 @@ CEL_TWINS: dict[str, tuple[dict[str, Any], str]] = {
         merged(POLICY, **{"spec.customRules": [RULE | {"labels": {"training_job": "x"}}]}),
         "spec.customRules[0].labels",
     ),
+    "label names must be Prometheus label names": (
+        merged(POLICY, **{"spec.customRules": [RULE | {"labels": {"a-b": "x"}}]}),
+        "spec.customRules[0].labels",
+    ),
     "name is a catalogue alert": (
         merged(POLICY, **{"spec.customRules": [RULE | {"name": "GPUNodeDown"}]}),
         "spec.customRules[0].name",

@@ -65,6 +65,13 @@ class AlertOverride(Model):
         return self
 
 
+PROMETHEUS_LABEL_NAME = r"^[a-zA-Z][a-zA-Z0-9_]*$|^_[a-zA-Z0-9][a-zA-Z0-9_]*$"
+PROMETHEUS_LABEL_MESSAGE = (
+    "Prometheus label names: letters, digits and _, not starting with a digit or with __ "
+    "(a bad one makes Prometheus drop the whole rule group)"
+)
+
+
 class CustomRule(Model):
     """A PromQL alert of the user's own. `$selector` in expr expands to this job's label matchers."""
 
@@ -93,6 +100,9 @@ class CustomRule(Model):
         reserved = set(RESERVED_RULE_LABELS) & set(v)
         if reserved:
             raise ValueError(f"labels must not set {', '.join(sorted(reserved))}; trainguard sets them")
+        bad = sorted(k for k in v if not re.fullmatch(PROMETHEUS_LABEL_NAME, k))
+        if bad:
+            raise ValueError(f"label names {', '.join(map(repr, bad))} are not {PROMETHEUS_LABEL_MESSAGE}")
         return v
 
     @field_validator("name")
@@ -106,6 +116,11 @@ class CustomRule(Model):
         cel(
             f"!{list(RESERVED_RULE_LABELS)}.exists(k, k in self.labels)",
             f"labels must not set {', '.join(RESERVED_RULE_LABELS)}; trainguard sets them",
+            ".labels",
+        ),
+        cel(
+            f"self.labels.all(k, k.matches({cel_string(PROMETHEUS_LABEL_NAME)}))",
+            f"label names must be {PROMETHEUS_LABEL_MESSAGE}",
             ".labels",
         ),
         cel(
