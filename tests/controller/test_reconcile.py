@@ -31,7 +31,8 @@ class FakeKube:
         self.applies: list[str] = []
         """Kinds whose apply changed the object."""
         self.calls: list[str] = []
-        self.deleted: list[str] = []
+        self.emptied: list[str] = []
+        self.written: set[tuple[str, str]] = set()
         self.status: dict[str, Any] | None = None
         self.created: list[str] = []
         self.missing_kinds = missing_kinds
@@ -47,17 +48,15 @@ class FakeKube:
         if obj["kind"] in self.refuse:
             raise self.refuse[obj["kind"]]
         key = (obj["kind"], obj["metadata"]["name"])
+        first_secret_write = obj["kind"] == "Secret" and key not in self.written
         changed = self.objects.get(key) != obj
+        if obj["kind"] == "Secret" and key in self.objects and "data" not in obj:
+            self.emptied.append(key[1])  # server-side apply drops the data keys trainguard owned
         self.objects[key] = copy.deepcopy(obj)
+        self.written.add(key)
         if changed:
             self.applies.append(obj["kind"])
-        return changed
-
-    def delete_if_present(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
-        if self.objects.pop((kind, name), None) is None:
-            return False
-        self.deleted.append(f"{kind}/{name}")
-        return True
+        return None if first_secret_write else changed  # the operator cannot read Secrets
 
     def create_if_absent(self, obj: dict[str, Any]) -> bool:
         if obj["metadata"]["name"] in self.created:
@@ -154,19 +153,44 @@ def test_a_transient_api_failure_is_reported_and_raised_for_kopf_to_retry() -> N
     assert cond(kube, "Degraded")["reason"] == "ApplyFailed"
 
 
-def test_the_receiver_secret_goes_when_the_inline_url_does() -> None:
+def test_the_receiver_secret_is_emptied_when_the_inline_url_goes() -> None:
     slack = copy.deepcopy(POLICY)
     slack["spec"]["receivers"].append(
         {"name": "chat", "type": "slack", "roles": ["im"], "url": "https://hooks.slack.invalid/T/B/x"}
     )
     kube = FakeKube({"default": slack})
-    reconcile_monitor(kube, body())  # type: ignore[arg-type]
-    assert ("Secret", "trainguard-llama-pretrain-receivers") in kube.objects
+    status = reconcile_monitor(kube, body())  # type: ignore[arg-type]
+    assert status["receiverSecret"] == "trainguard-llama-pretrain-receivers"
+    assert "data" in kube.objects[("Secret", "trainguard-llama-pretrain-receivers")]
     kube.policies["default"] = POLICY
-    reconcile_monitor(kube, body())  # type: ignore[arg-type]
-    assert kube.deleted == ["Secret/trainguard-llama-pretrain-receivers"]
-    reconcile_monitor(kube, body())  # type: ignore[arg-type]
-    assert kube.deleted == ["Secret/trainguard-llama-pretrain-receivers"], "deleted once"
+    status = reconcile_monitor(kube, body() | {"status": status})  # type: ignore[arg-type]
+    assert kube.emptied == ["trainguard-llama-pretrain-receivers"], (
+        "the webhook URL no longer sits in a Secret"
+    )
+    assert status["receiverSecret"] == ""
+    reconcile_monitor(kube, body() | {"status": status})  # type: ignore[arg-type]
+    assert kube.emptied == ["trainguard-llama-pretrain-receivers"], "emptied once"
+
+
+def test_a_secret_rewritten_after_a_restart_is_not_announced_when_the_input_is_the_same() -> None:
+    slack = copy.deepcopy(POLICY)
+    slack["spec"]["receivers"].append(
+        {"name": "chat", "type": "slack", "roles": ["im"], "url": "https://hooks.slack.invalid/T/B/x"}
+    )
+    kube = FakeKube({"default": slack})
+    status = reconcile_monitor(kube, body())  # type: ignore[arg-type]
+    kube.written.clear()  # a restarted operator: it never wrote the Secret in this process
+    events: list[tuple[str, str]] = []
+    reconcile_monitor(kube, body() | {"status": status}, announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
+    assert events == []
+
+
+def test_a_persisting_apply_failure_is_announced_once() -> None:
+    kube = FakeKube({"default": POLICY}, refuse={"PrometheusRule": refused(422, "bad rule")})
+    events: list[tuple[str, str]] = []
+    status = reconcile_monitor(kube, body(), announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
+    reconcile_monitor(kube, body() | {"status": status}, announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
+    assert [r for r, _ in events] == ["ApplyFailed"]
 
 
 def test_policy_change_reapplies_only_what_changed() -> None:

@@ -225,6 +225,11 @@ class TrainingJobMonitorStatus(Model):
     conditions: list[Condition] = Field(default_factory=list, max_length=16)
     pods_monitored: int = 0
     input_hash: str = Field(default="", max_length=128)
+    receiver_secret: str = Field(
+        default="",
+        max_length=253,
+        description="The receiver Secret trainguard wrote inline values into; emptied once none are left.",
+    )
     remediations: list[RemediationRecord] = Field(default_factory=list, max_length=50)
 
 

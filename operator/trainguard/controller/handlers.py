@@ -25,6 +25,7 @@ log = logging.getLogger("trainguard.handlers")
 
 MONITORS = (GROUP, VERSION, "trainingjobmonitors")
 POLICIES = (GROUP, VERSION, "alertpolicies")
+ADMISSION_API_TIMEOUT = 3.0
 
 
 class MonitorLocks:
@@ -149,8 +150,9 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
         kube: Kube = memo["kube"]
         changes = admit(
             _plain(body),
-            list_monitors=kube.list_monitors,
-            post_event=kube.post_event,
+            # the apiserver waits 5s for the whole answer; a slow list admits the pod without the sidecar
+            list_monitors=lambda ns: kube.list_monitors(ns, timeout=ADMISSION_API_TIMEOUT),
+            post_event=lambda obj, reason, msg, type_: kube.post_event(obj, reason, msg, type_, timeout=1.0),
             receiver_url=receiver_url,
             native_sidecar=bool(memo.get("native_sidecar", True)),
         )

@@ -38,8 +38,10 @@ def with_hash(obj: dict[str, Any]) -> tuple[dict[str, Any], str]:
 
 
 class Kube:
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, timeout: float = 30.0) -> None:
         self.api = api
+        self.timeout = timeout
+        """Seconds any one API call may take: a hung call must not hold a handler thread forever."""
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self._dynamic: DynamicClient | None = None
@@ -72,16 +74,23 @@ class Kube:
         if obj["kind"] == "Secret":
             return self._written.get(key)
         try:
-            live = self.dynamic.get(self._resource(obj), name=meta["name"], namespace=meta.get("namespace"))
+            live = self.dynamic.get(
+                self._resource(obj),
+                name=meta["name"],
+                namespace=meta.get("namespace"),
+                _request_timeout=self.timeout,
+            )
         except NotFoundError:
             return None
         return str(live.metadata.resourceVersion)
 
-    def apply(self, obj: dict[str, Any]) -> bool:
-        """Server-side apply, taking ownership of the fields trainguard renders; True when the object
-        changed. Applying every time repairs hand edits; an unchanged object is not written again, so its
-        resourceVersion says whether anything happened."""
+    def apply(self, obj: dict[str, Any]) -> bool | None:
+        """Server-side apply, taking ownership of the fields trainguard renders. Returns whether the
+        object changed: applying every time repairs hand edits, and an unchanged object is not written
+        again, so its resourceVersion tells. None for a Secret this process has not written before
+        (the operator cannot read Secrets, so it cannot tell)."""
         meta = obj["metadata"]
+        key = (obj["kind"], meta.get("namespace") or "", meta["name"])
         before = self._live_version(obj)
         result = self.dynamic.server_side_apply(
             self._resource(obj),
@@ -90,25 +99,23 @@ class Kube:
             namespace=meta.get("namespace"),
             field_manager=FIELD_MANAGER,
             force_conflicts=True,
+            _request_timeout=self.timeout,
         )
         after = str(result.metadata.resourceVersion)
-        self._written[(obj["kind"], meta.get("namespace") or "", meta["name"])] = after
+        self._written[key] = after
+        if before is None and obj["kind"] == "Secret":
+            return None
         return before != after
-
-    def delete_if_present(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
-        """Delete an object trainguard no longer renders; True when there was one."""
-        resource = self._resource({"apiVersion": api_version, "kind": kind})
-        try:
-            self.dynamic.delete(resource, name=name, namespace=namespace)
-        except NotFoundError:
-            return False
-        self._written.pop((kind, namespace, name), None)
-        return True
 
     def create_if_absent(self, obj: dict[str, Any]) -> bool:
         """Create without reading first (the operator may create Secrets but not read them)."""
         try:
-            self.dynamic.create(self._resource(obj), body=obj, namespace=obj["metadata"].get("namespace"))
+            self.dynamic.create(
+                self._resource(obj),
+                body=obj,
+                namespace=obj["metadata"].get("namespace"),
+                _request_timeout=self.timeout,
+            )
         except ApiException as exc:
             if exc.status == 409:
                 return False
@@ -117,7 +124,9 @@ class Kube:
 
     def _get_custom(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            result = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+            result = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, plural, name, _request_timeout=self.timeout
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -131,47 +140,65 @@ class Kube:
         return self._get_custom("trainingjobmonitors", namespace, name)
 
     def node_names(self, selector: str) -> list[str]:
-        nodes = self.core.list_node(label_selector=selector).items
+        nodes = self.core.list_node(label_selector=selector, _request_timeout=self.timeout).items
         return sorted(str(n.metadata.name) for n in nodes if n.metadata is not None)
 
     def count_pods(self, namespace: str, selector: str) -> int:
         """Pods of the selector that carry the exporter: a pod let through without it is not monitored."""
-        pods = self.core.list_namespaced_pod(namespace, label_selector=selector)
+        pods = self.core.list_namespaced_pod(
+            namespace, label_selector=selector, _request_timeout=self.timeout
+        )
         plain = [self.api.sanitize_for_serialization(p) for p in pods.items]
         return len([p for p in plain if not p["metadata"].get("deletionTimestamp") and carries_exporter(p)])
 
-    def list_monitors(self, namespace: str | None = None) -> list[dict[str, Any]]:
-        """Monitors read from the API, not from a watch: a standby replica's watches are paused."""
+    def list_monitors(
+        self, namespace: str | None = None, timeout: float | None = None
+    ) -> list[dict[str, Any]]:
+        """Monitors read from the API, not from a watch: a standby replica's watches are paused. The
+        admission webhook passes a short timeout: it has 5 seconds in all."""
+        t = timeout or self.timeout
         if namespace is None:
-            result = self.custom.list_cluster_custom_object(GROUP, VERSION, "trainingjobmonitors")
+            result = self.custom.list_cluster_custom_object(
+                GROUP, VERSION, "trainingjobmonitors", _request_timeout=t
+            )
         else:
             result = self.custom.list_namespaced_custom_object(
-                GROUP, VERSION, namespace, "trainingjobmonitors"
+                GROUP, VERSION, namespace, "trainingjobmonitors", _request_timeout=t
             )
         return [cast(dict[str, Any], item) for item in cast(dict[str, Any], result).get("items", [])]
 
     def get_peering(self, name: str) -> dict[str, Any] | None:
         try:
-            return cast(dict[str, Any], self.custom.get_cluster_custom_object(*PEERING, name))
+            return cast(
+                dict[str, Any],
+                self.custom.get_cluster_custom_object(*PEERING, name, _request_timeout=self.timeout),
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
 
     def server_version(self) -> tuple[str, str]:
-        info = client.VersionApi(self.api).get_code()
+        info = client.VersionApi(self.api).get_code(_request_timeout=self.timeout)
         return str(info.major), str(info.minor)
 
     def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
         try:
             self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, plural, name, {"status": status}
+                GROUP, VERSION, namespace, plural, name, {"status": status}, _request_timeout=self.timeout
             )
         except ApiException as exc:
             if exc.status != 404:  # deleted meanwhile: nothing to report on
                 raise
 
-    def post_event(self, regarding: dict[str, Any], reason: str, message: str, type_: str = "Normal") -> None:
+    def post_event(
+        self,
+        regarding: dict[str, Any],
+        reason: str,
+        message: str,
+        type_: str = "Normal",
+        timeout: float | None = None,
+    ) -> None:
         """A core/v1 Event about an object (apiVersion, kind, metadata.name/namespace/uid): from kopf's
         handlers and from the operator's own threads alike, where kopf's event queue does not exist."""
         meta = regarding.get("metadata") or {}
@@ -200,4 +227,6 @@ class Kube:
             "count": 1,
             "reportingComponent": FIELD_MANAGER,
         }
-        self.core.create_namespaced_event(namespace, cast(Any, event))
+        self.core.create_namespaced_event(
+            namespace, cast(Any, event), _request_timeout=timeout or self.timeout
+        )

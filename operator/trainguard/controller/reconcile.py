@@ -21,6 +21,7 @@ from trainguard.api import AlertPolicy, InvalidInput, TrainingJobMonitor, parse_
 from trainguard.controller.kube import Kube, MissingAPI, content_hash, with_hash
 from trainguard.controller.status import Outcome, monitor_status
 from trainguard.render.kubernetes import (
+    emptied_receiver_secret,
     fastpath_secret,
     fastpath_secret_name,
     monitor_objects,
@@ -92,19 +93,26 @@ def reconcile_monitor(
     outcome.input_hash = content_hash({"objects": desired})
     label = ""
     done: set[str] = set()
+    previous = body.get("status") or {}
+    same_input = previous.get("inputHash") == outcome.input_hash
     try:
         for obj in desired:
             label = f"{obj['kind']} {obj['metadata']['namespace']}/{obj['metadata']['name']}"
             stamped, _ = with_hash(obj)
             # applied every time: an unchanged object costs the API no write, a hand edit is repaired
-            if kube.apply(stamped):
-                outcome.applied.append(label)
-            else:
-                outcome.unchanged.append(label)
+            changed = kube.apply(stamped)
+            if changed is None:  # a Secret first written by this process: changed if the input did
+                changed = not same_input
+            (outcome.applied if changed else outcome.unchanged).append(label)
             done.add(obj["kind"])
-        label = f"Secret {ns}/{receiver_secret_name(monitor)}"
-        if "Secret" not in done and kube.delete_if_present("v1", "Secret", ns, receiver_secret_name(monitor)):
-            outcome.applied.append(f"deleted {label} (no inline receiver values left)")
+        secret = receiver_secret_name(monitor)
+        label = f"Secret {ns}/{secret}"
+        if "Secret" in done:
+            outcome.receiver_secret = secret
+        elif previous.get("receiverSecret") == secret:
+            kube.apply(emptied_receiver_secret(monitor))
+            outcome.applied.append(f"{label} (emptied: no inline receiver values left)")
+            outcome.receiver_secret = ""
         label = f"Secret {ns}/{fastpath_secret_name(monitor)}"
         if kube.create_if_absent(fastpath_secret(monitor, secrets.token_urlsafe(32))):
             outcome.applied.append(label)
@@ -119,7 +127,11 @@ def reconcile_monitor(
         outcome.routes_applied = "AlertmanagerConfig" in done
         outcome.error_reason = "ApplyFailed"
         outcome.error_message = apply_failure_message(label, exc)
-        announce("ApplyFailed", outcome.error_message)
+        degraded: dict[str, Any] = next(
+            (c for c in previous.get("conditions") or [] if c.get("type") == "Degraded"), {}
+        )
+        if degraded.get("message") != outcome.error_message:  # once per distinct failure, not per resync
+            announce("ApplyFailed", outcome.error_message)
         status = _write(kube, body, outcome, now, monitor)
         if transient(exc):
             raise

@@ -19,6 +19,8 @@ class Outcome:
     unchanged: list[str] = field(default_factory=list)
     pods: int | None = None
     input_hash: str = ""
+    receiver_secret: str | None = None
+    """The receiver Secret holding inline values now ("" once emptied); None: as before."""
 
 
 def _condition(  # noqa: PLR0917 - one call site, read as a table
@@ -84,4 +86,6 @@ def monitor_status(previous: dict[str, Any] | None, outcome: Outcome, now: str) 
         status["podsMonitored"] = outcome.pods
     if outcome.input_hash:
         status["inputHash"] = outcome.input_hash
+    if outcome.receiver_secret is not None:
+        status["receiverSecret"] = outcome.receiver_secret
     return status

@@ -68,6 +68,17 @@ def receiver_secret(monitor: TrainingJobMonitor, policy: EffectivePolicy) -> Obj
     }
 
 
+def emptied_receiver_secret(monitor: TrainingJobMonitor) -> Obj:
+    """The receiver Secret with no data: applied server-side, it removes the values trainguard wrote
+    once the policy no longer has inline ones (the operator may write Secrets, never delete them)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(monitor, receiver_secret_name(monitor)),
+        "type": "Opaque",
+    }
+
+
 def fastpath_secret_name(monitor: TrainingJobMonitor) -> str:
     return f"{object_name(monitor)}-fastpath"
 
