@@ -1,7 +1,9 @@
 """A fake of the pynvml calls the NVML backend uses: a stand-in where no GPU exists (CI has none).
 
 Each fake GPU is a dict of field values; a value that is an exception class is raised instead, so a
-test can make a field NotSupported, the whole GPU lost, or a call hang.
+test can make a field NotSupported, the whole GPU lost, or a call hang. Two keys are not fields:
+"handle" makes nvmlDeviceGetHandleByIndex raise for that GPU (the real library answers GPU_IS_LOST
+there for a GPU that fell off the bus) and "events" makes nvmlDeviceRegisterEvents raise for it.
 
 Like the real library, handles are ctypes pointers (`POINTER(struct_c_nvmlDevice_t)`), which compare
 by identity: every nvmlDeviceGetHandleByIndex call returns a new pointer object, and so does every
@@ -96,6 +98,10 @@ def make(
             raise NVMLError_InvalidArgument()
         return by_address[address]
 
+    def raise_if_error(v: Any) -> None:
+        if isinstance(v, type) and issubclass(v, Exception):
+            raise v()
+
     def value(h: Any, key: str) -> Any:
         v = gpus[gpu_of(h)].get(key)
         if isinstance(v, type) and issubclass(v, Exception):
@@ -114,6 +120,7 @@ def make(
             raise NVMLError("Uninitialized")
         if not 0 <= i < len(gpus):
             raise NVMLError_InvalidArgument()
+        raise_if_error(gpus[i].get("handle"))
         return ctypes.pointer(devices[i])  # a new pointer object on every call, as in pynvml
 
     def wait(event_set: Any, timeout_ms: int) -> c_nvmlEventData_t:
@@ -130,9 +137,13 @@ def make(
         return types.SimpleNamespace(gpu=gpu, memory=mem)
 
     def register(h: Any, types_: int, event_set: Any) -> None:
-        gpu_of(h)
+        raise_if_error(gpus[gpu_of(h)].get("events"))
+        m.registered.add(gpu_of(h))
 
     def xid(gpu: int, code: int) -> None:
+        """The driver reports XID `code` on `gpu`: an event only where that GPU's events were registered."""
+        if gpu not in m.registered:
+            return
         data = c_nvmlEventData_t()
         data.device = ctypes.pointer(devices[gpu])
         data.eventType, data.eventData = 8, code
@@ -159,6 +170,6 @@ def make(
         nvmlDeviceGetRemappedRows=lambda h: value(h, "remapped"),
         nvmlEventSetCreate=object, nvmlEventSetFree=lambda s: None,
         nvmlDeviceRegisterEvents=register, nvmlEventSetWait_v2=wait,
-        init_error=init_error, hang_s=hang_s, xid=xid,
+        init_error=init_error, hang_s=hang_s, xid=xid, registered=set(),
     )  # fmt: skip
     return m

@@ -1,7 +1,9 @@
 """GPU readings through pynvml. The module is injected, so tests drive this code with a fake NVML.
 
 Unsupported fields are left out (None), a lost GPU is reported as lost, and XIDs come from an NVML
-event set; the last one seen is exported as its value, as dcgm-exporter does.
+event set; the last one seen is exported as its value, as dcgm-exporter does. Handles are fetched
+one GPU at a time: a GPU that fell off the bus before the exporter started (NVML answers GPU_IS_LOST
+for its handle) is a lost GPU, not a reason to read none of the node's GPUs.
 
 NVML that cannot start (no driver, no library, a runtime that hides the devices) is not fatal: the
 backend reports why in `error`, logs it once, reads no GPU and tries again now and then, while the
@@ -64,6 +66,9 @@ class NVMLBackend:
         """Why no GPU is read ("" when NVML works); exported as collector_up's error label."""
         self.started = False
         self.handles: list[Any] = []
+        """One per NVML index; None for a GPU whose handle NVML would not give (lost, typically)."""
+        self.lost_at_start: set[int] = set()
+        """Indices whose handle NVML refused with GPU_IS_LOST: exported as lost until one is given."""
         self.inventory: list[GPUDevice] = []
         self.index_by_address: dict[int, int] = {}
         self.last_xid: dict[int, int] = {}
@@ -94,10 +99,12 @@ class NVMLBackend:
                 self.started = True
                 self._set_error(self.info.problem, log.error)
                 return
-            self.handles = [n.nvmlDeviceGetHandleByIndex(i) for i in range(n.nvmlDeviceGetCount())]
-            self.inventory = [self._device(i, h) for i, h in enumerate(self.handles)]
+            self.lost_at_start = set()
+            self.handles = [self._handle(i) for i in range(n.nvmlDeviceGetCount())]
+            self.inventory = [GPUDevice(i, "", "") if h is None else self._device(i, h)
+                              for i, h in enumerate(self.handles)]  # fmt: skip
         except Exception as exc:
-            self.handles, self.inventory = [], []
+            self.handles, self.inventory, self.lost_at_start = [], [], set()
             self.info = DriverInfo(supported=False)
             self._failed(f"NVML device enumeration failed: {short_reason(exc)}")
             with contextlib.suppress(Exception):
@@ -105,9 +112,7 @@ class NVMLBackend:
             return
         self.index_by_address = {}
         for i, h in enumerate(self.handles):
-            address = handle_address(h)
-            if address is not None:
-                self.index_by_address[address] = i
+            self._remember(i, h)
         self.started = True
         if self.error:
             log.warning(
@@ -116,6 +121,29 @@ class NVMLBackend:
         self.error = ""
         if self.handles:
             self._register_xid_events()
+
+    def _handle(self, i: int, quiet: bool = False) -> Any:
+        """GPU i's handle, or None: NVML refuses the handle of a GPU that fell off the bus (GPU_IS_LOST),
+        which must cost that GPU alone, reported as lost."""
+        n = self.nvml
+        try:
+            handle = n.nvmlDeviceGetHandleByIndex(i)
+        except n.NVMLError_GpuIsLost as exc:
+            if not quiet:
+                log.error("GPU %d is lost (NVML: %s): exported as trainguard_gpu_lost 1", i, exc)
+            self.lost_at_start.add(i)
+            return None
+        except n.NVMLError as exc:
+            if not quiet:
+                log.warning("GPU %d gives no NVML handle (%s): it is not read", i, exc)
+            return None
+        self.lost_at_start.discard(i)
+        return handle
+
+    def _remember(self, i: int, h: Any) -> None:
+        address = None if h is None else handle_address(h)
+        if address is not None:
+            self.index_by_address[address] = i
 
     def _failed(self, reason: str) -> None:
         self.started = False
@@ -162,11 +190,23 @@ class NVMLBackend:
         n = self.nvml
         try:
             self.events = n.nvmlEventSetCreate()
-            for h in self.handles:
-                n.nvmlDeviceRegisterEvents(h, n.nvmlEventTypeXidCriticalError, self.events)
         except n.NVMLError as exc:
             log.warning("XID events unavailable: %s", exc)
             self.events = None
+            return
+        for i, h in enumerate(self.handles):
+            if h is not None:
+                self._register_xid(i, h)
+
+    def _register_xid(self, i: int, h: Any) -> None:
+        """One GPU's XIDs; a GPU that refuses (lost, not supported) costs its own XIDs only."""
+        if self.events is None:
+            return
+        n = self.nvml
+        try:
+            n.nvmlDeviceRegisterEvents(h, n.nvmlEventTypeXidCriticalError, self.events)
+        except n.NVMLError as exc:
+            log.warning("XID events unavailable for GPU %d: %s", i, exc)
 
     def devices(self) -> list[GPUDevice]:
         return list(self.inventory)
@@ -211,17 +251,29 @@ class NVMLBackend:
         n = self.nvml
         self._drain_xids()
         out = []
-        for i, h in enumerate(self.handles):
+        for i in range(len(self.handles)):
             if only is not None and i not in only:
                 continue
-            if not self.inventory[i].uuid:  # lost at start: ask again, it may have come back
+            h = self.handles[i]
+            if h is None:  # no handle at start: ask again, it may have come back
+                h = self._handle(i, quiet=True)
+                if h is not None:
+                    self.handles[i] = h
+                    self._remember(i, h)
+                    self._register_xid(i, h)
+            if h is not None and not self.inventory[i].uuid:  # lost at start: ask again
                 self.inventory[i] = self._device(i, h, quiet=True)
             dev = self.inventory[i]
             r = GPUReading(index=dev.index, uuid=dev.uuid, model=dev.model)
-            try:
-                self._fill(r, h)
-            except n.NVMLError_GpuIsLost:
-                r = GPUReading(index=dev.index, uuid=dev.uuid, model=dev.model, lost=True)
+            if h is None:
+                if i not in self.lost_at_start:
+                    continue  # no handle for another reason: nothing to say about this GPU
+                r.lost = True
+            else:
+                try:
+                    self._fill(r, h)
+                except n.NVMLError_GpuIsLost:
+                    r = GPUReading(index=dev.index, uuid=dev.uuid, model=dev.model, lost=True)
             xid = self.last_xid.get(dev.index)
             # a lost GPU shows the XID that took it down (79, typically) but no made-up zero
             r.last_xid = float(xid) if xid is not None else (None if r.lost else 0.0)
