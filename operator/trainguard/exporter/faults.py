@@ -73,9 +73,14 @@ class Faults:
                 r.ecc_dbe_total = (r.ecc_dbe_total or 0) + dbe_added[r.index]
                 if r.index in active.get("ecc-dbe", ()):
                     r.last_xid = 48.0  # the driver reports a DBE as XID 48
-            if r.index in active.get("xid-79", ()):
-                r.last_xid = 79.0
-        return readings
+        # XID 79: the GPU fell off the bus. NVML then answers GPU_IS_LOST for it, so it is lost and keeps
+        # only the XID that took it down, as the NVML backend reports a real one
+        return [
+            GPUReading(index=r.index, uuid=r.uuid, model=r.model, lost=True, last_xid=79.0)
+            if r.index in active.get("xid-79", ())
+            else r
+            for r in readings
+        ]
 
     def apply_host(self, h: HostReading) -> HostReading:
         if self.has("packet-loss"):
