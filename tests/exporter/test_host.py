@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.exporter.running import running_exporter
-from trainguard.exporter.host import KSWAPD_HIDDEN, HostReader
+from tests.exporter.running import Running, running_exporter
+from trainguard.exporter.host import KSWAPD_HIDDEN, MEMINFO_UNREADABLE, HostReader
 
 MEMINFO = "MemTotal:       2113404928 kB\nMemFree:         10240000 kB\nMemAvailable:   422680985 kB\nSwapTotal: 0 kB\n"
 DISKSTATS = """\
@@ -121,6 +121,12 @@ def test_infiniband_utilisation_is_the_busier_direction_too(tmp_path: Path, read
     assert h.bandwidth_utilization_ratio["ib:mlx5_0:1"] == pytest.approx(0.2)
 
 
+def collector_up(exp: Running) -> dict[str, tuple[float, str]]:
+    return {
+        lbl["collector"]: (v, lbl["error"]) for lbl, v in exp.scrape()["trainguard_exporter_collector_up"]
+    }
+
+
 def test_kswapd_hidden_by_the_pods_pid_namespace_is_said_once_and_visible(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -129,18 +135,39 @@ def test_kswapd_hidden_by_the_pods_pid_namespace_is_said_once_and_visible(
     (tmp_path / "proc/42/comm").write_text("sleep\n")  # the pod's processes only
     with running_exporter("--backend", "none", "--host-root", str(tmp_path)) as exp:
         exp.exporter.poll_hardware()
-        up = {
-            lbl["collector"]: (v, lbl["error"]) for lbl, v in exp.scrape()["trainguard_exporter_collector_up"]
-        }
-    assert up["host"] == (0, KSWAPD_HIDDEN)
+        up = collector_up(exp)
+    assert up["kswapd"] == (0, KSWAPD_HIDDEN)
     assert "--host-root" in KSWAPD_HIDDEN
     assert len([r for r in caplog.records if "kswapd" in r.getMessage()]) == 1, "once, not every poll"
+
+
+def test_a_hidden_kswapd_leaves_the_host_collector_up_as_it_still_delivers(tmp_path: Path) -> None:
+    """The default sidecar's case: memory, disks and network are read, only kswapd is out of sight."""
+    write(tmp_path, 0)
+    (tmp_path / "proc/42/comm").write_text("sleep\n")
+    with running_exporter("--backend", "none", "--host-root", str(tmp_path)) as exp:
+        write(tmp_path, 1)  # a second poll, so the rates exist
+        (tmp_path / "proc/42/comm").write_text("sleep\n")
+        exp.exporter.poll_hardware()
+        up = collector_up(exp)
+        delivered = exp.scrape()
+    assert up["host"] == (1, ""), "the host collector delivers"
+    assert up["kswapd"][0] == 0
+    assert (
+        delivered["trainguard_host_memory_used_ratio"]
+        and delivered["trainguard_host_disk_write_latency_seconds"]
+    )
+    assert "trainguard_host_kswapd_cpu_ratio" not in delivered
+
+
+def test_a_host_root_without_meminfo_is_a_host_collector_down(tmp_path: Path) -> None:
+    with running_exporter("--backend", "none", "--host-root", str(tmp_path / "nothing")) as exp:
+        up = collector_up(exp)
+    assert up["host"] == (0, MEMINFO_UNREADABLE)
 
 
 def test_kswapd_visible_means_the_host_collector_is_up(tmp_path: Path) -> None:
     write(tmp_path, 0)
     with running_exporter("--backend", "none", "--host-root", str(tmp_path)) as exp:
-        up = {
-            lbl["collector"]: (v, lbl["error"]) for lbl, v in exp.scrape()["trainguard_exporter_collector_up"]
-        }
-    assert up == {"host": (1, ""), "training": (1, "")}, "no GPU backend: no gpu collector to be up"
+        up = collector_up(exp)
+    assert up == {"host": (1, ""), "kswapd": (1, ""), "training": (1, "")}, "no GPU backend: no gpu collector"

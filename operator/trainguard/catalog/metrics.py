@@ -134,7 +134,8 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         "trainguard_exporter_collector_up",
         _G,
-        "1 when a collector (gpu, host, training) delivers its metrics, else 0 with the reason in error.",
+        "1 when a collector (gpu, host, training) delivers its metrics, else 0 with the reason in error; "
+        "collector kswapd is 1 when the host's kswapd (the swap signal) is visible, else 0 with why.",
         ("collector", "error"),
     ),
     Metric(

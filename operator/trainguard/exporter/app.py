@@ -24,7 +24,7 @@ from trainguard.exporter.collectors import (
 )
 from trainguard.exporter.fastpath import FastPathSender, detect_gpu_faults, detect_stall, event
 from trainguard.exporter.faults import Faults
-from trainguard.exporter.host import KSWAPD_HIDDEN, HostReader
+from trainguard.exporter.host import KSWAPD_HIDDEN, MEMINFO_UNREADABLE, HostReader
 from trainguard.exporter.readings import DriverInfo, GPUDevice, GPUReading, HostReading
 from trainguard.exporter.training import TrainingState
 
@@ -83,6 +83,7 @@ class Exporter:
     assignment: Assignment = field(default_factory=lambda: Assignment(None, "unknown", "not polled yet"))
     _gpu_problem: str = ""
     _host_problem: str = ""
+    _kswapd_problem: str = ""
 
     def __post_init__(self) -> None:
         for cls in (GPUCollector, HostCollector, TrainingCollector, ExporterCollector):
@@ -153,11 +154,14 @@ class Exporter:
             return
         try:
             self._host = self.host.read()
-            self._host_problem = "" if self._host.kswapd_visible else KSWAPD_HIDDEN
+            # kswapd hidden by the pod's PID namespace costs the swap signal only: memory, disks and
+            # network are still delivered, so the host collector is up and kswapd says why it is not
+            self._host_problem = "" if self._host.memory_used_ratio is not None else MEMINFO_UNREADABLE
+            self._kswapd_problem = "" if self._host.kswapd_visible else KSWAPD_HIDDEN
         except Exception as exc:
             log.warning("host read failed: %s", exc)
             self.errors["host"] = self.errors.get("host", 0) + 1
-            self._host_problem = f"read failed: {type(exc).__name__}"
+            self._host_problem = self._kswapd_problem = f"read failed: {type(exc).__name__}"
 
     def poll_hardware(self) -> None:
         self._read_gpus()
@@ -201,6 +205,7 @@ class Exporter:
             out["gpu"] = self.backend.error or self.backend.info.problem or self._gpu_problem
         if self.host is not None:
             out["host"] = self._host_problem
+            out["kswapd"] = self._kswapd_problem
         return out
 
     def _detect(self, gpus: list[GPUReading], last_step_ts: float | None, now: float) -> None:

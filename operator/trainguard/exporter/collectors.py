@@ -196,6 +196,10 @@ class TrainingCollector(_Base):
 
 
 COLLECTORS = ("gpu", "host", "training")
+"""Collectors that poll, each with an error counter."""
+UP = ("gpu", "host", "kswapd", "training")
+"""What collector_up reports on: the collectors, and kswapd (the host's swap signal), which a pod's
+own PID namespace hides while the rest of the host collector delivers."""
 FASTPATH_RESULTS = ("sent", "failed", "unauthorized", "rejected", "dropped")
 
 
@@ -215,6 +219,7 @@ class ExporterCollector(_Base):
                              d.cuda_version, str(d.supported).lower()], 1.0)  # fmt: skip
             for name in COLLECTORS:
                 errors.add_metric([*self.identity, name], snap.errors.get(name, 0.0))
+            for name in UP:
                 if name in snap.collectors:
                     problem = snap.collectors[name]
                     up.add_metric([*self.identity, name, problem], 0.0 if problem else 1.0)

@@ -16,7 +16,9 @@ from trainguard.exporter.readings import HostReading
 
 log = logging.getLogger("trainguard.exporter.host")
 
-KSWAPD_HIDDEN = "kswapd not visible: mount the host's /proc and pass --host-root"
+KSWAPD_HIDDEN = "not visible: mount the host's /proc and pass --host-root"
+"""collector_up{collector="kswapd"}'s error when the pod's PID namespace hides the host's kswapd."""
+MEMINFO_UNREADABLE = "cannot read proc/meminfo under --host-root"
 
 IB_COUNTERS = (
     "port_rcv_errors",
