@@ -37,6 +37,8 @@ def feed(r: Running, steps: range) -> None:
 def full_contract(r: Running, host_root: Path) -> None:
     write_host(host_root, 1)  # the second recorded /proc state: rates now exist
     r.exporter.poll_hardware()
+    # an SDK-using trainer says hello first: only then is the job's start exported
+    r.post("/v1/report", {"events": [{"type": "hello", "started_at": time.time() - 60, "pid": 4242}]})
     feed(r, range(1, 4))
     r.post("/v1/report", {"events": [
         {"type": "checkpoint", "step": 3, "kind": "full", "path": "/ckpt/3", "ok": True},

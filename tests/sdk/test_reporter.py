@@ -37,7 +37,7 @@ def test_reports_reach_the_exporter_over_a_unix_socket(tmp_path: Path) -> None:
         tg.close()
         assert exp.value("trainguard_train_step") == 10
         assert exp.value("trainguard_checkpoint_last_step", kind="full") == 10
-        assert tg.sent == 1 + 11 and tg.dropped == 0, "the hello, ten steps and a checkpoint"
+        assert tg.sent == 1 + 11 + 1 and tg.dropped == 0, "the hello, ten steps, a checkpoint and the bye"
 
 
 def test_absent_sidecar_costs_one_warning_and_no_time(caplog: pytest.LogCaptureFixture) -> None:

@@ -61,6 +61,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--fastpath-token-file", default=env("TRAINGUARD_FASTPATH_TOKEN_FILE"))
     p.add_argument("--fastpath-ca-file", default=env("TRAINGUARD_FASTPATH_CA_FILE"))
+    p.add_argument(
+        "--exit-after-bye",
+        action="store_true",
+        help="exit (status 0) once every training process that said hello has said bye: for a sidecar "
+        "run as a regular container (Kubernetes < 1.29), which would otherwise keep a finished Job's pod "
+        "running",
+    )
+    p.add_argument(
+        "--exit-grace-seconds",
+        type=float,
+        default=10.0,
+        help="with --exit-after-bye: how long the last values stay scrapeable before the exporter exits",
+    )
     p.add_argument("--enable-fault-injection", action="store_true",
                    help="serve POST/DELETE /v1/faults (never in production)")  # fmt: skip
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])

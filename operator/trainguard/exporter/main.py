@@ -85,8 +85,35 @@ def run(args: argparse.Namespace) -> int:
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
-    done.wait()
+    if args.exit_after_bye:
+        wait_for_trainers(exporter, done, args.exit_grace_seconds)
+    else:
+        done.wait()
     for s in servers:
         s.shutdown()
+        s.server_close()
     exporter.stop()
     return 0
+
+
+def wait_for_trainers(
+    exporter: Exporter, done: threading.Event, grace_s: float, check_s: float = 0.5
+) -> bool:
+    """--exit-after-bye: return once every trainer that said hello has said bye, after one last
+    render and `grace_s` in which Prometheus can scrape the final values (True), or when `done` is
+    set first (False). A sidecar run as a regular container must end by itself, or the Job's pod
+    never completes; a trainer that says hello during the grace keeps it running."""
+    while not done.wait(check_s):
+        if not exporter.training.trainers_done():
+            continue
+        log.info("every training process said bye; exiting in %gs (--exit-after-bye)", grace_s)
+        try:
+            exporter.render()  # the final values, fresh for the scrapes of the grace
+        except Exception:
+            log.exception("rendering the exposition failed")
+        if done.wait(grace_s):
+            return False
+        if exporter.training.trainers_done():
+            return True
+        log.info("a training process said hello during the grace; staying up")
+    return False

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainguard.exporter.assignment import UNKNOWN_VISIBLE
 from trainguard.exporter.faults import Faults
 
 CHECKPOINT_KINDS = ("incremental", "full")
@@ -22,8 +23,10 @@ CHECKPOINT_KINDS = ("incremental", "full")
 @dataclass
 class TrainingView:
     start_ts: float | None = None
-    """min(exporter start, the SDK's started_at): "not yet" for a step or checkpoint means "not
-    since then", so stall and checkpoint rules have a reference before the first one."""
+    """The earliest started_at of the SDK's hellos; None until a hello arrives. "Not yet" for a step
+    or checkpoint means "not since then", so stall and checkpoint rules have a reference before the
+    first one; a sidecar whose trainer has not said hello (no SDK, an image still being pulled, a
+    model still loading) exports no start, so no stall is judged from the sidecar's own start."""
     step: float | None = None
     last_step_ts: float | None = None
     loss: float | None = None
@@ -61,6 +64,22 @@ def _num(value: Any) -> float | None:
         return None
 
 
+def _finite(value: Any) -> float | None:
+    number = _num(value)
+    return number if number is not None and math.isfinite(number) else None
+
+
+def _pid(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _specific(visible: Any) -> str | None:
+    """A visible-devices value that names GPUs; None for absent, "all", "none", "void" or empty."""
+    if not isinstance(visible, str) or visible.strip().lower() in UNKNOWN_VISIBLE:
+        return None
+    return visible
+
+
 class TrainingState:
     def __init__(
         self, gpus_per_pod: int = 1, faults: Faults | None = None, clock: Callable[[], float] = time.time
@@ -74,9 +93,17 @@ class TrainingState:
         self.prev_step_ts: float | None = None
         self.instance = secrets.token_hex(8)
         """Chosen at start: an SDK that sees a new one says hello again (the sidecar restarted)."""
-        self.view.start_ts = clock()
         self.visible_devices: str | None = None
         """NVIDIA_VISIBLE_DEVICES of the training container, from the SDK's hello."""
+        self.hello_pids: set[int] = set()
+        """Training processes that said hello (or bye): the trainers this sidecar serves."""
+        self.bye_pids: set[int] = set()
+        """Those that said bye (their Reporter closed, or their interpreter exited)."""
+
+    def trainers_done(self) -> bool:
+        """Every trainer that said hello has said bye, and there was at least one: training is over."""
+        with self.lock:
+            return bool(self.hello_pids) and self.hello_pids <= self.bye_pids
 
     def reported_visible_devices(self) -> str | None:
         with self.lock:
@@ -121,6 +148,11 @@ class TrainingState:
                 return self._step(report)
             if kind == "hello":
                 self._hello(report)
+            elif kind == "bye":
+                pid = _pid(report.get("pid"))
+                if pid is not None:
+                    self.hello_pids.add(pid)  # a hello lost on the way still leaves a trainer that ended
+                    self.bye_pids.add(pid)
             elif kind == "checkpoint":
                 self._checkpoint(report)
             elif kind == "request":
@@ -177,14 +209,21 @@ class TrainingState:
 
     def _hello(self, r: dict[str, Any]) -> None:
         """The SDK's first report, and again for each new exporter instance: what a restarted
-        sidecar would otherwise have lost (start time, checkpoints) and which GPUs are the pod's."""
-        started = _num(r.get("started_at"))
-        if started is not None and math.isfinite(started) and started > 0:
-            current = self.view.start_ts
-            self.view.start_ts = started if current is None else min(current, started)
-        if "visible_devices" in r:
-            visible = r["visible_devices"]
-            self.visible_devices = visible if isinstance(visible, str) else None
+        sidecar would otherwise have lost (start time, last step, checkpoints) and which GPUs are
+        the pod's. A trainer exists from now on, so the job's start is exported."""
+        pid = _pid(r.get("pid"))
+        if pid is not None:
+            self.hello_pids.add(pid)
+            self.bye_pids.discard(pid)  # a process that said bye and starts a new Reporter trains again
+        started = _finite(r.get("started_at"))
+        if started is None or started <= 0:
+            started = self.clock()  # a trainer said hello without a usable start: it exists by now
+        current = self.view.start_ts
+        self.view.start_ts = started if current is None else min(current, started)
+        self._restore_last_step(r.get("last_step"))
+        visible = _specific(r.get("visible_devices"))
+        if visible is not None:  # "all" or none after a specific set says nothing new: keep the set
+            self.visible_devices = visible
         checkpoints = r.get("checkpoints")
         if not isinstance(checkpoints, dict):
             return
@@ -200,6 +239,19 @@ class TrainingState:
                 continue  # the exporter already knows this one or a newer one
             path = c.get("path")
             self._record_checkpoint(kind, ts, _num(c.get("step")), path if isinstance(path, str) else None)
+
+    def _restore_last_step(self, last: Any) -> None:
+        """The trainer's newest step, for a sidecar restarted since: without it the stall rule would
+        judge from the job's start (hours ago) until the next step report arrives."""
+        if not isinstance(last, dict):
+            return
+        step, ts = _finite(last.get("step")), _finite(last.get("ts"))
+        if step is None or ts is None or ts <= 0:
+            return
+        known = self.view.last_step_ts
+        if known is not None and ts <= known:
+            return  # the exporter has seen this step or a newer one
+        self.view.step, self.view.last_step_ts = step, ts
 
     def _record_checkpoint(self, kind: str, ts: float, step: float | None, path: Any) -> None:
         self.view.checkpoint_ts[kind] = ts

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import collections
 import logging
 import math
@@ -11,11 +12,12 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from trainguard.sdk.transport import Transport
+from trainguard.sdk.transport import Refused, Transport
 
 log = logging.getLogger("trainguard.sdk")
 
-DEFAULT_ENDPOINT = "http://127.0.0.1:9400"
+DEFAULT_ENDPOINT = "unix:///var/run/trainguard/sdk.sock"
+"""The injected sidecar's socket (the sidecar serves the SDK on TCP only with --sdk-tcp)."""
 CHECKPOINT_KINDS = ("incremental", "full")  # the exporter counts any other kind as incremental
 FIRST_CONTROL_TIMEOUT_S = 0.5  # resume_from() waits at most this long for a sidecar it never reached
 
@@ -61,7 +63,10 @@ class Reporter:
         self.dropped = 0
         self.sent = 0
         self.failures = 0
+        self.refused = 0
+        """Reports the sidecar refused (401/403: the wrong endpoint); also counted in `dropped`."""
         self._warned = False
+        self._warned_refused = False
         self._warned_input = False
         self._control: dict[str, Any] = {
             "pause": False,
@@ -75,11 +80,17 @@ class Reporter:
         self._instance: str | None = None  # the sidecar's instance id last seen (it changes on restart)
         self._hello_lost = False  # a hello was dropped from the full queue: send another
         self._checkpoints: dict[str, dict[str, Any]] = {}  # kind -> the newest successful one recorded
+        self._last_step: dict[str, Any] | None = None  # the newest step logged: {"step", "ts"}
+        self._bye_sent = False
+        self._exiting = False
         self._put(self._hello())  # the first event sent
         self._thread: threading.Thread | None = None
         if start:
             self._thread = threading.Thread(target=self._run, name="trainguard-sdk", daemon=True)
             self._thread.start()
+        # a script that never calls close() still says bye when its interpreter exits, so a sidecar
+        # run as a regular container (--exit-after-bye) lets the pod complete
+        atexit.register(self._at_exit)
 
     # ---- reporting (non-blocking) ----
 
@@ -108,13 +119,15 @@ class Reporter:
 
     def _hello(self) -> dict[str, Any]:
         """Who this trainer is, for a sidecar that starts (or restarts) without knowing: a restarted
-        sidecar lost the job's start time, its checkpoint times and which GPUs are this pod's."""
+        sidecar lost the job's start time, its last step, its checkpoint times and which GPUs are
+        this pod's (the caller holds the lock, or no thread runs yet)."""
         return {
             "type": "hello",
             "started_at": self.started_at,
             "pid": os.getpid(),
             "visible_devices": os.environ.get("NVIDIA_VISIBLE_DEVICES") or None,
             "checkpoints": {kind: dict(ckpt) for kind, ckpt in self._checkpoints.items()},
+            "last_step": dict(self._last_step) if self._last_step else None,
         }
 
     def log_step(
@@ -138,6 +151,8 @@ class Reporter:
         except (TypeError, ValueError, OverflowError) as exc:  # a str, a NaN step, a many-element tensor
             self._bad_input("log_step", exc)
             return
+        with self._lock:
+            self._last_step = {"step": event["step"], "ts": event["ts"]}
         self._put(event)
         if isinstance(event.get("loss"), str):
             self._wake.set()  # a non-finite loss is a P0: do not wait for the next flush
@@ -220,11 +235,24 @@ class Reporter:
     # ---- background ----
 
     def _warn_once(self, exc: BaseException) -> None:
+        if isinstance(exc, Refused):
+            self._warn_refused(exc)
+            return
         self.failures += 1
-        if not self._warned:
+        if not self._warned and not self._exiting:
             self._warned = True
             log.warning("trainguard sidecar not reachable at %s (%s); training continues, reports are dropped "
                         "until it is back", self.endpoint, exc)  # fmt: skip
+
+    def _warn_refused(self, exc: Refused) -> None:
+        """A refusal is a wrong endpoint, not an outage: retrying the same batch changes nothing."""
+        self.failures += 1
+        if not self._warned_refused and not self._exiting:
+            self._warned_refused = True
+            log.warning("trainguard sidecar at %s refused the SDK (HTTP %d): it takes reports on its unix socket "
+                        "only; set TRAINGUARD_ENDPOINT=%s (the injected sidecar's socket), or start the exporter "
+                        "with --sdk-tcp for local development. Refused reports are dropped and counted",
+                        self.endpoint, exc.status, DEFAULT_ENDPOINT)  # fmt: skip
 
     def flush(self) -> None:
         """Send what is queued now (the background thread does this every flush interval)."""
@@ -240,9 +268,14 @@ class Reporter:
         try:
             self.transport.request("POST", "/v1/report", {"events": batch})
             self.sent += len(batch)
-            if self._warned:
-                log.info("trainguard sidecar reachable again at %s", self.endpoint)
-                self._warned = False
+            if self._warned or self._warned_refused:
+                log.info("trainguard sidecar at %s takes reports again", self.endpoint)
+                self._warned = self._warned_refused = False
+        except Refused as exc:
+            self._warn_refused(exc)
+            with self._lock:
+                self.refused += len(batch)
+                self._count_dropped(batch)
         except (OSError, ValueError) as exc:
             self._warn_once(exc)
             with self._lock:  # put back the newest that fit in front of what came since: the bound holds
@@ -290,12 +323,28 @@ class Reporter:
             self._refresh_control()
 
     def close(self, timeout_s: float = 2.0) -> None:
-        """Flush and stop the background thread (also safe to skip: it is a daemon)."""
+        """Say bye, flush and stop the background thread. Skipping it is safe: the thread is a
+        daemon, and the bye is sent when the interpreter exits. A second call sends nothing new."""
         self._closed.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
+        with self._lock:
+            bye, self._bye_sent = not self._bye_sent, True
+        if bye:
+            # the sidecar's last word from this process: with --exit-after-bye it stops once every
+            # trainer that said hello has said bye
+            self._put({"type": "bye", "pid": os.getpid()})
         self.flush()
+        atexit.unregister(self._at_exit)
+
+    def _at_exit(self) -> None:
+        """Registered at construction: a script that never closes its Reporter still says bye."""
+        self._exiting = True  # a sidecar gone by now is worth no warning: nothing follows
+        try:
+            self.close(timeout_s=min(1.0, self.transport.timeout))
+        except Exception:  # an exit hook must never turn a clean exit into a traceback
+            log.debug("trainguard: the bye at exit failed", exc_info=True)
 
     def __enter__(self) -> Reporter:
         return self

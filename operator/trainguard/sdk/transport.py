@@ -9,6 +9,15 @@ from typing import Any
 from urllib.parse import urlparse
 
 
+class Refused(OSError):
+    """The sidecar answered 401 or 403: it does not take the SDK's calls on this endpoint (its TCP
+    port without --sdk-tcp). Trying again changes nothing."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class UnixHTTPConnection(http.client.HTTPConnection):
     def __init__(self, path: str, timeout: float) -> None:
         super().__init__("localhost", timeout=timeout)
@@ -44,7 +53,8 @@ class Transport:
 
     def request(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> Any:
         """The decoded JSON answer. Every failure is an OSError or a ValueError (bad JSON), so a caller
-        that must never raise catches those two: a garbled answer (http.client.HTTPException) is one."""
+        that must never raise catches those two: a garbled answer (http.client.HTTPException) is one,
+        a refusal (401, 403) is the OSError `Refused`."""
         conn = self._conn(self.timeout if timeout is None else timeout)
         try:
             data = None if body is None else json.dumps(body).encode()
@@ -52,6 +62,8 @@ class Transport:
             conn.request(method, path, body=data, headers=headers)
             resp = conn.getresponse()
             raw = resp.read()
+            if resp.status in (401, 403):
+                raise Refused(resp.status, f"sidecar refused {method} {path} with {resp.status}")
             if resp.status >= 400:
                 raise OSError(f"sidecar answered {resp.status} to {method} {path}")
             return json.loads(raw) if raw else None
