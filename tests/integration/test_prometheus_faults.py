@@ -26,14 +26,15 @@ from trainguard.render import dump_yaml, render_prometheus
 pytestmark = pytest.mark.tools
 ROOT = Path(__file__).resolve().parents[2]
 
-# fault -> the alert it must raise (a DBE is also reported as XID 48, hence two for ecc-dbe)
+# fault -> the alerts it must raise (a DBE is also reported as XID 48, and XID 79 takes the GPU off
+# the bus, hence two for ecc-dbe and xid-79)
 FAULTS: list[tuple[str, set[str]]] = [
     ("throughput-drop", {"TrainingThroughputDrop"}),
     ("grad-explosion", {"GradientExplosion"}),
     ("oom-risk", {"GPUMemoryCritical"}),
     ("memory-hang", {"GPUMemoryHang"}),
     ("thermal", {"GPUThermalThrottling"}),
-    ("xid-79", {"GPUCriticalXid"}),
+    ("xid-79", {"GPUCriticalXid", "GPULost"}),  # XID 79: the GPU fell off the bus
     ("ecc-dbe", {"GPUDoubleBitECCError", "GPUCriticalXid"}),
     ("nan-loss", {"TrainingLossNonFinite"}),
     ("packet-loss", {"NetworkPacketLossHigh"}),
