@@ -178,4 +178,8 @@ def test_before_kubernetes_1_29_the_exporter_is_a_regular_container() -> None:
     assert [c["name"] for c in spec["initContainers"]] == ["fetch"], "never an init container that never ends"
     assert [c["name"] for c in spec["containers"]] == ["trainer", "shipper", EXPORTER]
     assert "restartPolicy" not in spec["containers"][-1]
+    # nothing else stops a regular container: it leaves once every trainer said bye, so the Job completes
+    assert exporter_parser().parse_args(spec["containers"][-1]["args"][1:]).exit_after_bye
+    native = injected()["spec"]["initContainers"][-1]["args"]
+    assert not exporter_parser().parse_args(native[1:]).exit_after_bye
     assert is_injected(applied(POD, out)), "a regular-container exporter still counts as injected"

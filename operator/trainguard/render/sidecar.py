@@ -100,8 +100,9 @@ def _field_env(name: str, path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def exporter_args(monitor: TrainingJobMonitor, gpus: int | None = None) -> list[str]:
-    """The sidecar's command line; `gpus` is what the pod asks for (else the monitor's gpusPerPod)."""
+def exporter_args(monitor: TrainingJobMonitor, gpus: int | None = None, *, native: bool = True) -> list[str]:
+    """The sidecar's command line; `gpus` is what the pod asks for (else the monitor's gpusPerPod). A
+    regular-container exporter (not `native`) exits once every trainer said bye, so the pod completes."""
     exp = monitor.spec.exporter
     per_pod = gpus or monitor.spec.gpus_per_pod
     args = [
@@ -117,6 +118,8 @@ def exporter_args(monitor: TrainingJobMonitor, gpus: int | None = None) -> list[
         args += ["--gpus-per-pod", str(per_pod)]
     if exp.gpu_backend == "simulated":
         args += ["--gpus", str(per_pod or 1)]
+    if not native:
+        args.append("--exit-after-bye")
     return args
 
 
@@ -129,7 +132,7 @@ def exporter_container(
     native: bool = True,
 ) -> dict[str, Any]:
     exp = monitor.spec.exporter
-    args = exporter_args(monitor, gpus)
+    args = exporter_args(monitor, gpus, native=native)
     env = [
         _field_env("TRAINGUARD_NAMESPACE", "metadata.namespace"),
         _field_env("TRAINGUARD_POD", "metadata.name"),
