@@ -66,7 +66,10 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--step-delay", type=float, default=0.0, help="sleep per step, to make a short run last")
     p.add_argument("--checkpoint-dir", default="out/checkpoints")
-    p.add_argument("--endpoint", help="default: TRAINGUARD_ENDPOINT, else http://127.0.0.1:9400")
+    p.add_argument(
+        "--endpoint",
+        help="default: TRAINGUARD_ENDPOINT, else the injected sidecar's unix:///var/run/trainguard/sdk.sock",
+    )
     args = p.parse_args()
 
     rng = random.Random(args.seed)

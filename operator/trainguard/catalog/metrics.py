@@ -73,8 +73,8 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         "trainguard_train_start_timestamp_seconds",
         _G,
-        "Unix time the training (or, if later, this exporter) started: the reference for a step or "
-        "checkpoint that has not happened yet.",
+        "Unix time the training process started, from the SDK's hello (the earliest started_at); absent "
+        "until a trainer says hello: the reference for a step or checkpoint that has not happened yet.",
     ),
     Metric("trainguard_train_step", _G, "Last completed global step."),
     Metric("trainguard_train_last_step_timestamp_seconds", _G, "Unix time at which that step completed."),
