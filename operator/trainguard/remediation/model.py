@@ -1,0 +1,114 @@
+"""The shared vocabulary of the remediation room: a signal, a plan of steps, and the cluster state a
+plan is decided on. Plain, JSON-friendly data: records of plans live in the monitor's status."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+TRAINING_INTERRUPTED = "TrainingInterrupted"
+"""The operator's own P0, for what no exporter can report: a training pod OOMKilled, failed or
+evicted, or its Job failed. Posted to Alertmanager by the operator, so it is routed like the rest."""
+
+
+class Source(StrEnum):
+    ALERTMANAGER = "alertmanager"
+    SIDECAR = "sidecar"
+    OPERATOR = "operator"
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One alert instance, whichever path it came by. `fingerprint` is catalog.events.fingerprint of the
+    labels, the same for the fast path and for Alertmanager, so one fault acts once."""
+
+    alertname: str
+    severity: str
+    labels: dict[str, str]
+    fingerprint: str
+    source: Source
+    starts_at: float
+    """Unix seconds."""
+    firing: bool = True
+    annotations: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def namespace(self) -> str:
+        return self.labels.get("namespace", "")
+
+    @property
+    def training_job(self) -> str:
+        return self.labels.get("training_job", "")
+
+    @property
+    def node(self) -> str:
+        return self.labels.get("node", "")
+
+
+class StepKind(StrEnum):
+    PAUSE = "Pause"
+    """Ask every pod's sidecar to pause training (the SDK's should_pause)."""
+    PIN_CHECKPOINT = "PinCheckpoint"
+    """Point every sidecar's resume_from at the newest good checkpoint, one saved before params['before_ts']."""
+    REQUEST_CHECKPOINT = "RequestCheckpoint"
+    """Ask the healthy ranks for an emergency full checkpoint; wait up to params['timeout_s'] for it."""
+    CORDON = "Cordon"
+    """Mark params['node'] unschedulable, annotated with who, when and why."""
+    TAINT = "Taint"
+    """Taint params['node'] trainguard.io/faulty=<params['reason']>:NoSchedule."""
+    RESTART_GANG = "RestartGang"
+    """Delete the job's pods so that their controller recreates them as one gang, resuming from the
+    newest good checkpoint; replacement pods may use a spare node (trainguard.io/spare=true)."""
+    CONFIRM_PLACEMENT = "ConfirmPlacement"
+    """Wait until the new pods are scheduled away from params['avoid'] nodes; record where."""
+    ADVISE = "Advise"
+    """Post params['advice'] to every sidecar's advisories (the SDK's advisories())."""
+    NOTIFY = "Notify"
+    """Post an alert to Alertmanager saying what was not done and why (storm guard, budget)."""
+
+
+class Phase(StrEnum):
+    PLANNED = "Planned"
+    DRY_RUN = "DryRun"
+    IN_PROGRESS = "InProgress"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SKIPPED = "Skipped"
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: StepKind
+    params: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to do about one signal. `skipped` says why nothing is done (a duplicate, disabled, over a
+    budget: then `steps` holds at most a NOTIFY)."""
+
+    record_id: str
+    fingerprint: str
+    alert: str
+    p0_class: str
+    steps: tuple[Step, ...]
+    node: str = ""
+    gpu: str = ""
+    dry_run: bool = False
+    skipped: str = ""
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """What a plan is decided on, read by the edge and passed in."""
+
+    now: float
+    gpu_nodes: int
+    """GPU nodes in the cluster (for the cordon cap)."""
+    cordons: tuple[tuple[str, float], ...] = ()
+    """(node, unix time) of every cordon trainguard made, cluster-wide (node annotations)."""
+    records: tuple[dict[str, Any], ...] = ()
+    """This monitor's remediation records (status.remediations), oldest first."""
+    spares: tuple[str, ...] = ()
+    """Schedulable nodes labelled trainguard.io/spare=true."""
