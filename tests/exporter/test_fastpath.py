@@ -167,3 +167,12 @@ def test_a_gpu_that_falls_off_the_bus_is_posted_once() -> None:
     assert events[0]["labels"]["severity"] == "P0"
     assert detect_gpu_faults(lost, lost, base, 0.0) == [], "still lost is not news"
     assert [e["labels"]["alertname"] for e in detect_gpu_faults(None, lost, base, 0.0)] == ["GPULost"]
+
+
+def test_a_ca_file_that_is_not_there_yet_does_not_stop_the_sender(tmp_path: Path) -> None:
+    """The sidecar mounts the receiver's CA from a Secret that may not carry one (yet)."""
+    sender = FastPathSender("https://127.0.0.1:1/v1/events", None, max_attempts=1, ca_file=str(tmp_path / "ca.crt"),
+                    sleep=lambda s: None)  # fmt: skip
+    assert sender.post({"fingerprint": "f", "labels": {}}) == "failed"  # refused connection, no exception
+    (tmp_path / "ca.crt").write_text("not a certificate")
+    assert sender.post({"fingerprint": "f", "labels": {}}) == "failed"

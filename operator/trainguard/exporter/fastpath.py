@@ -110,6 +110,16 @@ class FastPathSender:
         except OSError:
             return None
 
+    def _tls(self) -> ssl.SSLContext:
+        """The receiver's CA when the mounted Secret has one (read each time: it may arrive later), else
+        the system's; a missing or unreadable file never stops the sender."""
+        if self.ca_file and Path(self.ca_file).is_file():
+            try:
+                return ssl.create_default_context(cafile=self.ca_file)
+            except (OSError, ssl.SSLError) as exc:
+                log.warning("cannot use the CA file %s (%s); using the system's CAs", self.ca_file, exc)
+        return ssl.create_default_context()
+
     def _run(self) -> None:
         while True:
             self.post(self._queue.get())
@@ -117,7 +127,7 @@ class FastPathSender:
     def post(self, ev: dict[str, Any]) -> str:
         """Deliver one event; returns the result (sent, unauthorized, failed)."""
         data = json.dumps(ev).encode()
-        context = ssl.create_default_context(cafile=self.ca_file) if self.url.startswith("https") else None
+        context = self._tls() if self.url.startswith("https") else None
         delay = 0.1
         for attempt in range(1, self.max_attempts + 1):
             headers = {"Content-Type": "application/json"}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from trainguard.api.monitor import TrainingJobMonitor
@@ -100,21 +101,48 @@ def _amc_interval(entry: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+OPERATOR_RECEIVER = "trainguard-operator"
+
+
+@dataclass(frozen=True)
+class OperatorReceiver:
+    """Where Alertmanager posts the job's P0 and P1 alerts for the operator to act on: its receiver's
+    base URL and the Secret (in the monitor's namespace) holding the bearer token and the CA."""
+
+    url: str
+    secret: str
+    token_key: str = "alertmanager-token"
+    ca_key: str | None = "ca.crt"
+
+    def resource(self) -> dict[str, Any]:
+        http: dict[str, Any] = {
+            "authorization": {"type": "Bearer", "credentials": {"name": self.secret, "key": self.token_key}}
+        }
+        if self.ca_key:
+            http["tlsConfig"] = {"ca": {"secret": {"name": self.secret, "key": self.ca_key}}}
+        webhook = {"url": self.url.rstrip("/") + "/v1/alerts", "sendResolved": True, "httpConfig": http}
+        return {"name": OPERATOR_RECEIVER, "webhookConfigs": [webhook]}
+
+
 def alertmanager_config_spec(
     monitor: TrainingJobMonitor,
     policy: EffectivePolicy,
     inline_secret: str,
     resolved_nodes: dict[str, list[str]] | None = None,
+    operator: OperatorReceiver | None = None,
 ) -> dict[str, Any]:
     """The spec of the monitor's AlertmanagerConfig; prometheus-operator adds the namespace matcher."""
     local = Names(
         receiver=lambda r: r.receiver.name,
         interval=lambda n: n.rsplit("/", 1)[-1],
         dashboard="dashboard",
+        operator=OPERATOR_RECEIVER if operator is not None else None,
     )
     route = monitor_route(monitor, policy, local, resolved_nodes, match_namespace=False)
     receivers = [{"name": "dashboard"}]
-    seen = {"dashboard"}
+    seen = {"dashboard", OPERATOR_RECEIVER}
+    if operator is not None:
+        receivers.append(operator.resource())
     for r in reversed(policy.receivers):
         if r.receiver.name not in seen:
             seen.add(r.receiver.name)

@@ -7,7 +7,7 @@ import base64
 from typing import Any
 
 from trainguard.api.monitor import TrainingJobMonitor
-from trainguard.render.alertmanager import alertmanager_config_spec
+from trainguard.render.alertmanager import OperatorReceiver, alertmanager_config_spec
 from trainguard.render.policy import EffectivePolicy
 from trainguard.render.prometheus import rule_group
 from trainguard.render.receivers import inline_secret_data
@@ -83,25 +83,54 @@ def fastpath_secret_name(monitor: TrainingJobMonitor) -> str:
     return f"{object_name(monitor)}-fastpath"
 
 
-def fastpath_secret(monitor: TrainingJobMonitor, token: str) -> Obj:
-    """The token sidecars and the operator share; the caller makes it (randomness stays outside)."""
+FASTPATH_TOKEN_KEY = "token"
+"""The sidecars' bearer token for the operator's /v1/events (the only key the sidecar mounts besides the CA)."""
+ALERTS_TOKEN_KEY = "alertmanager-token"
+"""Alertmanager's bearer token for the operator's /v1/alerts (never mounted into a pod)."""
+CA_KEY = "ca.crt"
+
+
+def fastpath_secret(
+    monitor: TrainingJobMonitor, token: str, alerts_token: str | None = None, ca: str | None = None
+) -> Obj:
+    """The credentials between the job and the operator's receiver. The caller derives the tokens (the
+    operator's key stays outside the renderer); a token lets its holder post for this monitor only."""
+    data = {FASTPATH_TOKEN_KEY: token}
+    if alerts_token:
+        data[ALERTS_TOKEN_KEY] = alerts_token
+    if ca:
+        data[CA_KEY] = ca
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": _metadata(monitor, fastpath_secret_name(monitor)),
         "type": "Opaque",
-        "stringData": {"token": token},
+        "stringData": data,
     }
 
 
+def operator_receiver(monitor: TrainingJobMonitor, url: str, with_ca: bool) -> OperatorReceiver:
+    return OperatorReceiver(
+        url=url,
+        secret=fastpath_secret_name(monitor),
+        token_key=ALERTS_TOKEN_KEY,
+        ca_key=CA_KEY if with_ca else None,
+    )
+
+
 def alertmanager_config(
-    monitor: TrainingJobMonitor, policy: EffectivePolicy, resolved_nodes: dict[str, list[str]] | None = None
+    monitor: TrainingJobMonitor,
+    policy: EffectivePolicy,
+    resolved_nodes: dict[str, list[str]] | None = None,
+    operator: OperatorReceiver | None = None,
 ) -> Obj:
     return {
         "apiVersion": "monitoring.coreos.com/v1alpha1",
         "kind": "AlertmanagerConfig",
         "metadata": _metadata(monitor),
-        "spec": alertmanager_config_spec(monitor, policy, receiver_secret_name(monitor), resolved_nodes),
+        "spec": alertmanager_config_spec(
+            monitor, policy, receiver_secret_name(monitor), resolved_nodes, operator
+        ),
     }
 
 
@@ -135,12 +164,16 @@ def pod_monitor(monitor: TrainingJobMonitor) -> Obj:
 
 
 def monitor_objects(
-    monitor: TrainingJobMonitor, policy: EffectivePolicy, resolved_nodes: dict[str, list[str]] | None = None
+    monitor: TrainingJobMonitor,
+    policy: EffectivePolicy,
+    resolved_nodes: dict[str, list[str]] | None = None,
+    operator: OperatorReceiver | None = None,
 ) -> list[Obj]:
-    """Everything one monitor owns, in apply order (the Secret before the config that reads it)."""
+    """Everything one monitor owns, in apply order (the Secret before the config that reads it). With
+    `operator`, Alertmanager also posts the job's P0 and P1 alerts to the operator's receiver."""
     objs = [prometheus_rule(monitor, policy)]
     secret = receiver_secret(monitor, policy)
     if secret is not None:
         objs.append(secret)
-    objs += [alertmanager_config(monitor, policy, resolved_nodes), pod_monitor(monitor)]
+    objs += [alertmanager_config(monitor, policy, resolved_nodes, operator), pod_monitor(monitor)]
     return objs

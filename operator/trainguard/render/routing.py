@@ -32,6 +32,10 @@ Route = dict[str, Any]
 """A route in alertmanager.yml's shape, its `matchers` a list of render.matchers.Matcher."""
 
 
+OPERATOR_SEVERITIES = ("P0", "P1")
+"""What the operator's receiver gets: the P0s it acts on, and the P1s it may advise on or escalate."""
+
+
 @dataclass(frozen=True)
 class Names:
     """How receivers and time intervals are named in one output."""
@@ -39,6 +43,9 @@ class Names:
     receiver: Callable[[PolicyReceiver], str]
     interval: Callable[[str], str]
     dashboard: str
+    operator: str | None = None
+    """The operator's remediation receiver, when there is one: it gets every P0 and P1 first, unmuted
+    (quiet hours and maintenance windows decide who is notified, not what the operator sees)."""
 
 
 def _delivery(
@@ -113,6 +120,8 @@ def _severity_route(
                 {"receiver": names.dashboard, "matchers": [one_of("node", nodes)], "routes": delivery}
             )
     children += _delivery(severity, monitor, policy, names, [])
+    if names.operator and severity in OPERATOR_SEVERITIES:
+        children.insert(0, {"receiver": names.operator, "continue": True})
     if children:
         route["routes"] = children
     return route

@@ -13,7 +13,7 @@ import hashlib
 from typing import Any
 
 from trainguard.api.monitor import TrainingJobMonitor
-from trainguard.render.kubernetes import METRICS_PORT_NAME, fastpath_secret_name
+from trainguard.render.kubernetes import CA_KEY, FASTPATH_TOKEN_KEY, METRICS_PORT_NAME, fastpath_secret_name
 
 EXPORTER = "trainguard-exporter"
 INJECTED = "trainguard.io/injected"
@@ -141,6 +141,7 @@ def exporter_container(
         _env("TRAINGUARD_TRACE_ID", trace),
         _env("TRAINGUARD_FASTPATH_URL", receiver_url),
         _env("TRAINGUARD_FASTPATH_TOKEN_FILE", f"{TOKEN_DIR}/token"),
+        _env("TRAINGUARD_FASTPATH_CA_FILE", f"{TOKEN_DIR}/ca.crt"),
     ]
     if exp.gpu_backend == "nvml":
         # NVML sees the node's GPUs without allocating one (NVIDIA container runtime); the exporter
@@ -219,7 +220,13 @@ def inject(
         {"name": RUN_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
         {
             "name": TOKEN_VOLUME,
-            "secret": {"secretName": fastpath_secret_name(monitor), "defaultMode": 0o444, "optional": True},
+            "secret": {
+                "secretName": fastpath_secret_name(monitor),
+                "defaultMode": 0o444,
+                "optional": True,
+                # the sidecar's own token and the receiver's CA; never Alertmanager's token
+                "items": [{"key": FASTPATH_TOKEN_KEY, "path": "token"}, {"key": CA_KEY, "path": "ca.crt"}],
+            },
         },
     ]
     exporter = exporter_container(monitor, trace, receiver_url, gpus=pod_gpus(pod), native=native_sidecar)
