@@ -1,0 +1,60 @@
+"""Per-monitor bearer tokens, derived from one operator key.
+
+The operator hands each monitor's sidecars and Alertmanager receiver a token it can check again by
+deriving it, so it never reads a Secret back (its RBAC may write Secrets, not read them). The purpose
+is part of the derivation: a sidecar's "events" token cannot post to /v1/alerts, and a token for one
+monitor is worth nothing for another.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+from pathlib import Path
+
+EVENTS = "events"
+"""Purpose of the token a monitor's sidecars post fast-path events with."""
+ALERTS = "alerts"
+"""Purpose of the token Alertmanager posts a monitor's alerts with."""
+PURPOSES: tuple[str, ...] = (EVENTS, ALERTS)
+MIN_KEY_BYTES = 32
+
+
+def derive(key: bytes, purpose: str, namespace: str, name: str) -> str:
+    """HMAC-SHA256 of "purpose\\nnamespace\\nname" under the key, urlsafe base64 without padding.
+    Newlines cannot occur in Kubernetes names, so no two triples share a message."""
+    if len(key) < MIN_KEY_BYTES:
+        raise ValueError(f"the operator key must hold at least {MIN_KEY_BYTES} bytes")
+    mac = hmac.new(key, f"{purpose}\n{namespace}\n{name}".encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(mac).rstrip(b"=").decode("ascii")
+
+
+def verify(key: bytes, purpose: str, namespace: str, name: str, presented: str) -> bool:
+    """Whether `presented` is the token for this purpose and monitor, compared in constant time."""
+    expected = derive(key, purpose, namespace, name).encode("ascii")
+    try:
+        given = presented.encode("ascii")
+    except UnicodeEncodeError:
+        return False
+    return hmac.compare_digest(expected, given)
+
+
+def load_key(path: str | Path) -> bytes:
+    """The operator key from a mounted file, surrounding whitespace stripped."""
+    try:
+        key = Path(path).read_bytes().strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read the operator key {path}: {exc.strerror or exc}") from None
+    if len(key) < MIN_KEY_BYTES:
+        raise ValueError(
+            f"the operator key {path} holds {len(key)} bytes; at least {MIN_KEY_BYTES} are needed "
+            f"(make one with: head -c 48 /dev/urandom | base64)"
+        )
+    return key
+
+
+def new_key() -> bytes:
+    """A fresh key, printable so that it fits a Secret's stringData and survives strip()."""
+    return base64.urlsafe_b64encode(secrets.token_bytes(48))
