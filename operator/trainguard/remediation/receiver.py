@@ -1,0 +1,294 @@
+"""The operator's HTTPS intake: Alertmanager's webhook (POST /v1/alerts) and the sidecars' fast-path
+events (POST /v1/events).
+
+A request is answered in this order: the path (404), the method (405), a standby replica (503 with
+Retry-After: Alertmanager and the sidecars retry on 5xx), the bearer token's presence (401), the
+Content-Length (400, before a byte of the body is read), the body (400 naming the field), the token
+for every monitor the body names (401), then `on_signals`, and 200 once it returned (500 if it
+raised). Nothing is passed on from a request that fails any check. A token is never logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from trainguard.remediation import tokens
+from trainguard.remediation.model import Signal
+from trainguard.remediation.signals import PayloadError, from_alertmanager, from_fastpath
+
+log = logging.getLogger("trainguard.remediation.receiver")
+
+ALERTS_PATH = "/v1/alerts"
+EVENTS_PATH = "/v1/events"
+RETRY_AFTER_S = 5
+REQUEST_TIMEOUT_S = 10.0
+"""A client that stalls mid-handshake or mid-body holds a thread no longer than this."""
+_LINGER_S = 2.0
+_LINGER_BYTES = 16 << 20
+_DIGITS = re.compile(r"[0-9]+\Z", re.ASCII)
+
+_ROUTES: dict[str, tuple[str, Callable[[Any, float], list[Signal]]]] = {
+    ALERTS_PATH: (tokens.ALERTS, from_alertmanager),
+    EVENTS_PATH: (tokens.EVENTS, lambda body, now: [from_fastpath(body, now)]),
+}
+
+
+@dataclass
+class ReceiverConfig:
+    host: str
+    port: int
+    certfile: str
+    keyfile: str
+    key: bytes
+    """The operator key tokens are derived from (tokens.load_key)."""
+    max_body: int = 1 << 20
+
+
+class _Reject(Exception):
+    def __init__(self, status: int, reason: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.headers = headers or {}
+
+
+def _bearer(header: str | None) -> str | None:
+    if not header:
+        return None
+    scheme, _, token = header.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return token
+
+
+def _content_length(values: list[str] | None, max_body: int) -> int:
+    if not values:
+        raise _Reject(400, "Content-Length: missing (chunked bodies are not accepted)")
+    if len(values) > 1:
+        raise _Reject(400, "Content-Length: given more than once")
+    if not _DIGITS.match(values[0].strip()):
+        raise _Reject(400, "Content-Length: not a non-negative integer")
+    length = int(values[0].strip())
+    if length > max_body:
+        raise _Reject(400, f"body: {length} bytes is over the limit of {max_body}")
+    return length
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    receiver: Receiver
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # TLS handshakes that fail, clients that hang up: worth a debug line, not a traceback
+        log.debug("connection from %s ended with an error", client_address[0], exc_info=True)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    server_version = "trainguard-receiver"
+    sys_version = ""
+    protocol_version = "HTTP/1.1"
+    timeout = REQUEST_TIMEOUT_S
+    _unread_body = False
+
+    def setup(self) -> None:
+        super().setup()  # applies the timeout to the socket
+        conn = self.connection
+        if isinstance(conn, ssl.SSLSocket):
+            conn.do_handshake()  # here, on the connection's own thread, not in the accept loop
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_PUT(self) -> None:
+        self._serve("PUT")
+
+    def do_DELETE(self) -> None:
+        self._serve("DELETE")
+
+    def do_PATCH(self) -> None:
+        self._serve("PATCH")
+
+    def do_HEAD(self) -> None:
+        self._serve("HEAD")
+
+    def do_OPTIONS(self) -> None:
+        self._serve("OPTIONS")
+
+    def _serve(self, method: str) -> None:
+        self._unread_body = True
+        receiver = self.server.receiver
+        try:
+            status, body = receiver.handle(method, self.path.split("?", 1)[0], self._read_request)
+            self._respond(status, body, {})
+        except _Reject as r:
+            self._respond(r.status, {"error": r.reason}, r.headers)
+
+    def _read_request(self, max_body: int) -> tuple[str | None, bytes]:
+        token = _bearer(self.headers.get("Authorization"))
+        if token is None:
+            raise _Reject(401, "a bearer token is required", {"WWW-Authenticate": "Bearer"})
+        if self.headers.get("Transfer-Encoding") is not None:
+            raise _Reject(400, "Transfer-Encoding: not accepted; send a Content-Length")
+        length = _content_length(self.headers.get_all("Content-Length"), max_body)
+        data = self.rfile.read(length)
+        if len(data) != length:
+            raise _Reject(400, f"body: ended after {len(data)} of {length} bytes")
+        self._unread_body = False
+        return token, data
+
+    def _respond(self, status: int, body: dict[str, Any], headers: dict[str, str]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in headers.items():
+            self.send_header(name, value)
+        if self._unread_body:
+            # the body was not read, so the connection cannot carry another request
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+        self.wfile.flush()
+
+    def finish(self) -> None:
+        super().finish()
+        if self._unread_body:
+            self._linger()
+
+    def _linger(self) -> None:
+        """Discard what the client is still sending, briefly, before closing: closing a socket with
+        unread data resets the connection, and the client would lose the answer saying why."""
+        conn = self.connection
+        try:
+            # on an SSLSocket this drops the TLS layer: what follows is raw bytes, discarded unread
+            conn.shutdown(socket.SHUT_WR)
+            deadline = time.monotonic() + _LINGER_S
+            drained = 0
+            while drained < _LINGER_BYTES:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                conn.settimeout(left)
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                drained += len(chunk)
+        except (OSError, ValueError):
+            pass
+
+    def log_message(self, format: str, *args: Any) -> None:
+        # the request line holds no token; headers are never logged
+        log.debug("%s %s", self.client_address[0], format % args)
+
+
+class Receiver:
+    """Serves the intake on a daemon thread. `on_signals` runs on the request's thread (several may
+    run at once); the answer waits for it, so a 200 means the signals were taken in."""
+
+    def __init__(
+        self,
+        config: ReceiverConfig,
+        on_signals: Callable[[list[Signal]], None],
+        accepting: Callable[[], bool] = lambda: True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if len(config.key) < tokens.MIN_KEY_BYTES:
+            raise ValueError(f"the operator key must hold at least {tokens.MIN_KEY_BYTES} bytes")
+        self.config = config
+        self.on_signals = on_signals
+        self.accepting = accepting
+        self.clock = clock
+        self.port = config.port
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def tls_context(self) -> ssl.SSLContext:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(self.config.certfile, self.config.keyfile)
+        return ctx
+
+    def start(self) -> None:
+        ctx = self.tls_context()
+        server = _Server((self.config.host, self.config.port), _Handler, bind_and_activate=True)
+        server.socket = ctx.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+        server.receiver = self
+        self._server = server
+        self.port = int(server.server_address[1])
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name="remediation-receiver",
+            daemon=True,
+        )
+        self._thread.start()
+        log.info("remediation receiver listening on https://%s:%d", self.config.host, self.port)
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = None
+        self._thread = None
+
+    def handle(
+        self, method: str, path: str, read: Callable[[int], tuple[str | None, bytes]]
+    ) -> tuple[int, dict[str, Any]]:
+        """The decision for one request; `read` checks the token's presence and the length, then
+        returns the token and the body (or raises _Reject)."""
+        route = _ROUTES.get(path)
+        if route is None:
+            raise _Reject(404, f"no such endpoint: {path}")
+        if method != "POST":
+            raise _Reject(405, f"{method} is not allowed on {path}; use POST", {"Allow": "POST"})
+        if not self.accepting():
+            raise _Reject(503, "this replica is on standby; retry", {"Retry-After": str(RETRY_AFTER_S)})
+        purpose, parse = route
+        token, data = read(self.config.max_body)
+        try:
+            body = json.loads(data)
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError included
+            raise _Reject(400, f"body: not JSON: {str(exc)[:200]}") from None
+        try:
+            signals = parse(body, self.clock())
+        except PayloadError as exc:
+            raise _Reject(400, str(exc)) from None
+        monitors = {(s.namespace, s.training_job) for s in signals}
+        # every monitor is checked (no early exit), so timing says nothing about which one failed
+        ok = [tokens.verify(self.config.key, purpose, ns, name, token or "") for ns, name in sorted(monitors)]
+        if not all(ok):
+            log.warning(
+                "%s: refused a token that is not the %r token of %s",
+                path,
+                purpose,
+                ", ".join(f"{ns}/{name}" for ns, name in sorted(monitors)),
+            )
+            raise _Reject(
+                401, "the token is not valid for this endpoint and monitor", {"WWW-Authenticate": "Bearer"}
+            )
+        try:
+            self.on_signals(signals)
+        except Exception:
+            log.exception("%s: handing on %d signal(s) failed", path, len(signals))
+            raise _Reject(500, "the signals could not be taken in; retry") from None
+        return 200, {"accepted": len(signals), "fingerprints": [s.fingerprint for s in signals]}

@@ -1,0 +1,414 @@
+"""The intake over real TLS on loopback: a certificate made with the openssl command line, real HTTPS
+clients (urllib, http.client and the sidecar's own FastPathSender) trusting its CA."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import socket
+import ssl
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from email.message import Message
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainguard.exporter.fastpath import FastPathSender, event
+from trainguard.remediation import tokens
+from trainguard.remediation.model import Signal, Source
+from trainguard.remediation.receiver import Receiver, ReceiverConfig
+
+KEY = tokens.new_key()
+NOW = 1_700_000_100.0
+MAX_BODY = 1 << 20
+"""The default limit: bodies this large are where a server that closes with unread data loses its answer."""
+IDENTITY = {"namespace": "ml", "pod": "llama-0", "node": "gpu-a", "training_job": "llama"}
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("certs")
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=test-ca",
+             "-keyout", "ca.key", "-out", "ca.crt", cwd=d)  # fmt: skip
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=receiver",
+             "-keyout", "tls.key", "-out", "tls.csr", cwd=d)  # fmt: skip
+    (d / "tls.ext").write_text(
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
+        "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n"
+    )
+    _openssl("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+             "-days", "2", "-extfile", "tls.ext", "-out", "tls.crt", cwd=d)  # fmt: skip
+    return d
+
+
+@dataclass
+class Intake:
+    receiver: Receiver
+    ca: str
+    calls: list[list[Signal]] = field(default_factory=list)
+    fail: bool = False
+    standby: bool = False
+
+    @property
+    def base(self) -> str:
+        return f"https://127.0.0.1:{self.receiver.port}"
+
+    def context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=self.ca)
+
+
+@pytest.fixture
+def intake(certs: Path) -> Iterator[Intake]:
+    config = ReceiverConfig("127.0.0.1", 0, str(certs / "tls.crt"), str(certs / "tls.key"), KEY)
+    assert config.max_body == MAX_BODY
+    holder: dict[str, Intake] = {}
+
+    def on_signals(signals: list[Signal]) -> None:
+        holder["i"].calls.append(signals)
+        if holder["i"].fail:
+            raise RuntimeError("the store is down")
+
+    receiver = Receiver(config, on_signals, accepting=lambda: not holder["i"].standby, clock=lambda: NOW)
+    holder["i"] = it = Intake(receiver, str(certs / "ca.crt"))
+    receiver.start()
+    try:
+        yield it
+    finally:
+        receiver.stop()
+
+
+def alerts_token(ns: str = "ml", name: str = "llama") -> str:
+    return tokens.derive(KEY, tokens.ALERTS, ns, name)
+
+
+def events_token(ns: str = "ml", name: str = "llama") -> str:
+    return tokens.derive(KEY, tokens.EVENTS, ns, name)
+
+
+def am_payload(*labels: dict[str, str], status: str = "firing") -> dict[str, Any]:
+    alerts = [
+        {
+            "status": status,
+            "labels": lab,
+            "annotations": {"summary": "s"},
+            "startsAt": "2023-11-14T22:13:20.5Z",
+            "endsAt": "0001-01-01T00:00:00Z",
+            "generatorURL": "http://prometheus:9090/graph",
+            "fingerprint": "c6eadffa33fcdf37",
+        }
+        for lab in labels
+    ]
+    return {"receiver": "trainguard", "status": status, "alerts": alerts, "groupLabels": {},
+            "commonLabels": {}, "commonAnnotations": {}, "externalURL": "http://am:9093", "version": "4",
+            "groupKey": "{}:{}", "truncatedAlerts": 0}  # fmt: skip
+
+
+def xid(gpu: str = "3", **over: str) -> dict[str, str]:
+    return (
+        IDENTITY | {"alertname": "GPUCriticalXid", "severity": "P0", "gpu": gpu, "prometheus": "k8s"} | over
+    )
+
+
+def post(
+    it: Intake, path: str, body: bytes | Any, token: str | None, method: str = "POST"
+) -> tuple[int, dict[str, Any], Message]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(
+        it.base + path, data=data if method == "POST" else None, headers=headers, method=method
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10, context=it.context()) as resp:
+            return resp.status, json.loads(resp.read()), resp.headers
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        return exc.code, json.loads(raw) if raw else {}, exc.headers
+
+
+def raw_request(it: Intake, head: list[tuple[str, str]], body: bytes = b"") -> tuple[int, dict[str, Any]]:
+    """http.client with headers exactly as given (no Content-Length added)."""
+    conn = http.client.HTTPSConnection("127.0.0.1", it.receiver.port, context=it.context(), timeout=5)
+    try:
+        conn.putrequest("POST", "/v1/alerts", skip_accept_encoding=True)
+        for name, value in head:
+            conn.putheader(name, value)
+        conn.endheaders(body or None)
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
+
+
+# ---- 200 ------------------------------------------------------------------------------------------
+
+
+def test_alertmanager_alerts_with_the_monitors_alerts_token_are_handed_on(intake: Intake) -> None:
+    status, body, _ = post(intake, "/v1/alerts", am_payload(xid("3"), xid("4")), alerts_token())
+    assert status == 200
+    (signals,) = intake.calls
+    assert [s.labels["gpu"] for s in signals] == ["3", "4"]
+    assert all(s.source is Source.ALERTMANAGER and s.firing for s in signals)
+    assert signals[0].starts_at == 1_700_000_000.5
+    assert body == {"accepted": 2, "fingerprints": [s.fingerprint for s in signals]}
+
+
+def test_resolved_alerts_are_handed_on_as_not_firing(intake: Intake) -> None:
+    status, body, _ = post(intake, "/v1/alerts", am_payload(xid(), status="resolved"), alerts_token())
+    assert (status, body["accepted"]) == (200, 1)
+    assert [s.firing for s in intake.calls[0]] == [False]
+
+
+def test_the_sidecars_own_sender_delivers_a_fast_path_event(intake: Intake, tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(events_token() + "\n")
+    sender = FastPathSender(intake.base + "/v1/events", str(token_file), ca_file=intake.ca, max_attempts=1)
+    ev = event("GPULost", IDENTITY | {"gpu": "0"}, "GPU 0 is lost", NOW - 2)
+    assert sender.post(ev) == "sent"
+    ((signal,),) = intake.calls
+    assert (signal.source, signal.alertname, signal.starts_at) == (Source.SIDECAR, "GPULost", NOW - 2)
+    assert signal.fingerprint == ev["fingerprint"]
+
+
+def test_a_fast_path_event_and_its_alert_answer_with_one_fingerprint(intake: Intake) -> None:
+    ev = event("GPUCriticalXid", IDENTITY | {"gpu": "3", "xid": "79"}, "fatal XID 79", NOW)
+    _, fast, _ = post(intake, "/v1/events", ev, events_token())
+    _, slow, _ = post(intake, "/v1/alerts", am_payload(xid("3", instance="10.0.0.7:9400")), alerts_token())
+    assert fast["fingerprints"] == slow["fingerprints"] == [ev["fingerprint"]]
+
+
+def test_a_body_exactly_at_the_limit_is_accepted(intake: Intake) -> None:
+    data = json.dumps(am_payload(xid())).encode()
+    data += b" " * (MAX_BODY - len(data))
+    assert len(data) == MAX_BODY
+    status, body, _ = post(intake, "/v1/alerts", data, alerts_token())
+    assert (status, body["accepted"]) == (200, 1)
+
+
+# ---- 401 ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("header", [None, "", "Bearer", "Bearer ", "Basic dXNlcjpwdw=="])
+def test_no_bearer_token_is_401(intake: Intake, header: str | None) -> None:
+    headers = [("Content-Type", "application/json")]
+    data = json.dumps(am_payload(xid())).encode()
+    headers.append(("Content-Length", str(len(data))))
+    if header is not None:
+        headers.append(("Authorization", header))
+    status, body = raw_request(intake, headers, data)
+    assert status == 401 and "token" in body["error"]
+    assert intake.calls == []
+
+
+@pytest.mark.parametrize(
+    ("path", "token"),
+    [
+        ("/v1/alerts", "not-a-token"),
+        ("/v1/alerts", alerts_token("ml", "other-job")),
+        ("/v1/alerts", alerts_token("other-ns", "llama")),
+        ("/v1/alerts", events_token()),
+        ("/v1/alerts", tokens.derive(b"x" * 32, tokens.ALERTS, "ml", "llama")),
+        ("/v1/events", alerts_token()),
+        ("/v1/events", events_token("ml", "other-job")),
+    ],
+    ids=[
+        "garbage",
+        "another-monitors-token",
+        "same-name-other-namespace",
+        "events-token-on-alerts",
+        "another-operators-key",
+        "alerts-token-on-events",
+        "another-monitors-events-token",
+    ],
+)
+def test_a_token_for_another_monitor_or_purpose_is_401(intake: Intake, path: str, token: str) -> None:
+    body: Any = am_payload(xid())
+    if path == "/v1/events":
+        body = event("GPULost", IDENTITY | {"gpu": "0"}, "lost", NOW)
+    status, answer, headers = post(intake, path, body, token)
+    assert status == 401 and answer["error"]
+    assert headers["WWW-Authenticate"] == "Bearer"
+    assert intake.calls == []
+
+
+def test_the_token_must_hold_for_every_monitor_in_the_body(intake: Intake) -> None:
+    payload = am_payload(xid(), xid(training_job="someone-else"))
+    status, _, _ = post(intake, "/v1/alerts", payload, alerts_token())
+    assert status == 401
+    assert intake.calls == []
+
+
+# ---- 400 ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"{not json", "body: not JSON"),
+        (b"\xff\xfe{}", "body: not JSON"),
+        (b"[" * 2000 + b"]" * 2000, "body: not JSON"),
+        (b"", "body: not JSON"),
+        (b'{"version": "4", "alerts": "x"}', "alerts: expected a list"),
+        (
+            json.dumps(am_payload(xid(), {"alertname": "X", "severity": "P0", "training_job": "j"})).encode(),
+            "alerts[1].labels.namespace: missing",
+        ),
+    ],
+)
+def test_a_malformed_body_is_400_with_the_reason(intake: Intake, data: bytes, reason: str) -> None:
+    status, body, _ = post(intake, "/v1/alerts", data, alerts_token())
+    assert status == 400 and body["error"].startswith(reason)
+    assert intake.calls == []
+
+
+def test_a_malformed_event_is_400_naming_the_field(intake: Intake) -> None:
+    ev = event("GPULost", {"namespace": "ml", "node": "a"}, "lost", NOW)
+    status, body, _ = post(intake, "/v1/events", ev, events_token())
+    assert (status, body) == (400, {"error": "labels.training_job: missing"})
+
+
+def test_a_body_one_byte_over_the_limit_is_400(intake: Intake) -> None:
+    data = json.dumps(am_payload(xid())).encode()
+    data += b" " * (MAX_BODY + 1 - len(data))
+    # the client is still sending when the answer goes out; it must get the answer, not a reset
+    for _ in range(3):
+        status, body, _ = post(intake, "/v1/alerts", data, alerts_token())
+        assert (
+            status == 400 and body["error"] == f"body: {MAX_BODY + 1} bytes is over the limit of {MAX_BODY}"
+        )
+    assert intake.calls == []
+
+
+def test_an_oversized_body_is_refused_before_a_byte_of_it_is_read(intake: Intake) -> None:
+    # the headers promise a gigabyte and nothing follows: a server that tried to read it would hang
+    head = [("Authorization", f"Bearer {alerts_token()}"), ("Content-Length", str(1 << 30))]
+    started = time.monotonic()
+    status, body = raw_request(intake, head)
+    assert status == 400 and "over the limit" in body["error"]
+    assert time.monotonic() - started < 3
+
+
+@pytest.mark.parametrize(
+    ("head", "reason"),
+    [
+        ([("Content-Length", "-1")], "Content-Length: not a non-negative integer"),
+        ([("Content-Length", "ten")], "Content-Length: not a non-negative integer"),
+        ([("Content-Length", "+2")], "Content-Length: not a non-negative integer"),
+        ([], "Content-Length: missing"),
+        ([("Transfer-Encoding", "chunked")], "Transfer-Encoding: not accepted"),
+        ([("Content-Length", "2"), ("Content-Length", "2")], "Content-Length: given more than once"),
+    ],
+)
+def test_a_bad_content_length_is_400(intake: Intake, head: list[tuple[str, str]], reason: str) -> None:
+    status, body = raw_request(intake, [("Authorization", f"Bearer {alerts_token()}"), *head])
+    assert status == 400 and body["error"].startswith(reason)
+    assert intake.calls == []
+
+
+# ---- 404, 405, 503, 500 ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/", "/v1/alert", "/v1/alerts/x", "/v1/control"])
+def test_an_unknown_path_is_404(intake: Intake, path: str) -> None:
+    status, body, _ = post(intake, path, am_payload(xid()), alerts_token())
+    assert status == 404 and body["error"]
+    assert intake.calls == []
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE", "PATCH"])
+def test_a_method_other_than_post_is_405(intake: Intake, method: str) -> None:
+    status, _, headers = post(intake, "/v1/events", b"", events_token(), method=method)
+    assert status == 405 and headers["Allow"] == "POST"
+    assert intake.calls == []
+
+
+def test_a_standby_replica_answers_503_with_retry_after(intake: Intake) -> None:
+    intake.standby = True
+    status, body, headers = post(intake, "/v1/alerts", am_payload(xid()), alerts_token())
+    assert status == 503 and int(headers["Retry-After"]) > 0 and body["error"]
+    assert intake.calls == []
+    intake.standby = False
+    assert post(intake, "/v1/alerts", am_payload(xid()), alerts_token())[0] == 200
+
+
+def test_a_failure_to_take_the_signals_in_is_500_and_logged(
+    intake: Intake, caplog: pytest.LogCaptureFixture
+) -> None:
+    intake.fail = True
+    with caplog.at_level(logging.ERROR, logger="trainguard.remediation.receiver"):
+        status, body, _ = post(intake, "/v1/alerts", am_payload(xid()), alerts_token())
+    assert status == 500 and "retry" in body["error"]
+    assert any(r.exc_info and "store is down" in str(r.exc_info[1]) for r in caplog.records)
+
+
+# ---- the server itself ----------------------------------------------------------------------------
+
+
+def test_no_token_reaches_the_log(intake: Intake, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="trainguard.remediation"):
+        post(intake, "/v1/alerts", am_payload(xid()), alerts_token())
+        post(intake, "/v1/alerts", am_payload(xid()), events_token())
+        post(intake, "/v1/alerts", am_payload(xid()), "a-secret-wrong-token")
+        post(intake, "/v1/events", b"{", events_token())
+        intake.fail = True
+        post(intake, "/v1/alerts", am_payload(xid()), alerts_token())
+    text = caplog.text
+    assert "refused a token" in text  # the refusal is logged, the token is not
+    for secret in (alerts_token(), events_token(), "a-secret-wrong-token"):
+        assert secret not in text
+
+
+def test_a_client_that_never_finishes_its_handshake_does_not_block_others(intake: Intake) -> None:
+    stuck = socket.create_connection(("127.0.0.1", intake.receiver.port))
+    try:
+        stuck.sendall(b"\x16\x03\x01")  # the start of a ClientHello, and then nothing
+        result: list[int] = []
+        t = threading.Thread(
+            target=lambda: result.append(post(intake, "/v1/alerts", am_payload(xid()), alerts_token())[0])
+        )
+        t.start()
+        t.join(timeout=5)
+        assert result == [200]
+    finally:
+        stuck.close()
+
+
+def test_tls_1_2_is_the_floor(intake: Intake) -> None:
+    assert intake.receiver.tls_context().minimum_version == ssl.TLSVersion.TLSv1_2
+    ctx = intake.context()
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2  # an older client still gets in
+    with (
+        socket.create_connection(("127.0.0.1", intake.receiver.port), timeout=5) as raw,
+        ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        assert tls.version() == "TLSv1.2"
+
+
+def test_port_zero_picks_a_free_port_and_stop_closes_it(certs: Path) -> None:
+    config = ReceiverConfig("127.0.0.1", 0, str(certs / "tls.crt"), str(certs / "tls.key"), KEY)
+    receiver = Receiver(config, lambda signals: None)
+    receiver.start()
+    port = receiver.port
+    assert port != 0
+    receiver.stop()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def test_a_receiver_without_a_proper_key_does_not_start(certs: Path) -> None:
+    config = ReceiverConfig("127.0.0.1", 0, str(certs / "tls.crt"), str(certs / "tls.key"), b"short")
+    with pytest.raises(ValueError, match="at least 32 bytes"):
+        Receiver(config, lambda signals: None)
