@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import shutil
 import socket
 import ssl
 import subprocess
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from tests.processes import alertmanager, http_json
 from trainguard.exporter.fastpath import FastPathSender, event
 from trainguard.remediation import tokens
 from trainguard.remediation.model import Signal, Source
@@ -412,3 +414,69 @@ def test_a_receiver_without_a_proper_key_does_not_start(certs: Path) -> None:
     config = ReceiverConfig("127.0.0.1", 0, str(certs / "tls.crt"), str(certs / "tls.key"), b"short")
     with pytest.raises(ValueError, match="at least 32 bytes"):
         Receiver(config, lambda signals: None)
+
+
+# ---- a real Alertmanager --------------------------------------------------------------------------
+
+
+def _am_config(path: Path, url: str, token: str, ca: str) -> Path:
+    config = {
+        "route": {
+            "receiver": "trainguard",
+            "group_by": ["alertname", "namespace", "training_job", "node", "gpu"],
+            "group_wait": "100ms",
+            "group_interval": "1s",
+            "repeat_interval": "1h",
+        },
+        "receivers": [
+            {
+                "name": "trainguard",
+                "webhook_configs": [
+                    {
+                        "url": url,
+                        "send_resolved": True,
+                        "http_config": {
+                            "authorization": {"type": "Bearer", "credentials": token},
+                            "tls_config": {"ca_file": ca},
+                        },
+                    }
+                ],
+            }
+        ],
+    }
+    path.write_text(json.dumps(config))  # JSON is YAML
+    return path
+
+
+def _wait_for(predicate: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.tools
+@pytest.mark.parametrize("right_token", [True, False], ids=["alerts-token", "events-token"])
+def test_a_real_alertmanager_webhook_is_taken_in_with_the_alerts_token_only(
+    intake: Intake, tmp_path: Path, right_token: bool
+) -> None:
+    binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    if binary is None:
+        pytest.skip("Alertmanager is not installed (.ci/run installs prometheus-alertmanager)")
+    token = alerts_token() if right_token else events_token()
+    config = _am_config(tmp_path / "am.yml", intake.base + "/v1/alerts", token, intake.ca)
+    labels = xid("3") | {"UUID": "GPU-abc"}
+    with alertmanager(binary, config, tmp_path) as url:
+        http_json(f"{url}/api/v2/alerts", [{"labels": labels, "annotations": {"summary": "fatal XID"}}])
+        if not right_token:
+            # Alertmanager does not retry a 4xx; give it time to have tried, then nothing was taken in
+            assert _wait_for(lambda: "401" in (tmp_path / "alertmanager.log").read_text(), 10)
+            assert intake.calls == []
+            return
+        assert _wait_for(lambda: bool(intake.calls), 10)
+    ((signal,),) = intake.calls[:1]
+    fast = event("GPUCriticalXid", IDENTITY | {"gpu": "3", "UUID": "GPU-abc", "xid": "79"}, "x", NOW)
+    assert (signal.source, signal.firing, signal.labels) == (Source.ALERTMANAGER, True, labels)
+    assert signal.fingerprint == fast["fingerprint"]
