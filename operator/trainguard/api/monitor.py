@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -133,12 +133,33 @@ class Checkpoint(Model):
 NonFiniteLossAction = Literal["PauseAndPinCheckpoint", "Notify"]
 NodeFaultAction = Literal["CheckpointCordonReschedule", "Cordon", "Notify"]
 StallAction = Literal["RestartFromCheckpoint", "Notify"]
+InterruptedAction = Literal["RestartFromCheckpoint", "Notify"]
 
 
 class RemediationActions(Model):
-    non_finite_loss: NonFiniteLossAction = "PauseAndPinCheckpoint"
-    node_fault: NodeFaultAction = "CheckpointCordonReschedule"
-    stall: StallAction = "Notify"
+    """The automatic step per P0 class; `Notify` means none (Alertmanager has already notified)."""
+
+    non_finite_loss: NonFiniteLossAction = Field(
+        default="PauseAndPinCheckpoint",
+        description="TrainingLossNonFinite: pause training and pin the newest checkpoint saved before the "
+        "NaN; never cordons.",
+    )
+    node_fault: NodeFaultAction = Field(
+        default="CheckpointCordonReschedule",
+        description="GPUNodeDown, GPUDoubleBitECCError, GPUCriticalXid, GPULost: an emergency checkpoint "
+        "from the healthy ranks, cordon and taint the node, restart the gang away from it "
+        "(CheckpointCordonReschedule), or only cordon and taint (Cordon).",
+    )
+    stall: StallAction = Field(
+        default="Notify",
+        description="TrainingJobStalled: restart the gang from the newest good checkpoint "
+        "(RestartFromCheckpoint), within jobRestartBudget.",
+    )
+    interrupted: InterruptedAction = Field(
+        default="RestartFromCheckpoint",
+        description="TrainingInterrupted (a training pod OOMKilled, failed or evicted, or its Job failed): "
+        "restart the gang from the newest good checkpoint, within jobRestartBudget.",
+    )
 
 
 class Remediation(Model):
@@ -147,18 +168,32 @@ class Remediation(Model):
     enabled: bool = True
     dry_run: bool = Field(default=False, description="Record and announce every action without doing it.")
     actions: RemediationActions = Field(default_factory=RemediationActions)
-    emergency_checkpoint_timeout: Duration = "5m"
-    max_cordoned_nodes: int = Field(
-        default=2,
+    emergency_checkpoint_timeout: Duration = Field(
+        default="5m",
+        description="How long a node fault waits for the healthy ranks' emergency checkpoint before it "
+        "cordons and restarts anyway.",
+    )
+    max_cordoned_nodes: int | None = Field(
+        default=None,
         ge=0,
         le=1000,
-        description="Cluster-wide cap on nodes cordoned by trainguard per cordonWindow.",
+        description="Cluster-wide cap on nodes cordoned by trainguard per cordonWindow, counted over every "
+        "monitor; unset: 10% of the GPU nodes (at least 1). At the cap trainguard notifies instead of "
+        "cordoning or restarting.",
     )
-    cordon_window: Duration = "1h"
+    cordon_window: Duration = Field(default="10m", description="The window maxCordonedNodes counts over.")
     job_restart_budget: int = Field(
-        default=3, ge=0, le=100, description="Restarts of this job per budgetWindow."
+        default=3,
+        ge=0,
+        le=100,
+        description="Gang restarts of this job per budgetWindow; past it trainguard notifies instead.",
     )
-    budget_window: Duration = "24h"
+    budget_window: Duration = Field(default="24h", description="The window jobRestartBudget counts over.")
+    training_advice: bool = Field(
+        default=False,
+        description="On GradientExplosion (a P1), post clip_gradients to the trainers through their "
+        "sidecars (the SDK's advisories()).",
+    )
 
 
 class PolicyRef(Model):
@@ -208,16 +243,66 @@ class TrainingJobMonitorSpec(Model):
     )
 
 
+RemediationPhase = Literal["Planned", "DryRun", "InProgress", "Succeeded", "Failed", "Skipped"]
+RemediationStepKind = Literal[
+    "Pause",
+    "PinCheckpoint",
+    "RequestCheckpoint",
+    "Cordon",
+    "Taint",
+    "RestartGang",
+    "ConfirmPlacement",
+    "Advise",
+    "Notify",
+]
+REMEDIATION_STEPS_MAX = 16
+REMEDIATION_PARAMS_MAX = 8
+REMEDIATION_PARAM_VALUE_MAX = 256
+REMEDIATION_DETAIL_MAX = 512
+REMEDIATION_MESSAGE_MAX = 1024
+ParamValue = Annotated[str, Field(max_length=REMEDIATION_PARAM_VALUE_MAX)]
+
+
+class RemediationStep(Model):
+    """One step of a remediation, in the order it is carried out."""
+
+    kind: RemediationStepKind
+    params: dict[str, ParamValue] = Field(default_factory=dict, max_length=REMEDIATION_PARAMS_MAX)
+    phase: RemediationPhase
+    detail: str = Field(
+        default="", max_length=REMEDIATION_DETAIL_MAX, description="What the step found or did."
+    )
+    time: str = Field(default="", max_length=40, description="RFC 3339 time of the step's last change.")
+
+
 class RemediationRecord(Model):
-    """One automatic action, kept in status so it survives operator restarts."""
+    """One decision about one alert and its steps, written before any step is taken, so an operator
+    restarted halfway resumes it where it stands instead of repeating or losing a step."""
 
     id: str = Field(max_length=128)
+    fingerprint: str = Field(max_length=64)
     alert: str = Field(max_length=128)
-    action: str = Field(max_length=64)
-    phase: Literal["Planned", "DryRun", "InProgress", "Succeeded", "Failed", "Skipped"]
+    p0_class: str = Field(
+        alias="class",
+        max_length=32,
+        description="The response class: nonFiniteLoss, nodeFault, stall, interrupted or trainingAdvice.",
+    )
     node: str = Field(default="", max_length=253)
-    message: str = Field(default="", max_length=4096)
-    time: str
+    gpu: str = Field(default="", max_length=64)
+    dry_run: bool = False
+    phase: RemediationPhase
+    skipped: str = Field(
+        default="",
+        max_length=REMEDIATION_MESSAGE_MAX,
+        description="Why the automatic response was not taken (a duplicate, disabled, the cordon cap, the "
+        "restart budget); empty when it is.",
+    )
+    message: str = Field(
+        default="", max_length=REMEDIATION_MESSAGE_MAX, description="The latest news: a skip or a failure."
+    )
+    created: str = Field(max_length=40, description="RFC 3339.")
+    updated: str = Field(max_length=40, description="RFC 3339.")
+    steps: list[RemediationStep] = Field(default_factory=list, max_length=REMEDIATION_STEPS_MAX)
 
 
 class TrainingJobMonitorStatus(Model):
