@@ -1,0 +1,379 @@
+"""Remediation records: the shape the CRD accepts, phases derived from the steps, resuming after a crash,
+and a bounded list that never drops an unfinished record."""
+
+from __future__ import annotations
+
+import copy
+import json
+import typing
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import monitor
+from trainguard.api.monitor import (
+    RemediationPhase,
+    RemediationRecord,
+    RemediationStepKind,
+    TrainingJobMonitorStatus,
+)
+from trainguard.catalog.events import fingerprint
+from trainguard.remediation.model import ClusterState, Phase, Plan, Signal, Source, Step, StepKind
+from trainguard.remediation.plan import plan
+from trainguard.remediation.records import (
+    RECORD_LIMIT,
+    TooManyUnfinished,
+    find,
+    mark,
+    new_record,
+    next_step,
+    rfc3339,
+    unix,
+    with_record,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+T0 = 1_700_000_000.0
+
+
+def node_fault_plan(record_id: str = "abc-1", *, dry_run: bool = False, fingerprint: str = "abc") -> Plan:
+    node = {"node": "gpu-a", "reason": "GPULost"}
+    return Plan(
+        record_id=record_id,
+        fingerprint=fingerprint,
+        alert="GPULost",
+        p0_class="nodeFault",
+        steps=(
+            Step(StepKind.REQUEST_CHECKPOINT, {"kind": "full", "timeout_s": "300", "avoid": "gpu-a"}),
+            Step(StepKind.CORDON, node),
+            Step(StepKind.TAINT, node),
+            Step(StepKind.RESTART_GANG, {"from": "newest-good-checkpoint", "avoid": "gpu-a"}),
+            Step(StepKind.CONFIRM_PLACEMENT, {"avoid": "gpu-a"}),
+        ),
+        node="gpu-a",
+        gpu="3",
+        dry_run=dry_run,
+    )
+
+
+def skipped_plan(record_id: str = "s-1", *, notify: bool = False) -> Plan:
+    reason = "cordon cap reached: 1 node(s) cordoned by trainguard in the last 10m (cap 1)"
+    steps = (Step(StepKind.NOTIFY, {"reason": reason}),) if notify else ()
+    return Plan(record_id, "s", "GPULost", "nodeFault", steps, node="gpu-b", skipped=reason)
+
+
+def done(record: dict[str, Any], at: float = T0 + 10) -> dict[str, Any]:
+    for i in range(len(record["steps"])):
+        record = mark(record, i, Phase.SUCCEEDED, "ok", at)
+    return record
+
+
+# ---- shape ------------------------------------------------------------------------------------------
+
+
+def test_new_record_has_the_documented_shape() -> None:
+    rec = new_record(node_fault_plan(), T0)
+    assert set(rec) == {
+        "id",
+        "fingerprint",
+        "alert",
+        "class",
+        "node",
+        "gpu",
+        "dryRun",
+        "phase",
+        "skipped",
+        "message",
+        "created",
+        "updated",
+        "steps",
+    }
+    assert rec["phase"] == "Planned" and rec["class"] == "nodeFault" and rec["dryRun"] is False
+    assert rec["created"] == rec["updated"] == "2023-11-14T22:13:20.000Z"
+    assert [s["kind"] for s in rec["steps"]] == [
+        "RequestCheckpoint",
+        "Cordon",
+        "Taint",
+        "RestartGang",
+        "ConfirmPlacement",
+    ]
+    assert all(s["phase"] == "Planned" and s["detail"] == "" for s in rec["steps"])
+    assert rec["steps"][1]["params"] == {"node": "gpu-a", "reason": "GPULost"}
+
+
+def test_records_are_plain_json() -> None:
+    rec = mark(new_record(node_fault_plan(), T0), 0, Phase.IN_PROGRESS, "asked 7 ranks", T0 + 1)
+    assert json.loads(json.dumps(rec)) == rec
+    assert all(type(s["phase"]) is str and type(s["kind"]) is str for s in rec["steps"])
+    assert type(rec["phase"]) is str
+
+
+def every_stage() -> list[dict[str, Any]]:
+    rec = new_record(node_fault_plan(), T0)
+    out = [rec, new_record(node_fault_plan(dry_run=True), T0), new_record(skipped_plan(), T0)]
+    for i in range(5):
+        rec = mark(rec, i, Phase.IN_PROGRESS, "", T0 + i)
+        out.append(rec)
+        rec = mark(rec, i, Phase.SUCCEEDED, f"step {i} done", T0 + i + 0.5)
+        out.append(rec)
+    out.append(mark(new_record(node_fault_plan(), T0), 0, Phase.FAILED, "x" * 10_000, T0 + 1))
+    out.append(done(new_record(skipped_plan(notify=True), T0)))
+    return out
+
+
+def test_every_record_validates_against_the_model() -> None:
+    for rec in every_stage():
+        parsed = RemediationRecord.model_validate(rec)
+        assert parsed.model_dump(by_alias=True) == rec
+
+
+def test_every_record_validates_against_the_committed_crd_schema() -> None:
+    """What the apiserver checks on a status write: the generated structural schema of one record."""
+    crd = yaml.safe_load((ROOT / "crds" / "trainguard.io_trainingjobmonitors.yaml").read_text())
+    status = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    schema = status["properties"]["remediations"]["items"]
+    for rec in every_stage():
+        assert conforms(rec, schema) == [], rec["phase"]
+    bad = new_record(node_fault_plan(), T0) | {"class": "x" * 40}
+    assert conforms(bad, schema) == [".class: longer than 32"]
+
+
+def conforms(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
+    """A small checker of the structural-schema keywords trainguard's CRDs use."""
+    kind = schema.get("type")
+    types = {"object": dict, "array": list, "string": str, "boolean": bool, "integer": int}
+    if kind and not isinstance(value, types[kind]):
+        return [f"{path}: not {kind}"]
+    out: list[str] = []
+    if "enum" in schema and value not in schema["enum"]:
+        out.append(f"{path}: {value!r} not in enum")
+    if "maxLength" in schema and len(value) > schema["maxLength"]:
+        out.append(f"{path}: longer than {schema['maxLength']}")
+    if "maxItems" in schema and len(value) > schema["maxItems"]:
+        out.append(f"{path}: more than {schema['maxItems']} items")
+    if "maxProperties" in schema and len(value) > schema["maxProperties"]:
+        out.append(f"{path}: more than {schema['maxProperties']} properties")
+    if kind == "object":
+        props = schema.get("properties")
+        out += [f"{path}.{k}: required" for k in schema.get("required", []) if k not in value]
+        for k, v in value.items():
+            if props is not None:
+                if k not in props:
+                    out.append(f"{path}.{k}: unknown field (pruned)")
+                else:
+                    out += conforms(v, props[k], f"{path}.{k}")
+            elif "additionalProperties" in schema:
+                out += conforms(v, schema["additionalProperties"], f"{path}.{k}")
+    if kind == "array":
+        for i, item in enumerate(value):
+            out += conforms(item, schema["items"], f"{path}[{i}]")
+    return out
+
+
+def test_status_holds_fifty_records_and_not_more() -> None:
+    records: list[dict[str, Any]] = []
+    for i in range(RECORD_LIMIT):
+        records = with_record(records, done(new_record(node_fault_plan(f"r-{i}"), T0 + i)))
+    status = TrainingJobMonitorStatus.model_validate({"remediations": records})
+    assert len(status.remediations) == 50
+    with pytest.raises(ValueError, match="at most 50"):
+        TrainingJobMonitorStatus.model_validate({"remediations": [*records, records[0]]})
+
+
+def test_record_limit_is_the_status_bound() -> None:
+    field = TrainingJobMonitorStatus.model_fields["remediations"]
+    assert any(getattr(m, "max_length", None) == RECORD_LIMIT for m in field.metadata)
+
+
+def test_api_literals_match_the_remediation_vocabulary() -> None:
+    assert list(typing.get_args(RemediationStepKind)) == [k.value for k in StepKind]
+    assert set(typing.get_args(RemediationPhase)) == {p.value for p in Phase}
+
+
+def test_long_texts_are_clipped_to_the_schema() -> None:
+    long_reason = "why " * 1000
+    p = Plan(
+        "id-1",
+        "f",
+        "GPULost",
+        "nodeFault",
+        (Step(StepKind.NOTIFY, {"reason": long_reason}),),
+        skipped=long_reason,
+    )
+    rec = new_record(p, T0)
+    RemediationRecord.model_validate(rec)
+    assert rec["skipped"].endswith("...") and len(rec["message"]) == 1024
+    assert len(rec["steps"][0]["params"]["reason"]) == 256
+
+
+def test_too_many_steps_is_refused() -> None:
+    p = Plan("id-1", "f", "GPULost", "nodeFault", tuple(Step(StepKind.NOTIFY) for _ in range(17)))
+    with pytest.raises(ValueError, match="at most 16"):
+        new_record(p, T0)
+
+
+def test_times_round_trip() -> None:
+    assert unix(rfc3339(T0 + 0.25)) == T0 + 0.25
+    assert unix("2023-11-14T22:13:20Z") == T0
+    assert unix("2023-11-15T00:13:20+02:00") == T0
+    assert unix("yesterday") == 0.0
+
+
+# ---- phases -----------------------------------------------------------------------------------------
+
+
+def test_phases_move_planned_in_progress_succeeded() -> None:
+    rec = new_record(node_fault_plan(), T0)
+    assert rec["phase"] == "Planned"
+    rec = mark(rec, 0, Phase.IN_PROGRESS, "asked 7 ranks", T0 + 1)
+    assert rec["phase"] == "InProgress" and rec["updated"] == rfc3339(T0 + 1)
+    rec = mark(rec, 0, Phase.SUCCEEDED, "step 1200 saved", T0 + 2)
+    assert rec["phase"] == "InProgress"
+    assert rec["steps"][0] | {} == {
+        "kind": "RequestCheckpoint",
+        "params": {"kind": "full", "timeout_s": "300", "avoid": "gpu-a"},
+        "phase": "Succeeded",
+        "detail": "step 1200 saved",
+        "time": rfc3339(T0 + 2),
+    }
+    rec = done(rec, T0 + 3)
+    assert rec["phase"] == "Succeeded" and rec["created"] == rfc3339(T0)
+
+
+def test_a_skipped_step_counts_as_done() -> None:
+    rec = new_record(node_fault_plan(), T0)
+    rec = mark(rec, 0, Phase.SKIPPED, "no healthy rank answered in 300s; newest checkpoint step 1100", T0 + 1)
+    assert rec["phase"] == "InProgress" and next_step(rec) == 1
+    rec = done(rec)
+    assert rec["phase"] == "Succeeded"
+
+
+def test_a_failed_step_fails_the_record_and_ends_it() -> None:
+    rec = mark(new_record(node_fault_plan(), T0), 0, Phase.SUCCEEDED, "ok", T0 + 1)
+    rec = mark(rec, 1, Phase.FAILED, "node gpu-a not found", T0 + 2)
+    assert rec["phase"] == "Failed" and rec["message"] == "Cordon failed: node gpu-a not found"
+    assert next_step(rec) is None
+    with pytest.raises(ValueError, match="Failed"):
+        mark(rec, 2, Phase.SUCCEEDED, "", T0 + 3)
+
+
+def test_a_skipped_plan_with_a_notice_ends_skipped_once_sent() -> None:
+    rec = new_record(skipped_plan(notify=True), T0)
+    assert rec["phase"] == "Planned" and next_step(rec) == 0
+    assert rec["message"] == rec["skipped"]
+    rec = mark(rec, 0, Phase.SUCCEEDED, "posted to Alertmanager", T0 + 1)
+    assert rec["phase"] == "Skipped" and next_step(rec) is None
+
+
+def test_a_skipped_plan_without_steps_is_finished_at_once() -> None:
+    rec = new_record(skipped_plan(), T0)
+    assert rec["phase"] == "Skipped" and rec["steps"] == [] and next_step(rec) is None
+
+
+def test_a_dry_run_is_recorded_in_full_and_never_carried_out() -> None:
+    rec = new_record(node_fault_plan(dry_run=True), T0)
+    assert rec["phase"] == "DryRun" and rec["dryRun"] is True
+    assert len(rec["steps"]) == 5 and {s["phase"] for s in rec["steps"]} == {"DryRun"}
+    assert next_step(rec) is None
+    with pytest.raises(ValueError):
+        mark(rec, 0, Phase.IN_PROGRESS, "", T0 + 1)
+
+
+def test_mark_refuses_planned_or_dry_run_and_unknown_steps() -> None:
+    rec = new_record(node_fault_plan(), T0)
+    for phase in (Phase.PLANNED, Phase.DRY_RUN, "Done"):
+        with pytest.raises(ValueError):
+            mark(rec, 0, phase, "", T0)
+    with pytest.raises(IndexError):
+        mark(rec, 5, Phase.SUCCEEDED, "", T0)
+
+
+def test_mark_and_with_record_leave_their_inputs_alone() -> None:
+    rec = new_record(node_fault_plan(), T0)
+    before = copy.deepcopy(rec)
+    mark(rec, 0, Phase.SUCCEEDED, "ok", T0 + 1)
+    records = [rec]
+    with_record(records, rec | {"phase": "Succeeded"})
+    assert rec == before and records == [before]
+
+
+# ---- resuming ---------------------------------------------------------------------------------------
+
+
+def test_next_step_resumes_after_a_crash_in_the_middle() -> None:
+    """The operator died after cordoning, while tainting: the record read back from status resumes at
+    the taint (left InProgress: the executor makes it again, idempotently), never at the checkpoint or
+    the cordon already done."""
+    rec = new_record(node_fault_plan(), T0)
+    assert next_step(rec) == 0
+    rec = mark(rec, 0, Phase.SUCCEEDED, "step 1200", T0 + 1)
+    rec = mark(rec, 1, Phase.SUCCEEDED, "cordoned", T0 + 2)
+    rec = mark(rec, 2, Phase.IN_PROGRESS, "", T0 + 3)
+    status = TrainingJobMonitorStatus.model_validate({"remediations": [rec]}).model_dump(by_alias=True)
+    restored = status["remediations"][0]
+    assert next_step(restored) == 2
+    restored = mark(restored, 2, Phase.SUCCEEDED, "tainted", T0 + 10)
+    assert next_step(restored) == 3
+    assert [s["phase"] for s in restored["steps"]] == [
+        "Succeeded",
+        "Succeeded",
+        "Succeeded",
+        "Planned",
+        "Planned",
+    ]
+
+
+def test_next_step_is_none_when_finished() -> None:
+    assert next_step(done(new_record(node_fault_plan(), T0))) is None
+
+
+# ---- the bounded list -------------------------------------------------------------------------------
+
+
+def test_with_record_replaces_by_id_in_place_or_appends() -> None:
+    a, b = new_record(node_fault_plan("a"), T0), new_record(node_fault_plan("b"), T0 + 1)
+    records = with_record(with_record([], a), b)
+    assert [r["id"] for r in records] == ["a", "b"]
+    a2 = mark(a, 0, Phase.IN_PROGRESS, "", T0 + 2)
+    records = with_record(records, a2)
+    assert [r["id"] for r in records] == ["a", "b"] and records[0]["phase"] == "InProgress"
+
+
+def test_bounded_list_drops_the_oldest_finished_and_keeps_unfinished() -> None:
+    unfinished = new_record(node_fault_plan("oldest-unfinished"), T0)
+    records = [unfinished, *(done(new_record(node_fault_plan(f"f{i}"), T0 + i)) for i in range(1, 5))]
+    out = with_record(records, new_record(node_fault_plan("new"), T0 + 9), limit=4)
+    assert [r["id"] for r in out] == ["oldest-unfinished", "f3", "f4", "new"]
+    assert out[0] == unfinished
+
+
+def test_bounded_list_of_fifty_by_default() -> None:
+    records: list[dict[str, Any]] = []
+    for i in range(60):
+        records = with_record(records, done(new_record(node_fault_plan(f"r{i}"), T0 + i)))
+    assert len(records) == 50 and records[0]["id"] == "r10" and records[-1]["id"] == "r59"
+
+
+def test_bounded_list_refuses_to_drop_an_unfinished_record() -> None:
+    records = [new_record(node_fault_plan(f"u{i}"), T0 + i) for i in range(3)]
+    with pytest.raises(TooManyUnfinished):
+        with_record(records, new_record(node_fault_plan("u3"), T0 + 3), limit=3)
+
+
+def test_find_returns_the_newest_record_of_a_fingerprint() -> None:
+    old = done(new_record(node_fault_plan("x-1"), T0))
+    new = new_record(node_fault_plan("x-2"), T0 + 99)
+    other = new_record(node_fault_plan("y-1", fingerprint="other"), T0)
+    assert find([old, other, new], "abc") == new
+    assert find([other], "abc") is None
+
+
+def test_a_record_from_the_planner_round_trips_through_status() -> None:
+    labels = {"alertname": "GPULost", "severity": "P0", "namespace": "ml", "training_job": "llama-pretrain"}
+    labels |= {"node": "gpu-a", "gpu": "1"}
+    sig = Signal("GPULost", "P0", labels, fingerprint(labels), Source.SIDECAR, T0)
+    rec = new_record(plan(sig, monitor(), ClusterState(now=T0, gpu_nodes=8)), T0)
+    status = TrainingJobMonitorStatus.model_validate({"remediations": [rec]})
+    assert status.model_dump(by_alias=True)["remediations"] == [rec]
