@@ -1,0 +1,310 @@
+"""What to do about one signal: the P0 response matrix (ARCHITECTURE section 5), decided from the
+signal, the monitor's `spec.remediation` and the cluster state alone, so every cell is testable without
+a cluster. The executor carries a plan out; nothing here calls anything.
+
+Guards, in the order they are checked: a signal of another job, a resolved one, one with no automatic
+response, a duplicate, remediation disabled, a `Notify` action, then the cluster-wide cordon cap and the
+job's restart budget. A plan stopped by a guard has no steps (`skipped` says why), except the cap and
+the budget, which leave one NOTIFY step so that a human hears what was not done.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import Any
+
+from trainguard.api import duration_seconds
+from trainguard.api.monitor import Remediation, TrainingJobMonitor
+from trainguard.catalog import ALERTS_BY_NAME
+from trainguard.remediation.model import (
+    TRAINING_INTERRUPTED,
+    ClusterState,
+    Phase,
+    Plan,
+    Signal,
+    Source,
+    Step,
+    StepKind,
+)
+from trainguard.remediation.records import is_finished, unix
+
+NONFINITE_LOSS = "nonFiniteLoss"
+NODE_FAULT = "nodeFault"
+STALL = "stall"
+INTERRUPTED = "interrupted"
+TRAINING_ADVICE = "trainingAdvice"
+"""Response classes: the catalogue's P0 classes, the operator's own TrainingInterrupted, and the one
+P1 acted on (GradientExplosion, when the monitor opts in). Each names its setting in spec.remediation."""
+
+ADVICE_ALERT = "GradientExplosion"
+CLIP_GRADIENTS = "clip_gradients"
+NEWEST_GOOD_CHECKPOINT = "newest-good-checkpoint"
+
+DUPLICATE_WINDOW_S = 600.0
+"""A fault is acted on once: another signal of it within this long after its record finished is a
+duplicate (the fast path and Alertmanager, Alertmanager's re-posts of a group)."""
+
+FASTPATH_MARGIN_S = 1.0
+"""How much earlier than the sidecar's event time a non-finite loss may have been logged (the SDK sends
+it at once; this covers the hand-over and the clocks' granularity)."""
+
+# Skip reasons begin with these; QUIET ones need no record (see `quiet`).
+RESOLVED = "resolved"
+FOREIGN = "a signal of "
+NO_RESPONSE = "no automatic response"
+DUPLICATE = "duplicate of "
+DISABLED = "remediation disabled"
+NOTIFY_ONLY = "notify only"
+CORDON_CAP = "cordon cap reached"
+RESTART_BUDGET = "restart budget spent"
+NO_NODE = "no node label"
+QUIET = (RESOLVED, FOREIGN, NO_RESPONSE, DUPLICATE, DISABLED, NOTIFY_ONLY)
+
+
+def response_class(alertname: str) -> str | None:
+    """The response class of an alert, or None when trainguard never acts on it."""
+    if alertname == TRAINING_INTERRUPTED:
+        return INTERRUPTED
+    alert = ALERTS_BY_NAME.get(alertname)
+    if alert is not None and alert.p0_class is not None:
+        return str(alert.p0_class)
+    if alertname == ADVICE_ALERT:
+        return TRAINING_ADVICE
+    return None
+
+
+def cordon_cap(remediation: Remediation, gpu_nodes: int) -> int:
+    """Nodes trainguard may cordon per cordonWindow, cluster-wide: maxCordonedNodes, or when unset
+    10% of the GPU nodes (rounded down), at least 1."""
+    if remediation.max_cordoned_nodes is not None:
+        return remediation.max_cordoned_nodes
+    return max(1, gpu_nodes // 10)
+
+
+def record_id(signal: Signal) -> str:
+    """One id per alert instance: the same instance re-posted gets the same id."""
+    return f"{signal.fingerprint}-{max(0, int(signal.starts_at))}"
+
+
+def quiet(plan: Plan) -> bool:
+    """A skip that needs no record: another job's signal, a resolved one, one with no automatic
+    response, a duplicate (its record exists), remediation disabled or a Notify action (Alertmanager
+    has notified, the spec says nothing more is wanted). Not recording these also means that turning
+    remediation on mid-incident acts on the next re-post of a firing alert."""
+    return bool(plan.skipped) and plan.skipped.startswith(QUIET)
+
+
+def plan(signal: Signal, monitor: TrainingJobMonitor, state: ClusterState) -> Plan:
+    """The plan for `signal` on `monitor`'s job, given `state` (records oldest first)."""
+    rem = monitor.spec.remediation
+    cls = response_class(signal.alertname)
+    base = Plan(
+        record_id=record_id(signal),
+        fingerprint=signal.fingerprint,
+        alert=signal.alertname,
+        p0_class=cls or "",
+        steps=(),
+        node=signal.node,
+        gpu=signal.labels.get("gpu", ""),
+        dry_run=rem.dry_run,
+    )
+
+    def skip(reason: str, *steps: Step) -> Plan:
+        return replace(base, skipped=reason, steps=steps)
+
+    if (signal.namespace, signal.training_job) != (monitor.namespace, monitor.name):
+        return skip(
+            f"{FOREIGN}{signal.namespace}/{signal.training_job}, not of {monitor.namespace}/{monitor.name}"
+        )
+    if not signal.firing:
+        return skip(RESOLVED)
+    if cls is None:
+        return skip(f"{NO_RESPONSE} to {signal.alertname}")
+    if cls == TRAINING_ADVICE and not rem.training_advice:
+        return skip(f"{NO_RESPONSE} to {signal.alertname}: trainingAdvice is off")
+    if cls != TRAINING_ADVICE and signal.severity != "P0":
+        return skip(
+            f"{NO_RESPONSE} to {signal.alertname} at severity {signal.severity or 'unset'}: only a P0"
+        )
+    dup = _duplicate_of(signal, cls, state.records, state.now, rem.dry_run)
+    if dup:
+        return skip(f"{DUPLICATE}{dup}")
+    if not rem.enabled:
+        return skip(DISABLED)
+    action = _action(rem, cls)
+    if action == "Notify":
+        return skip(f"{NOTIFY_ONLY}: the {cls} action is Notify, Alertmanager has notified")
+
+    steps = _steps(signal, monitor, cls, action)
+    if not any(s.kind != StepKind.NOTIFY for s in steps):
+        # nothing but the notice of what could not be done
+        return skip(steps[0].params["reason"], *steps)
+    if any(s.kind == StepKind.CORDON for s in steps):
+        cordoned = _cordoned_nodes(state, duration_seconds(rem.cordon_window))
+        cap = cordon_cap(rem, state.gpu_nodes)
+        if signal.node not in cordoned and len(cordoned) >= cap:
+            reason = (
+                f"{CORDON_CAP}: {len(cordoned)} node(s) cordoned by trainguard in the last {rem.cordon_window}"
+                f" (cap {cap}); {signal.node} is not cordoned and nothing is done"
+            )
+            return skip(reason, _notify(reason))
+    if any(s.kind == StepKind.RESTART_GANG for s in steps):
+        restarts = _restarts(state, duration_seconds(rem.budget_window))
+        if restarts >= rem.job_restart_budget:
+            reason = (
+                f"{RESTART_BUDGET}: {restarts} restart(s) of this job in the last {rem.budget_window}"
+                f" (jobRestartBudget {rem.job_restart_budget}); nothing is done"
+            )
+            return skip(reason, _notify(reason))
+    return replace(base, steps=steps)
+
+
+def _action(rem: Remediation, cls: str) -> str:
+    actions = rem.actions
+    return {
+        NONFINITE_LOSS: actions.non_finite_loss,
+        NODE_FAULT: actions.node_fault,
+        STALL: actions.stall,
+        INTERRUPTED: actions.interrupted,
+        TRAINING_ADVICE: "Advise",
+    }[cls]
+
+
+def _notify(reason: str) -> Step:
+    return Step(StepKind.NOTIFY, {"reason": reason})
+
+
+def _steps(signal: Signal, monitor: TrainingJobMonitor, cls: str, action: str) -> tuple[Step, ...]:
+    node = signal.node if cls == NODE_FAULT else ""
+    restart = (
+        Step(StepKind.RESTART_GANG, {"from": NEWEST_GOOD_CHECKPOINT, "avoid": node}),
+        Step(StepKind.CONFIRM_PLACEMENT, {"avoid": node}),
+    )
+    if cls == NONFINITE_LOSS:
+        return (
+            Step(StepKind.PAUSE),
+            Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(_nan_bound(signal, monitor))}),
+        )
+    if cls == TRAINING_ADVICE:
+        return (Step(StepKind.ADVISE, {"advice": CLIP_GRADIENTS}),)
+    if cls in (STALL, INTERRUPTED):
+        return restart
+    # NODE_FAULT
+    reason = signal.alertname
+    checkpoint = Step(
+        StepKind.REQUEST_CHECKPOINT,
+        {
+            "kind": "full",
+            "timeout_s": str(
+                math.ceil(duration_seconds(monitor.spec.remediation.emergency_checkpoint_timeout))
+            ),
+            "avoid": node,
+        },
+    )
+    if not node:
+        notice = _notify(f"{NO_NODE} on {signal.alertname}: the faulty node cannot be cordoned")
+        if action == "Cordon":
+            return (notice,)
+        return (notice, checkpoint, *restart)
+    cordon = (
+        Step(StepKind.CORDON, {"node": node, "reason": reason}),
+        Step(StepKind.TAINT, {"node": node, "reason": reason}),
+    )
+    if action == "Cordon":
+        return cordon
+    return (checkpoint, *cordon, *restart)
+
+
+def _nan_bound(signal: Signal, monitor: TrainingJobMonitor) -> float:
+    """A time at or before the first non-finite loss: a checkpoint saved before it is good. The
+    sidecar's event is stamped as it receives the report; Prometheus's alert starts at the evaluation
+    after the scrape after the loss, each at most a scrape interval later (the rule group is evaluated
+    at the scrape interval)."""
+    if signal.source == Source.SIDECAR:
+        return signal.starts_at - FASTPATH_MARGIN_S
+    scrape = duration_seconds(monitor.spec.exporter.scrape_interval)
+    return signal.starts_at - 2 * scrape - FASTPATH_MARGIN_S
+
+
+def _live(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in records if not r.get("dryRun")]
+
+
+def _duplicate_of(
+    signal: Signal, cls: str, records: tuple[dict[str, Any], ...], now: float, dry_run: bool
+) -> str | None:
+    """The id of the record that already handles this fault, or None.
+
+    The same fault: the same fingerprint, or for a node fault the same node (one dead node raises
+    several alerts, XID 79 both GPUCriticalXid and GPULost). Handled: its record is unfinished, or
+    finished within DUPLICATE_WINDOW_S, or acted and finished after this signal started (the instance
+    it handled, re-posted). A stall or an interruption is also handled by any gang restart of the job
+    under way, or done after it started (a dead GPU hangs the job and fails its pods too: one restart).
+    A live plan ignores dry-run records: turning dry run off acts on a fault still firing."""
+    for r in reversed(records if dry_run else tuple(_live(records))):
+        same = r.get("fingerprint") == signal.fingerprint or (
+            cls == NODE_FAULT
+            and bool(signal.node)
+            and r.get("class") == NODE_FAULT
+            and r.get("node") == signal.node
+        )
+        covers = cls in (STALL, INTERRUPTED) and _restarts_gang(r)
+        if not (same or covers):
+            continue
+        if not is_finished(r):
+            return str(r.get("id"))
+        finished = unix(str(r.get("updated", "")))
+        if same and now - finished < DUPLICATE_WINDOW_S:
+            return str(r.get("id"))
+        acted = r.get("phase") in (Phase.SUCCEEDED, Phase.DRY_RUN) or (
+            same and r.get("phase") == Phase.FAILED
+        )
+        if acted and signal.starts_at <= finished:
+            return str(r.get("id"))
+    return None
+
+
+def _restarts_gang(record: dict[str, Any]) -> bool:
+    return any(
+        s.get("kind") == StepKind.RESTART_GANG and s.get("phase") != Phase.SKIPPED
+        for s in record.get("steps", [])
+    )
+
+
+def _cordoned_nodes(state: ClusterState, window: float) -> set[str]:
+    """Nodes trainguard cordoned within the window, cluster-wide (node annotations), plus the cordons
+    this monitor's live records are about to make or just made (the annotation may not be read yet)."""
+    since = state.now - window
+    nodes = {node for node, ts in state.cordons if ts >= since}
+    for r in _live(state.records):
+        for step in r.get("steps", []):
+            if step.get("kind") != StepKind.CORDON:
+                continue
+            phase = step.get("phase")
+            pending = not is_finished(r) and phase in (Phase.PLANNED, Phase.IN_PROGRESS)
+            done = phase == Phase.SUCCEEDED and unix(str(step.get("time", ""))) >= since
+            if pending or done:
+                nodes.add(str(step.get("params", {}).get("node", "")))
+    nodes.discard("")
+    return nodes
+
+
+def _restarts(state: ClusterState, window: float) -> int:
+    """Gang restarts of this job within the window: begun (InProgress, Succeeded or Failed) or still to
+    come in an unfinished record; a restart that a failed earlier step never reached does not count."""
+    since = state.now - window
+    count = 0
+    for r in _live(state.records):
+        if unix(str(r.get("created", ""))) < since:
+            continue
+        for step in r.get("steps", []):
+            if step.get("kind") != StepKind.RESTART_GANG:
+                continue
+            phase = step.get("phase")
+            if phase in (Phase.IN_PROGRESS, Phase.SUCCEEDED, Phase.FAILED) or (
+                phase == Phase.PLANNED and not is_finished(r)
+            ):
+                count += 1
+    return count
