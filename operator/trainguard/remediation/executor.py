@@ -1,0 +1,485 @@
+"""Carry a remediation record out, one step at a time, from where the record stands.
+
+Records before actions: before a step acts, the record is saved with that step InProgress; after, with
+the step Succeeded (what was done) or Failed (the error, and nothing after it is done). An operator
+killed halfway finds the record and resumes at `records.next_step`: a step left InProgress is redone,
+so every step is idempotent (a cordoned node stays cordoned by its first record, a taint is not added
+twice, an advisory carries the record id, a gang already recreated since the step began is not
+deleted again). A dry-run record is finished when written; the executor only says, in each step's
+detail, what would have been done, and calls nothing.
+
+Decisions taken here:
+- RequestCheckpoint never blocks the cordon: a timeout, or sidecars that do not answer, leave the step
+  Succeeded with a detail starting "timed out" (or "no sidecar"), and the plan goes on.
+- Pause, PinCheckpoint and Advise fail only when no sidecar took the call; partial success names the
+  sidecars that did not in the detail.
+- PinCheckpoint fails when no checkpoint before the fault is known: nothing good can be pinned.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from trainguard.api.common import duration_seconds
+from trainguard.api.monitor import TrainingJobMonitor
+from trainguard.remediation import records
+from trainguard.remediation.cluster import (
+    FAULTY_TAINT,
+    RESUME_FROM,
+    ClusterOps,
+    Sidecar,
+    creation_seconds,
+    is_terminating,
+    label_value,
+)
+from trainguard.remediation.model import Phase, StepKind
+
+Record = dict[str, Any]
+
+PLACEMENT_TIMEOUT_S = 120.0
+POLL_INTERVAL_S = 1.0
+
+
+class StepFailed(Exception):
+    """A step could not do what it is for; its message is the record's detail."""
+
+
+def _avoid(params: dict[str, str]) -> set[str]:
+    return {n.strip() for n in params.get("avoid", "").split(",") if n.strip()}
+
+
+def _float(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def choose_checkpoint(
+    candidates: list[dict[str, Any]], before_ts: float | None, before_step: float | None
+) -> tuple[dict[str, Any] | None, str]:
+    """The newest checkpoint (by step) saved before the fault, and a note. A candidate with a `ts` is
+    judged by it against `before_ts`; one with a step against `before_step`. The sidecar's resume_from
+    carries no ts today: with only `before_ts` to go by, the newest is kept and the note says it could
+    not be checked."""
+    good: list[dict[str, Any]] = []
+    unchecked = False
+    for c in candidates:
+        step, ts = _float(c.get("step")), _float(c.get("ts"))
+        if step is None:
+            continue
+        if before_step is not None and step >= before_step:
+            continue
+        if before_ts is not None and ts is not None and ts >= before_ts:
+            continue
+        good.append(c)
+    if not good:
+        return None, ""
+    best = max(good, key=lambda c: float(c["step"]))
+    if before_ts is not None and _float(best.get("ts")) is None and before_step is None:
+        unchecked = True
+    return best, " (saved before the fault: not checked, the sidecar reports no checkpoint time)" * unchecked
+
+
+def _step_of(view: dict[str, Any]) -> float | None:
+    resume = view.get("resume_from")
+    return _float(resume.get("step")) if isinstance(resume, dict) else None
+
+
+def _fmt_step(step: float | None) -> str:
+    if step is None:
+        return "none"
+    return str(int(step)) if step == int(step) else str(step)
+
+
+def _names(items: list[str], limit: int = 8) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def _errors(errors: dict[str, str]) -> str:
+    return (
+        "; failed: " + "; ".join(f"{pod}: {err[:80]}" for pod, err in sorted(errors.items()))
+        if errors
+        else ""
+    )
+
+
+def would(step: dict[str, Any], monitor: TrainingJobMonitor, default_checkpoint_timeout: float) -> str:
+    """What a dry run's step would have done."""
+    p: dict[str, str] = step.get("params") or {}
+    selector = monitor.spec.selector.to_selector_string()
+    kind = step.get("kind")
+    if kind == StepKind.PAUSE:
+        return f"would ask every sidecar of {selector} to pause training"
+    if kind == StepKind.PIN_CHECKPOINT:
+        return f"would pin the newest checkpoint saved before {p.get('before_ts', 'the fault')}"
+    if kind == StepKind.REQUEST_CHECKPOINT:
+        timeout = p.get("timeout_s") or f"{default_checkpoint_timeout:g}"
+        away = f" not on {p['avoid']}" if p.get("avoid") else ""
+        return f"would ask the sidecars{away} for a full checkpoint and wait up to {timeout}s"
+    if kind == StepKind.CORDON:
+        return f"would cordon node {p.get('node', '?')} ({p.get('reason', '')})"
+    if kind == StepKind.TAINT:
+        return f"would taint node {p.get('node', '?')} {FAULTY_TAINT}={label_value(p.get('reason', ''))}:NoSchedule"
+    if kind == StepKind.RESTART_GANG:
+        return f"would delete the pods of {selector} so that their controller recreates them as one gang"
+    if kind == StepKind.CONFIRM_PLACEMENT:
+        away = f" away from {p['avoid']}" if p.get("avoid") else ""
+        return f"would wait up to {p.get('timeout_s') or f'{PLACEMENT_TIMEOUT_S:g}'}s for the new pods to be scheduled{away}"
+    if kind == StepKind.ADVISE:
+        return f"would post advice {json.dumps(p, sort_keys=True)} to every sidecar"
+    if kind == StepKind.NOTIFY:
+        return f"would notify: {p.get('message') or p.get('reason', '')}"
+    return f"would do {kind}"
+
+
+class Executor:
+    def __init__(
+        self,
+        cluster: ClusterOps,
+        save: Callable[[Record], Record],
+        token_for: Callable[[str, str], str],
+        *,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        notify: Callable[[Record, str], None] | None = None,
+        poll_interval: float = POLL_INTERVAL_S,
+    ) -> None:
+        self.cluster = cluster
+        self.save = save
+        """Writes the record (the monitor's status) and returns it as written."""
+        self.token_for = token_for
+        """(namespace, monitor name) -> the bearer token of that monitor's sidecars."""
+        self.clock = clock
+        self.sleep = sleep
+        self.notify = notify
+        """Posts a NOTIFY step's message (to Alertmanager, in the wiring); without it NOTIFY only records."""
+        self.poll_interval = poll_interval
+
+    def run(self, record: Record, monitor: TrainingJobMonitor) -> Record:
+        """Carry the record out from its next step; returns the record as last saved."""
+        if record.get("dryRun"):
+            return self._dry_run(record, monitor)
+        while (index := records.next_step(record)) is not None:
+            step = record["steps"][index]
+            # a step left InProgress by a crash says in its detail what it was about to do
+            before = str(step.get("detail") or "") if step.get("phase") == Phase.IN_PROGRESS else ""
+            record = self.save(records.mark(record, index, Phase.IN_PROGRESS, before, self.clock()))
+
+            def note(detail: str, at: int = index) -> None:
+                """Save what the step is about to do, before it does it."""
+                nonlocal record
+                record = self.save(records.mark(record, at, Phase.IN_PROGRESS, detail, self.clock()))
+
+            try:
+                detail = self._act(record, index, monitor, before, note)
+            except Exception as exc:  # a crash (SystemExit, KeyboardInterrupt) is not a failed step
+                message = str(exc) if isinstance(exc, StepFailed) else f"{type(exc).__name__}: {exc}"
+                return self.save(records.mark(record, index, Phase.FAILED, message, self.clock()))
+            record = self.save(records.mark(record, index, Phase.SUCCEEDED, detail, self.clock()))
+        return record
+
+    def _dry_run(self, record: Record, monitor: TrainingJobMonitor) -> Record:
+        if all(s.get("detail") for s in record.get("steps", [])):
+            return record
+        out = copy.deepcopy(record)
+        timeout = duration_seconds(monitor.spec.remediation.emergency_checkpoint_timeout)
+        for step in out.get("steps", []):
+            if step.get("phase") == Phase.DRY_RUN and not step.get("detail"):
+                step["detail"] = would(step, monitor, timeout)
+        return self.save(out)
+
+    def _act(
+        self,
+        record: Record,
+        index: int,
+        monitor: TrainingJobMonitor,
+        before: str,
+        note: Callable[[str], None],
+    ) -> str:
+        step = record["steps"][index]
+        params: dict[str, str] = step.get("params") or {}
+        kind = step.get("kind")
+        if kind == StepKind.PAUSE:
+            return self._pause(monitor)
+        if kind == StepKind.PIN_CHECKPOINT:
+            return self._pin(monitor, params)
+        if kind == StepKind.REQUEST_CHECKPOINT:
+            return self._request_checkpoint(monitor, params, before, note)
+        if kind == StepKind.CORDON:
+            node = params.get("node") or record.get("node", "")
+            if not node:
+                raise StepFailed("no node to cordon")
+            return self.cluster.cordon(node, params.get("reason") or record.get("alert", ""), record["id"])
+        if kind == StepKind.TAINT:
+            node = params.get("node") or record.get("node", "")
+            if not node:
+                raise StepFailed("no node to taint")
+            return self.cluster.taint(node, params.get("reason") or record.get("alert", ""))
+        if kind == StepKind.RESTART_GANG:
+            return self._restart(monitor, before, note)
+        if kind == StepKind.CONFIRM_PLACEMENT:
+            return self._confirm(record, monitor, params)
+        if kind == StepKind.ADVISE:
+            return self._advise(record, monitor, params)
+        if kind == StepKind.NOTIFY:
+            message = params.get("message") or params.get("reason") or record.get("message", "")
+            if self.notify is None:
+                return f"recorded, no notifier wired: {message}"
+            self.notify(record, message)
+            return f"notified: {message}"
+        raise StepFailed(f"unknown step kind {kind!r}")
+
+    # ---- sidecars ----
+
+    def _sidecars(self, monitor: TrainingJobMonitor) -> tuple[list[Sidecar], str]:
+        found = self.cluster.sidecars(
+            monitor.namespace, monitor.spec.selector.to_selector_string(), monitor.spec.exporter.port
+        )
+        return found, self.token_for(monitor.namespace, monitor.name)
+
+    def _each(
+        self, sidecars: list[Sidecar], call: Callable[[Sidecar], dict[str, Any]]
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+        """Call every sidecar; one that fails costs only its own answer."""
+        answers: dict[str, dict[str, Any]] = {}
+        errors: dict[str, str] = {}
+        for sc in sidecars:
+            try:
+                answers[sc.pod] = call(sc)
+            except Exception as exc:
+                errors[sc.pod] = str(exc) or type(exc).__name__
+        return answers, errors
+
+    def _broadcast(self, monitor: TrainingJobMonitor, body: dict[str, Any], what: str) -> str:
+        sidecars, token = self._sidecars(monitor)
+        if not sidecars:
+            raise StepFailed(f"no running sidecar of {monitor.spec.selector.to_selector_string()} to {what}")
+        answers, errors = self._each(sidecars, lambda sc: self.cluster.control(sc.base_url, token, body))
+        if not answers:
+            raise StepFailed(f"no sidecar took {what}{_errors(errors)}")
+        return f"{what}: {_names(sorted(answers))}{_errors(errors)}"
+
+    def _pause(self, monitor: TrainingJobMonitor) -> str:
+        return self._broadcast(monitor, {"pause": True}, "paused")
+
+    def _pin(self, monitor: TrainingJobMonitor, params: dict[str, str]) -> str:
+        sidecars, token = self._sidecars(monitor)
+        views, errors = self._each(sidecars, lambda sc: self.cluster.read_control(sc.base_url, token))
+        candidates = [v["resume_from"] for v in views.values() if isinstance(v.get("resume_from"), dict)]
+        before_ts, before_step = _float(params.get("before_ts")), _float(params.get("before_step"))
+        chosen, note = choose_checkpoint(candidates, before_ts, before_step)
+        if chosen is None:
+            raise StepFailed(
+                f"no checkpoint saved before the fault is known to the sidecars{_errors(errors)}"
+            )
+        pinned = {k: chosen.get(k) for k in ("step", "kind", "path", "ts") if chosen.get(k) is not None}
+        answers, set_errors = self._each(
+            [sc for sc in sidecars if sc.pod in views],
+            lambda sc: self.cluster.control(sc.base_url, token, {"resume_from": pinned}),
+        )
+        kept = [pod for pod, a in answers.items() if _step_of(a) == _float(pinned.get("step"))]
+        refused = sorted(set(answers) - set(kept))
+        detail = f"pinned step {_fmt_step(_float(pinned.get('step')))} ({pinned.get('path', '')}){note}"
+        if refused:
+            detail += f"; sidecars that do not hold the pin: {_names(refused)}"
+        return detail + _errors({**errors, **set_errors})
+
+    def _request_checkpoint(
+        self, monitor: TrainingJobMonitor, params: dict[str, str], before: str, note: Callable[[str], None]
+    ) -> str:
+        """Ask the ranks off the faulty nodes for a full checkpoint and wait until each one's resume_from
+        is past the newest step any of them had (the gang's next consistent checkpoint). That step is
+        saved in the InProgress detail before asking, so a redo after a crash waits for the same mark and
+        asks only sidecars that neither saved past it nor still hold the request. A timeout is recorded,
+        not failed: the cordon must go on."""
+        timeout = _float(params.get("timeout_s"))
+        if timeout is None:
+            timeout = duration_seconds(monitor.spec.remediation.emergency_checkpoint_timeout)
+        sidecars, token = self._sidecars(monitor)
+        healthy = {sc.pod: sc for sc in sidecars if sc.node not in _avoid(params)}
+        if not healthy:
+            return "no healthy sidecar to ask for a checkpoint"
+        views, errors = self._each(
+            list(healthy.values()), lambda sc: self.cluster.read_control(sc.base_url, token)
+        )
+        if not views:
+            return f"no sidecar answered the checkpoint request{_errors(errors)}"
+        mark = _ASKED.match(before)
+        if mark:
+            past = _float(mark.group(1))
+        else:
+            known = [s for s in map(_step_of, views.values()) if s is not None]
+            past = max(known) if known else None
+            note(f"asking {len(views)} sidecar(s) for a checkpoint past step {_fmt_step(past)}")
+
+        def done(view: dict[str, Any]) -> bool:
+            step = _step_of(view)
+            return step is not None and (past is None or step > past)
+
+        kind = "incremental" if params.get("kind") == "incremental" else "full"
+        pending = {kind, "full"}  # a pending full checkpoint answers an incremental request too
+        to_ask = [healthy[p] for p, v in views.items() if not done(v) and v.get("checkpoint") not in pending]
+        _, ask_errors = self._each(
+            to_ask, lambda sc: self.cluster.control(sc.base_url, token, {"checkpoint": kind})
+        )
+        errors.update(ask_errors)
+        waiting = sorted(set(views) - set(ask_errors))
+        if not waiting:
+            return f"no sidecar took the checkpoint request{_errors(errors)}"
+        reached: dict[str, float] = {
+            p: s for p in waiting if done(views[p]) and (s := _step_of(views[p])) is not None
+        }
+        deadline = self.clock() + timeout
+        while len(reached) < len(waiting) and self.clock() < deadline:
+            self.sleep(self.poll_interval)
+            for pod in sorted(set(waiting) - set(reached)):
+                try:
+                    view = self.cluster.read_control(healthy[pod].base_url, token)
+                except Exception as exc:
+                    errors[pod] = str(exc) or type(exc).__name__
+                    continue
+                errors.pop(pod, None)
+                step = _step_of(view)
+                if step is not None and done(view):
+                    reached[pod] = step
+        if len(reached) == len(waiting):
+            return (
+                f"checkpoint step {_fmt_step(min(reached.values()))} saved on {_names(sorted(reached))}"
+                + _errors(errors)
+            )
+        missing = sorted(set(waiting) - set(reached))
+        got = f"; step {_fmt_step(min(reached.values()))} on {_names(sorted(reached))}" if reached else ""
+        return (
+            f"timed out after {timeout:g}s waiting for {_names(missing)} to save past step {_fmt_step(past)}{got}"
+            + _errors({p: e for p, e in errors.items() if p not in reached})
+        )
+
+    # ---- the gang ----
+
+    def _restart(self, monitor: TrainingJobMonitor, before: str, note: Callable[[str], None]) -> str:
+        """Delete the gang's pods; their controller recreates them. Before deleting, the InProgress detail
+        says how many pods and the newest creation second among them: a redo after a crash deletes only
+        live pods created up to that second, so the replacements are not deleted again. (Pod times have
+        whole seconds: a replacement made in the second of the newest old pod would be deleted twice.)"""
+        namespace, selector = monitor.namespace, monitor.spec.selector.to_selector_string()
+        live = [p for p in self.cluster.gang_pods(namespace, selector) if not is_terminating(p)]
+        mark = _DELETING.match(before)
+        if mark:
+            count, cut, names = int(mark.group(1)), float(mark.group(2)), mark.group(3)
+            old = [p for p in live if creation_seconds(p) <= cut]
+        else:
+            old = live
+            count = len(old)
+            cut = max((creation_seconds(p) for p in old), default=0.0)
+            names = _names(_pod_names(old))
+            pointer = self._resume_pointer(monitor)
+            note(f"deleting {count} pod(s) created up to {cut:.0f}: {names}; {pointer}")
+        deleted = self.cluster.delete_pods(namespace, _pod_names(old))
+        detail = f"deleted {count} pod(s): {names}"
+        if mark:
+            detail += f" ({len(deleted)} of them after the operator restarted)"
+        else:
+            detail += f"; {pointer}"
+        spares = self.cluster.spares()
+        if spares:
+            detail += f"; spares available: {_names(spares)}"
+        return detail
+
+    def _resume_pointer(self, monitor: TrainingJobMonitor) -> str:
+        """Write the newest checkpoint the sidecars know on the workload as trainguard.io/resume-from
+        before its pods go (they take their sidecars' view with them); says what was done. Best effort:
+        a restart is not held back by a pointer nothing reads yet (the SDK asks its new sidecar, which
+        learns the checkpoints from the trainer's hello)."""
+        sidecars, token = self._sidecars(monitor)
+        views, _ = self._each(sidecars, lambda sc: self.cluster.read_control(sc.base_url, token))
+        candidates = [v["resume_from"] for v in views.values() if isinstance(v.get("resume_from"), dict)]
+        best, _ = choose_checkpoint(candidates, None, None)
+        if best is None:
+            return "no checkpoint known for resume-from"
+        pointer = {"step": best.get("step"), "path": best.get("path")}
+        step = _fmt_step(_float(best.get("step")))
+        ref = monitor.spec.workload_ref
+        if ref is None:
+            return f"resume-from step {step} (no workloadRef to annotate)"
+        try:
+            self.cluster.annotate_workload(
+                monitor.namespace,
+                ref.resolved_api_version(),
+                ref.kind,
+                ref.name,
+                {RESUME_FROM: json.dumps(pointer, sort_keys=True)},
+            )
+        except Exception as exc:
+            return f"resume-from step {step} not written on {ref.kind}/{ref.name}: {str(exc)[:80]}"
+        return f"resume-from step {step} on {ref.kind}/{ref.name}"
+
+    def _confirm(self, record: Record, monitor: TrainingJobMonitor, params: dict[str, str]) -> str:
+        """Wait until as many live pods as were deleted exist, created since the record, all scheduled
+        and none on an avoided node; record where they landed and which spare took one."""
+        timeout = _float(params.get("timeout_s")) or PLACEMENT_TIMEOUT_S
+        avoid = _avoid(params) or ({record["node"]} if record.get("node") else set())
+        expected = _gang_size(record)
+        namespace, selector = monitor.namespace, monitor.spec.selector.to_selector_string()
+        created_after = records.unix(record.get("created", ""))
+        deadline = self.clock() + timeout
+        placed: dict[str, str] | None = None
+        while True:
+            placed = self.cluster.placement(namespace, selector, created_after)
+            if placed and len(placed) >= expected and not set(placed.values()) & avoid:
+                break
+            if self.clock() >= deadline:
+                seen = ", ".join(f"{p}->{n}" for p, n in sorted((placed or {}).items())) or "none placed"
+                raise StepFailed(
+                    f"the new pods were not all placed away from {_names(sorted(avoid))} within {timeout:g}s ({seen})"
+                )
+            self.sleep(self.poll_interval)
+        where = ", ".join(f"{p}->{n}" for p, n in sorted(placed.items()))
+        used = sorted(set(placed.values()) & set(self.cluster.spares()))
+        return f"placed {where}" + (f"; spare used: {_names(used)}" if used else "")
+
+    def _advise(self, record: Record, monitor: TrainingJobMonitor, params: dict[str, str]) -> str:
+        """Append the advice (tagged with the record id, so a redo does not add it twice) to each
+        sidecar's advisories; the sidecar replaces the whole list, so read it first."""
+        advisory: dict[str, Any] = {**params, "record": record["id"]}
+        sidecars, token = self._sidecars(monitor)
+        if not sidecars:
+            raise StepFailed("no running sidecar to advise")
+
+        def give(sc: Sidecar) -> dict[str, Any]:
+            current = self.cluster.read_control(sc.base_url, token).get("advisories") or []
+            if any(isinstance(a, dict) and a.get("record") == record["id"] for a in current):
+                return {}
+            return self.cluster.control(sc.base_url, token, {"advisories": [*current, advisory]})
+
+        answers, errors = self._each(sidecars, give)
+        if not answers:
+            raise StepFailed(f"no sidecar took the advice{_errors(errors)}")
+        return f"advised {json.dumps(params, sort_keys=True)}: {_names(sorted(answers))}{_errors(errors)}"
+
+
+def _pod_names(pods: list[dict[str, Any]]) -> list[str]:
+    return sorted(str(p["metadata"]["name"]) for p in pods)
+
+
+_COUNT = re.compile(r"^deleted (\d+) pod")
+_DELETING = re.compile(r"^deleting (\d+) pod\(s\) created up to (\d+): ([^;]*)")
+_ASKED = re.compile(r"^asking \d+ sidecar\(s\) for a checkpoint past step (\S+)")
+
+
+def _gang_size(record: Record) -> int:
+    """How many pods the RestartGang step deleted (or found recreated), from its detail; 1 if unknown."""
+    for step in record.get("steps", []):
+        if step.get("kind") == StepKind.RESTART_GANG:
+            match = _COUNT.match(str(step.get("detail", "")))
+            if match:
+                return max(1, int(match.group(1)))
+    return 1

@@ -1,0 +1,676 @@
+"""The executor carries a record out against a fake cluster that behaves like the real one: cordon is
+idempotent and keeps its first annotations, a taint merges into the node's list, deleted pods go
+Terminating and their Job controller recreates them (scheduled at the scheduler's next pass), and
+sidecars answer control as the exporter does (unknown keys ignored, advisories replaced whole, a
+requested checkpoint saved by the trainer a little later, new pods' sidecars knowing no checkpoint)."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import datetime as dt
+import re
+from typing import Any
+
+import pytest
+
+from tests.conftest import monitor as make_monitor
+from trainguard.api.monitor import TrainingJobMonitor
+from trainguard.catalog.events import fingerprint
+from trainguard.remediation.cluster import (
+    CORDON_REASON,
+    CORDONED_AT,
+    CORDONED_BY,
+    FAULTY_TAINT,
+    RESUME_FROM,
+    ControlError,
+    Sidecar,
+    new_pods_placement,
+    taints_with,
+)
+from trainguard.remediation.executor import Executor, choose_checkpoint
+from trainguard.remediation.model import ClusterState, Phase, Plan, Signal, Source, Step, StepKind
+from trainguard.remediation.plan import plan
+from trainguard.remediation.records import new_record
+
+T0 = 1_700_000_000.0
+TOKEN = "sidecar-token"
+PORT = 9400
+CKPT_STEP = 1000
+
+
+class Crash(BaseException):
+    """The operator process killed in the middle of a call (not an Exception: nothing may catch it)."""
+
+
+class Clock:
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _ts(seconds: float) -> str:
+    return dt.datetime.fromtimestamp(int(seconds), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class FakeCluster:
+    """ClusterOps over an in-memory cluster. `effects` lists every change that happened, once per change;
+    `timeline` (shared with the test's save) orders changes against saves. `crash_after` kills the
+    caller right after the n-th call took effect."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        timeline: list[tuple[str, ...]],
+        nodes: tuple[str, ...] = ("gpu-a", "gpu-b", "gpu-c"),
+        pods: dict[str, str] | None = None,
+        save_after_reads: int | None = 2,
+    ) -> None:
+        self.clock = clock
+        self.timeline = timeline
+        self.nodes: dict[str, dict[str, Any]] = {
+            n: {"unschedulable": False, "annotations": {}, "taints": [], "labels": {}, "gpus": 8}
+            for n in nodes
+        }
+        self.pods: dict[str, dict[str, Any]] = {}
+        for i, (pod, node) in enumerate((pods or {"job-0": "gpu-a", "job-1": "gpu-b"}).items()):
+            self.pods[pod] = {"node": node, "created": int(T0 - 3600), "terminating": False, "index": i}
+        self.sidecar: dict[str, dict[str, Any]] = {
+            pod: self._sidecar_state({"step": CKPT_STEP, "kind": "full", "path": f"/ckpt/{CKPT_STEP}"})
+            for pod in self.pods
+        }
+        self.workloads: dict[tuple[str, str], dict[str, str]] = {}
+        self.generation = 0
+        self.save_after_reads = save_after_reads
+        self.unreachable: set[str] = set()
+        self.calls = 0
+        self.crash_after: int | None = None
+        self.effects: list[tuple[str, ...]] = []
+
+    @staticmethod
+    def _sidecar_state(resume_from: dict[str, Any] | None) -> dict[str, Any]:
+        return {"pause": False, "checkpoint": None, "advisories": [], "resume_from": resume_from, "reads": 0}
+
+    def _effect(self, *what: str) -> None:
+        self.effects.append(what)
+        self.timeline.append(what)
+
+    def _called(self) -> None:
+        self.calls += 1
+        if self.crash_after is not None and self.calls == self.crash_after:
+            raise Crash(f"killed after call {self.calls}")
+
+    # ---- the cluster's own controllers ----
+
+    def _tick(self) -> None:
+        """The kubelet finishes terminating pods; the scheduler places pods pending since the last pass
+        on a schedulable, untainted node with 8 free GPUs."""
+        for name in [p for p, s in self.pods.items() if s["terminating"]]:
+            del self.pods[name]
+            self.sidecar.pop(name, None)
+        for pod in sorted(self.pods.values(), key=lambda s: int(s["index"])):
+            if pod["node"]:
+                continue
+            if not pod.get("seen"):
+                pod["seen"] = True
+                continue
+            busy = {s["node"] for s in self.pods.values()}
+            for name, node in sorted(self.nodes.items()):
+                if node["unschedulable"] or any(t["effect"] == "NoSchedule" for t in node["taints"]):
+                    continue
+                if name not in busy:
+                    pod["node"] = name
+                    break
+
+    def _recreate(self, index: int) -> None:
+        self.generation += 1
+        name = f"job-{index}-r{self.generation}"
+        self.pods[name] = {"node": "", "created": int(self.clock()), "terminating": False, "index": index}
+        self.sidecar[name] = self._sidecar_state(None)
+
+    def _pod_dict(self, name: str) -> dict[str, Any]:
+        s = self.pods[name]
+        meta: dict[str, Any] = {"name": name, "creationTimestamp": _ts(s["created"])}
+        if s["terminating"]:
+            meta["deletionTimestamp"] = _ts(self.clock())
+        return {
+            "metadata": meta,
+            "spec": {"nodeName": s["node"]} if s["node"] else {},
+            "status": {"phase": "Running" if s["node"] else "Pending", "podIP": f"10.0.0.{s['index']}"},
+        }
+
+    # ---- ClusterOps ----
+
+    def cordon(self, node: str, reason: str, record_id: str) -> str:
+        n = self.nodes[node]
+        if n["unschedulable"] and CORDONED_BY in n["annotations"]:
+            out = f"already cordoned by {n['annotations'][CORDONED_BY]}"
+        elif n["unschedulable"]:
+            out = "already cordoned, not by trainguard: left as is"
+        else:
+            n["unschedulable"] = True
+            n["annotations"].update(
+                {CORDONED_AT: str(int(self.clock())), CORDONED_BY: record_id, CORDON_REASON: reason}
+            )
+            self._effect("cordon", node)
+            out = "cordoned"
+        self._called()
+        return out
+
+    def taint(self, node: str, reason: str) -> str:
+        n = self.nodes[node]
+        merged = taints_with(n["taints"], FAULTY_TAINT, reason, "NoSchedule")
+        if merged is None:
+            out = "already tainted"
+        else:
+            n["taints"] = merged
+            self._effect("taint", node)
+            out = "tainted"
+        self._called()
+        return out
+
+    def cordon_history(self) -> list[tuple[str, float]]:
+        self._called()
+        return [
+            (k, float(n["annotations"][CORDONED_AT]))
+            for k, n in self.nodes.items()
+            if CORDONED_AT in n["annotations"]
+        ]
+
+    def gpu_node_count(self) -> int:
+        self._called()
+        return sum(1 for n in self.nodes.values() if n["gpus"] > 0)
+
+    def spares(self) -> list[str]:
+        self._called()
+        return sorted(
+            k
+            for k, n in self.nodes.items()
+            if n["labels"].get("trainguard.io/spare") == "true" and not n["unschedulable"]
+        )
+
+    def gang_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        self._tick()
+        self._called()
+        return [self._pod_dict(p) for p in sorted(self.pods)]
+
+    def delete_pods(self, namespace: str, names: list[str]) -> list[str]:
+        deleted = []
+        for name in names:
+            pod = self.pods.get(name)
+            if pod is None or pod["terminating"]:
+                continue  # 404, or already being deleted: the apiserver accepts it and nothing changes
+            pod["terminating"] = True
+            self._effect("delete", name)
+            self._recreate(int(pod["index"]))  # the Job controller replaces a terminating pod
+            deleted.append(name)
+        self._called()
+        return deleted
+
+    def placement(self, namespace: str, label_selector: str, created_after: float) -> dict[str, str] | None:
+        pods = self.gang_pods(namespace, label_selector)
+        return new_pods_placement(pods, created_after)
+
+    def annotate_workload(
+        self, namespace: str, api_version: str, kind: str, name: str, annotations: dict[str, str]
+    ) -> None:
+        current = self.workloads.setdefault((kind, name), {})
+        if any(current.get(k) != v for k, v in annotations.items()):
+            current.update(annotations)
+            self._effect("annotate", kind, name)
+        self._called()
+
+    def sidecars(self, namespace: str, label_selector: str, port: int) -> list[Sidecar]:
+        self._tick()
+        self._called()
+        return sorted(
+            Sidecar(p, s["node"], f"http://{p}:{port}")
+            for p, s in self.pods.items()
+            if s["node"] and not s["terminating"]
+        )
+
+    def _reach(self, base_url: str, token: str) -> tuple[str, dict[str, Any]]:
+        pod = re.sub(r"^http://|:\d+$", "", base_url)
+        if pod in self.unreachable or pod not in self.sidecar:
+            raise ControlError(f"GET {base_url}/v1/control: connection refused")
+        if token != TOKEN:
+            raise ControlError(f"POST {base_url}/v1/control: HTTP 401")
+        return pod, self.sidecar[pod]
+
+    @staticmethod
+    def _view(state: dict[str, Any]) -> dict[str, Any]:
+        return copy.deepcopy({k: v for k, v in state.items() if k != "reads"})
+
+    def control(self, base_url: str, token: str, body: dict[str, Any]) -> dict[str, Any]:
+        pod, state = self._reach(base_url, token)
+        if "pause" in body and bool(body["pause"]) != state["pause"]:
+            state["pause"] = bool(body["pause"])
+            self._effect("pause", pod)
+        if "checkpoint" in body:
+            if body["checkpoint"] not in (None, "full", "incremental"):
+                raise ControlError("HTTP 400")
+            if body["checkpoint"] != state["checkpoint"]:
+                state["checkpoint"], state["reads"] = body["checkpoint"], 0
+                self._effect("checkpoint-request", pod)
+        if "advisories" in body and list(body["advisories"])[-32:] != state["advisories"]:
+            state["advisories"] = [dict(a) for a in body["advisories"]][-32:]
+            self._effect("advise", pod)
+        # like the exporter today, other keys (resume_from) are ignored
+        self._called()
+        return self._view(state)
+
+    def read_control(self, base_url: str, token: str) -> dict[str, Any]:
+        pod, state = self._reach(base_url, token)
+        if state["checkpoint"] and self.save_after_reads is not None:
+            state["reads"] += 1
+            if state["reads"] >= self.save_after_reads:  # the trainer saved and reported it
+                step = (state["resume_from"] or {}).get("step", 0) + 100
+                state["resume_from"] = {"step": step, "kind": state["checkpoint"], "path": f"/ckpt/{step}"}
+                state["checkpoint"] = None
+                self._effect("checkpoint-saved", pod, str(step))
+        self._called()
+        return self._view(state)
+
+
+class Store:
+    """The monitor's status: save() keeps the record and notes it on the shared timeline."""
+
+    def __init__(self, timeline: list[tuple[str, ...]]) -> None:
+        self.timeline = timeline
+        self.saved: list[dict[str, Any]] = []
+
+    def save(self, record: dict[str, Any]) -> dict[str, Any]:
+        self.saved.append(copy.deepcopy(record))
+        active = [(s["kind"], s["phase"]) for s in record["steps"] if s["phase"] == Phase.IN_PROGRESS]
+        last = next((s for s in reversed(record["steps"]) if s["phase"] != Phase.PLANNED), None)
+        self.timeline.append(
+            ("save", *(active[0] if active else (last["kind"], last["phase"]) if last else ()))
+        )
+        return copy.deepcopy(record)
+
+    @property
+    def last(self) -> dict[str, Any]:
+        return copy.deepcopy(self.saved[-1])
+
+
+def _monitor(**changes: Any) -> TrainingJobMonitor:
+    return make_monitor(**{"spec.workloadRef": {"kind": "Job", "name": "llama-pretrain"}, **changes})
+
+
+def _signal(alertname: str, node: str = "gpu-a") -> Signal:
+    labels = {"alertname": alertname, "severity": "P0", "namespace": "ml", "training_job": "llama-pretrain"}
+    if node:
+        labels["node"] = node
+    return Signal(alertname, "P0", labels, fingerprint(labels), Source.SIDECAR, T0 - 5)
+
+
+def node_fault_record(monitor: TrainingJobMonitor, timeout_s: int = 30) -> dict[str, Any]:
+    """The planner's own node-fault plan (a seam: its params are what the executor reads)."""
+    p = plan(_signal("GPUCriticalXid"), monitor, ClusterState(now=T0, gpu_nodes=3))
+    steps = tuple(
+        Step(s.kind, {**s.params, "timeout_s": str(timeout_s)})
+        if s.kind == StepKind.REQUEST_CHECKPOINT
+        else s
+        for s in p.steps
+    )
+    return new_record(Plan(**{**p.__dict__, "steps": steps}), T0)
+
+
+def record_of(*steps: Step, dry_run: bool = False, node: str = "") -> dict[str, Any]:
+    return new_record(Plan("rec-1", "fp", "X", "nodeFault", steps, node=node, dry_run=dry_run), T0)
+
+
+class Rig:
+    def __init__(self, **fake: Any) -> None:
+        self.clock = Clock()
+        self.timeline: list[tuple[str, ...]] = []
+        self.cluster = FakeCluster(self.clock, self.timeline, **fake)
+        self.store = Store(self.timeline)
+        self.notified: list[str] = []
+
+    def executor(self) -> Executor:
+        return Executor(
+            self.cluster,
+            self.store.save,
+            lambda ns, name: TOKEN if (ns, name) == ("ml", "llama-pretrain") else "wrong",
+            clock=self.clock,
+            sleep=self.clock.sleep,
+            notify=lambda record, message: self.notified.append(message),
+        )
+
+
+def kinds_and_phases(record: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(s["kind"], s["phase"]) for s in record["steps"]]
+
+
+# ---- the node fault, in order -----------------------------------------------------------------------
+
+
+def test_node_fault_runs_checkpoint_cordon_taint_restart_confirm_in_order() -> None:
+    rig = Rig()
+    m = _monitor()
+    done = rig.executor().run(node_fault_record(m), m)
+
+    assert done["phase"] == Phase.SUCCEEDED
+    assert [k for k, _ in kinds_and_phases(done)] == [
+        "RequestCheckpoint", "Cordon", "Taint", "RestartGang", "ConfirmPlacement",
+    ]  # fmt: skip
+    assert all(p == Phase.SUCCEEDED for _, p in kinds_and_phases(done))
+    effects = [e[0] for e in rig.cluster.effects]
+    assert effects == [
+        "checkpoint-request", "checkpoint-saved",  # the healthy rank on gpu-b only
+        "cordon", "taint", "annotate", "delete", "delete",
+    ]  # fmt: skip
+    assert rig.cluster.effects[0] == ("checkpoint-request", "job-1"), (
+        "the rank on the faulty node is not asked"
+    )
+    detail = {s["kind"]: s["detail"] for s in done["steps"]}
+    assert detail["RequestCheckpoint"] == f"checkpoint step {CKPT_STEP + 100} saved on job-1"
+    node = rig.cluster.nodes["gpu-a"]
+    assert node["unschedulable"] and node["annotations"][CORDONED_BY] == done["id"]
+    assert node["annotations"][CORDON_REASON] == "GPUCriticalXid"
+    assert node["taints"] == [{"key": FAULTY_TAINT, "value": "GPUCriticalXid", "effect": "NoSchedule"}]
+    # the pointer is the newest checkpoint, the emergency one
+    assert rig.cluster.workloads[("Job", "llama-pretrain")] == {
+        RESUME_FROM: '{"path": "/ckpt/1100", "step": 1100}'
+    }
+    assert detail["RestartGang"].startswith("deleted 2 pod(s): job-0, job-1; resume-from step 1100 on Job/")
+    # the replacements landed on the healthy nodes, not on the cordoned one
+    assert detail["ConfirmPlacement"] == "placed job-0-r1->gpu-b, job-1-r2->gpu-c"
+
+
+def test_records_are_saved_before_each_action() -> None:
+    rig = Rig()
+    m = _monitor()
+    rig.executor().run(node_fault_record(m), m)
+
+    saves = [t[1:] for t in rig.timeline if t[0] == "save"]
+    assert saves == [
+        ("RequestCheckpoint", "InProgress"),
+        ("RequestCheckpoint", "InProgress"),  # "asking ... past step 1000", before asking
+        ("RequestCheckpoint", "Succeeded"),
+        ("Cordon", "InProgress"),
+        ("Cordon", "Succeeded"),
+        ("Taint", "InProgress"),
+        ("Taint", "Succeeded"),
+        ("RestartGang", "InProgress"),
+        ("RestartGang", "InProgress"),  # "deleting 2 pod(s) created up to ...", before deleting
+        ("RestartGang", "Succeeded"),
+        ("ConfirmPlacement", "InProgress"),
+        ("ConfirmPlacement", "Succeeded"),
+    ]
+    owner = {"checkpoint-request": "RequestCheckpoint", "cordon": "Cordon", "taint": "Taint"}
+    owner |= {"annotate": "RestartGang", "delete": "RestartGang"}
+    for i, event in enumerate(rig.timeline):
+        if event[0] in owner:
+            last_save = next(t for t in reversed(rig.timeline[:i]) if t[0] == "save")
+            assert last_save[1:] == (owner[event[0]], "InProgress"), f"{event} acted before its record"
+    assert rig.store.saved[8]["steps"][3]["detail"].startswith("deleting 2 pod(s) created up to ")
+
+
+# ---- a crash anywhere, then a new operator ------------------------------------------------------------
+
+
+def _clean_run() -> tuple[list[tuple[str, ...]], int]:
+    rig = Rig()
+    m = _monitor()
+    rig.executor().run(node_fault_record(m), m)
+    return rig.cluster.effects, rig.cluster.calls
+
+
+CLEAN_EFFECTS, CLEAN_CALLS = _clean_run()
+
+
+@pytest.mark.parametrize("crash_after", range(1, CLEAN_CALLS + 1))
+def test_an_operator_killed_after_any_call_resumes_and_every_effect_happens_once(crash_after: int) -> None:
+    rig = Rig()
+    m = _monitor()
+    rig.cluster.crash_after = crash_after
+    with pytest.raises(Crash):
+        rig.executor().run(node_fault_record(m), m)
+    rig.cluster.crash_after = None
+    assert rig.store.saved, "the record is saved before the first call"
+
+    done = rig.executor().run(rig.store.last, m)  # a new operator, from the record in the status
+
+    assert done["phase"] == Phase.SUCCEEDED, done
+    assert rig.cluster.effects == CLEAN_EFFECTS
+
+
+def test_a_resumed_restart_does_not_delete_the_replacements() -> None:
+    rig = Rig()
+    m = _monitor()
+    record = node_fault_record(m)
+    calls_before_delete = next(
+        n for n in range(1, CLEAN_CALLS + 1) if _effects_after(n)[-1:] == [("delete", "job-1")]
+    )
+    rig.cluster.crash_after = calls_before_delete
+    with pytest.raises(Crash):
+        rig.executor().run(record, m)
+    rig.cluster.crash_after = None
+    interrupted = rig.store.last
+    assert interrupted["steps"][3]["phase"] == Phase.IN_PROGRESS
+    done = rig.executor().run(interrupted, m)
+    assert [e for e in rig.cluster.effects if e[0] == "delete"] == [("delete", "job-0"), ("delete", "job-1")]
+    assert done["steps"][3]["detail"].startswith(
+        "deleted 2 pod(s): job-0, job-1 (0 of them after the operator restarted)"
+    )
+
+
+def _effects_after(calls: int) -> list[tuple[str, ...]]:
+    rig = Rig()
+    m = _monitor()
+    rig.cluster.crash_after = calls
+    with contextlib.suppress(Crash):
+        rig.executor().run(node_fault_record(m), m)
+    return rig.cluster.effects
+
+
+# ---- dry run, failures, timeouts -----------------------------------------------------------------------
+
+
+def test_dry_run_says_what_it_would_do_and_calls_nothing() -> None:
+    rig = Rig()
+    m = _monitor()
+    p = plan(
+        _signal("GPUCriticalXid"), _monitor(**{"spec.remediation": {"dryRun": True}}), ClusterState(T0, 3)
+    )
+    record = new_record(p, T0)
+
+    done = rig.executor().run(record, m)
+
+    assert rig.cluster.calls == 0 and rig.cluster.effects == []
+    assert done["phase"] == Phase.DRY_RUN
+    assert all(s["phase"] == Phase.DRY_RUN for s in done["steps"])
+    details = [s["detail"] for s in done["steps"]]
+    assert details[0].startswith("would ask the sidecars not on gpu-a for a full checkpoint")
+    assert details[1] == "would cordon node gpu-a (GPUCriticalXid)"
+    assert details[2] == f"would taint node gpu-a {FAULTY_TAINT}=GPUCriticalXid:NoSchedule"
+    assert details[3].startswith("would delete the pods of app=llama-pretrain")
+    assert len(rig.store.saved) == 1
+    assert rig.executor().run(done, m) == done and len(rig.store.saved) == 1, "recorded once"
+
+
+def test_a_failing_step_is_recorded_failed_and_nothing_after_it_runs() -> None:
+    rig = Rig()
+    m = _monitor()
+    record = node_fault_record(m)
+    boom = rig.cluster.taint
+
+    def refused(node: str, reason: str) -> str:
+        raise RuntimeError('nodes "gpu-a" is forbidden')
+
+    rig.cluster.taint = refused  # type: ignore[method-assign]
+    done = rig.executor().run(record, m)
+    rig.cluster.taint = boom  # type: ignore[method-assign]
+
+    assert kinds_and_phases(done) == [
+        ("RequestCheckpoint", "Succeeded"),
+        ("Cordon", "Succeeded"),
+        ("Taint", "Failed"),
+        ("RestartGang", "Planned"),
+        ("ConfirmPlacement", "Planned"),
+    ]
+    assert done["phase"] == Phase.FAILED
+    assert done["steps"][2]["detail"] == 'RuntimeError: nodes "gpu-a" is forbidden'
+    assert not [e for e in rig.cluster.effects if e[0] == "delete"]
+    assert rig.executor().run(done, m) == done, "a failed record is not carried on"
+
+
+def test_a_checkpoint_that_does_not_come_is_recorded_and_the_cordon_goes_on() -> None:
+    rig = Rig(save_after_reads=None)  # the trainer never saves
+    m = _monitor()
+    done = rig.executor().run(node_fault_record(m, timeout_s=30), m)
+
+    step = done["steps"][0]
+    assert step["phase"] == Phase.SUCCEEDED
+    assert step["detail"] == f"timed out after 30s waiting for job-1 to save past step {CKPT_STEP}"
+    assert rig.clock() - T0 >= 30
+    assert done["phase"] == Phase.SUCCEEDED
+    assert rig.cluster.nodes["gpu-a"]["unschedulable"]
+    # the pointer is the newest checkpoint before the fault
+    assert (
+        rig.cluster.workloads[("Job", "llama-pretrain")][RESUME_FROM]
+        == '{"path": "/ckpt/1000", "step": 1000}'
+    )
+
+
+def test_an_unreachable_healthy_sidecar_does_not_block_the_cordon() -> None:
+    rig = Rig()
+    rig.cluster.unreachable = {"job-1"}
+    m = _monitor()
+    done = rig.executor().run(node_fault_record(m), m)
+    assert done["steps"][0]["detail"].startswith("no sidecar answered the checkpoint request; failed: job-1")
+    assert done["phase"] == Phase.SUCCEEDED and rig.cluster.nodes["gpu-a"]["unschedulable"]
+
+
+def test_placement_that_never_comes_fails_the_confirmation() -> None:
+    rig = Rig(nodes=("gpu-a", "gpu-b"))  # no room for the second pod once gpu-a is cordoned
+    m = _monitor()
+    done = rig.executor().run(node_fault_record(m), m)
+    assert kinds_and_phases(done)[-1] == ("ConfirmPlacement", "Failed")
+    assert done["steps"][-1]["detail"].startswith(
+        "the new pods were not all placed away from gpu-a within 120s"
+    )
+
+
+def test_a_spare_that_takes_a_pod_is_recorded() -> None:
+    rig = Rig(nodes=("gpu-a", "gpu-b", "spare-0"))
+    rig.cluster.nodes["spare-0"]["labels"]["trainguard.io/spare"] = "true"
+    m = _monitor()
+    done = rig.executor().run(node_fault_record(m), m)
+    assert done["steps"][-1]["detail"] == "placed job-0-r1->gpu-b, job-1-r2->spare-0; spare used: spare-0"
+    assert done["steps"][3]["detail"].endswith("; spares available: spare-0")
+
+
+def test_a_node_cordoned_by_a_person_is_left_as_it_is() -> None:
+    rig = Rig()
+    rig.cluster.nodes["gpu-a"]["unschedulable"] = True
+    m = _monitor()
+    done = rig.executor().run(record_of(Step(StepKind.CORDON, {"node": "gpu-a", "reason": "XID"})), m)
+    assert done["steps"][0]["detail"] == "already cordoned, not by trainguard: left as is"
+    assert rig.cluster.nodes["gpu-a"]["annotations"] == {}
+
+
+def test_taint_merges_with_existing_taints_once() -> None:
+    rig = Rig()
+    other = {"key": "example.com/maintenance", "value": "x", "effect": "NoExecute"}
+    rig.cluster.nodes["gpu-a"]["taints"] = [other]
+    m = _monitor()
+    taint = Step(StepKind.TAINT, {"node": "gpu-a", "reason": "GPULost"})
+    rig.executor().run(record_of(taint, taint), m)
+    assert rig.cluster.nodes["gpu-a"]["taints"] == [
+        other,
+        {"key": FAULTY_TAINT, "value": "GPULost", "effect": "NoSchedule"},
+    ]
+
+
+# ---- the non-finite loss and advice ----------------------------------------------------------------------
+
+
+def test_non_finite_loss_pauses_every_sidecar_and_pins_the_checkpoint_before_it() -> None:
+    rig = Rig()
+    m = _monitor()
+    done = rig.executor().run(
+        record_of(Step(StepKind.PAUSE), Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0 - 6)})), m
+    )
+    assert done["phase"] == Phase.SUCCEEDED
+    assert all(s["pause"] for s in rig.cluster.sidecar.values())
+    assert done["steps"][0]["detail"] == "paused: job-0, job-1"
+    assert done["steps"][1]["detail"] == (
+        "pinned step 1000 (/ckpt/1000) (saved before the fault: not checked, the sidecar reports no checkpoint time)"
+    )
+    assert not any(n["unschedulable"] for n in rig.cluster.nodes.values()), "a NaN cordons nothing"
+
+
+def test_pause_fails_when_no_sidecar_takes_it() -> None:
+    rig = Rig()
+    rig.cluster.unreachable = {"job-0", "job-1"}
+    done = rig.executor().run(record_of(Step(StepKind.PAUSE), Step(StepKind.PIN_CHECKPOINT)), _monitor())
+    assert kinds_and_phases(done) == [("Pause", "Failed"), ("PinCheckpoint", "Planned")]
+    assert done["steps"][0]["detail"].startswith("no sidecar took paused; failed: job-0: GET")
+
+
+def test_pin_fails_when_no_checkpoint_is_known() -> None:
+    rig = Rig()
+    for state in rig.cluster.sidecar.values():
+        state["resume_from"] = None
+    done = rig.executor().run(record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0)})), _monitor())
+    assert done["phase"] == Phase.FAILED
+    assert done["steps"][0]["detail"] == "no checkpoint saved before the fault is known to the sidecars"
+
+
+def test_advice_is_appended_once_to_each_sidecar() -> None:
+    rig = Rig()
+    earlier = {"advice": "reduce_lr", "record": "older"}
+    for state in rig.cluster.sidecar.values():
+        state["advisories"] = [earlier]
+    advise = Step(StepKind.ADVISE, {"advice": "clip_gradients"})
+    rig.executor().run(record_of(advise, advise), _monitor())  # the second is a redo of the first
+    for state in rig.cluster.sidecar.values():
+        assert state["advisories"] == [earlier, {"advice": "clip_gradients", "record": "rec-1"}]
+    assert [e[0] for e in rig.cluster.effects] == ["advise", "advise"]
+
+
+def test_notify_goes_to_the_notifier_and_is_recorded() -> None:
+    rig = Rig()
+    done = rig.executor().run(record_of(Step(StepKind.NOTIFY, {"reason": "cordon cap reached"})), _monitor())
+    assert rig.notified == ["cordon cap reached"]
+    assert done["steps"][0]["detail"] == "notified: cordon cap reached"
+    assert rig.cluster.calls == 0
+
+
+def test_a_wrong_token_reaches_no_sidecar() -> None:
+    rig = Rig()
+    m = make_monitor(**{"metadata.name": "other-job"})
+    done = rig.executor().run(record_of(Step(StepKind.PAUSE)), m)
+    assert done["phase"] == Phase.FAILED and "HTTP 401" in done["steps"][0]["detail"]
+    assert rig.cluster.effects == []
+
+
+# ---- pure parts ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("candidates", "before_ts", "before_step", "expected_step"),
+    [
+        ([{"step": 900}, {"step": 1000}], None, None, 1000),
+        ([{"step": 900, "ts": T0 - 60}, {"step": 1000, "ts": T0 + 1}], T0, None, 900),  # saved after the NaN
+        ([{"step": 900}, {"step": 1000}], None, 1000, 900),  # at the NaN step is not good
+        ([{"step": 1000, "ts": T0}], T0, None, None),
+        ([{"path": "/x"}], None, None, None),
+    ],
+)
+def test_choose_checkpoint_keeps_the_newest_before_the_fault(
+    candidates: list[dict[str, Any]],
+    before_ts: float | None,
+    before_step: float | None,
+    expected_step: int | None,
+) -> None:
+    chosen, _ = choose_checkpoint(candidates, before_ts, before_step)
+    assert (chosen or {}).get("step") == expected_step
