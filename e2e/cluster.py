@@ -27,6 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 OPERATOR_NS = "trainguard-system"
 FAKE_NODE_LABEL = "trainguard.io/fake-node=true"
 RESYNC_SECONDS = 10
+OPERATOR_RECEIVER_URL = "https://127.0.0.1:1"
+"""Where the e2e operator tells sidecars and Alertmanager its receiver is (nothing posts there here)."""
 T = TypeVar("T")
 
 
@@ -180,7 +182,7 @@ class Cluster:
              "--webhook-addr", "0.0.0.0" if host != "127.0.0.1" else "127.0.0.1", "--webhook-port", str(port),
              "--webhook-url", f"https://{host}:{port}",
              "--webhook-cert", str(cert), "--webhook-key", str(key), "--webhook-ca", str(ca),
-             "--receiver-url", "https://127.0.0.1:1/v1/events", "--liveness", f"http://127.0.0.1:{health}/healthz",
+             "--receiver-url", OPERATOR_RECEIVER_URL, "--liveness", f"http://127.0.0.1:{health}/healthz",
              # short periods, so the e2e tests see a resync and a pod count within seconds
              "--resync-seconds", str(RESYNC_SECONDS), "--pods-seconds", "2",
              *([] if manage_webhook else ["--no-manage-webhook"])],

@@ -10,9 +10,10 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from e2e.cluster import REPO, Cluster, wait_for
+from e2e.cluster import OPERATOR_RECEIVER_URL, REPO, Cluster, wait_for
 from trainguard.api import load_documents
-from trainguard.render import render_kubernetes
+from trainguard.render import effective_policy, render_kubernetes
+from trainguard.render.kubernetes import alertmanager_config, operator_receiver
 
 QUICKSTART = REPO / "examples" / "quickstart.yaml"
 MON = ("trainguard.io/v1alpha1", "TrainingJobMonitor")
@@ -71,7 +72,13 @@ def test_quickstart_renders_owned_objects_and_becomes_ready(operator: Cluster, n
     assert condition(obj, "Degraded")["status"] == "False"
     # the live objects carry exactly what `trainguard render` produces for the same input
     text = QUICKSTART.read_text().replace("namespace: ml", f"namespace: {ns}")
-    expected = {o["kind"]: o for o in render_kubernetes(load_documents([("quickstart", text)]))}
+    docs = load_documents([("quickstart", text)])
+    expected = {o["kind"]: o for o in render_kubernetes(docs)}
+    # the operator adds its remediation receiver to the routes (the CLI knows of no operator)
+    m = docs.monitors[0]
+    operator_amc = alertmanager_config(m, effective_policy(m, docs.policies_for(m)), {},
+                                       operator_receiver(m, OPERATOR_RECEIVER_URL, with_ca=True))  # fmt: skip
+    expected["AlertmanagerConfig"] = operator_amc
     for api_version, kind in OWNED:
         live = wait_for(f"{kind}", lambda a=api_version, k=kind: operator.get(a, k, ns, NAME))
         assert live["spec"] == expected[kind]["spec"], kind
@@ -325,8 +332,9 @@ def test_every_receiver_type_and_time_interval_is_accepted_by_the_real_crd(
     ]
     # the window's nodeSelector was resolved by the operator against the cluster's nodes
     p0 = amc["spec"]["route"]["routes"][0]
-    assert p0["routes"][0]["matchers"] == [{"name": "node", "matchType": "=~", "value": "gpu-node-2"}]
-    assert "maintenance-psu-swap" in p0["routes"][0]["routes"][0]["muteTimeIntervals"]
+    assert p0["routes"][0]["receiver"] == "trainguard-operator", "the operator sees every P0 first, unmuted"
+    assert p0["routes"][1]["matchers"] == [{"name": "node", "matchType": "=~", "value": "gpu-node-2"}]
+    assert "maintenance-psu-swap" in p0["routes"][1]["routes"][0]["muteTimeIntervals"]
     slack_url = operator.core.read_namespaced_secret(
         f"{NAME}-receivers", ns
     )  # the inline Slack URL, as a Secret

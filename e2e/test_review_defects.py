@@ -18,6 +18,7 @@ from kubernetes import client
 
 from e2e.cluster import RESYNC_SECONDS, Cluster, wait_for
 from e2e.test_operator import MON, NAME, condition, quickstart, ready
+from trainguard.remediation import tokens
 
 PR = ("monitoring.coreos.com/v1", "PrometheusRule")
 
@@ -181,4 +182,33 @@ def test_only_pods_that_carry_the_exporter_count_as_monitored(operator: Cluster,
         "podsMonitored == 1 (the opted-out pod matches the selector but runs no exporter)",
         lambda: (o := operator.get(*MON, ns, "llama-pretrain")) and o["status"].get("podsMonitored") == 1,
         timeout=30,
+    )
+
+
+def test_the_credentials_derive_from_the_operator_key_and_only_the_sidecar_token_is_mounted(
+    operator: Cluster, ns: str
+) -> None:
+    """The operator reads no monitor's Secret: it derives each monitor's tokens from its own key (the
+    one Secret it may read), so it can check any token it receives."""
+    operator.apply(quickstart(ns))
+    wait_for("monitor Ready", lambda: ready(operator, ns))
+    key = base64.b64decode(
+        operator.core.read_namespaced_secret("trainguard-receiver-key", "trainguard-system").data["key"]
+    )
+    secret = operator.core.read_namespaced_secret(f"{NAME}-fastpath", ns).data
+    events, alerts = (base64.b64decode(secret[k]).decode() for k in ("token", "alertmanager-token"))
+    assert tokens.verify(key, tokens.EVENTS, ns, "llama-pretrain", events)
+    assert tokens.verify(key, tokens.ALERTS, ns, "llama-pretrain", alerts)
+    assert "ca.crt" in secret
+    # a hand-edited token is repaired at the next resync, like any other owned object
+    operator.core.patch_namespaced_secret(f"{NAME}-fastpath", ns, {"stringData": {"token": "forged"}})
+    wait_for(
+        "the token repaired",
+        lambda: (
+            base64.b64decode(
+                operator.core.read_namespaced_secret(f"{NAME}-fastpath", ns).data["token"]
+            ).decode()
+            == events
+        ),
+        timeout=3 * RESYNC_SECONDS,
     )

@@ -157,6 +157,12 @@ def cmd_operator(args: argparse.Namespace) -> int:
             webhook_ca=args.webhook_ca,
             manage_webhook=not args.no_manage_webhook,
             receiver_url=args.receiver_url,
+            receiver_addr=args.receiver_addr,
+            receiver_port=args.receiver_port,
+            receiver_cert=args.receiver_cert,
+            receiver_key=args.receiver_key,
+            receiver_ca=args.receiver_ca,
+            key_file=args.key_file,
             liveness=args.liveness or None,
             resync_seconds=args.resync_seconds,
             pods_seconds=args.pods_seconds,
@@ -241,8 +247,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     op.add_argument(
         "--receiver-url",
-        default="https://trainguard-operator.trainguard-system.svc:8443/v1/events",
-        help="where sidecars post fast-path P0 events",
+        default="https://trainguard-operator.trainguard-system.svc:8443",
+        help="base URL sidecars (/v1/events) and Alertmanager (/v1/alerts) reach the remediation receiver at",
+    )
+    op.add_argument("--receiver-addr", default="0.0.0.0", help="address the receiver listens on")
+    op.add_argument("--receiver-port", type=int, default=8443, help="port the receiver listens on (TLS)")
+    op.add_argument("--receiver-cert", help="the receiver's TLS certificate (default: --webhook-cert)")
+    op.add_argument("--receiver-key", help="its private key (default: --webhook-key)")
+    op.add_argument(
+        "--receiver-ca",
+        help="the CA that signed it, given to sidecars and Alertmanager (default: --webhook-ca)",
+    )
+    op.add_argument(
+        "--key-file",
+        help="the operator key every monitor's tokens derive from (default: Secret trainguard-receiver-key in --namespace, created when absent)",
     )
     op.add_argument(
         "--liveness", default="http://0.0.0.0:8080/healthz", help="liveness endpoint; empty to disable"

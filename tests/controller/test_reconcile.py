@@ -12,7 +12,8 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.conftest import MONITOR, POLICY
 from trainguard.controller.kube import HASH_ANNOTATION, MissingAPI
-from trainguard.controller.reconcile import reconcile_monitor
+from trainguard.controller.reconcile import ReceiverSettings, reconcile_monitor
+from trainguard.remediation import tokens
 
 
 class FakeKube:
@@ -247,3 +248,20 @@ def test_maintenance_window_node_selector_is_resolved_to_node_names() -> None:
     p0 = amc["spec"]["route"]["routes"][0]
     assert p0["routes"][0]["matchers"] == [{"name": "node", "matchType": "=~", "value": "gpu-node-7"}]
     assert p0["routes"][0]["routes"][0]["muteTimeIntervals"] == ["maintenance-rack-12"]
+
+
+def test_with_a_receiver_the_credentials_are_derived_and_alertmanager_posts_to_the_operator() -> None:
+    key = tokens.new_key()
+    kube = FakeKube({"default": POLICY})
+    settings = ReceiverSettings(key=key, url="https://op.trainguard-system.svc:8443", ca="CA PEM")
+    reconcile_monitor(kube, body(), receiver=settings)  # type: ignore[arg-type]
+    assert kube.created == [], "no random token: the operator derives it and can check it again"
+    secret = kube.objects[("Secret", "trainguard-llama-pretrain-fastpath")]["stringData"]
+    assert tokens.verify(key, tokens.EVENTS, "ml", "llama-pretrain", secret["token"])
+    assert tokens.verify(key, tokens.ALERTS, "ml", "llama-pretrain", secret["alertmanager-token"])
+    assert not tokens.verify(key, tokens.ALERTS, "ml", "llama-pretrain", secret["token"])
+    amc = kube.objects[("AlertmanagerConfig", "trainguard-llama-pretrain")]["spec"]
+    assert "trainguard-operator" in {r["name"] for r in amc["receivers"]}
+    kube.applies.clear()
+    reconcile_monitor(kube, body(), receiver=settings)  # type: ignore[arg-type]
+    assert kube.applies == [], "the same key gives the same Secret"

@@ -18,7 +18,7 @@ import kopf
 from trainguard.api import GROUP, VERSION, InvalidInput, parse_object
 from trainguard.controller.admission import admit
 from trainguard.controller.kube import Kube
-from trainguard.controller.reconcile import reconcile_monitor, utcnow
+from trainguard.controller.reconcile import ReceiverSettings, reconcile_monitor, utcnow
 from trainguard.controller.status import Outcome, monitor_status
 
 log = logging.getLogger("trainguard.handlers")
@@ -66,11 +66,11 @@ def announcer(kube: Kube, body: Mapping[str, Any]) -> Any:
     return post
 
 
-def reconcile(kube: Kube, namespace: str, name: str) -> None:
+def reconcile(kube: Kube, namespace: str, name: str, receiver: ReceiverSettings | None = None) -> None:
     with LOCKS(namespace, name):
         fresh = kube.get_monitor(namespace, name)
         if fresh is not None:  # read under the lock, so the status it starts from is current
-            reconcile_monitor(kube, fresh, announce=announcer(kube, fresh))
+            reconcile_monitor(kube, fresh, announce=announcer(kube, fresh), receiver=receiver)
 
 
 def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
@@ -89,7 +89,7 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
     @kopf.on.create(*MONITORS, id="monitor", registry=registry)
     @kopf.on.update(*MONITORS, id="monitor", registry=registry)
     def monitor_changed(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
-        reconcile(memo["kube"], namespace or "default", name)
+        reconcile(memo["kube"], namespace or "default", name, memo.get("receiver"))
 
     # ---- policies: every monitor that names a policy is re-rendered when it changes ----
 
@@ -112,7 +112,7 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
         namespace = namespace or "default"
         users = users_of(namespace, name, monitors_by_policy)
         for monitor_name in users:
-            reconcile(kube, namespace, monitor_name)
+            reconcile(kube, namespace, monitor_name, memo.get("receiver"))
         try:
             parse_object(_plain(body), f"{namespace}/{name}")
             outcome = Outcome(
@@ -141,7 +141,7 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
             return
         namespace = namespace or "default"
         for monitor_name in users_of(namespace, name, monitors_by_policy):
-            reconcile(memo["kube"], namespace, monitor_name)  # now Degraded: PolicyNotFound
+            reconcile(memo["kube"], namespace, monitor_name, memo.get("receiver"))  # Degraded: PolicyNotFound
 
     # ---- sidecar injection: every replica answers, standbys included ----
 

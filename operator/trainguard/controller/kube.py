@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import hashlib
 import json
@@ -230,3 +231,33 @@ class Kube:
         self.core.create_namespaced_event(
             namespace, cast(Any, event), _request_timeout=timeout or self.timeout
         )
+
+    def ensure_receiver_key(self, namespace: str, name: str, new_key: bytes) -> bytes:
+        """The operator key, shared by every replica through one Secret in the operator's namespace:
+        read it (the only Secret the operator may read, by name), or create it with `new_key`; a replica
+        that loses the race to create reads the winner's."""
+        for _ in range(3):
+            try:
+                secret = self.core.read_namespaced_secret(name, namespace, _request_timeout=self.timeout)
+                data = (secret.data or {}).get("key")
+                if data:
+                    return base64.b64decode(data).strip()
+                raise ValueError(f"Secret {namespace}/{name} has no 'key'")
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+            body = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": name, "namespace": namespace,
+                             "labels": {"app.kubernetes.io/part-of": "trainguard"}},
+                "type": "Opaque",
+                "stringData": {"key": new_key.decode("ascii")},
+            }  # fmt: skip
+            try:
+                self.core.create_namespaced_secret(namespace, cast(Any, body), _request_timeout=self.timeout)
+                return new_key
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+        raise RuntimeError(f"could neither read nor create Secret {namespace}/{name}")

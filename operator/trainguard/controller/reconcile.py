@@ -13,6 +13,7 @@ import json
 import logging
 import secrets
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -20,11 +21,13 @@ from kubernetes.client.exceptions import ApiException
 from trainguard.api import AlertPolicy, InvalidInput, TrainingJobMonitor, parse_object
 from trainguard.controller.kube import Kube, MissingAPI, content_hash, with_hash
 from trainguard.controller.status import Outcome, monitor_status
+from trainguard.remediation import tokens
 from trainguard.render.kubernetes import (
     emptied_receiver_secret,
     fastpath_secret,
     fastpath_secret_name,
     monitor_objects,
+    operator_receiver,
     receiver_secret_name,
 )
 from trainguard.render.policy import effective_policy
@@ -44,14 +47,40 @@ def _no_announce(reason: str, message: str) -> None:
     return None
 
 
+@dataclass(frozen=True)
+class ReceiverSettings:
+    """The operator's remediation receiver, as the monitors' objects point at it."""
+
+    key: bytes
+    """The operator key every monitor's tokens are derived from (remediation.tokens)."""
+    url: str
+    """Base URL of the receiver (https://host:port): /v1/events for sidecars, /v1/alerts for Alertmanager."""
+    ca: str | None = None
+    """PEM of the CA that signed the receiver's certificate, for the sidecars and Alertmanager."""
+
+
+def credentials(monitor: TrainingJobMonitor, receiver: ReceiverSettings) -> dict[str, Any]:
+    """The monitor's fast-path Secret with tokens derived from the operator key: applied each time, so a
+    new key (or a Secret deleted by hand) is repaired like any other object."""
+    ns, name = monitor.namespace, monitor.name
+    return fastpath_secret(
+        monitor,
+        tokens.derive(receiver.key, tokens.EVENTS, ns, name),
+        tokens.derive(receiver.key, tokens.ALERTS, ns, name),
+        receiver.ca,
+    )
+
+
 def reconcile_monitor(
     kube: Kube,
     body: dict[str, Any],
     *,
     now: Callable[[], str] = utcnow,
     announce: Callable[[str, str], None] = _no_announce,
+    receiver: ReceiverSettings | None = None,
 ) -> dict[str, Any]:
-    """Reconcile one monitor body and write its status; returns the status written."""
+    """Reconcile one monitor body and write its status; returns the status written. With `receiver`,
+    the monitor's credentials are derived and Alertmanager posts its P0 and P1 alerts to the operator."""
     meta = body.get("metadata", {})
     ns, name = meta.get("namespace", "default"), meta.get("name", "?")
     outcome = Outcome(generation=meta.get("generation"))
@@ -89,10 +118,15 @@ def reconcile_monitor(
         for w in effective.maintenance_windows
         if w.node_selector is not None and not w.node_selector.is_empty()
     }
-    desired = monitor_objects(monitor, effective, windows)
+    if receiver is not None:
+        operator = operator_receiver(monitor, receiver.url, with_ca=bool(receiver.ca))
+        desired = [credentials(monitor, receiver), *monitor_objects(monitor, effective, windows, operator)]
+    else:
+        desired = monitor_objects(monitor, effective, windows)
     outcome.input_hash = content_hash({"objects": desired})
     label = ""
     done: set[str] = set()
+    names_done: set[str] = set()
     previous = body.get("status") or {}
     same_input = previous.get("inputHash") == outcome.input_hash
     try:
@@ -105,16 +139,18 @@ def reconcile_monitor(
                 changed = not same_input
             (outcome.applied if changed else outcome.unchanged).append(label)
             done.add(obj["kind"])
+            names_done.add(obj["metadata"]["name"])
         secret = receiver_secret_name(monitor)
         label = f"Secret {ns}/{secret}"
-        if "Secret" in done:
+        if secret in names_done:
             outcome.receiver_secret = secret
         elif previous.get("receiverSecret") == secret:
             kube.apply(emptied_receiver_secret(monitor))
             outcome.applied.append(f"{label} (emptied: no inline receiver values left)")
             outcome.receiver_secret = ""
         label = f"Secret {ns}/{fastpath_secret_name(monitor)}"
-        if kube.create_if_absent(fastpath_secret(monitor, secrets.token_urlsafe(32))):
+        # without a receiver (the operator's tests, an old setup) a random token, made once
+        if receiver is None and kube.create_if_absent(fastpath_secret(monitor, secrets.token_urlsafe(32))):
             outcome.applied.append(label)
     except MissingAPI as exc:
         outcome.error_reason = "MissingCRDs"

@@ -19,10 +19,19 @@ from trainguard.controller.handlers import LOCKS, reconcile, register
 from trainguard.controller.kube import Kube
 from trainguard.controller.leadership import Leadership
 from trainguard.controller.periodic import Periodic
+from trainguard.controller.reconcile import ReceiverSettings
+from trainguard.remediation import tokens
 from trainguard.render.sidecar import supports_native_sidecar
 from trainguard.render.webhook import WEBHOOK_CONFIG_NAME, mutating_webhook_configuration
 
 log = logging.getLogger("trainguard.operator")
+
+KEY_SECRET = "trainguard-receiver-key"
+
+
+def receiver_base(url: str) -> str:
+    """The receiver's base URL; an older --receiver-url named the events path itself."""
+    return url.rstrip("/").removesuffix("/v1/events")
 
 
 @dataclass(frozen=True)
@@ -42,7 +51,17 @@ class OperatorOptions:
     webhook_key: str | None = None
     webhook_ca: str | None = None
     manage_webhook: bool = True
-    receiver_url: str = "https://trainguard-operator.trainguard-system.svc:8443/v1/events"
+    receiver_url: str = "https://trainguard-operator.trainguard-system.svc:8443"
+    """Base URL the sidecars (/v1/events) and Alertmanager (/v1/alerts) reach the receiver at."""
+    receiver_addr: str = "0.0.0.0"
+    receiver_port: int = 8443
+    receiver_cert: str | None = None
+    """TLS certificate of the receiver (default: the webhook's)."""
+    receiver_key: str | None = None
+    receiver_ca: str | None = None
+    """The CA that signed it (default: the webhook's), handed to sidecars and Alertmanager."""
+    key_file: str | None = None
+    """The operator key (a mounted file); default: the Secret KEY_SECRET in `namespace`."""
     liveness: str | None = "http://0.0.0.0:8080/healthz"
     resync_seconds: float = 120.0
     """How often every monitor is re-applied (repairs hand edits of the objects it owns)."""
@@ -98,7 +117,8 @@ def _api_client(opts: OperatorOptions) -> client.ApiClient:
 
 def run(opts: OperatorOptions) -> None:
     registry = kopf.OperatorRegistry()
-    register(registry, receiver_url=opts.receiver_url)
+    base = receiver_base(opts.receiver_url)
+    register(registry, receiver_url=f"{base}/v1/events")
     api = _api_client(opts)
     kube = Kube(api)
     priority = opts.priority if opts.priority is not None else random.randint(1, 2**31 - 1)
@@ -110,16 +130,19 @@ def run(opts: OperatorOptions) -> None:
     periodic = Periodic(
         kube,
         leader=leader,
-        reconcile=lambda ns, name: reconcile(kube, ns, name),
+        reconcile=lambda ns, name: reconcile(kube, ns, name, shared.get("receiver")),
         lock=LOCKS,
         resync_s=opts.resync_seconds,
         pods_s=opts.pods_seconds,
     )
 
+    shared: dict[str, Any] = {}
+
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
         memo["kube"] = kube
         memo["native_sidecar"] = native_sidecar(kube)
+        memo["receiver"] = shared["receiver"] = receiver_settings(kube, opts, base)
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="trainguard.io")
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
             prefix="trainguard.io", key="last-handled-configuration"
@@ -163,6 +186,24 @@ def run(opts: OperatorOptions) -> None:
             liveness_endpoint=opts.liveness,
         )
     )
+
+
+def receiver_settings(kube: Kube, opts: OperatorOptions, base: str) -> ReceiverSettings | None:
+    """The operator key and where its receiver is. Without a key the monitors keep random tokens that
+    nothing can check: say so loudly rather than stop reconciling."""
+    try:
+        key = (
+            tokens.load_key(opts.key_file)
+            if opts.key_file
+            else kube.ensure_receiver_key(opts.namespace, KEY_SECRET, tokens.new_key())
+        )
+    except Exception as exc:
+        log.error("no operator key (%s): the remediation receiver cannot check tokens and stays off; grant get "
+                  "on Secret %s/%s (deploy/rbac.yaml) or pass --key-file", exc, opts.namespace, KEY_SECRET)  # fmt: skip
+        return None
+    ca_path = opts.receiver_ca or opts.webhook_ca
+    ca = Path(ca_path).read_text() if ca_path else None
+    return ReceiverSettings(key=key, url=base, ca=ca)
 
 
 def native_sidecar(kube: Kube) -> bool:
