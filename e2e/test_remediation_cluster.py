@@ -1,0 +1,197 @@
+"""remediation.cluster against a real apiserver, Job controller and scheduler (the admin client: the
+operator's RBAC for these calls is wired with the executor). The fake GPU nodes are shared with other
+tests, so every test returns them as it found them."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from e2e.cluster import Cluster, wait_for
+from trainguard.remediation.cluster import (
+    CORDON_REASON,
+    CORDONED_AT,
+    CORDONED_BY,
+    FAULTY_TAINT,
+    RESUME_FROM,
+    SPARE_LABEL,
+)
+from trainguard.remediation.cluster import Cluster as Edge
+
+pytestmark = pytest.mark.e2e
+
+NODES = ("gpu-node-0", "gpu-node-1", "gpu-node-2")
+OTHER_TAINT = {"key": "example.com/maintenance", "value": "planned", "effect": "PreferNoSchedule"}
+
+
+def _restore(core: client.CoreV1Api) -> None:
+    """Uncordon, untaint and unlabel what these tests touch on the shared fake nodes."""
+    for name in NODES:
+        node = core.read_node(name)
+        keep = [
+            t.to_dict() for t in node.spec.taints or [] if t.key not in (FAULTY_TAINT, OTHER_TAINT["key"])
+        ]
+        keep = [{k: v for k, v in t.items() if v is not None} for t in keep]
+        core.patch_node(
+            name,
+            {
+                "metadata": {
+                    "annotations": {CORDONED_AT: None, CORDONED_BY: None, CORDON_REASON: None},
+                    "labels": {SPARE_LABEL: None},
+                },
+                "spec": {"unschedulable": None, "taints": keep or None},
+            },
+            _content_type="application/merge-patch+json",
+        )
+
+
+@pytest.fixture
+def edge(cluster: Cluster) -> Iterator[Edge]:
+    _restore(cluster.core)
+    yield Edge(cluster.api, timeout=10)
+    _restore(cluster.core)
+
+
+def _taints(cluster: Cluster, node: str) -> list[dict[str, Any]]:
+    return [
+        {"key": t.key, "value": t.value, "effect": t.effect}
+        for t in cluster.core.read_node(node).spec.taints or []
+    ]
+
+
+def test_cordon_and_taint_are_idempotent_and_merge_with_existing_taints(cluster: Cluster, edge: Edge) -> None:
+    node = NODES[0]
+    cluster.core.patch_node(
+        node, {"spec": {"taints": [OTHER_TAINT]}}, _content_type="application/merge-patch+json"
+    )
+    before = time.time()
+
+    assert edge.cordon(node, "GPUCriticalXid", "rec-1") == "cordoned"
+    assert edge.cordon(node, "GPUCriticalXid", "rec-1") == "already cordoned by rec-1"
+    assert edge.cordon(node, "GPULost", "rec-2") == "already cordoned by rec-1", "the first cordon stands"
+    assert edge.taint(node, "GPUCriticalXid") == f"tainted {FAULTY_TAINT}=GPUCriticalXid:NoSchedule"
+    assert edge.taint(node, "GPULost") == f"already tainted {FAULTY_TAINT}:NoSchedule"
+
+    live = cluster.core.read_node(node)
+    assert live.spec.unschedulable is True
+    annotations = live.metadata.annotations
+    assert annotations[CORDONED_BY] == "rec-1" and annotations[CORDON_REASON] == "GPUCriticalXid"
+    assert before - 1 <= float(annotations[CORDONED_AT]) <= time.time()
+    taints = _taints(cluster, node)
+    # the node lifecycle controller adds its own unschedulable taint once the node is cordoned: a merge
+    # that lost it (or the other taint) would show here
+    assert OTHER_TAINT in taints
+    assert [t for t in taints if t["key"] == FAULTY_TAINT] == [
+        {"key": FAULTY_TAINT, "value": "GPUCriticalXid", "effect": "NoSchedule"}
+    ]
+    wait_for(
+        "the lifecycle controller's unschedulable taint kept beside ours",
+        lambda: (
+            {t["key"] for t in _taints(cluster, node)}
+            >= {OTHER_TAINT["key"], FAULTY_TAINT, "node.kubernetes.io/unschedulable"}
+        ),
+        timeout=20,
+    )
+    history = edge.cordon_history()
+    assert [n for n, _ in history] == [node]
+    assert history[0][1] == float(annotations[CORDONED_AT])
+
+
+def test_a_node_cordoned_by_someone_else_is_left_alone(cluster: Cluster, edge: Edge) -> None:
+    node = NODES[1]
+    cluster.core.patch_node(
+        node, {"spec": {"unschedulable": True}}, _content_type="application/merge-patch+json"
+    )
+    assert edge.cordon(node, "GPULost", "rec-3") == "already cordoned, not by trainguard: left as is"
+    assert CORDONED_BY not in (cluster.core.read_node(node).metadata.annotations or {})
+    assert edge.cordon_history() == []
+
+
+def test_counts_gpu_nodes_and_finds_schedulable_spares(cluster: Cluster, edge: Edge) -> None:
+    assert edge.gpu_node_count() >= len(NODES)
+    assert edge.spares() == []
+    for name in NODES[1:]:
+        cluster.core.patch_node(name, {"metadata": {"labels": {SPARE_LABEL: "true"}}})
+    edge.cordon(NODES[2], "GPULost", "rec-4")
+    assert edge.spares() == [NODES[1]], "a cordoned spare is no spare"
+
+
+def _gang_job(ns: str, name: str, label: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": 2,
+            "parallelism": 2,
+            "backoffLimit": 10,
+            "template": {
+                "metadata": {"labels": {"gang": label}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "image": "registry.invalid/llama:1",
+                            "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def test_a_deleted_gang_is_recreated_by_its_job_and_placed_away_from_the_cordoned_node(
+    cluster: Cluster, edge: Edge, ns: str
+) -> None:
+    label = uuid.uuid4().hex[:8]
+    selector = f"gang={label}"
+    cluster.apply([_gang_job(ns, "gang", label)])
+    first = wait_for(
+        "2 gang pods Running on GPU nodes",
+        lambda: (
+            len(
+                pods := [
+                    p
+                    for p in edge.gang_pods(ns, selector)
+                    if (p.get("status") or {}).get("phase") == "Running"
+                ]
+            )
+            == 2
+            and pods
+        ),
+        timeout=90,
+    )
+    sidecars = edge.sidecars(ns, selector, 9400)
+    assert sorted(s.pod for s in sidecars) == sorted(p["metadata"]["name"] for p in first)
+    assert all(s.base_url == "http://127.0.0.1:9400" for s in sidecars)  # the fake kubelet's pod IP
+    bad = first[0]["spec"]["nodeName"]
+
+    edge.cordon(bad, "GPUCriticalXid", "rec-5")
+    edge.taint(bad, "GPUCriticalXid")
+    edge.annotate_workload(
+        ns, "batch/v1", "Job", "gang", {RESUME_FROM: '{"path": "/ckpt/1000", "step": 1000}'}
+    )
+    restart = time.time()
+    names = [p["metadata"]["name"] for p in first]
+    assert sorted(edge.delete_pods(ns, names)) == sorted(names)
+    assert edge.delete_pods(ns, ["not-there"]) == [], "a pod already gone is fine"
+
+    placed = wait_for(
+        "the Job's replacement pods scheduled",
+        lambda: (p := edge.placement(ns, selector, restart)) and len(p) == 2 and p,
+        timeout=90,
+    )
+    assert not set(placed) & set(names), "new pods, not the old ones"
+    assert bad not in placed.values(), "the scheduler respects the cordon"
+    assert len(set(placed.values())) == 2
+    job = client.BatchV1Api(cluster.api).read_namespaced_job("gang", ns)
+    assert job.metadata.annotations[RESUME_FROM] == '{"path": "/ckpt/1000", "step": 1000}'
