@@ -119,7 +119,9 @@ class FakeCluster:
             if not pod.get("seen"):
                 pod["seen"] = True
                 continue
-            busy = {s["node"] for s in self.pods.values()}
+            busy = {
+                s["node"] for s in self.pods.values() if not s.get("phase")
+            }  # a finished pod holds no GPUs
             for name, node in sorted(self.nodes.items()):
                 if node["unschedulable"] or any(t["effect"] == "NoSchedule" for t in node["taints"]):
                     continue
@@ -141,7 +143,10 @@ class FakeCluster:
         return {
             "metadata": meta,
             "spec": {"nodeName": s["node"]} if s["node"] else {},
-            "status": {"phase": "Running" if s["node"] else "Pending", "podIP": f"10.0.0.{s['index']}"},
+            "status": {
+                "phase": s.get("phase") or ("Running" if s["node"] else "Pending"),
+                "podIP": f"10.0.0.{s['index']}",
+            },
         }
 
     # ---- ClusterOps ----
@@ -231,7 +236,7 @@ class FakeCluster:
         return sorted(
             Sidecar(p, s["node"], f"http://{p}:{port}")
             for p, s in self.pods.items()
-            if s["node"] and not s["terminating"]
+            if s["node"] and not s["terminating"] and not s.get("phase")
         )
 
     def _reach(self, base_url: str, token: str) -> tuple[str, dict[str, Any]]:
@@ -492,8 +497,12 @@ def test_dry_run_says_what_it_would_do_and_calls_nothing() -> None:
     assert details[1] == "would cordon node gpu-a (GPUCriticalXid)"
     assert details[2] == f"would taint node gpu-a {FAULTY_TAINT}=GPUCriticalXid:NoSchedule"
     assert details[3].startswith("would delete the pods of app=llama-pretrain")
-    assert len(rig.store.saved) == 1
-    assert rig.executor().run(done, m) == done and len(rig.store.saved) == 1, "recorded once"
+    pin = record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0)}), dry_run=True)
+    assert rig.executor().run(pin, m)["steps"][0]["detail"] == (
+        "would pin the newest checkpoint saved before 2023-11-14T22:13:20.000Z"
+    )
+    assert rig.executor().run(done, m) == done, "recorded once"
+    assert rig.cluster.calls == 0 and len(rig.store.saved) == 2
 
 
 def test_a_failing_step_is_recorded_failed_and_nothing_after_it_runs() -> None:
@@ -588,6 +597,25 @@ def test_taint_merges_with_existing_taints_once() -> None:
         other,
         {"key": FAULTY_TAINT, "value": "GPULost", "effect": "NoSchedule"},
     ]
+
+
+def test_an_interrupted_gang_restarts_its_live_pods_and_leaves_the_finished_one() -> None:
+    """An OOMKilled rank: its pod Failed (the Job already made a replacement), the others run. The
+    Failed pod is not deleted (nothing would replace it) and placement waits for the 2 live ones."""
+    rig = Rig(pods={"job-0": "gpu-a", "job-1": "gpu-b", "job-1-r0": "gpu-c"})
+    rig.cluster.pods["job-1"]["phase"] = "Failed"
+    rig.cluster.pods["job-1-r0"]["index"] = 1
+    m = _monitor()
+    restart = (Step(StepKind.RESTART_GANG, {"avoid": ""}), Step(StepKind.CONFIRM_PLACEMENT, {"avoid": ""}))
+    done = rig.executor().run(record_of(*restart), m)
+
+    assert done["phase"] == Phase.SUCCEEDED, done
+    assert [e for e in rig.cluster.effects if e[0] == "delete"] == [
+        ("delete", "job-0"),
+        ("delete", "job-1-r0"),
+    ]
+    assert done["steps"][0]["detail"].startswith("deleted 2 pod(s): job-0, job-1-r0")
+    assert done["steps"][1]["detail"] == "placed job-0-r1->gpu-a, job-1-r2->gpu-b"
 
 
 # ---- the non-finite loss and advice ----------------------------------------------------------------------

@@ -120,7 +120,10 @@ def would(step: dict[str, Any], monitor: TrainingJobMonitor, default_checkpoint_
     if kind == StepKind.PAUSE:
         return f"would ask every sidecar of {selector} to pause training"
     if kind == StepKind.PIN_CHECKPOINT:
-        return f"would pin the newest checkpoint saved before {p.get('before_ts', 'the fault')}"
+        bound = _float(p.get("before_ts"))
+        return (
+            f"would pin the newest checkpoint saved before {records.rfc3339(bound) if bound else 'the fault'}"
+        )
     if kind == StepKind.REQUEST_CHECKPOINT:
         timeout = p.get("timeout_s") or f"{default_checkpoint_timeout:g}"
         away = f" not on {p['avoid']}" if p.get("avoid") else ""
@@ -371,7 +374,7 @@ class Executor:
         live pods created up to that second, so the replacements are not deleted again. (Pod times have
         whole seconds: a replacement made in the second of the newest old pod would be deleted twice.)"""
         namespace, selector = monitor.namespace, monitor.spec.selector.to_selector_string()
-        live = [p for p in self.cluster.gang_pods(namespace, selector) if not is_terminating(p)]
+        live = [p for p in self.cluster.gang_pods(namespace, selector) if _live(p)]
         mark = _DELETING.match(before)
         if mark:
             count, cut, names = int(mark.group(1)), float(mark.group(2)), mark.group(3)
@@ -464,6 +467,13 @@ class Executor:
         if not answers:
             raise StepFailed(f"no sidecar took the advice{_errors(errors)}")
         return f"advised {json.dumps(params, sort_keys=True)}: {_names(sorted(answers))}{_errors(errors)}"
+
+
+def _live(pod: dict[str, Any]) -> bool:
+    """A pod of the running gang: not being deleted, not finished. A Succeeded or Failed pod is already
+    accounted for by its Job (a completion, or a failure it replaced): deleting it recreates nothing."""
+    phase = (pod.get("status") or {}).get("phase")
+    return not is_terminating(pod) and phase not in ("Succeeded", "Failed")
 
 
 def _pod_names(pods: list[dict[str, Any]]) -> list[str]:
