@@ -67,6 +67,7 @@ class Cluster:
     api: client.ApiClient = field(init=False)
     operators: list[subprocess.Popen[bytes]] = field(default_factory=list)
     webhook_ports: dict[str, int] = field(default_factory=dict)
+    receiver_ports: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.api = config.new_client_from_config(str(self.kubeconfig))
@@ -173,8 +174,9 @@ class Cluster:
         the cluster's webhook configuration at itself."""
         host = os.environ.get("TRAINGUARD_E2E_WEBHOOK_HOST", "127.0.0.1")
         cert, key, ca = self.webhook_certs(host)
-        port, health = free_port(), free_port()
+        port, health, receiver_port = free_port(), free_port(), free_port()
         self.webhook_ports[name] = port
+        self.receiver_ports[name] = receiver_port
         log = (self.workdir / f"{name}.log").open("ab")
         proc = subprocess.Popen(
             [sys.executable, "-m", "trainguard.cli", "operator",
@@ -183,6 +185,7 @@ class Cluster:
              "--webhook-url", f"https://{host}:{port}",
              "--webhook-cert", str(cert), "--webhook-key", str(key), "--webhook-ca", str(ca),
              "--receiver-url", OPERATOR_RECEIVER_URL, "--liveness", f"http://127.0.0.1:{health}/healthz",
+             "--receiver-addr", "127.0.0.1", "--receiver-port", str(receiver_port),
              # short periods, so the e2e tests see a resync and a pod count within seconds
              "--resync-seconds", str(RESYNC_SECONDS), "--pods-seconds", "2",
              *([] if manage_webhook else ["--no-manage-webhook"])],

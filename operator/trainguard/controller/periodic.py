@@ -32,6 +32,8 @@ class Periodic:
     lock: Callable[[str, str], Any]
     resync_s: float = 120.0
     pods_s: float = 15.0
+    on_pass: Callable[[], object] | None = None
+    """Also run on the leader at the pod-count cadence (the P0 loop resumes unfinished records)."""
     clock: Callable[[], float] = time.monotonic
     _next_resync: float = 0.0
     _next_pods: float = 0.0
@@ -56,12 +58,14 @@ class Periodic:
                 self._guarded("resync", ns, name, functools.partial(self.reconcile, ns, name))
         if pods:
             self._next_pods = now + self.pods_s
+            if self.on_pass is not None:
+                self._guarded("resume", "*", "*", self.on_pass)
             for m in monitors:
                 ns, name = _key(m)
                 self._guarded("pod count", ns, name, functools.partial(self._count_pods, ns, name, m))
 
     @staticmethod
-    def _guarded(what: str, ns: str, name: str, fn: Callable[[], None]) -> None:
+    def _guarded(what: str, ns: str, name: str, fn: Callable[[], object]) -> None:
         try:
             fn()
         except Exception:

@@ -20,7 +20,10 @@ from trainguard.controller.kube import Kube
 from trainguard.controller.leadership import Leadership
 from trainguard.controller.periodic import Periodic
 from trainguard.controller.reconcile import ReceiverSettings
+from trainguard.controller.response import Responder
 from trainguard.remediation import tokens
+from trainguard.remediation.cluster import Cluster
+from trainguard.remediation.receiver import Receiver, ReceiverConfig
 from trainguard.render.sidecar import supports_native_sidecar
 from trainguard.render.webhook import WEBHOOK_CONFIG_NAME, mutating_webhook_configuration
 
@@ -127,9 +130,18 @@ def run(opts: OperatorOptions) -> None:
     leader = Leadership(
         None if opts.standalone else (lambda: kube.get_peering(opts.peering)), identity, priority
     )
+    cluster = Cluster(api)
+    responder = Responder(
+        kube,
+        cluster,
+        key=lambda: receiver.key if (receiver := shared.get("receiver")) else None,
+        leader=leader,
+        lock=LOCKS,
+    )
     periodic = Periodic(
         kube,
         leader=leader,
+        on_pass=responder.resume,
         reconcile=lambda ns, name: reconcile(kube, ns, name, shared.get("receiver")),
         lock=LOCKS,
         resync_s=opts.resync_seconds,
@@ -162,11 +174,16 @@ def run(opts: OperatorOptions) -> None:
             settings.admission.managed = None  # we manage the configuration: Ignore, 5s, selectors
         if opts.manage_webhook and opts.webhook_ca and (opts.webhook_url or opts.webhook_service):
             ensure_webhook_configuration(kube, opts)
+        shared["server"] = start_receiver(opts, shared.get("receiver"), responder, leader)
+        responder.start()
         periodic.start()
 
     @kopf.on.cleanup(registry=registry)
     def stop_periodic(**_: Any) -> None:
         periodic.stop()
+        responder.stop()
+        if shared.get("server") is not None:
+            shared["server"].stop()
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo | None:
@@ -186,6 +203,33 @@ def run(opts: OperatorOptions) -> None:
             liveness_endpoint=opts.liveness,
         )
     )
+
+
+def start_receiver(
+    opts: OperatorOptions, settings: ReceiverSettings | None, responder: Responder, leader: Leadership
+) -> Receiver | None:
+    """The remediation receiver (TLS, /v1/alerts and /v1/events); every replica serves it, a standby
+    answers 503 so that Alertmanager and the sidecars retry until they reach the leader."""
+    cert, key = opts.receiver_cert or opts.webhook_cert, opts.receiver_key or opts.webhook_key
+    if settings is None or not cert or not key:
+        log.error("the remediation receiver is off: %s", "no operator key" if settings is None else
+                  "no TLS certificate (--receiver-cert/--receiver-key or the webhook's)")  # fmt: skip
+        return None
+    server = Receiver(
+        ReceiverConfig(
+            host=opts.receiver_addr, port=opts.receiver_port, certfile=cert, keyfile=key, key=settings.key
+        ),
+        on_signals=responder.submit,
+        accepting=leader,
+    )
+    try:
+        server.start()
+    except OSError as exc:
+        log.error(
+            "the remediation receiver cannot listen on %s:%d: %s", opts.receiver_addr, opts.receiver_port, exc
+        )
+        return None
+    return server
 
 
 def receiver_settings(kube: Kube, opts: OperatorOptions, base: str) -> ReceiverSettings | None:

@@ -1,0 +1,220 @@
+"""The P0 loop in the running operator: signals from the receiver go through one planning thread on
+the leader (so the cluster-wide cordon cap is decided one signal at a time), each plan is written to
+the monitor's status before anything is done, and an executor thread carries it out. At startup and
+on every periodic pass, the leader resumes the records a killed operator left unfinished."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from trainguard.api import InvalidInput, TrainingJobMonitor, parse_object
+from trainguard.controller.kube import Kube
+from trainguard.remediation import records, tokens
+from trainguard.remediation.cluster import ClusterOps
+from trainguard.remediation.executor import Executor
+from trainguard.remediation.model import ClusterState, Signal
+from trainguard.remediation.plan import plan, quiet
+
+log = logging.getLogger("trainguard.response")
+
+Record = dict[str, Any]
+
+
+class Responder:
+    def __init__(
+        self,
+        kube: Kube,
+        cluster: ClusterOps,
+        *,
+        key: Callable[[], bytes | None],
+        leader: Callable[[], bool],
+        lock: Callable[[str, str], Any],
+        clock: Callable[[], float] = time.time,
+        workers: int = 4,
+        executor_factory: Callable[..., Executor] = Executor,
+    ) -> None:
+        self.kube = kube
+        self.cluster = cluster
+        self.key = key
+        self.leader = leader
+        self.lock = lock
+        self.clock = clock
+        self._queue: queue.Queue[Signal] = queue.Queue(maxsize=10_000)
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trainguard-remediation")
+        self._running: set[str] = set()
+        self._guard = threading.Lock()
+        self._stop = threading.Event()
+        self._executor_factory = executor_factory
+
+    # ---- intake: called on the receiver's request threads; quick ----
+
+    def submit(self, signals: list[Signal]) -> None:
+        for s in signals:
+            if s.firing:
+                self._queue.put_nowait(s)
+
+    # ---- planning: one thread ----
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self._run, name="trainguard-planner", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                signal = self._queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            try:
+                self.handle(signal)
+            except Exception:
+                log.exception(
+                    "planning %s for %s/%s failed", signal.alertname, signal.namespace, signal.training_job
+                )
+
+    def handle(self, signal: Signal) -> Record | None:
+        """Plan one signal and, when it acts, write its record and hand it to an executor thread."""
+        if not self.leader():
+            log.info("not the leader: %s for %s/%s left to the leader", signal.alertname, signal.namespace,
+                     signal.training_job)  # fmt: skip
+            return None
+        ns, name = signal.namespace, signal.training_job
+        with self.lock(ns, name):
+            body = self.kube.get_monitor(ns, name)
+            monitor = _monitor(body)
+            if body is None or monitor is None:
+                log.warning("%s for %s/%s: no valid TrainingJobMonitor of that name; nothing to do",
+                            signal.alertname, ns, name)  # fmt: skip
+                return None
+            state = ClusterState(
+                now=self.clock(),
+                gpu_nodes=self.cluster.gpu_node_count(),
+                cordons=tuple(self.cluster.cordon_history()),
+                records=tuple(_records(body)),
+                spares=tuple(self.cluster.spares()),
+            )
+            decided = plan(signal, monitor, state)
+            if quiet(decided):
+                log.info("%s for %s/%s: %s", signal.alertname, ns, name, decided.skipped)
+                return None
+            record = records.new_record(decided, self.clock())
+            record = self._save(body, record)  # written before anything is done
+        self._announce(body, "RemediationPlanned", _summary(record))
+        self._dispatch(record, monitor, body)
+        return record
+
+    # ---- execution ----
+
+    def _dispatch(self, record: Record, monitor: TrainingJobMonitor, body: dict[str, Any]) -> None:
+        with self._guard:
+            if record["id"] in self._running:
+                return
+            self._running.add(record["id"])
+
+        ns, name = monitor.namespace, monitor.name
+
+        def save(r: Record) -> Record:
+            with self.lock(ns, name):
+                fresh = self.kube.get_monitor(ns, name)
+                if fresh is None:
+                    raise RuntimeError(f"monitor {ns}/{name} is gone; remediation {r['id']} stops")
+                return self._save(fresh, r)
+
+        executor = self._executor_factory(self.cluster, save, self._token)
+
+        def work() -> None:
+            try:
+                done = executor.run(record, monitor)
+                self._announce(body, f"Remediation{done.get('phase', '')}", _summary(done))
+            except Exception:
+                log.exception("remediation %s stopped; it resumes at the next pass", record["id"])
+            finally:
+                with self._guard:
+                    self._running.discard(record["id"])
+
+        self._pool.submit(work)
+
+    def idle(self, timeout: float = 10.0) -> bool:
+        """Wait until no record is being carried out (tests, and a graceful stop)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._guard:
+                if not self._running:
+                    return True
+            time.sleep(0.01)
+        return False
+
+    def resume(self) -> int:
+        """Start every unfinished record (a killed operator's): each step is idempotent. The leader's
+        periodic pass calls this; returns how many were started."""
+        if not self.leader():
+            return 0
+        started = 0
+        for body in self.kube.list_monitors():
+            monitor = _monitor(body)
+            if monitor is None:
+                continue
+            for record in _records(body):
+                if not records.is_finished(record) and record["id"] not in self._running:
+                    log.info(
+                        "resuming remediation %s of %s/%s", record["id"], monitor.namespace, monitor.name
+                    )
+                    self._dispatch(record, monitor, body)
+                    started += 1
+        return started
+
+    def _token(self, namespace: str, name: str) -> str:
+        key = self.key()
+        if key is None:
+            raise RuntimeError("no operator key: the sidecars' token cannot be derived")
+        return tokens.derive(key, tokens.EVENTS, namespace, name)
+
+    def _save(self, body: dict[str, Any], record: Record) -> Record:
+        """The record in the monitor's status (under the monitor's lock, read fresh by the caller)."""
+        meta = body["metadata"]
+        updated = records.with_record(_records(body), record)
+        self.kube.patch_status(
+            "trainingjobmonitors", meta["namespace"], meta["name"], {"remediations": updated}
+        )
+        body.setdefault("status", {})["remediations"] = updated
+        return record
+
+    def _announce(self, body: dict[str, Any], reason: str, message: str) -> None:
+        try:
+            warning = reason.endswith(("Failed", "Skipped"))
+            self.kube.post_event(body, reason, message, "Warning" if warning else "Normal")
+        except Exception:
+            log.exception("could not post the %s Event", reason)
+
+
+def _monitor(body: dict[str, Any] | None) -> TrainingJobMonitor | None:
+    if body is None:
+        return None
+    try:
+        parsed = parse_object(body)
+    except InvalidInput:
+        return None
+    return parsed if isinstance(parsed, TrainingJobMonitor) else None
+
+
+def _records(body: dict[str, Any]) -> list[Record]:
+    return list((body.get("status") or {}).get("remediations") or [])
+
+
+def _summary(record: Record) -> str:
+    steps = ", ".join(f"{s.get('kind')}:{s.get('phase')}" for s in record.get("steps", []))
+    where = f" on {record['node']}" if record.get("node") else ""
+    return (
+        f"{record.get('alert')}{where}: {record.get('phase')} [{steps}] {record.get('message') or ''}".strip()
+    )
