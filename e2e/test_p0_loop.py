@@ -159,3 +159,20 @@ def test_dry_run_records_the_whole_plan_and_changes_nothing(
         for p in operator.core.list_namespaced_pod(ns, label_selector="app=llama-pretrain").items
     }
     assert still == {p.metadata.name for p in pods}
+
+
+def test_at_the_cordon_cap_a_second_node_fault_notifies_and_does_not_cordon(
+    operator: Cluster, ns: str, clean_nodes: None
+) -> None:
+    pods = start_job(operator, ns, {"maxCordonedNodes": 1, "cordonWindow": "10m"})
+    first, second = pods[0].spec.node_name, pods[1].spec.node_name
+    token = tokens.derive(operator_key(operator), tokens.ALERTS, ns, "llama-pretrain")
+    assert post(operator, "/v1/alerts", alert_payload(ns, first), token)[0] == 200
+    wait_for("the first remediation done", lambda: (r := records(operator, ns)) and r[0]["phase"] == "Succeeded",
+             timeout=120)  # fmt: skip
+    assert post(operator, "/v1/alerts", alert_payload(ns, second, "GPUDoubleBitECCError"), token)[0] == 200
+    capped = wait_for("the second record", lambda: len(r := records(operator, ns)) == 2 and r[1], timeout=30)
+    assert [s["kind"] for s in capped["steps"]] == ["Notify"], capped
+    assert "cap" in (capped.get("skipped") or capped.get("message") or ""), capped
+    time.sleep(2)
+    assert not operator.core.read_node(second).spec.unschedulable, "the cap held: one node cordoned"
