@@ -517,15 +517,9 @@ CASES: dict[str, list[Case]] = {
 
 ESCALATION_CASES: list[Case] = [
     Case(
-        "P1 thermal alert unacknowledged for 16 minutes is also raised to P0",
-        "17m",
-        [series("DCGM_FI_DEV_GPU_TEMP", GPU, "90x30")],
-        [p("P1", GPU), GPU | {"severity": "P0", "escalated_from": "P1"}],
-    ),
-    Case(
-        "not escalated before for + 15m",
-        "15m",
-        [series("DCGM_FI_DEV_GPU_TEMP", GPU, "90x30")],
+        "a P1 thermal alert firing for an hour stays one P1: the operator escalates, not a copied rule",
+        "60m",
+        [series("DCGM_FI_DEV_GPU_TEMP", GPU, "90x70")],
         [p("P1", GPU)],
     ),
 ]

@@ -289,17 +289,6 @@ def _alert_rule(ctx: Context, a: EffectiveAlert, policy: EffectivePolicy) -> Rul
     }
 
 
-def _escalated(rule: Rule, after: str) -> Rule:
-    """The same alert raised to P0 when it stays unacknowledged: an `ack` silence matches both."""
-    total = duration_seconds(rule["for"]) + duration_seconds(after)
-    return rule | {
-        "for": format_duration(total),
-        "labels": {"severity": "P0", "escalated_from": rule["labels"]["severity"]},
-        "annotations": rule["annotations"]
-        | {"summary": f"[escalated after {after}] " + rule["annotations"]["summary"]},
-    }
-
-
 SIDECAR_NVML_ONLY: dict[str, str] = {
     "GPULost": "trainguard_gpu_lost comes from the sidecar's NVML backend; with dcgm-exporter a GPU that "
     "fell off the bus shows as XID 79, which GPUCriticalXid matches",
@@ -313,10 +302,9 @@ def alerting_rules(ctx: Context, policy: EffectivePolicy) -> list[Rule]:
     for a in policy.enabled_alerts():
         if dcgm and a.name in SIDECAR_NVML_ONLY:
             continue
-        rule = _alert_rule(ctx, a, policy)
-        rules.append(rule)
-        if policy.escalation.enabled and a.severity == "P1":
-            rules.append(_escalated(rule, policy.escalation.after))
+        # no escalation copies: the operator escalates a P1 only while Alertmanager shows it neither
+        # silenced (acknowledged) nor inhibited (remediation/escalation.py); a copied rule could not tell
+        rules.append(_alert_rule(ctx, a, policy))
     for custom in policy.custom_rules:
         rules.append(
             {
