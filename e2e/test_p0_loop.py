@@ -176,3 +176,31 @@ def test_at_the_cordon_cap_a_second_node_fault_notifies_and_does_not_cordon(
     assert "cap" in (capped.get("skipped") or capped.get("message") or ""), capped
     time.sleep(2)
     assert not operator.core.read_node(second).spec.unschedulable, "the cap held: one node cordoned"
+
+
+@pytest.fixture
+def spare(cluster: Cluster) -> Iterator[str]:
+    """gpu-node-2 as a warm spare: labelled and tainted so that ordinary work stays off it."""
+    name = "gpu-node-2"
+    cluster.core.patch_node(name, {"metadata": {"labels": {"trainguard.io/spare": "true"}},
+                                   "spec": {"taints": [{"key": "trainguard.io/spare", "value": "true",
+                                                        "effect": "NoSchedule"}]}})  # fmt: skip
+    yield name
+    _restore(cluster.core)
+
+
+def test_a_node_fault_moves_the_gang_onto_the_warm_spare(
+    operator: Cluster, ns: str, clean_nodes: None, spare: str
+) -> None:
+    pods = start_job(operator, ns)
+    assert spare not in {p.spec.node_name for p in pods}, "ordinary placement stays off the spare"
+    node = pods[0].spec.node_name
+    token = tokens.derive(operator_key(operator), tokens.ALERTS, ns, "llama-pretrain")
+    assert post(operator, "/v1/alerts", alert_payload(ns, node), token)[0] == 200
+    done = wait_for("the remediation done", lambda: (r := records(operator, ns)) and r[0]["phase"] in
+                    ("Succeeded", "Failed") and r[0], timeout=120)  # fmt: skip
+    assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
+    live = [p for p in operator.core.list_namespaced_pod(ns, label_selector="app=llama-pretrain").items
+            if p.metadata.deletion_timestamp is None]  # fmt: skip
+    assert spare in {p.spec.node_name for p in live}, "a full-node job did not wait for a repair"
+    assert spare in done["steps"][-1]["detail"], done["steps"][-1]

@@ -91,3 +91,43 @@ def test_an_invalid_monitor_selects_nothing() -> None:
     bad = copy.deepcopy(MONITOR)
     bad["spec"]["baseline"] = {"sigma": -1}
     assert run(lambda ns: [bad], []) is None
+
+
+def restart_record(phase: str, restart_phase: str, updated: str) -> dict[str, Any]:
+    return {"id": "r", "phase": phase, "updated": updated, "dryRun": False,
+            "steps": [{"kind": "Cordon", "phase": "Succeeded"}, {"kind": "RestartGang", "phase": restart_phase}]}  # fmt: skip
+
+
+def test_during_a_gang_restart_new_pods_tolerate_spares_and_get_the_resume_pointer() -> None:
+    mon = copy.deepcopy(MONITOR)
+    mon["spec"]["workloadRef"] = {"kind": "Job", "name": "llama-pretrain"}
+    mon["status"] = {"remediations": [restart_record("InProgress", "Succeeded", "2026-12-01T03:00:00Z")]}
+    changes = admit(
+        copy.deepcopy(POD),
+        list_monitors=lambda ns: [copy.deepcopy(mon)],
+        post_event=lambda *a: None,
+        receiver_url="u",
+        native_sidecar=True,
+        resume_pointer=lambda m: '{"step": 1000, "path": "/ckpt/1000"}',
+        clock=lambda: 1_800_000_000.0,
+    )
+    assert {"key": "trainguard.io/spare", "operator": "Exists", "effect": "NoSchedule"} in changes["spec"][
+        "tolerations"
+    ]
+    env = {e["name"]: e.get("value") for e in changes["spec"]["initContainers"][-1]["env"]}
+    assert env["TRAINGUARD_RESUME_FROM"] == '{"step": 1000, "path": "/ckpt/1000"}'
+
+
+def test_without_a_restart_no_spare_and_no_pointer() -> None:
+    now = 1_800_000_000.0
+    old = restart_record(
+        "Succeeded", "Succeeded", "2027-01-15T07:00:00Z"
+    )  # long finished: > 10 minutes before now
+    for records in ([], [old], [restart_record("InProgress", "Planned", "2027-01-15T08:00:00Z")]):
+        mon = copy.deepcopy(MONITOR) | {"status": {"remediations": records}}
+        changes = admit(copy.deepcopy(POD), list_monitors=lambda ns, m=mon: [copy.deepcopy(m)],
+                        post_event=lambda *a: None, receiver_url="u", native_sidecar=True,
+                        resume_pointer=lambda m: "never asked", clock=lambda: now)  # fmt: skip
+        assert "tolerations" not in changes["spec"], records
+        env = {e["name"] for e in changes["spec"]["initContainers"][-1]["env"]}
+        assert "TRAINGUARD_RESUME_FROM" not in env

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from trainguard.api import InvalidInput, TrainingJobMonitor, parse_object
+from trainguard.remediation import records
 from trainguard.render.sidecar import inject, matching_monitor
 
 log = logging.getLogger("trainguard.admission")
@@ -24,7 +26,8 @@ def select(pod: Mapping[str, Any], monitors: list[dict[str, Any]]) -> dict[str, 
     parsed: dict[str, tuple[TrainingJobMonitor, dict[str, Any]]] = {}
     for raw in monitors:
         try:
-            obj = parse_object(raw)
+            # the spec decides; a status the model would refuse must not unselect the pods
+            obj = parse_object({k: v for k, v in raw.items() if k != "status"})
         except InvalidInput:
             continue
         if isinstance(obj, TrainingJobMonitor):
@@ -53,6 +56,28 @@ def regarding(pod: Mapping[str, Any], monitor: Mapping[str, Any] | None) -> dict
     return None
 
 
+RESTART_WINDOW_S = 600.0
+"""A gang restart's replacement pods may still be coming this long after its record finished."""
+
+
+def restarting(monitor: Mapping[str, Any], now: float) -> bool:
+    """Whether trainguard is restarting the job: a RestartGang step under way or done, in a record not
+    finished or finished within RESTART_WINDOW_S. Its new pods may then use a warm spare."""
+    for record in (monitor.get("status") or {}).get("remediations") or []:
+        steps = [s for s in record.get("steps") or [] if s.get("kind") == "RestartGang"]
+        if not steps or record.get("dryRun") or steps[0].get("phase") not in ("InProgress", "Succeeded"):
+            continue
+        if record.get("phase") not in ("Succeeded", "Failed", "Skipped"):
+            return True
+        try:
+            updated = records.unix(str(record.get("updated", "")))
+        except ValueError:
+            continue
+        if now - updated < RESTART_WINDOW_S:
+            return True
+    return False
+
+
 def admit(
     pod: Mapping[str, Any],
     *,
@@ -60,18 +85,30 @@ def admit(
     post_event: Callable[[dict[str, Any], str, str, str], None],
     receiver_url: str,
     native_sidecar: bool,
+    resume_pointer: Callable[[TrainingJobMonitor], str | None] = lambda m: None,
+    clock: Callable[[], float] = time.time,
 ) -> dict[str, Any] | None:
-    """The changes for an admitted pod, or None. Never raises: a broken operator must not block pods."""
+    """The changes for an admitted pod, or None. Never raises: a broken operator must not block pods.
+    During a gang restart the pod may use a warm spare, and its exporter gets the checkpoint the
+    operator chose (`resume_pointer`: the workload's trainguard.io/resume-from)."""
     namespace = str((pod.get("metadata") or {}).get("namespace") or "")
     matched: dict[str, Any] | None = None
     try:
         matched = select(pod, list_monitors(namespace))
         if matched is None:
             return None
-        monitor = parse_object(matched)
+        monitor = parse_object({k: v for k, v in matched.items() if k != "status"})
         assert isinstance(monitor, TrainingJobMonitor)
-        changes = inject(dict(pod), monitor, fallback_trace=secrets.token_hex(16), receiver_url=receiver_url,
-                         native_sidecar=native_sidecar)  # fmt: skip
+        restart = restarting(matched, clock())
+        changes = inject(
+            dict(pod),
+            monitor,
+            fallback_trace=secrets.token_hex(16),
+            receiver_url=receiver_url,
+            native_sidecar=native_sidecar,
+            tolerate_spares=restart,
+            resume_from=resume_pointer(monitor) if restart else None,
+        )
         if changes is not None:
             log.info("injecting the exporter into a pod of %s/%s for monitor %s", namespace, _pod_name(pod),
                      monitor.name)  # fmt: skip

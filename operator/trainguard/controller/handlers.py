@@ -15,7 +15,7 @@ from typing import Any
 
 import kopf
 
-from trainguard.api import GROUP, VERSION, InvalidInput, parse_object
+from trainguard.api import GROUP, VERSION, InvalidInput, TrainingJobMonitor, parse_object
 from trainguard.controller.admission import admit
 from trainguard.controller.kube import Kube
 from trainguard.controller.reconcile import ReceiverSettings, reconcile_monitor, utcnow
@@ -26,6 +26,7 @@ log = logging.getLogger("trainguard.handlers")
 MONITORS = (GROUP, VERSION, "trainingjobmonitors")
 POLICIES = (GROUP, VERSION, "alertpolicies")
 ADMISSION_API_TIMEOUT = 3.0
+RESUME_FROM_ANNOTATION = "trainguard.io/resume-from"
 
 
 class MonitorLocks:
@@ -155,12 +156,29 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
             post_event=lambda obj, reason, msg, type_: kube.post_event(obj, reason, msg, type_, timeout=1.0),
             receiver_url=receiver_url,
             native_sidecar=bool(memo.get("native_sidecar", True)),
+            resume_pointer=lambda m: resume_pointer(kube, m),
         )
         if changes is None:
             return
         patch.metadata["annotations"] = changes["metadata"]["annotations"]
         for key, value in changes["spec"].items():
             patch.spec[key] = value
+
+
+def resume_pointer(kube: Kube, monitor: TrainingJobMonitor) -> str | None:
+    """The checkpoint a gang restart left on the workload (trainguard.io/resume-from), for the new
+    sidecars; a failure to read it costs the pointer, never the injection."""
+    ref = monitor.spec.workload_ref
+    if ref is None:
+        return None
+    try:
+        return kube.workload_annotation(monitor.namespace, ref.resolved_api_version(), ref.kind, ref.name,
+                                        RESUME_FROM_ANNOTATION, timeout=1.0)  # fmt: skip
+    except Exception:
+        log.warning(
+            "cannot read %s of %s %s/%s", RESUME_FROM_ANNOTATION, ref.kind, monitor.namespace, ref.name
+        )
+        return None
 
 
 def _plain(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -261,3 +261,29 @@ class Kube:
                 if exc.status != 409:
                     raise
         raise RuntimeError(f"could neither read nor create Secret {namespace}/{name}")
+
+    def workload_annotation(
+        self,
+        namespace: str,
+        api_version: str,
+        kind: str,
+        name: str,
+        key: str,
+        *,
+        timeout: float | None = None,
+    ) -> str | None:
+        """One annotation of the workload a monitor names (Job, JobSet, PyTorchJob), or None."""
+        group, _, version = api_version.rpartition("/")
+        plural = {"Job": "jobs", "JobSet": "jobsets", "PyTorchJob": "pytorchjobs"}.get(kind)
+        if not group or plural is None:
+            return None
+        try:
+            obj = self.custom.get_namespaced_custom_object(
+                group, version, namespace, plural, name, _request_timeout=timeout or self.timeout
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        value = ((cast(dict[str, Any], obj).get("metadata") or {}).get("annotations") or {}).get(key)
+        return str(value) if value else None

@@ -26,6 +26,10 @@ TOKEN_DIR = "/var/run/trainguard-token"
 SDK_SOCKET = f"{RUN_DIR}/sdk.sock"
 NONROOT_UID = 65532
 GPU_RESOURCE = "nvidia.com/gpu"
+SPARE_TAINT_KEY = "trainguard.io/spare"
+"""Warm spare nodes carry this NoSchedule taint (and the label of the same key): ordinary work stays
+off them; a job's replacement pods tolerate it while trainguard restarts the job after a node fault."""
+RESUME_FROM_ENV = "TRAINGUARD_RESUME_FROM"
 
 EXPORTER_BACKEND = {"nvml": "nvml", "simulated": "simulated", "dcgm": "none"}
 """The exporter's --backend for each gpuBackend: with dcgm the GPU series come from dcgm-exporter, and
@@ -203,10 +207,14 @@ def inject(
     fallback_trace: str,
     receiver_url: str,
     native_sidecar: bool = True,
+    tolerate_spares: bool = False,
+    resume_from: str | None = None,
 ) -> dict[str, Any] | None:
     """The pod fields to replace (metadata.annotations, spec.initContainers, spec.containers,
-    spec.volumes), or None when there is nothing to do. Without `native_sidecar` (Kubernetes before
-    1.29) the exporter is the last regular container."""
+    spec.volumes, spec.tolerations), or None when there is nothing to do. Without `native_sidecar`
+    (Kubernetes before 1.29) the exporter is the last regular container. While trainguard restarts the
+    job (`tolerate_spares`), its pods may land on a warm spare, and the exporter starts with the
+    checkpoint the operator chose (`resume_from`, JSON) for the trainer's Reporter.resume_from()."""
     if is_injected(pod) or not wants_injection(pod):
         return None
     spec = pod.get("spec", {})
@@ -230,15 +238,19 @@ def inject(
         },
     ]
     exporter = exporter_container(monitor, trace, receiver_url, gpus=pod_gpus(pod), native=native_sidecar)
+    if resume_from:
+        exporter["env"].append(_env(RESUME_FROM_ENV, resume_from))
     containers = [_with_training_env(c, monitor, trace) for c in spec.get("containers") or []]
     if native_sidecar:
         init.append(exporter)
     else:
         containers.append(exporter)
-    return {
-        "metadata": {"annotations": annotations},
-        "spec": {"initContainers": init, "containers": containers, "volumes": volumes},
-    }
+    out_spec: dict[str, Any] = {"initContainers": init, "containers": containers, "volumes": volumes}
+    if tolerate_spares:
+        tolerations = [t for t in spec.get("tolerations") or [] if t.get("key") != SPARE_TAINT_KEY]
+        tolerations.append({"key": SPARE_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"})
+        out_spec["tolerations"] = tolerations
+    return {"metadata": {"annotations": annotations}, "spec": out_spec}
 
 
 def matching_monitor(pod: dict[str, Any], monitors: list[TrainingJobMonitor]) -> TrainingJobMonitor | None:
