@@ -1,0 +1,253 @@
+"""Escalation by the operator: which P1s Alertmanager shows unacknowledged long enough to re-post as
+P0, the copy posted, when a copy is resolved, and the same decisions on a real Alertmanager."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import policy
+from tests.processes import alertmanager, http_json
+from tests.render.amconfig import write_config
+from trainguard.remediation.escalation import (
+    COPY_TTL_S,
+    REFRESH_S,
+    Settings,
+    due,
+    ended,
+    escalated,
+    format_time,
+    parse_time,
+    settings,
+)
+
+NOW = 1_700_000_000.0
+MIN = 60.0
+NS, NAME = "ml", "llama-pretrain"
+JOB = {"namespace": NS, "training_job": NAME}
+ON = Settings(enabled=True, after_s=15 * MIN)
+
+
+def am(
+    name: str,
+    severity: str,
+    age_s: float,
+    state: str = "active",
+    *,
+    silenced_by: tuple[str, ...] = (),
+    inhibited_by: tuple[str, ...] = (),
+    fingerprint: str = "",
+    ends_in_s: float = 300.0,
+    **labels: str,
+) -> dict[str, Any]:
+    """An alert as GET /api/v2/alerts returns it."""
+    all_labels = {"alertname": name, "severity": severity, **JOB, **labels}
+    return {
+        "labels": all_labels,
+        "annotations": {"summary": f"{name} summary", "runbook_url": "https://runbooks/x"},
+        "startsAt": format_time(NOW - age_s),
+        "endsAt": format_time(NOW + ends_in_s),
+        "updatedAt": format_time(NOW),
+        "generatorURL": "http://prometheus/graph",
+        "fingerprint": fingerprint or f"fp-{name}-{severity}-{sorted(labels.items())}",
+        "receivers": [{"name": "im"}],
+        "status": {"state": state, "silencedBy": list(silenced_by), "inhibitedBy": list(inhibited_by)},
+    }
+
+
+def names(alerts: list[dict[str, Any]]) -> list[str]:
+    return [a["labels"]["alertname"] for a in alerts]
+
+
+def due_for_job(alerts: list[dict[str, Any]], escalation: Settings = ON, **kw: Any) -> list[dict[str, Any]]:
+    return due(alerts, escalation, NOW, namespace=NS, training_job=NAME, **kw)
+
+
+def test_only_the_unacknowledged_old_enough_p1_of_the_monitor_is_due() -> None:
+    alerts = [
+        am("GPUThermalThrottling", "P1", 16 * MIN, gpu="0", node="n1"),  # the one
+        am("GPUMemoryCritical", "P1", 30 * MIN, "suppressed", silenced_by=("sil-1",), gpu="1"),
+        am("NetworkPacketLossHigh", "P1", 30 * MIN, "suppressed", inhibited_by=("fp-nodedown",)),
+        am("CheckpointStale", "P1", 14 * MIN),  # too young
+        am("GradientExplosion", "P1", 30 * MIN, "unprocessed"),  # not routed yet
+        am("TrainingLossNonFinite", "P0", 30 * MIN),  # already a P0
+        am("DataLoaderSlow", "P2", 30 * MIN),  # P2s are not escalated
+        am("GPUThermalThrottling", "P1", 30 * MIN, training_job="bert-finetune", gpu="0"),  # another job
+        am("GPUThermalThrottling", "P1", 30 * MIN, namespace="other", gpu="0"),  # same name, other ns
+    ]
+    assert names(due_for_job(alerts)) == ["GPUThermalThrottling"]
+    assert due_for_job(alerts)[0]["labels"]["node"] == "n1"
+
+
+def test_the_delay_counts_from_when_it_fired() -> None:
+    assert names(due_for_job([am("CheckpointStale", "P1", 15 * MIN)])) == ["CheckpointStale"]
+    assert due_for_job([am("CheckpointStale", "P1", 15 * MIN - 1)]) == []
+    later = Settings(enabled=True, after_s=60 * MIN)
+    assert due_for_job([am("CheckpointStale", "P1", 30 * MIN)], later) == []
+
+
+def test_nothing_is_due_when_escalation_is_off() -> None:
+    assert due_for_job([am("GPUThermalThrottling", "P1", 60 * MIN)], Settings(enabled=False)) == []
+
+
+def test_an_alert_without_a_readable_start_is_never_escalated_at_once() -> None:
+    for starts in (None, "0001-01-01T00:00:00Z", "yesterday", "2023-11-14T22:13:20"):
+        alert = am("GPUThermalThrottling", "P1", 60 * MIN)
+        alert["startsAt"] = starts
+        assert due_for_job([alert]) == [], starts
+
+
+def test_already_escalated_is_not_due_until_its_copy_nears_its_end() -> None:
+    p1 = am("GPUThermalThrottling", "P1", 20 * MIN, gpu="0", node="n1")
+    fresh = escalated(p1, ON, NOW)
+    fresh_read = am("GPUThermalThrottling", "P0", 5 * MIN, ends_in_s=COPY_TTL_S, fingerprint="fp-copy")
+    fresh_read["labels"] = fresh["labels"]
+    assert due_for_job([p1, fresh_read]) == [], "a copy that stays up is not posted again"
+
+    lapsing = fresh_read | {"endsAt": format_time(NOW + REFRESH_S - 1)}
+    assert due_for_job([p1, lapsing]) == [p1], "a copy about to lapse is refreshed"
+
+    other_gpu = fresh_read | {"labels": fresh["labels"] | {"gpu": "1"}}
+    assert due_for_job([p1, other_gpu]) == [p1], "a copy of another instance is not this one's"
+
+
+def test_a_p1_inhibited_only_by_escalated_copies_stays_escalated() -> None:
+    # the job's P0-mutes-P1 inhibition makes a copy (a P0) inhibit its own P1; that must not resolve
+    # the copy on the next pass and escalate it again on the one after
+    p1 = am("GPUThermalThrottling", "P1", 20 * MIN, "suppressed", inhibited_by=("fp-copy",), gpu="0")
+    copy = am("GPUThermalThrottling", "P0", 5 * MIN, fingerprint="fp-copy", ends_in_s=COPY_TTL_S)
+    copy["labels"] = escalated(p1, ON, NOW)["labels"]
+    assert due_for_job([p1, copy]) == []
+    assert ended([p1, copy], ON, NOW, namespace=NS, training_job=NAME) == []
+    # inhibited by a real P0 as well: no longer escalatable, the copy ends
+    both = p1 | {"status": p1["status"] | {"inhibitedBy": ["fp-copy", "fp-real-p0"]}}
+    assert names(ended([both, copy], ON, NOW, namespace=NS, training_job=NAME)) == ["GPUThermalThrottling"]
+
+
+def test_the_copy_is_the_p1_raised_to_p0_with_the_delay_in_its_summary() -> None:
+    p1 = am("GPUThermalThrottling", "P1", 20 * MIN, gpu="0", node="n1", prometheus="monitoring/k8s")
+    copy = escalated(p1, ON, NOW)
+    assert copy["labels"] == p1["labels"] | {"severity": "P0", "escalated_from": "P1"}
+    assert copy["annotations"] == {
+        "summary": "[escalated after 15m] GPUThermalThrottling summary",
+        "runbook_url": "https://runbooks/x",
+    }
+    assert parse_time(copy["startsAt"]) == NOW - 5 * MIN, "escalated when the delay ran out"
+    assert parse_time(copy["endsAt"]) == NOW + COPY_TTL_S
+    assert copy["generatorURL"] == "http://prometheus/graph"
+    assert set(copy) == {"labels", "annotations", "startsAt", "endsAt", "generatorURL"}, "postable only"
+    assert p1["labels"]["severity"] == "P1", "the P1 read back is not changed"
+    assert escalated(p1, ON, NOW + 60)["labels"] == copy["labels"], "one alert in Alertmanager per P1"
+
+
+def test_copies_end_when_their_p1_is_gone_acknowledged_or_escalation_is_off() -> None:
+    p1 = am("GPUThermalThrottling", "P1", 20 * MIN, gpu="0")
+    copy = am("GPUThermalThrottling", "P0", 5 * MIN, fingerprint="fp-copy")
+    copy["labels"] = escalated(p1, ON, NOW)["labels"]
+    other_job_copy = copy | {"labels": copy["labels"] | {"training_job": "bert-finetune"}}
+
+    assert ended([p1, copy], ON, NOW, namespace=NS, training_job=NAME) == []
+    (gone,) = ended([copy, other_job_copy], ON, NOW, namespace=NS, training_job=NAME)
+    assert gone["labels"] == copy["labels"] and parse_time(gone["endsAt"]) == NOW
+    assert parse_time(gone["startsAt"]) == NOW - 5 * MIN
+    acked = p1 | {"status": {"state": "suppressed", "silencedBy": ["sil"], "inhibitedBy": []}}
+    assert len(ended([acked, copy], ON, NOW, namespace=NS, training_job=NAME)) == 1
+    assert len(ended([p1, copy], Settings(enabled=False), NOW, namespace=NS, training_job=NAME)) == 1
+
+
+def test_settings_come_from_the_policy() -> None:
+    assert settings(policy().spec.escalation) == Settings(enabled=True, after_s=900.0)
+    changed = policy(**{"spec.escalation": {"enabled": False, "after": "1h30m"}}).spec.escalation
+    assert settings(changed) == Settings(enabled=False, after_s=5400.0)
+
+
+# ---- on a real Alertmanager: the status fields read back are the ones the decisions use ----
+
+
+@pytest.fixture(scope="module")
+def am_binary() -> str:
+    path = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    if path is None:
+        pytest.skip("Alertmanager is not installed (.ci/run installs prometheus-alertmanager)")
+    return path
+
+
+def _posted(name: str, severity: str, age_s: float, **labels: str) -> dict[str, Any]:
+    now = time.time()
+    return {
+        "labels": {"alertname": name, "severity": severity, **JOB, **labels},
+        "annotations": {"summary": name},
+        "startsAt": format_time(now - age_s),
+        "endsAt": format_time(now + 3600),
+    }
+
+
+def _read(url: str, want: int) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 15
+    while True:
+        got: list[dict[str, Any]] = http_json(f"{url}/api/v2/alerts")
+        settled = all(a["status"]["state"] != "unprocessed" for a in got)
+        if (len(got) == want and settled) or time.monotonic() > deadline:
+            return got
+        time.sleep(0.2)
+
+
+@pytest.mark.tools
+def test_on_a_real_alertmanager_acknowledged_and_inhibited_p1s_are_not_escalated(
+    am_binary: str, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path)  # the rendered config: node-down and job-P0 inhibitions
+    with alertmanager(am_binary, config, tmp_path) as url:
+        http_json(
+            f"{url}/api/v2/alerts",
+            [
+                _posted("GPUThermalThrottling", "P1", 20 * MIN, node="n1", gpu="0"),
+                _posted("GPUMemoryCritical", "P1", 20 * MIN, node="n1", gpu="1"),  # acknowledged
+                _posted("NetworkPacketLossHigh", "P1", 20 * MIN, node="n2", interface="ib0"),  # node down
+                _posted("GPUNodeDown", "P0", 1 * MIN, node="n2", training_job="bert-finetune"),
+                _posted("CheckpointStale", "P1", 5 * MIN),  # too young
+            ],
+        )
+        http_json(
+            f"{url}/api/v2/silences",
+            {
+                "matchers": [
+                    {"name": "alertname", "value": "GPUMemoryCritical", "isRegex": False, "isEqual": True},
+                    *({"name": k, "value": v, "isRegex": False, "isEqual": True} for k, v in JOB.items()),
+                ],
+                "startsAt": format_time(time.time()),
+                "endsAt": format_time(time.time() + 3600),
+                "createdBy": "test",
+                "comment": "ack",
+            },
+        )
+        alerts = _read(url, 5)
+        now = time.time()
+        todo = due(alerts, ON, now, namespace=NS, training_job=NAME)
+        assert names(todo) == ["GPUThermalThrottling"]
+
+        http_json(f"{url}/api/v2/alerts", [escalated(a, ON, now) for a in todo])
+        alerts = _read(url, 6)
+        copies = [a for a in alerts if a["labels"].get("escalated_from") == "P1"]
+        assert [(a["labels"]["alertname"], a["labels"]["severity"]) for a in copies] == [
+            ("GPUThermalThrottling", "P0")
+        ]
+        p1 = next(
+            a
+            for a in alerts
+            if a["labels"]["alertname"] == "GPUThermalThrottling" and a["labels"]["severity"] == "P1"
+        )
+        # the job's P0 inhibition mutes the P1 under its own copy: still escalated, nothing more due
+        assert p1["status"]["inhibitedBy"] == [copies[0]["fingerprint"]]
+        assert due(alerts, ON, time.time(), namespace=NS, training_job=NAME) == []
+        assert ended(alerts, ON, time.time(), namespace=NS, training_job=NAME) == []
+
+        # acknowledged after escalation: the copy is resolved
+        acked = p1 | {"status": {"state": "suppressed", "silencedBy": ["s"], "inhibitedBy": []}}
+        resolve = ended([acked, copies[0]], ON, time.time(), namespace=NS, training_job=NAME)
+        http_json(f"{url}/api/v2/alerts", resolve)
+        assert not any(a["labels"].get("escalated_from") for a in _read(url, 5))
