@@ -178,6 +178,98 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _who(by: str | None) -> str:
+    """Who ran the command, for the record: --by, else $USER@hostname."""
+    if by:
+        return by
+    import getpass
+    import os
+    import socket
+
+    return f"{os.environ.get('USER') or getpass.getuser()}@{socket.gethostname()}"
+
+
+def _monitor_ref(text: str) -> tuple[str, str]:
+    namespace, _, name = text.partition("/")
+    if not namespace or not name or "/" in name:
+        _fail(f"--monitor takes NAMESPACE/NAME, got {text!r}", EXIT_USAGE)
+    return namespace, name
+
+
+def cmd_ack(args: argparse.Namespace) -> int:
+    """Acknowledge an alert: an Alertmanager silence, so it stops notifying and is not escalated."""
+    _need("render", "pydantic")
+    import json
+    import os
+    import time
+    import urllib.error
+    import urllib.request
+
+    from trainguard.api.common import duration_seconds
+    from trainguard.remediation.escalation import ack_silence
+
+    namespace, name = _monitor_ref(args.monitor)
+    base = args.alertmanager or os.environ.get("TRAINGUARD_ALERTMANAGER")
+    if not base:
+        _fail("give the Alertmanager's URL with --alertmanager URL (or $TRAINGUARD_ALERTMANAGER)", EXIT_USAGE)
+    try:
+        for_s = duration_seconds(args.for_)
+    except ValueError as exc:
+        _fail(f"--for: {exc}", EXIT_USAGE)
+    if for_s <= 0:
+        _fail("--for must be longer than 0s", EXIT_USAGE)
+    by = _who(args.by)
+    body = ack_silence(
+        args.alert, namespace, name, by=by, now=time.time(), for_s=for_s, comment=args.comment or ""
+    )
+    url = f"{base.rstrip('/')}/api/v2/silences"
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=args.timeout) as response:
+            answer = json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        detail = exc.read()[:500].decode(errors="replace").strip()
+        _fail(f"Alertmanager refused the silence: HTTP {exc.code} {detail}")
+    except (OSError, ValueError) as exc:
+        _fail(f"could not reach Alertmanager at {url}: {exc}")
+    silence_id = answer.get("silenceID") if isinstance(answer, dict) else None
+    if not silence_id:
+        _fail(f"Alertmanager answered without a silence id: {answer!r}")
+    print(f"acknowledged {args.alert} of {namespace}/{name} until {body['endsAt']} by {by}", file=sys.stderr)
+    print(silence_id)
+    return 0
+
+
+def cmd_uncordon(args: argparse.Namespace) -> int:
+    """Return a node trainguard cordoned to service; a node a person cordoned is refused."""
+    _need("operator", "kopf", "kubernetes")
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+
+    from trainguard.controller.run import client_configuration
+    from trainguard.remediation.uncordon import Refused, uncordon
+
+    try:
+        api = client.ApiClient(client_configuration(args.kubeconfig))
+    except (config.ConfigException, OSError) as exc:
+        _fail(f"no Kubernetes credentials: {exc}")
+    by = _who(args.by)
+    try:
+        result = uncordon(api, args.node, by, reason=args.reason or "")
+    except Refused as exc:
+        _fail(f"refused: {exc}")
+    except ApiException as exc:
+        _fail(f"the apiserver answered HTTP {exc.status} {exc.reason}: {str(exc.body or '')[:300]}")
+    except OSError as exc:
+        _fail(f"could not reach the apiserver: {exc}")
+    print(result.message)
+    if result.event_error:
+        print(f"trainguard: warning: the Event was not recorded ({result.event_error})", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from trainguard import __version__
 
@@ -284,6 +376,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_arguments(exp)
     exp.set_defaults(func=cmd_exporter)
+
+    ack = sub.add_parser(
+        "ack", help="acknowledge an alert: an Alertmanager silence that also stops its escalation"
+    )
+    ack.add_argument("alert", metavar="ALERT", help="the alert's name, such as GPUThermalThrottling")
+    ack.add_argument("--monitor", required=True, metavar="NS/NAME", help="the TrainingJobMonitor it is of")
+    ack.add_argument(
+        "--alertmanager",
+        metavar="URL",
+        help="Alertmanager's base URL (default: $TRAINGUARD_ALERTMANAGER)",
+    )
+    ack.add_argument("--for", dest="for_", default="4h", metavar="DURATION", help="how long (default 4h)")
+    ack.add_argument("--comment", metavar="TEXT", help="why, for the silence's comment")
+    ack.add_argument("--by", metavar="WHO", help="who acknowledges (default: $USER@hostname)")
+    ack.add_argument("--timeout", type=float, default=10.0, help=argparse.SUPPRESS)
+    ack.set_defaults(func=cmd_ack)
+
+    unc = sub.add_parser(
+        "uncordon", help="return a node trainguard cordoned to service (refuses a node a person cordoned)"
+    )
+    unc.add_argument("node", metavar="NODE")
+    unc.add_argument("--kubeconfig", help="default: in-cluster config, then KUBECONFIG / ~/.kube/config")
+    unc.add_argument("--by", metavar="WHO", help="who returns it (default: $USER@hostname)")
+    unc.add_argument("--reason", metavar="TEXT", help="why, such as the repair done")
+    unc.set_defaults(func=cmd_uncordon)
 
     docs = sub.add_parser("docs", help="write docs/alerts.md from the alert catalogue")
     docs.add_argument("-o", "--output", default="docs/alerts.md", metavar="FILE")

@@ -206,3 +206,38 @@ def ended(
 
 def _copies(alerts: Iterable[Alert], namespace: str, training_job: str) -> list[Alert]:
     return [a for a in alerts if is_copy(a) and _of_monitor(a, namespace, training_job)]
+
+
+ACK_FOR = "4h"
+"""How long `trainguard ack` silences an alert unless told otherwise."""
+
+
+def ack_silence(
+    alertname: str,
+    namespace: str,
+    training_job: str,
+    *,
+    by: str,
+    now: float,
+    for_s: float,
+    comment: str = "",
+) -> dict[str, Any]:
+    """The Alertmanager API v2 silence that acknowledges an alert of one monitor: it matches the alert
+    by name, namespace and job, whatever its severity, so it mutes the P1, keeps it from escalating and
+    mutes a copy already posted. createdBy and the comment record who acknowledged it and when."""
+    matchers = [
+        {"name": name, "value": value, "isRegex": False, "isEqual": True}
+        for name, value in (
+            ("alertname", alertname),
+            ("namespace", namespace),
+            ("training_job", training_job),
+        )
+    ]
+    note = f"acknowledged with trainguard ack by {by} at {format_time(now)}"
+    return {
+        "matchers": matchers,
+        "startsAt": format_time(now),
+        "endsAt": format_time(now + for_s),
+        "createdBy": by,
+        "comment": f"{note}: {comment}" if comment else note,
+    }
