@@ -111,6 +111,9 @@ def test_already_escalated_is_not_due_until_its_copy_nears_its_end() -> None:
     lapsing = fresh_read | {"endsAt": format_time(NOW + REFRESH_S - 1)}
     assert due_for_job([p1, lapsing]) == [p1], "a copy about to lapse is refreshed"
 
+    no_end = {k: v for k, v in fresh_read.items() if k != "endsAt"}
+    assert due_for_job([p1, no_end]) == [p1], "a copy whose end is unknown is refreshed, never left to lapse"
+
     other_gpu = fresh_read | {"labels": fresh["labels"] | {"gpu": "1"}}
     assert due_for_job([p1, other_gpu]) == [p1], "a copy of another instance is not this one's"
 

@@ -141,7 +141,9 @@ def due(
     refresh_s: float = REFRESH_S,
 ) -> list[Alert]:
     """The monitor's P1 alerts to post an escalated copy of now: active, not silenced, not inhibited,
-    fired at least `after` ago, and not already escalated by a copy that stays up past `refresh_s`."""
+    fired at least `after` ago, and not already escalated by a copy that stays up past `refresh_s`
+    (a copy read back without endsAt counts as ending: posting it again is harmless, letting it lapse
+    would resolve it and page anew)."""
     copies_end = {
         _identity(_labels(a)): parse_time(a.get("endsAt"))
         for a in alerts
@@ -152,8 +154,8 @@ def due(
         key = _identity(_labels(a))
         if key in copies_end:
             ends = copies_end[key]
-            if ends is None or ends - now > refresh_s:
-                continue
+            if ends is not None and ends - now > refresh_s:
+                continue  # a copy with no known end is posted again: that only moves its endsAt
         out.append(a)
     return out
 
