@@ -80,7 +80,8 @@ def test_hello_restores_checkpoints_a_restarted_sidecar_forgot() -> None:
     v = t.snapshot()
     assert v.checkpoint_ts == {"full": T0 - 50, "incremental": T0 - 10}
     assert v.checkpoint_step == {"full": 900, "incremental": 950}
-    assert t.control_view()["resume_from"] == {"step": 950, "kind": "incremental", "path": "/ckpt/950i"}
+    assert t.control_view()["resume_from"] == {"step": 950, "kind": "incremental", "path": "/ckpt/950i",
+                                               "ts": T0 - 10}  # fmt: skip
 
 
 def test_hello_never_rolls_back_what_the_exporter_knows() -> None:
@@ -92,7 +93,12 @@ def test_hello_never_rolls_back_what_the_exporter_knows() -> None:
     v = t.snapshot()
     assert v.checkpoint_step == {"incremental": 1000, "full": 700}, "an older incremental is not restored"
     control = t.control_view()
-    assert control["resume_from"] == {"step": 1000, "kind": "incremental", "path": "/ckpt/1000i"}
+    assert control["resume_from"] == {
+        "step": 1000,
+        "kind": "incremental",
+        "path": "/ckpt/1000i",
+        "ts": T0 - 5,
+    }
     assert control["checkpoint"] == "full", "a restored checkpoint is not the one the operator asked for"
 
 

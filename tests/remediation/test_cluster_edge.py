@@ -47,12 +47,19 @@ def test_control_and_read_control_speak_the_exporters_protocol(sidecar: Any) -> 
     assert read["advisories"] == advice and read["pause"] is True and read["resume_from"] is None
 
 
-def test_the_sidecar_does_not_take_a_pinned_resume_from_yet(sidecar: Any) -> None:
-    """The executor posts the pin and checks the answer; today the exporter ignores the key, so a
-    PinCheckpoint detail says which sidecars do not hold it. When the exporter learns it, update this."""
+def test_the_sidecar_holds_a_pinned_resume_from(sidecar: Any) -> None:
+    """The executor posts the pin and checks the answer: the sidecar holds it (pinned) and says so on
+    a later read; a pin it cannot use is a 400, so the executor's detail names that sidecar."""
     edge = Cluster(client.ApiClient())
-    view = edge.control(sidecar.url, TOKEN, {"resume_from": {"step": 900, "path": "/ckpt/900"}})
-    assert view["resume_from"] is None
+    pin = {"step": 900, "kind": "full", "path": "/ckpt/900", "ts": 1_700_000_000.0}
+    view = edge.control(sidecar.url, TOKEN, {"resume_from": pin})
+    assert view["resume_from"] == pin and view["pinned"] is True
+    read = edge.read_control(sidecar.url, TOKEN)
+    assert read["resume_from"] == pin and read["pinned"] is True
+    with pytest.raises(ControlError, match="HTTP 400"):
+        edge.control(sidecar.url, TOKEN, {"resume_from": {"path": "/ckpt/900"}})
+    cleared = edge.control(sidecar.url, TOKEN, {"resume_from": None})
+    assert cleared["pinned"] is False and cleared["resume_from"] is None
 
 
 def test_a_wrong_token_is_a_control_error(sidecar: Any) -> None:

@@ -90,7 +90,8 @@ def test_a_hello_pushed_out_of_a_full_queue_is_sent_again() -> None:
         for step in range(1, 6):  # the sidecar was slow to start: the hello was pushed out
             tg.log_step(step)
         tg.checkpoint_saved(5, "full", "/ckpt/5")
-        assert tg.resume_from() == {"step": 5, "kind": "full", "path": "/ckpt/5"}  # asks the sidecar
+        # the first call asks the sidecar
+        assert tg.resume_from() == {"step": 5, "kind": "full", "path": "/ckpt/5", "ts": STARTED + 7}
         tg.flush()
     assert [e["type"] for e in sidecar.events] == ["step", "checkpoint", "hello"]
     assert sidecar.hellos()[0]["checkpoints"] == {"full": {"step": 5, "ts": STARTED + 7, "path": "/ckpt/5"}}

@@ -117,8 +117,11 @@ def test_operator_requests_reach_the_trainer(tmp_path: Path) -> None:
         wait(tg.should_pause)
         assert tg.should_checkpoint(7) == "full"
         assert tg.advisories() == [{"action": "clip_gradients", "max_norm": 1.0}]
+        before = time.time()
         tg.checkpoint_saved(7, "full", "/ckpt/7")
-        assert tg.resume_from() == {"step": 7, "kind": "full", "path": "/ckpt/7"}
+        resume = tg.resume_from()
+        assert resume is not None and before <= resume.pop("ts") <= time.time(), "when it was saved"
+        assert resume == {"step": 7, "kind": "full", "path": "/ckpt/7"}
         tg.close()
 
 

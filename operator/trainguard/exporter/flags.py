@@ -4,6 +4,18 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
+
+from trainguard.exporter.checkpoints import RESUME_FROM_ENV, resume_pointer
+
+
+def _resume_pointer(text: str) -> dict[str, Any] | None:
+    try:
+        return resume_pointer(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{exc} (--resume-from or {RESUME_FROM_ENV}: {text[:200]!r})"
+        ) from None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -73,6 +85,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=10.0,
         help="with --exit-after-bye: how long the last values stay scrapeable before the exporter exits",
+    )
+    p.add_argument(
+        "--resume-from",
+        type=_resume_pointer,
+        default=env(RESUME_FROM_ENV, ""),
+        metavar="JSON",
+        help="the checkpoint this pod resumes from, as the operator wrote it on the workload after a gang "
+        "restart (trainguard.io/resume-from: {step, path, kind?, ts?}): the SDK's resume_from() answers "
+        "it, pinned, until a trainer saves past it; an invalid pointer stops the exporter",
     )
     p.add_argument("--enable-fault-injection", action="store_true",
                    help="serve POST/DELETE /v1/faults (never in production)")  # fmt: skip

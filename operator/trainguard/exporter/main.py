@@ -56,7 +56,7 @@ def build(args: argparse.Namespace, registry: CollectorRegistry | None = None) -
         ),
         backend=backend,
         host=None if args.no_host else HostReader(args.host_root),
-        training=TrainingState(gpus_per_pod=gpus_per_pod, faults=faults),
+        training=TrainingState(gpus_per_pod=gpus_per_pod, faults=faults, resume_from=args.resume_from),
         faults=faults,
         registry=registry or CollectorRegistry(),
         fastpath=sender,

@@ -15,9 +15,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainguard.exporter.assignment import UNKNOWN_VISIBLE
+from trainguard.exporter.checkpoints import CHECKPOINT_KINDS, checkpoint_ref, newer
 from trainguard.exporter.faults import Faults
 
-CHECKPOINT_KINDS = ("incremental", "full")
+__all__ = ["CHECKPOINT_KINDS", "Control", "TrainingState", "TrainingView"]
+
+CHECKPOINT_HISTORY = 16
+"""Checkpoints listed in the control view: the operator pins the newest saved before a fault, which
+need not be the newest of all (a trainer may save once more between a NaN and the pause)."""
+ADVISORIES_MAX = 32
 
 
 @dataclass
@@ -53,6 +59,17 @@ class Control:
     checkpoint: str | None = None
     advisories: list[dict[str, Any]] = field(default_factory=list)
     resume_from: dict[str, Any] | None = None
+    """What the trainer resumes from: the pin while there is one, else the newest checkpoint."""
+    pinned: bool = False
+    """The operator chose resume_from (after a NaN: the newest checkpoint saved before it; after a gang
+    restart: --resume-from). Checkpoints reported since do not move it: a trainer that went on after
+    the NaN saves the corrupted state."""
+    pinned_at: float | None = None
+    """When the pin was posted. A checkpoint past the pin ends it only when saved by a trainer that
+    started after this: that trainer asked resume_from first and resumed from the pin. None for the
+    pointer the pod was created with: every trainer of this pod resumed from it."""
+    newest: dict[str, Any] | None = None
+    """The newest checkpoint reported (by step), pinned or not: resume_from once a pin is cleared."""
 
 
 def _num(value: Any) -> float | None:
@@ -82,14 +99,24 @@ def _specific(visible: Any) -> str | None:
 
 class TrainingState:
     def __init__(
-        self, gpus_per_pod: int = 1, faults: Faults | None = None, clock: Callable[[], float] = time.time
+        self,
+        gpus_per_pod: int = 1,
+        faults: Faults | None = None,
+        clock: Callable[[], float] = time.time,
+        resume_from: dict[str, Any] | None = None,
     ) -> None:
+        """`resume_from`: the operator's resume-from pointer for this pod (--resume-from, a checked
+        checkpoint_ref), held as a pin from the start."""
         self.gpus = max(1, gpus_per_pod)
         self.faults = faults or Faults()
         self.clock = clock
         self.lock = threading.Lock()
         self.view = TrainingView()
         self.control = Control()
+        if resume_from is not None:
+            self.control.resume_from, self.control.pinned = dict(resume_from), True
+        self.checkpoints: list[dict[str, Any]] = []
+        """The last CHECKPOINT_HISTORY good checkpoints reported, by step (oldest first)."""
         self.prev_step_ts: float | None = None
         self.instance = secrets.token_hex(8)
         """Chosen at start: an SDK that sees a new one says hello again (the sidecar restarted)."""
@@ -118,26 +145,55 @@ class TrainingState:
             return copy.deepcopy(self.view)
 
     def control_view(self) -> dict[str, Any]:
+        """GET /v1/control: what the operator set, for the SDK and for the operator itself."""
         with self.lock:
+            c = self.control
             return {
                 "instance": self.instance,
-                "pause": self.control.pause,
-                "checkpoint": self.control.checkpoint,
-                "advisories": list(self.control.advisories),
-                "resume_from": self.control.resume_from,
+                "pause": c.pause,
+                "checkpoint": c.checkpoint,
+                "advisories": copy.deepcopy(c.advisories),
+                "resume_from": dict(c.resume_from) if c.resume_from else None,
+                "pinned": c.pinned,
+                "checkpoints": [dict(x) for x in self.checkpoints],
             }
 
-    def set_control(self, body: dict[str, Any]) -> None:
+    def set_control(self, body: Any) -> None:
+        """POST /v1/control. The whole body is checked before anything changes: a 400 leaves the
+        control as it was (a refused checkpoint kind must not have paused training already).
+        `resume_from` pins a checkpoint ({step, kind, path, ts}); null lifts the pin, and resume_from
+        is the newest checkpoint again."""
+        if not isinstance(body, dict):
+            raise ValueError("expected a JSON object")
+        if "pause" in body and not isinstance(body["pause"], bool):
+            raise ValueError("pause must be true or false")
+        if "checkpoint" in body and body["checkpoint"] not in (None, *CHECKPOINT_KINDS):
+            raise ValueError(f"checkpoint must be one of {', '.join(CHECKPOINT_KINDS)} or null")
+        advisories = body.get("advisories")
+        if "advisories" in body and not (
+            isinstance(advisories, list) and all(isinstance(a, dict) for a in advisories)
+        ):
+            raise ValueError("advisories must be a list of objects")
+        pin = checkpoint_ref(body["resume_from"]) if "resume_from" in body else None
         with self.lock:
+            c = self.control
             if "pause" in body:
-                self.control.pause = bool(body["pause"])
+                c.pause = body["pause"]
             if "checkpoint" in body:
-                kind = body["checkpoint"]
-                if kind not in (None, *CHECKPOINT_KINDS):
-                    raise ValueError(f"checkpoint must be one of {', '.join(CHECKPOINT_KINDS)} or null")
-                self.control.checkpoint = kind
-            if "advisories" in body:
-                self.control.advisories = [dict(a) for a in body["advisories"]][-32:]
+                c.checkpoint = body["checkpoint"]
+            if advisories is not None:
+                c.advisories = copy.deepcopy(advisories[-ADVISORIES_MAX:])
+            if "resume_from" in body:
+                self._pin(pin)
+
+    def _pin(self, pin: dict[str, Any] | None) -> None:
+        c = self.control
+        if pin is None:
+            c.pinned, c.pinned_at, c.resume_from = False, None, c.newest
+            return
+        if not (c.pinned and c.pinned_at is not None and c.resume_from == pin):
+            c.pinned_at = self.clock()  # the same pin posted again (the executor's redo) keeps its time
+        c.pinned, c.resume_from = True, pin
 
     def ingest(self, report: dict[str, Any]) -> bool:
         """Apply one SDK report; returns True when it carried a non-finite loss (a fast-path event)."""
@@ -238,7 +294,7 @@ class TrainingState:
             if known is not None and ts <= known:
                 continue  # the exporter already knows this one or a newer one
             path = c.get("path")
-            self._record_checkpoint(kind, ts, _num(c.get("step")), path if isinstance(path, str) else None)
+            self._record_checkpoint(kind, ts, _num(c.get("step")), path, _finite(r.get("started_at")))
 
     def _restore_last_step(self, last: Any) -> None:
         """The trainer's newest step, for a sidecar restarted since: without it the stall rule would
@@ -253,19 +309,44 @@ class TrainingState:
             return  # the exporter has seen this step or a newer one
         self.view.step, self.view.last_step_ts = step, ts
 
-    def _record_checkpoint(self, kind: str, ts: float, step: float | None, path: Any) -> None:
+    def _record_checkpoint(
+        self, kind: str, ts: float, step: float | None, path: Any, trainer_started: float | None
+    ) -> None:
+        """A good checkpoint, from a report or a hello. `trainer_started` is the started_at of the
+        trainer that saved it (None when the SDK did not say): whether it may end a pin."""
         self.view.checkpoint_ts[kind] = ts
-        if step is not None:
-            self.view.checkpoint_step[kind] = step
-        best = self.control.resume_from
-        if step is not None and (best is None or step >= float(best.get("step", -1))):
-            self.control.resume_from = {"step": step, "kind": kind, "path": path}
+        if step is None or not math.isfinite(step):
+            return  # nothing to resume from without a step
+        self.view.checkpoint_step[kind] = step
+        ref = {"step": step, "kind": kind, "path": path if isinstance(path, str) and path else None, "ts": ts}
+        if ref not in self.checkpoints:
+            self.checkpoints = sorted([*self.checkpoints, ref], key=lambda x: (x["step"], x["ts"]))
+            self.checkpoints = self.checkpoints[-CHECKPOINT_HISTORY:]
+        c = self.control
+        if c.pinned and not self._ends_pin(step, trainer_started):
+            c.newest = newer(c.newest, ref)
+            return
+        if c.pinned:  # a trainer that resumed from the pin saved past it: its checkpoints are good again
+            c.pinned, c.pinned_at, c.newest = False, None, ref
+        else:
+            c.newest = newer(c.newest, ref)
+        c.resume_from = c.newest
+
+    def _ends_pin(self, step: float, trainer_started: float | None) -> bool:
+        c = self.control
+        pinned_step = float(c.resume_from["step"]) if c.resume_from else -1.0
+        if step <= pinned_step:
+            return False
+        if c.pinned_at is None:
+            return True  # the pod started from the pointer: every trainer here resumed from it
+        return trainer_started is not None and trainer_started > c.pinned_at
 
     def _checkpoint(self, r: dict[str, Any]) -> None:
         kind = str(r.get("kind")) if r.get("kind") in CHECKPOINT_KINDS else "incremental"
         if not r.get("ok", True):
             return
-        self._record_checkpoint(kind, _num(r.get("ts")) or self.clock(), _num(r.get("step")), r.get("path"))
+        self._record_checkpoint(kind, _finite(r.get("ts")) or self.clock(), _num(r.get("step")), r.get("path"),
+                                _finite(r.get("started_at")))  # fmt: skip
         # a requested checkpoint is done once one at least as complete is saved
         if self.control.checkpoint == kind or (self.control.checkpoint == "incremental" and kind == "full"):
             self.control.checkpoint = None

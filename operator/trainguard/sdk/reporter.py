@@ -22,6 +22,23 @@ CHECKPOINT_KINDS = ("incremental", "full")  # the exporter counts any other kind
 FIRST_CONTROL_TIMEOUT_S = 0.5  # resume_from() waits at most this long for a sidecar it never reached
 
 
+def _checkpoint(value: Any) -> dict[str, Any] | None:
+    """A resume_from as the sidecar answers it ({step, kind, path, ts}), or None when it is not one."""
+    if not isinstance(value, dict):
+        return None
+    step = value.get("step")
+    if isinstance(step, bool) or not isinstance(step, int | float) or not math.isfinite(step):
+        return None
+    return dict(value)
+
+
+def _newer(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The higher step of two checkpoints; on a tie, `b`."""
+    if a is None or b is None:
+        return a if b is None else b
+    return a if float(a["step"]) > float(b["step"]) else b
+
+
 def _clean(value: Any) -> Any:
     """JSON has no NaN: a non-finite loss travels as a string the sidecar counts as non-finite."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -73,7 +90,9 @@ class Reporter:
             "checkpoint": None,
             "advisories": [],
             "resume_from": None,
+            "pinned": False,
         }
+        self._own_best: dict[str, Any] | None = None  # the newest checkpoint this Reporter recorded
         self._last_control = 0.0
         self._control_fetched = False  # once the sidecar has answered GET /v1/control
         self._first_resume_fetch_done = False
@@ -164,14 +183,18 @@ class Reporter:
             self._bad_input("checkpoint_saved", exc)
             return
         ts = self._clock()
-        self._put({"type": "checkpoint", "step": step, "kind": kind, "path": path, "ok": ok, "ts": ts})
+        # started_at says which trainer saved it: one started after the operator pinned a checkpoint
+        # resumed from the pin, so its checkpoints past the pin end it
+        self._put({"type": "checkpoint", "step": step, "kind": kind, "path": path, "ok": ok, "ts": ts,
+                   "started_at": self.started_at})  # fmt: skip
         if ok:
             with self._lock:
                 recorded = kind if kind in CHECKPOINT_KINDS else "incremental"
                 self._checkpoints[recorded] = {"step": step, "ts": ts, "path": path}
-                best = self._control.get("resume_from")
-                if best is None or step >= float(best.get("step", -1)):
-                    self._control["resume_from"] = {"step": step, "kind": kind, "path": path}
+                self._own_best = _newer(self._own_best, {"step": step, "kind": kind, "path": path, "ts": ts})
+                if not self._control.get("pinned"):  # a pin moves only when the sidecar says so
+                    self._control["resume_from"] = _newer(_checkpoint(self._control.get("resume_from")),
+                                                          self._own_best)  # fmt: skip
                 if self._control.get("checkpoint") in (kind, "incremental"):
                     self._control["checkpoint"] = None
         self._wake.set()
@@ -215,7 +238,9 @@ class Reporter:
             return bool(self._control.get("pause"))
 
     def resume_from(self) -> dict[str, Any] | None:
-        """The newest good checkpoint: {"step", "kind", "path"}, or None.
+        """The checkpoint to resume from: {"step", "kind", "path", "ts"}, or None. The one the operator
+        pinned when the sidecar says so (a good checkpoint from before a NaN, or the pointer a
+        restarted gang was given), else the newest good one this process or the sidecar knows.
 
         Usually called once, right after construction, before the background thread has asked the
         sidecar: so the first call asks it now (at most FIRST_CONTROL_TIMEOUT_S) unless that is done."""
@@ -300,10 +325,13 @@ class Reporter:
         hello = None
         with self._lock:
             self._control_fetched = True
-            local_best = self._control.get("resume_from")
             self._control.update(control)
-            if control.get("resume_from") is None and local_best is not None:
-                self._control["resume_from"] = local_best
+            told = _checkpoint(control.get("resume_from"))
+            pinned = control.get("pinned") is True and told is not None
+            # a pin is the operator's choice and wins over what this process saved since; otherwise
+            # the newest of the sidecar's and this process's own (its report may still be queued)
+            self._control["pinned"] = pinned
+            self._control["resume_from"] = told if pinned else _newer(told, self._own_best)
             # no instance (an older exporter) changes nothing; a new one is a restarted sidecar
             if isinstance(instance, str):
                 restarted = self._instance is not None and instance != self._instance
