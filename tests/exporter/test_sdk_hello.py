@@ -80,8 +80,8 @@ def test_hello_restores_checkpoints_a_restarted_sidecar_forgot() -> None:
     v = t.snapshot()
     assert v.checkpoint_ts == {"full": T0 - 50, "incremental": T0 - 10}
     assert v.checkpoint_step == {"full": 900, "incremental": 950}
-    assert t.control_view()["resume_from"] == {"step": 950, "kind": "incremental", "path": "/ckpt/950i",
-                                               "ts": T0 - 10}  # fmt: skip
+    resume = {"step": 950, "kind": "incremental", "path": "/ckpt/950i", "ts": T0 - 10}
+    assert t.control_view()["resume_from"] == resume
 
 
 def test_hello_never_rolls_back_what_the_exporter_knows() -> None:
