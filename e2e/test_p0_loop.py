@@ -204,3 +204,36 @@ def test_a_node_fault_moves_the_gang_onto_the_warm_spare(
             if p.metadata.deletion_timestamp is None]  # fmt: skip
     assert spare in {p.spec.node_name for p in live}, "a full-node job did not wait for a repair"
     assert spare in done["steps"][-1]["detail"], done["steps"][-1]
+
+
+def test_a_trainer_oom_killed_restarts_the_gang_without_any_exporter(
+    operator: Cluster, ns: str, clean_nodes: None
+) -> None:
+    """No exporter can report an OOM kill of its pod: the operator sees it in the pod's state."""
+    pods = start_job(operator, ns)
+    victim = pods[0]
+    finished = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    status = {
+        "phase": "Failed",
+        "containerStatuses": [
+            {"name": "trainer", "ready": False, "restartCount": 0, "image": "registry.invalid/llama:1",
+             "imageID": "", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled", "finishedAt": finished,
+                                                     "startedAt": finished}}},
+            {"name": "logshipper", "ready": True, "restartCount": 0, "image": "registry.invalid/ship:1",
+             "imageID": "", "state": {"running": {"startedAt": finished}}},
+        ],
+    }  # fmt: skip
+    operator.core.patch_namespaced_pod_status(victim.metadata.name, ns, {"status": status})
+    try:
+        done = wait_for(
+            "TrainingInterrupted handled",
+            lambda: (r := records(operator, ns)) and r[0]["phase"] in ("Succeeded", "Failed") and r[0],
+            timeout=200,
+        )
+    except AssertionError:
+        raise AssertionError(json.dumps(records(operator, ns), indent=1)) from None
+    assert done["alert"] == "TrainingInterrupted", done
+    assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
+    assert [s["kind"] for s in done["steps"]] == ["RestartGang", "ConfirmPlacement"]
+    time.sleep(4)  # more passes see the same Failed pod: one fault, one restart
+    assert len(records(operator, ns)) == 1

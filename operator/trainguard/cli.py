@@ -163,6 +163,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
             receiver_key=args.receiver_key,
             receiver_ca=args.receiver_ca,
             key_file=args.key_file,
+            alertmanager_url=args.alertmanager_url,
             liveness=args.liveness or None,
             resync_seconds=args.resync_seconds,
             pods_seconds=args.pods_seconds,
@@ -349,6 +350,11 @@ def build_parser() -> argparse.ArgumentParser:
     op.add_argument(
         "--receiver-ca",
         help="the CA that signed it, given to sidecars and Alertmanager (default: --webhook-ca)",
+    )
+    op.add_argument(
+        "--alertmanager-url",
+        help="Alertmanager's base URL: the operator posts the faults it detects itself (OOMKilled or failed pods, "
+        "nodes down) and its notices (an action withheld by the storm guard) there",
     )
     op.add_argument(
         "--key-file",

@@ -51,8 +51,8 @@ def rig(leader: bool = True) -> tuple[Responder, FakeKube, FakeCluster]:
     kube = FakeKube(body)
     locks: dict[tuple[str, str], threading.RLock] = {}
 
-    def executor(c: Any, save: Any, token_for: Any) -> Executor:
-        return Executor(c, save, lambda ns, name: TOKEN, clock=clock, sleep=clock.sleep)
+    def executor(c: Any, save: Any, token_for: Any, **kw: Any) -> Executor:
+        return Executor(c, save, lambda ns, name: TOKEN, clock=clock, sleep=clock.sleep, **kw)
 
     responder = Responder(
         kube,  # type: ignore[arg-type]

@@ -287,3 +287,32 @@ class Kube:
             raise
         value = ((cast(dict[str, Any], obj).get("metadata") or {}).get("annotations") or {}).get(key)
         return str(value) if value else None
+
+    def plain(self, obj: Any) -> dict[str, Any]:
+        return cast(dict[str, Any], self.api.sanitize_for_serialization(obj))
+
+    def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        pods = self.core.list_namespaced_pod(
+            namespace, label_selector=selector, _request_timeout=self.timeout
+        )
+        return [self.plain(p) for p in pods.items]
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return [self.plain(n) for n in self.core.list_node(_request_timeout=self.timeout).items]
+
+    def list_node_leases(self) -> list[dict[str, Any]]:
+        leases = client.CoordinationV1Api(self.api).list_namespaced_lease(
+            "kube-node-lease", _request_timeout=self.timeout
+        )
+        return [self.plain(lease) for lease in leases.items]
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            job = client.BatchV1Api(self.api).read_namespaced_job(
+                name, namespace, _request_timeout=self.timeout
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return self.plain(job)

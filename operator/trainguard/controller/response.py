@@ -15,7 +15,7 @@ from typing import Any
 
 from trainguard.api import InvalidInput, TrainingJobMonitor, parse_object
 from trainguard.controller.kube import Kube
-from trainguard.remediation import records, tokens
+from trainguard.remediation import alertmanager, detect, records, tokens
 from trainguard.remediation.cluster import ClusterOps
 from trainguard.remediation.executor import Executor
 from trainguard.remediation.model import ClusterState, Signal
@@ -24,6 +24,8 @@ from trainguard.remediation.plan import plan, quiet
 log = logging.getLogger("trainguard.response")
 
 Record = dict[str, Any]
+WITHHELD = "TrainguardRemediationWithheld"
+"""The notice a storm guard or budget posts instead of an action, so that a person acts."""
 
 
 class Responder:
@@ -38,6 +40,7 @@ class Responder:
         clock: Callable[[], float] = time.time,
         workers: int = 4,
         executor_factory: Callable[..., Executor] = Executor,
+        alertmanager_url: str | None = None,
     ) -> None:
         self.kube = kube
         self.cluster = cluster
@@ -51,6 +54,8 @@ class Responder:
         self._guard = threading.Lock()
         self._stop = threading.Event()
         self._executor_factory = executor_factory
+        self.alertmanager_url = alertmanager_url
+        """Alertmanager's API (the operator's own P0s and its notices go there); None: not posted."""
 
     # ---- intake: called on the receiver's request threads; quick ----
 
@@ -131,7 +136,10 @@ class Responder:
                     raise RuntimeError(f"monitor {ns}/{name} is gone; remediation {r['id']} stops")
                 return self._save(fresh, r)
 
-        executor = self._executor_factory(self.cluster, save, self._token)
+        def notify(r: Record, message: str) -> None:
+            self.notify({**r, "namespace": ns, "trainingJob": name}, message)
+
+        executor = self._executor_factory(self.cluster, save, self._token, notify=notify)
 
         def work() -> None:
             try:
@@ -173,6 +181,64 @@ class Responder:
                     self._dispatch(record, monitor, body)
                     started += 1
         return started
+
+    def watch(self) -> int:
+        """The faults no exporter reports because it died with them: pods OOMKilled, failed or evicted,
+        the job's Job failed, and its nodes NotReady or with an expired Lease. Detected each pass on the
+        leader from the objects' own state (the same fault gives the same signal every pass), posted to
+        Alertmanager so they are routed and inhibited like every other alert, and planned like them."""
+        if not self.leader():
+            return 0
+        now = self.clock()
+        nodes = leases = None
+        found: list[Signal] = []
+        for body in self.kube.list_monitors():
+            monitor = _monitor(body)
+            if monitor is None:
+                continue
+            pods = self.kube.list_pods(monitor.namespace, monitor.spec.selector.to_selector_string())
+            ref = monitor.spec.workload_ref
+            jobs = []
+            if ref is not None and ref.kind == "Job":
+                job = self.kube.get_job(monitor.namespace, ref.name)
+                jobs = [job] if job is not None else []
+            found += detect.interruptions(pods, jobs, monitor, now)
+            if pods:
+                if nodes is None:
+                    nodes, leases = self.kube.list_nodes(), self.kube.list_node_leases()
+                found += detect.node_faults(nodes, leases or [], pods, monitor, now)
+        if found and self.alertmanager_url:
+            try:
+                alertmanager.post_alerts(self.alertmanager_url, found, clock=self.clock)
+            except alertmanager.AlertmanagerError as exc:
+                log.warning("cannot post %d detected fault(s) to Alertmanager: %s", len(found), exc)
+        self.submit(found)
+        return len(found)
+
+    def notify(self, record: Record, message: str) -> None:
+        """A NOTIFY step: what trainguard did not do and why, as a P0 for the job's receivers."""
+        if not self.alertmanager_url:
+            log.warning(
+                "no --alertmanager-url: the notice of %s is only in the record: %s", record.get("id"), message
+            )
+            return
+        ns, name = record.get("namespace", ""), record.get("trainingJob", "")
+        labels = {"alertname": WITHHELD, "severity": "P0", "namespace": ns, "training_job": name,
+                  "remediation": str(record.get("id", ""))}  # fmt: skip
+        if record.get("node"):
+            labels["node"] = str(record["node"])
+        alertmanager.post_alerts(
+            self.alertmanager_url,
+            [
+                {
+                    "labels": labels,
+                    "annotations": {
+                        "summary": f"trainguard withheld an action: {message}",
+                        "description": f"{record.get('alert')}: {message}",
+                    },
+                }
+            ],
+        )
 
     def _token(self, namespace: str, name: str) -> str:
         key = self.key()

@@ -64,6 +64,8 @@ class OperatorOptions:
     receiver_ca: str | None = None
     """The CA that signed it (default: the webhook's), handed to sidecars and Alertmanager."""
     key_file: str | None = None
+    alertmanager_url: str | None = None
+    """Alertmanager's base URL: the operator posts the faults it detects itself and its notices there."""
     """The operator key (a mounted file); default: the Secret KEY_SECRET in `namespace`."""
     liveness: str | None = "http://0.0.0.0:8080/healthz"
     resync_seconds: float = 120.0
@@ -137,11 +139,17 @@ def run(opts: OperatorOptions) -> None:
         key=lambda: receiver.key if (receiver := shared.get("receiver")) else None,
         leader=leader,
         lock=LOCKS,
+        alertmanager_url=opts.alertmanager_url,
     )
+
+    def remediation_pass() -> None:
+        responder.resume()
+        responder.watch()
+
     periodic = Periodic(
         kube,
         leader=leader,
-        on_pass=responder.resume,
+        on_pass=remediation_pass,
         reconcile=lambda ns, name: reconcile(kube, ns, name, shared.get("receiver")),
         lock=LOCKS,
         resync_s=opts.resync_seconds,

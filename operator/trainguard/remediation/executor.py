@@ -429,7 +429,9 @@ class Executor:
         """Wait until as many live pods as were deleted exist, created since the record, all scheduled
         and none on an avoided node; record where they landed and which spare took one."""
         timeout = _float(params.get("timeout_s")) or PLACEMENT_TIMEOUT_S
-        avoid = _avoid(params) or ({record["node"]} if record.get("node") else set())
+        # only a node fault avoids its node: an OOM-killed or failed pod's node is healthy
+        fault_node = record.get("node") if record.get("class") == "nodeFault" else None
+        avoid = _avoid(params) or ({str(fault_node)} if fault_node else set())
         expected = _gang_size(record)
         namespace, selector = monitor.namespace, monitor.spec.selector.to_selector_string()
         created_after = records.unix(record.get("created", ""))
