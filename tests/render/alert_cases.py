@@ -112,10 +112,9 @@ CASES: dict[str, list[Case]] = {
     ],
     "GPUNodeDown": [
         Case(
-            "exporter unreachable for 3 minutes",
+            "an exporter unreachable for 3 minutes is not a node down (the operator would cordon it)",
             "5m",
             [series("up", POD, "1 1 0 0 0 0 0")],
-            [p("P0", JOB | {"node": "gpu-node-1"})],
         ),
         Case(
             "Node NotReady",
@@ -143,6 +142,13 @@ CASES: dict[str, list[Case]] = {
                 ),
             ],
         ),
+    ],
+    "TrainguardExporterDown": [
+        Case(
+            "exporter unreachable for 3 minutes", "5m", [series("up", POD, "1 1 0 0 0 0 0")], [p("P2", POD)]
+        ),
+        Case("unreachable for 1 minute only", "3m", [series("up", POD, "1 1 0 1 1 1")]),
+        Case("another job's exporter", "5m", [series("up", POD | {"training_job": "other-job"}, "0x6")]),
     ],
     "GPUDoubleBitECCError": [
         Case(

@@ -130,10 +130,10 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "GPUNodeDown",
         "P0",
-        "1m",
+        "30s",
         Layer.HARDWARE,
         Scope.NODE,
-        "the node's exporter is unreachable, or the Node is NotReady",
+        "the Node of one of the job's pods is NotReady (node state, never an unreachable exporter alone)",
         "A GPU node of the job is down",
         "node crash, kernel panic, network partition or kubelet failure",
         p0_class=P0Class.NODE_FAULT,
@@ -431,6 +431,17 @@ ALERTS: tuple[Alert, ...] = (
         "Many correctable ECC errors: GPU memory is degrading",
         "aging HBM; plan a replacement before it turns uncorrectable",
         params=(_p("errors", 100, "single-bit errors in 24h"),),
+    ),
+    Alert(
+        "TrainguardExporterDown",
+        "P2",
+        "2m",
+        Layer.JOB,
+        Scope.POD,
+        "Prometheus cannot scrape the pod's trainguard exporter (up == 0)",
+        "A trainguard sidecar is unreachable: this pod's signals are blind",
+        "the exporter crashed or is overloaded, or the pod's network is broken; a node that is down "
+        "raises GPUNodeDown from its node state, which silences this",
     ),
     # ---- P3 ----
     Alert(

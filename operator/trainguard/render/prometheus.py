@@ -173,11 +173,12 @@ EXPRESSIONS: dict[str, Callable[[Context, EffectiveAlert], str]] = {
         f"time() - {_since_start(c, c.m('trainguard_train_last_step_timestamp_seconds'))} "
         f"> {_num(_stall_seconds(c, a))}"
     ),
+    # node state only: an unreachable sidecar is TrainguardExporterDown, and the operator acts on this
     "GPUNodeDown": lambda c, a: (
-        f"max by ({JOB}, node) ({c.m('up')} == 0) or max by ({JOB}, node) ("
-        f"group by ({JOB}, node, pod) ({c.m('up')}) and on(node) "
+        f"max by ({JOB}, node) (group by ({JOB}, node, pod) ({c.m('up')}) and on(node) "
         f'(kube_node_status_condition{{condition="Ready",status="true"}} == 0))'
     ),
+    "TrainguardExporterDown": lambda c, a: f"{c.m('up')} == 0",
     "GPUDoubleBitECCError": lambda c, a: (
         f"increase({c.gpu('DCGM_FI_DEV_ECC_DBE_VOL_TOTAL')}[{c.rate_window}]) > 0"
     ),
