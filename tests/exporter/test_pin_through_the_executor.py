@@ -11,7 +11,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from kubernetes import client
 
 from tests.conftest import monitor as make_monitor
@@ -130,11 +129,6 @@ def test_the_view_lists_the_good_checkpoint_when_a_newer_one_followed_the_nan() 
         assert chosen is not None and chosen["path"] == "/ckpt/900"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="executor._pin reads only each sidecar's resume_from; it should also take view['checkpoints'] "
-    "as candidates (remediation/executor.py, not this helper's file)",
-)
 def test_the_executor_pins_the_good_checkpoint_when_a_newer_one_followed_the_nan() -> None:
     base = time.time() - 600
     clock = Clock(base)

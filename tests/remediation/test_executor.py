@@ -1,15 +1,20 @@
 """The executor carries a record out against a fake cluster that behaves like the real one: cordon is
 idempotent and keeps its first annotations, a taint merges into the node's list, deleted pods go
 Terminating and their Job controller recreates them (scheduled at the scheduler's next pass), and
-sidecars answer control as the exporter does (unknown keys ignored, advisories replaced whole, a
-requested checkpoint saved by the trainer a little later, new pods' sidecars knowing no checkpoint)."""
+sidecars answer control as the exporter does (a body checked whole before anything changes, advisories
+replaced whole, a requested checkpoint saved by the trainer a little later and listed in `checkpoints`,
+a pinned resume_from held until a trainer started after the pin saves past it, new pods' sidecars knowing
+no checkpoint but the workload's resume-from pointer the webhook gave them, held as a pin). An older
+sidecar (`old_sidecars=True`) ignores resume_from posts and shows neither times, pinned nor checkpoints."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
 import datetime as dt
+import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -17,6 +22,7 @@ import pytest
 from tests.conftest import monitor as make_monitor
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog.events import fingerprint
+from trainguard.exporter.checkpoints import checkpoint_ref, newer, resume_pointer
 from trainguard.remediation.cluster import (
     CORDON_REASON,
     CORDONED_AT,
@@ -37,6 +43,8 @@ T0 = 1_700_000_000.0
 TOKEN = "sidecar-token"
 PORT = 9400
 CKPT_STEP = 1000
+CKPT_TS = T0 - 60
+HISTORY = 16
 
 
 class Crash(BaseException):
@@ -67,9 +75,11 @@ class FakeCluster:
         self,
         clock: Clock,
         timeline: list[tuple[str, ...]],
+        *,
         nodes: tuple[str, ...] = ("gpu-a", "gpu-b", "gpu-c"),
         pods: dict[str, str] | None = None,
         save_after_reads: int | None = 2,
+        old_sidecars: bool = False,
     ) -> None:
         self.clock = clock
         self.timeline = timeline
@@ -77,14 +87,16 @@ class FakeCluster:
             n: {"unschedulable": False, "annotations": {}, "taints": [], "labels": {}, "gpus": 8}
             for n in nodes
         }
+        self.old_sidecars = old_sidecars
         self.pods: dict[str, dict[str, Any]] = {}
         for i, (pod, node) in enumerate((pods or {"job-0": "gpu-a", "job-1": "gpu-b"}).items()):
             self.pods[pod] = {"node": node, "created": int(T0 - 3600), "terminating": False, "index": i}
-        self.sidecar: dict[str, dict[str, Any]] = {
-            pod: self._sidecar_state({"step": CKPT_STEP, "kind": "full", "path": f"/ckpt/{CKPT_STEP}"})
-            for pod in self.pods
-        }
+        first = {"step": CKPT_STEP, "kind": "full", "path": f"/ckpt/{CKPT_STEP}", "ts": CKPT_TS}
+        self.sidecar: dict[str, dict[str, Any]] = {pod: self._sidecar_state(dict(first)) for pod in self.pods}
+        self.workload = ("Job", "llama-pretrain")
+        """The gang's owner: the webhook reads its resume-from annotation into each new pod's sidecar."""
         self.workloads: dict[tuple[str, str], dict[str, str]] = {}
+        self.annotations_written: list[dict[str, str | None]] = []
         self.generation = 0
         self.save_after_reads = save_after_reads
         self.unreachable: set[str] = set()
@@ -92,9 +104,23 @@ class FakeCluster:
         self.crash_after: int | None = None
         self.effects: list[tuple[str, ...]] = []
 
-    @staticmethod
-    def _sidecar_state(resume_from: dict[str, Any] | None) -> dict[str, Any]:
-        return {"pause": False, "checkpoint": None, "advisories": [], "resume_from": resume_from, "reads": 0}
+    def _sidecar_state(
+        self, newest: dict[str, Any] | None, pin: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """A sidecar as the exporter keeps it: `newest` saved (and listed), or a pod created with the
+        pointer `pin` (held from the start, pinned_at None) and nothing saved yet."""
+        return {
+            "pause": False,
+            "checkpoint": None,
+            "advisories": [],
+            "resume_from": pin or newest,
+            "pinned": pin is not None,
+            "checkpoints": [newest] if newest else [],
+            "pinned_at": None,
+            "newest": newest,
+            "started": self.clock(),  # the trainer's start (the pod's, here)
+            "reads": 0,
+        }
 
     def _effect(self, *what: str) -> None:
         self.effects.append(what)
@@ -130,10 +156,12 @@ class FakeCluster:
                     break
 
     def _recreate(self, index: int) -> None:
+        """The Job controller's replacement; the webhook gives its sidecar the workload's resume-from."""
         self.generation += 1
         name = f"job-{index}-r{self.generation}"
         self.pods[name] = {"node": "", "created": int(self.clock()), "terminating": False, "index": index}
-        self.sidecar[name] = self._sidecar_state(None)
+        pointer = self.workloads.get(self.workload, {}).get(RESUME_FROM)
+        self.sidecar[name] = self._sidecar_state(None, resume_pointer(pointer) if pointer else None)
 
     def _pod_dict(self, name: str) -> dict[str, Any]:
         s = self.pods[name]
@@ -222,12 +250,20 @@ class FakeCluster:
         return new_pods_placement(pods, created_after)
 
     def annotate_workload(
-        self, namespace: str, api_version: str, kind: str, name: str, annotations: dict[str, str]
+        self, namespace: str, api_version: str, kind: str, name: str, annotations: Mapping[str, str | None]
     ) -> None:
+        """A merge patch: a None (JSON null) removes the key, a missing key stays as it is."""
         current = self.workloads.setdefault((kind, name), {})
         if any(current.get(k) != v for k, v in annotations.items()):
-            current.update(annotations)
-            self._effect("annotate", kind, name)
+            self.annotations_written.append(dict(annotations))
+            for key, value in annotations.items():
+                if value is None:
+                    current.pop(key, None)
+                else:
+                    current[key] = value
+            self._effect(
+                "unannotate" if all(v is None for v in annotations.values()) else "annotate", kind, name
+            )
         self._called()
 
     def sidecars(self, namespace: str, label_selector: str, port: int) -> list[Sidecar]:
@@ -247,37 +283,71 @@ class FakeCluster:
             raise ControlError(f"POST {base_url}/v1/control: HTTP 401")
         return pod, self.sidecar[pod]
 
-    @staticmethod
-    def _view(state: dict[str, Any]) -> dict[str, Any]:
-        return copy.deepcopy({k: v for k, v in state.items() if k != "reads"})
+    def _view(self, state: dict[str, Any]) -> dict[str, Any]:
+        hidden = {"reads", "pinned_at", "newest", "started"}
+        if self.old_sidecars:  # before the pin: no times, no pinned, no list
+            hidden |= {"pinned", "checkpoints"}
+        view = copy.deepcopy({k: v for k, v in state.items() if k not in hidden})
+        if self.old_sidecars and view["resume_from"]:
+            view["resume_from"].pop("ts", None)
+        return view
 
     def control(self, base_url: str, token: str, body: dict[str, Any]) -> dict[str, Any]:
         pod, state = self._reach(base_url, token)
+        if body.get("checkpoint") not in (None, "full", "incremental"):
+            raise ControlError("HTTP 400 checkpoint")  # checked whole: nothing changed
+        try:
+            pin = checkpoint_ref(body["resume_from"]) if "resume_from" in body else None
+        except ValueError as exc:
+            raise ControlError(f"HTTP 400 {exc}") from None
         if "pause" in body and bool(body["pause"]) != state["pause"]:
             state["pause"] = bool(body["pause"])
             self._effect("pause", pod)
-        if "checkpoint" in body:
-            if body["checkpoint"] not in (None, "full", "incremental"):
-                raise ControlError("HTTP 400")
-            if body["checkpoint"] != state["checkpoint"]:
-                state["checkpoint"], state["reads"] = body["checkpoint"], 0
-                self._effect("checkpoint-request", pod)
+        if "checkpoint" in body and body["checkpoint"] != state["checkpoint"]:
+            state["checkpoint"], state["reads"] = body["checkpoint"], 0
+            self._effect("checkpoint-request", pod)
         if "advisories" in body and list(body["advisories"])[-32:] != state["advisories"]:
             state["advisories"] = [dict(a) for a in body["advisories"]][-32:]
             self._effect("advise", pod)
-        # like the exporter today, other keys (resume_from) are ignored
+        if "resume_from" in body and not self.old_sidecars:  # an older exporter ignores the key
+            self._pin(pod, state, pin)
         self._called()
         return self._view(state)
+
+    def _pin(self, pod: str, state: dict[str, Any], pin: dict[str, Any] | None) -> None:
+        before = (state["pinned"], state["resume_from"])
+        if pin is None:
+            state["pinned"], state["pinned_at"], state["resume_from"] = False, None, state["newest"]
+        else:
+            if not (state["pinned"] and state["pinned_at"] is not None and state["resume_from"] == pin):
+                state["pinned_at"] = self.clock()  # the same pin again keeps its time
+            state["pinned"], state["resume_from"] = True, pin
+        if (state["pinned"], state["resume_from"]) != before:
+            self._effect("pin" if pin else "unpin", pod)
+
+    def trainer_saves(self, state: dict[str, Any], kind: str) -> float:
+        """The trainer saved a checkpoint past its newest and reported it; returns its step."""
+        known = [c["step"] for c in state["checkpoints"]] + [(state["resume_from"] or {}).get("step", 0)]
+        step = max(known) + 100
+        ref = {"step": float(step), "kind": kind, "path": f"/ckpt/{step:g}", "ts": self.clock()}
+        state["checkpoints"] = sorted([*state["checkpoints"], ref], key=lambda c: (c["step"], c["ts"]))
+        state["checkpoints"] = state["checkpoints"][-HISTORY:]
+        state["newest"] = newer(state["newest"], ref)
+        pinned_step = (state["resume_from"] or {}).get("step", -1)
+        started_after = state["pinned_at"] is None or state["started"] > state["pinned_at"]
+        if state["pinned"] and not (step > pinned_step and started_after):
+            return float(step)  # the trainers running when the pin was set do not move it
+        state["pinned"], state["pinned_at"], state["resume_from"] = False, None, state["newest"]
+        return float(step)
 
     def read_control(self, base_url: str, token: str) -> dict[str, Any]:
         pod, state = self._reach(base_url, token)
         if state["checkpoint"] and self.save_after_reads is not None:
             state["reads"] += 1
             if state["reads"] >= self.save_after_reads:  # the trainer saved and reported it
-                step = (state["resume_from"] or {}).get("step", 0) + 100
-                state["resume_from"] = {"step": step, "kind": state["checkpoint"], "path": f"/ckpt/{step}"}
+                step = self.trainer_saves(state, state["checkpoint"])
                 state["checkpoint"] = None
-                self._effect("checkpoint-saved", pod, str(step))
+                self._effect("checkpoint-saved", pod, f"{step:g}")
         self._called()
         return self._view(state)
 
@@ -369,7 +439,7 @@ def test_node_fault_runs_checkpoint_cordon_taint_restart_confirm_in_order() -> N
     effects = [e[0] for e in rig.cluster.effects]
     assert effects == [
         "checkpoint-request", "checkpoint-saved",  # the healthy rank on gpu-b only
-        "cordon", "taint", "annotate", "delete", "delete",
+        "cordon", "taint", "annotate", "delete", "delete", "unannotate",
     ]  # fmt: skip
     assert rig.cluster.effects[0] == ("checkpoint-request", "job-1"), (
         "the rank on the faulty node is not asked"
@@ -380,13 +450,17 @@ def test_node_fault_runs_checkpoint_cordon_taint_restart_confirm_in_order() -> N
     assert node["unschedulable"] and node["annotations"][CORDONED_BY] == done["id"]
     assert node["annotations"][CORDON_REASON] == "GPUCriticalXid"
     assert node["taints"] == [{"key": FAULTY_TAINT, "value": "GPUCriticalXid", "effect": "NoSchedule"}]
-    # the pointer is the newest checkpoint, the emergency one
-    assert rig.cluster.workloads[("Job", "llama-pretrain")] == {
-        RESUME_FROM: '{"path": "/ckpt/1100", "step": 1100}'
-    }
+    # the pointer is the newest checkpoint, the emergency one, with its kind and time
+    pointer = json.loads(str(rig.cluster.annotations_written[0][RESUME_FROM]))
+    assert pointer == {"step": 1100, "kind": "full", "path": "/ckpt/1100", "ts": pointer["ts"]}
+    assert pointer["ts"] > T0
     assert detail["RestartGang"].startswith("deleted 2 pod(s): job-0, job-1; resume-from step 1100 on Job/")
-    # the replacements landed on the healthy nodes, not on the cordoned one
-    assert detail["ConfirmPlacement"] == "placed job-0-r1->gpu-b, job-1-r2->gpu-c"
+    # the new sidecars were created holding it; the replacements landed on the healthy nodes
+    assert [s["resume_from"] for s in rig.cluster.sidecar.values()] == [checkpoint_ref(pointer)] * 2
+    assert all(s["pinned"] for s in rig.cluster.sidecar.values())
+    assert detail["ConfirmPlacement"] == (
+        "placed job-0-r1->gpu-b, job-1-r2->gpu-c; resume-from cleared on Job/llama-pretrain"
+    )
 
 
 def test_records_are_saved_before_each_action() -> None:
@@ -543,10 +617,11 @@ def test_a_checkpoint_that_does_not_come_is_recorded_and_the_cordon_goes_on() ->
     assert done["phase"] == Phase.SUCCEEDED
     assert rig.cluster.nodes["gpu-a"]["unschedulable"]
     # the pointer is the newest checkpoint before the fault
-    assert (
-        rig.cluster.workloads[("Job", "llama-pretrain")][RESUME_FROM]
-        == '{"path": "/ckpt/1000", "step": 1000}'
-    )
+    assert rig.cluster.annotations_written[0] == {
+        RESUME_FROM: json.dumps(
+            {"kind": "full", "path": "/ckpt/1000", "step": 1000, "ts": CKPT_TS}, sort_keys=True
+        )
+    }
 
 
 def test_an_unreachable_healthy_sidecar_does_not_block_the_cordon() -> None:
@@ -573,7 +648,9 @@ def test_a_spare_that_takes_a_pod_is_recorded() -> None:
     rig.cluster.nodes["spare-0"]["labels"]["trainguard.io/spare"] = "true"
     m = _monitor()
     done = rig.executor().run(node_fault_record(m), m)
-    assert done["steps"][-1]["detail"] == "placed job-0-r1->gpu-b, job-1-r2->spare-0; spare used: spare-0"
+    assert done["steps"][-1]["detail"] == (
+        "placed job-0-r1->gpu-b, job-1-r2->spare-0; spare used: spare-0; resume-from cleared on Job/llama-pretrain"
+    )
     assert done["steps"][3]["detail"].endswith("; spares available: spare-0")
 
 
@@ -615,7 +692,7 @@ def test_an_interrupted_gang_restarts_its_live_pods_and_leaves_the_finished_one(
         ("delete", "job-1-r0"),
     ]
     assert done["steps"][0]["detail"].startswith("deleted 2 pod(s): job-0, job-1-r0")
-    assert done["steps"][1]["detail"] == "placed job-0-r1->gpu-a, job-1-r2->gpu-b"
+    assert done["steps"][1]["detail"].startswith("placed job-0-r1->gpu-a, job-1-r2->gpu-b; ")
 
 
 # ---- the non-finite loss and advice ----------------------------------------------------------------------
@@ -630,10 +707,99 @@ def test_non_finite_loss_pauses_every_sidecar_and_pins_the_checkpoint_before_it(
     assert done["phase"] == Phase.SUCCEEDED
     assert all(s["pause"] for s in rig.cluster.sidecar.values())
     assert done["steps"][0]["detail"] == "paused: job-0, job-1"
-    assert done["steps"][1]["detail"] == (
-        "pinned step 1000 (/ckpt/1000) (saved before the fault: not checked, the sidecar reports no checkpoint time)"
-    )
+    assert done["steps"][1]["detail"] == "pinned step 1000 (/ckpt/1000)", "checked against its time"
+    pin = {"step": 1000.0, "kind": "full", "path": "/ckpt/1000", "ts": CKPT_TS}
+    assert all(s["pinned"] and s["resume_from"] == pin for s in rig.cluster.sidecar.values())
     assert not any(n["unschedulable"] for n in rig.cluster.nodes.values()), "a NaN cordons nothing"
+
+
+def test_an_older_sidecar_without_times_is_pinned_unchecked_and_its_checkpoint_awaited() -> None:
+    """An exporter from before the pin: resume_from without ts, no `checkpoints`, the pin ignored. The
+    pin is taken from resume_from and says it could not be checked; the checkpoint request judges
+    progress from resume_from."""
+    rig = Rig(old_sidecars=True)
+    m = _monitor()
+    nan = rig.executor().run(record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0 - 6)})), m)
+    assert nan["steps"][0]["detail"] == (
+        "pinned step 1000 (/ckpt/1000) (saved before the fault: not checked, the sidecar reports no "
+        "checkpoint time)"
+    )
+    done = rig.executor().run(node_fault_record(m), m)
+    assert done["steps"][0]["detail"] == f"checkpoint step {CKPT_STEP + 100} saved on job-1"
+
+
+def test_pin_takes_the_listed_checkpoint_when_the_trainer_saved_after_the_nan() -> None:
+    """The trainer saved once more between the NaN and the pause: resume_from is that corrupted
+    checkpoint; the good one before the NaN is among the sidecar's `checkpoints`."""
+    rig = Rig()
+    for state in rig.cluster.sidecar.values():
+        rig.cluster.trainer_saves(state, "incremental")  # step 1100 at T0, after the NaN at T0 - 6
+        assert state["resume_from"]["step"] == CKPT_STEP + 100
+    done = rig.executor().run(
+        record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0 - 6)})), _monitor()
+    )
+
+    assert done["phase"] == Phase.SUCCEEDED, done["steps"][0]["detail"]
+    assert done["steps"][0]["detail"] == "pinned step 1000 (/ckpt/1000)"
+    for state in rig.cluster.sidecar.values():
+        assert state["pinned"] and state["resume_from"]["path"] == "/ckpt/1000"
+
+
+def test_a_pinned_sidecar_answers_the_checkpoint_request_and_the_pointer_keeps_the_pin() -> None:
+    """A node fault after a NaN pin: the pinned resume_from never moves, so progress is the newest
+    listed checkpoint; the gang restarts from the pin, not from the checkpoint of the corrupted state."""
+    rig = Rig()
+    m = _monitor()
+    pin = {"step": CKPT_STEP, "kind": "full", "path": f"/ckpt/{CKPT_STEP}", "ts": CKPT_TS}
+    for pod, state in rig.cluster.sidecar.items():
+        rig.cluster.control(f"http://{pod}:{PORT}", TOKEN, {"resume_from": pin})  # after a NaN
+        rig.cluster.trainer_saves(state, "full")  # step 1100: the trainer went on, the pin holds
+        assert state["pinned"] and state["resume_from"]["step"] == CKPT_STEP
+
+    done = rig.executor().run(node_fault_record(m, timeout_s=30), m)
+
+    assert done["steps"][0]["detail"] == "checkpoint step 1200 saved on job-1"
+    assert rig.clock() - T0 < 30, "the wait did not run out its timeout"
+    pointer = json.loads(str(rig.cluster.annotations_written[0][RESUME_FROM]))
+    assert pointer == {"step": 1000, "kind": "full", "path": "/ckpt/1000", "ts": CKPT_TS}
+
+
+def test_the_pointer_is_cleared_once_the_gang_is_placed_and_a_later_pod_starts_unpinned() -> None:
+    rig = Rig()
+    m = _monitor()
+    done = rig.executor().run(node_fault_record(m), m)
+    assert done["phase"] == Phase.SUCCEEDED
+    assert [e for e in rig.cluster.effects if e[0].endswith("annotate")] == [
+        ("annotate", "Job", "llama-pretrain"),
+        ("unannotate", "Job", "llama-pretrain"),
+    ]
+    assert rig.cluster.annotations_written[-1] == {RESUME_FROM: None}
+    assert RESUME_FROM not in rig.cluster.workloads[("Job", "llama-pretrain")]
+    assert all(s["pinned"] for s in rig.cluster.sidecar.values()), "the new gang holds the pointer"
+
+    rig.cluster.delete_pods("ml", ["job-0-r1"])  # later, for another reason
+    rig.cluster.sidecars("ml", "app=llama-pretrain", PORT)
+    assert rig.cluster.sidecar["job-0-r3"]["pinned"] is False
+    assert rig.cluster.sidecar["job-0-r3"]["resume_from"] is None
+
+
+def test_a_pointer_that_cannot_be_cleared_is_said_and_the_placement_stands() -> None:
+    rig = Rig()
+    m = _monitor()
+    annotate = rig.cluster.annotate_workload
+
+    def refused(namespace: str, api_version: str, kind: str, name: str, annotations: Any) -> None:
+        if all(v is None for v in annotations.values()):
+            raise RuntimeError('jobs.batch "llama-pretrain" is forbidden')
+        annotate(namespace, api_version, kind, name, annotations)
+
+    rig.cluster.annotate_workload = refused  # type: ignore[method-assign]
+    done = rig.executor().run(node_fault_record(m), m)
+
+    assert done["phase"] == Phase.SUCCEEDED
+    assert done["steps"][-1]["detail"].endswith(
+        '; resume-from not cleared on Job/llama-pretrain: jobs.batch "llama-pretrain" is forbidden'
+    )
 
 
 def test_pause_fails_when_no_sidecar_takes_it() -> None:
@@ -647,10 +813,19 @@ def test_pause_fails_when_no_sidecar_takes_it() -> None:
 def test_pin_fails_when_no_checkpoint_is_known() -> None:
     rig = Rig()
     for state in rig.cluster.sidecar.values():
-        state["resume_from"] = None
+        state["resume_from"], state["checkpoints"] = None, []
     done = rig.executor().run(record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0)})), _monitor())
     assert done["phase"] == Phase.FAILED
     assert done["steps"][0]["detail"] == "no checkpoint saved before the fault is known to the sidecars"
+
+
+def test_pin_fails_when_every_checkpoint_followed_the_fault() -> None:
+    rig = Rig()
+    done = rig.executor().run(
+        record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(CKPT_TS - 1)})), _monitor()
+    )
+    assert done["phase"] == Phase.FAILED
+    assert not any(s["pinned"] for s in rig.cluster.sidecar.values())
 
 
 def test_advice_is_appended_once_to_each_sidecar() -> None:
@@ -692,6 +867,9 @@ def test_a_wrong_token_reaches_no_sidecar() -> None:
         ([{"step": 900}, {"step": 1000}], None, 1000, 900),  # at the NaN step is not good
         ([{"step": 1000, "ts": T0}], T0, None, None),
         ([{"path": "/x"}], None, None, None),
+        # a pin without a time is the listed checkpoint of the same step and path: saved after the NaN
+        ([{"step": 1000, "path": "/c"}, {"step": 1000, "path": "/c", "ts": T0 + 1}], T0, None, None),
+        ([{"step": 900, "path": "/b", "ts": T0 - 9}, {"step": 1000, "path": "/c"}], T0, None, 1000),
     ],
 )
 def test_choose_checkpoint_keeps_the_newest_before_the_fault(

@@ -13,7 +13,12 @@ Decisions taken here:
   Succeeded with a detail starting "timed out" (or "no sidecar"), and the plan goes on.
 - Pause, PinCheckpoint and Advise fail only when no sidecar took the call; partial success names the
   sidecars that did not in the detail.
-- PinCheckpoint fails when no checkpoint before the fault is known: nothing good can be pinned.
+- PinCheckpoint fails when no checkpoint before the fault is known: nothing good can be pinned. It
+  looks at every checkpoint a sidecar lists, not only its resume_from: a trainer may save once more
+  between the NaN and the pause.
+- The resume-from pointer on the workload lives from the gang's deletion until its replacements are
+  placed (the webhook has read it by then): a pod recreated later for another reason must not start
+  pinned to an old checkpoint.
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 from trainguard.api.common import duration_seconds
 from trainguard.api.monitor import TrainingJobMonitor
@@ -66,12 +71,12 @@ def choose_checkpoint(
     candidates: list[dict[str, Any]], before_ts: float | None, before_step: float | None
 ) -> tuple[dict[str, Any] | None, str]:
     """The newest checkpoint (by step) saved before the fault, and a note. A candidate with a `ts` is
-    judged by it against `before_ts`; one with a step against `before_step`. The sidecar's resume_from
-    carries no ts today: with only `before_ts` to go by, the newest is kept and the note says it could
-    not be checked."""
+    judged by it against `before_ts`; one with a step against `before_step`. One without a ts takes the
+    ts of a candidate of the same step and path; an older sidecar's resume_from has none at all: with
+    only `before_ts` to go by, it is kept and the note says it could not be checked."""
     good: list[dict[str, Any]] = []
     unchecked = False
-    for c in candidates:
+    for c in _dated(candidates):
         step, ts = _float(c.get("step")), _float(c.get("ts"))
         if step is None:
             continue
@@ -82,15 +87,52 @@ def choose_checkpoint(
         good.append(c)
     if not good:
         return None, ""
-    best = max(good, key=lambda c: float(c["step"]))
+    best = max(good, key=lambda c: (float(c["step"]), _float(c.get("ts")) is not None))
     if before_ts is not None and _float(best.get("ts")) is None and before_step is None:
         unchecked = True
     return best, " (saved before the fault: not checked, the sidecar reports no checkpoint time)" * unchecked
 
 
+def _dated(candidates: list[dict[str, Any]], known: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    """The candidates, one without a ts given the ts of another (or of one `known`) of the same step and
+    path: a pin from a pointer written without a time is the checkpoint the sidecar lists with it."""
+    times = {
+        (_float(c.get("step")), c.get("path")): ts
+        for c in [*candidates, *known]
+        if (ts := _float(c.get("ts"))) is not None
+    }
+    out = []
+    for c in candidates:
+        key = (_float(c.get("step")), c.get("path"))
+        out.append({**c, "ts": times[key]} if _float(c.get("ts")) is None and key in times else c)
+    return out
+
+
 def _step_of(view: dict[str, Any]) -> float | None:
     resume = view.get("resume_from")
     return _float(resume.get("step")) if isinstance(resume, dict) else None
+
+
+def _checkpoints(view: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every checkpoint a sidecar's control view names: `checkpoints`, its recent good ones (an exporter
+    older than the pin lists none), and resume_from (the pin, or the newest)."""
+    listed = view.get("checkpoints")
+    out = [c for c in listed if isinstance(c, dict)] if isinstance(listed, list) else []
+    resume = view.get("resume_from")
+    return [*out, resume] if isinstance(resume, dict) else out
+
+
+def _newest_step(view: dict[str, Any]) -> float | None:
+    """The highest step the sidecar knows saved. Not resume_from alone: a pinned one does not move."""
+    steps = [s for s in (_float(c.get("step")) for c in _checkpoints(view)) if s is not None]
+    return max(steps, default=None)
+
+
+def _pointer(chosen: dict[str, Any]) -> dict[str, Any]:
+    """{step, kind, path, ts} of a checkpoint as a sidecar takes it, unknown parts left out."""
+    step = _float(chosen.get("step"))
+    out = {k: chosen.get(k) for k in ("kind", "path", "ts") if chosen.get(k) is not None}
+    return {"step": int(step) if step is not None and step == int(step) else step, **out}
 
 
 def _fmt_step(step: float | None) -> str:
@@ -277,14 +319,14 @@ class Executor:
     def _pin(self, monitor: TrainingJobMonitor, params: dict[str, str]) -> str:
         sidecars, token = self._sidecars(monitor)
         views, errors = self._each(sidecars, lambda sc: self.cluster.read_control(sc.base_url, token))
-        candidates = [v["resume_from"] for v in views.values() if isinstance(v.get("resume_from"), dict)]
+        candidates = [c for v in views.values() for c in _checkpoints(v)]
         before_ts, before_step = _float(params.get("before_ts")), _float(params.get("before_step"))
         chosen, note = choose_checkpoint(candidates, before_ts, before_step)
         if chosen is None:
             raise StepFailed(
                 f"no checkpoint saved before the fault is known to the sidecars{_errors(errors)}"
             )
-        pinned = {k: chosen.get(k) for k in ("step", "kind", "path", "ts") if chosen.get(k) is not None}
+        pinned = _pointer(chosen)
         answers, set_errors = self._each(
             [sc for sc in sidecars if sc.pod in views],
             lambda sc: self.cluster.control(sc.base_url, token, {"resume_from": pinned}),
@@ -299,8 +341,9 @@ class Executor:
     def _request_checkpoint(
         self, monitor: TrainingJobMonitor, params: dict[str, str], before: str, note: Callable[[str], None]
     ) -> str:
-        """Ask the ranks off the faulty nodes for a full checkpoint and wait until each one's resume_from
-        is past the newest step any of them had (the gang's next consistent checkpoint). That step is
+        """Ask the ranks off the faulty nodes for a full checkpoint and wait until each one has saved past
+        the newest step any of them had (the gang's next consistent checkpoint). Progress is the highest
+        step a sidecar lists, not its resume_from: a pinned one never moves. That step is
         saved in the InProgress detail before asking, so a redo after a crash waits for the same mark and
         asks only sidecars that neither saved past it nor still hold the request. A timeout is recorded,
         not failed: the cordon must go on."""
@@ -320,12 +363,12 @@ class Executor:
         if mark:
             past = _float(mark.group(1))
         else:
-            known = [s for s in map(_step_of, views.values()) if s is not None]
+            known = [s for s in map(_newest_step, views.values()) if s is not None]
             past = max(known) if known else None
             note(f"asking {len(views)} sidecar(s) for a checkpoint past step {_fmt_step(past)}")
 
         def done(view: dict[str, Any]) -> bool:
-            step = _step_of(view)
+            step = _newest_step(view)
             return step is not None and (past is None or step > past)
 
         kind = "incremental" if params.get("kind") == "incremental" else "full"
@@ -339,7 +382,7 @@ class Executor:
         if not waiting:
             return f"no sidecar took the checkpoint request{_errors(errors)}"
         reached: dict[str, float] = {
-            p: s for p in waiting if done(views[p]) and (s := _step_of(views[p])) is not None
+            p: s for p in waiting if done(views[p]) and (s := _newest_step(views[p])) is not None
         }
         deadline = self.clock() + timeout
         while len(reached) < len(waiting) and self.clock() < deadline:
@@ -351,7 +394,7 @@ class Executor:
                     errors[pod] = str(exc) or type(exc).__name__
                     continue
                 errors.pop(pod, None)
-                step = _step_of(view)
+                step = _newest_step(view)
                 if step is not None and done(view):
                     reached[pod] = step
         if len(reached) == len(waiting):
@@ -398,17 +441,21 @@ class Executor:
         return detail
 
     def _resume_pointer(self, monitor: TrainingJobMonitor) -> str:
-        """Write the newest checkpoint the sidecars know on the workload as trainguard.io/resume-from
-        before its pods go (they take their sidecars' view with them); says what was done. Best effort:
-        a restart is not held back by a pointer nothing reads yet (the SDK asks its new sidecar, which
-        learns the checkpoints from the trainer's hello)."""
+        """Write the checkpoint the sidecars would resume from on the workload as trainguard.io/resume-from
+        ({step, path, kind, ts}) before its pods go (they take their sidecars' view with them): the
+        webhook gives it to the new sidecars, which hold it as a pin, and its ts lets a later NaN pin
+        judge it. A pin one of them holds wins over newer checkpoints (those followed a NaN). Says
+        what was done. Best effort: without it the new sidecar learns the checkpoints from the
+        trainer's hello."""
         sidecars, token = self._sidecars(monitor)
         views, _ = self._each(sidecars, lambda sc: self.cluster.read_control(sc.base_url, token))
-        candidates = [v["resume_from"] for v in views.values() if isinstance(v.get("resume_from"), dict)]
-        best, _ = choose_checkpoint(candidates, None, None)
+        held = [v for v in views.values() if v.get("pinned") is True] or list(views.values())
+        listed = [c for v in views.values() for c in _checkpoints(v)]
+        candidates = [v["resume_from"] for v in held if isinstance(v.get("resume_from"), dict)]
+        best, _ = choose_checkpoint(_dated(candidates, listed), None, None)
         if best is None:
             return "no checkpoint known for resume-from"
-        pointer = {"step": best.get("step"), "path": best.get("path")}
+        pointer = _pointer(best)
         step = _fmt_step(_float(best.get("step")))
         ref = monitor.spec.workload_ref
         if ref is None:
@@ -449,7 +496,28 @@ class Executor:
             self.sleep(self.poll_interval)
         where = ", ".join(f"{p}->{n}" for p, n in sorted(placed.items()))
         used = sorted(set(placed.values()) & set(self.cluster.spares()))
-        return f"placed {where}" + (f"; spare used: {_names(used)}" if used else "")
+        return (
+            f"placed {where}"
+            + (f"; spare used: {_names(used)}" if used else "")
+            + self._clear_pointer(monitor)
+        )
+
+    def _clear_pointer(self, monitor: TrainingJobMonitor) -> str:
+        """Remove trainguard.io/resume-from from the workload once the new gang is placed (its sidecars
+        were given the pointer when their pods were created): a pod recreated later for another reason
+        must not start pinned to this checkpoint. Best effort, said in the detail: the pods are placed."""
+        ref = monitor.spec.workload_ref
+        if ref is None:
+            return ""
+        # a null in a merge patch removes the key (ClusterOps types the values as str)
+        remove = cast(dict[str, str], {RESUME_FROM: None})
+        try:
+            self.cluster.annotate_workload(
+                monitor.namespace, ref.resolved_api_version(), ref.kind, ref.name, remove
+            )
+        except Exception as exc:
+            return f"; resume-from not cleared on {ref.kind}/{ref.name}: {str(exc)[:80]}"
+        return f"; resume-from cleared on {ref.kind}/{ref.name}"
 
     def _advise(self, record: Record, monitor: TrainingJobMonitor, params: dict[str, str]) -> str:
         """Append the advice (tagged with the record id, so a redo does not add it twice) to each
