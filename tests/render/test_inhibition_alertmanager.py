@@ -56,6 +56,9 @@ def test_inhibition_on_a_real_alertmanager(am_binary: str, tmp_path: Path) -> No
         alert("GPUMemoryCritical", "P1", **B, pod="b-1", node="n4", gpu="0"),
         alert("GPUMemoryPressure", "P2", **B, pod="b-1", node="n4", gpu="0"),
         alert("GPUMemoryPressure", "P2", **B, pod="b-1", node="n4", gpu="1"),
+        # the operator's escalated copy of a P1 (job B) is a P0 but must not mute the job's other alerts
+        alert("GPUThermalThrottling", "P0", **B, pod="b-3", node="n5", gpu="2", escalated_from="P1"),
+        alert("DataLoaderSlow", "P2", **B, pod="b-3", node="n5"),
     ]
     expected_inhibited = {
         ("DataLoaderSlow", "llama-pretrain", "n1", ""),

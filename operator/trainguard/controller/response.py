@@ -13,13 +13,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from trainguard.api import InvalidInput, TrainingJobMonitor, parse_object
+from trainguard.api import AlertPolicy, InvalidInput, TrainingJobMonitor, parse_object
 from trainguard.controller.kube import Kube
-from trainguard.remediation import alertmanager, detect, records, tokens
+from trainguard.remediation import alertmanager, detect, escalation, records, tokens
 from trainguard.remediation.cluster import ClusterOps
 from trainguard.remediation.executor import Executor
 from trainguard.remediation.model import ClusterState, Signal
 from trainguard.remediation.plan import plan, quiet
+from trainguard.render.policy import effective_policy
 
 log = logging.getLogger("trainguard.response")
 
@@ -215,6 +216,46 @@ class Responder:
         self.submit(found)
         return len(found)
 
+    def escalate(self) -> int:
+        """The operator's escalation (it replaces the copied rules): a P1 that Alertmanager still shows
+        active, neither silenced (acknowledged) nor inhibited, after the policy's delay is re-posted as
+        a P0 with escalated_from="P1"; copies whose P1 ended or was acknowledged are resolved. Returns how
+        many copies were posted. Needs --alertmanager-url."""
+        if not self.alertmanager_url or not self.leader():
+            return 0
+        now = self.clock()
+        posted = 0
+        for body in self.kube.list_monitors():
+            monitor = _monitor(body)
+            if monitor is None:
+                continue
+            policies = []
+            for ref in monitor.spec.policy_refs:
+                raw = self.kube.get_policy(monitor.namespace, ref.name)
+                parsed = _policy(raw)
+                if parsed is None:
+                    break
+                policies.append(parsed)
+            else:
+                settings = escalation.settings(effective_policy(monitor, policies).escalation)
+                where = {"namespace": monitor.namespace, "training_job": monitor.name}
+                _, alerts = alertmanager.raw_alerts(self.alertmanager_url, where)
+                ns, job = monitor.namespace, monitor.name
+                due = (
+                    escalation.due(alerts, settings, now, namespace=ns, training_job=job)
+                    if settings.enabled
+                    else []
+                )
+                out = [escalation.escalated(a, settings, now) for a in due]
+                out += escalation.ended(alerts, settings, now, namespace=ns, training_job=job)
+                if out:
+                    alertmanager.post_alerts(self.alertmanager_url, out, clock=self.clock)
+                    posted += len(due)
+                    for a in due:
+                        log.info("escalated %s of %s/%s to P0: unacknowledged for %ss", a["labels"].get("alertname"),
+                                 monitor.namespace, monitor.name, int(settings.after_s))  # fmt: skip
+        return posted
+
     def notify(self, record: Record, message: str) -> None:
         """A NOTIFY step: what trainguard did not do and why, as a P0 for the job's receivers."""
         if not self.alertmanager_url:
@@ -272,6 +313,16 @@ def _monitor(body: dict[str, Any] | None) -> TrainingJobMonitor | None:
     except InvalidInput:
         return None
     return parsed if isinstance(parsed, TrainingJobMonitor) else None
+
+
+def _policy(body: dict[str, Any] | None) -> AlertPolicy | None:
+    if body is None:
+        return None
+    try:
+        parsed = parse_object(body)
+    except InvalidInput:
+        return None
+    return parsed if isinstance(parsed, AlertPolicy) else None
 
 
 def _records(body: dict[str, Any]) -> list[Record]:

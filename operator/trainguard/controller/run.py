@@ -145,6 +145,7 @@ def run(opts: OperatorOptions) -> None:
     def remediation_pass() -> None:
         responder.resume()
         responder.watch()
+        responder.escalate()
 
     periodic = Periodic(
         kube,

@@ -158,16 +158,25 @@ def _status(raw: Any, url: str) -> AlertStatus:
     )
 
 
-def active_alerts(
+def raw_alerts(
     base_url: str, filter_labels: Mapping[str, str], *, timeout: float = DEFAULT_TIMEOUT
-) -> list[AlertStatus]:
-    """GET /api/v2/alerts?filter=...: the alerts not yet resolved whose labels equal `filter_labels`,
-    silenced and inhibited ones included (see `AlertStatus.muted`)."""
+) -> tuple[str, list[dict[str, Any]]]:
+    """GET /api/v2/alerts?filter=...: the URL asked and Alertmanager's own alert objects (labels,
+    annotations, startsAt, endsAt, status: state, silencedBy, inhibitedBy), for remediation.escalation."""
     query = urllib.parse.urlencode({"filter": [matcher(k, v) for k, v in filter_labels.items()]}, doseq=True)
     url = _url(base_url, "/api/v2/alerts") + (f"?{query}" if query else "")
     answer = _call("GET", url, None, timeout)
     if not isinstance(answer, list):
         raise AlertmanagerError("GET", url, 200, f"expected a list, got {str(answer)[:80]}")
+    return url, [a for a in answer if isinstance(a, dict)]
+
+
+def active_alerts(
+    base_url: str, filter_labels: Mapping[str, str], *, timeout: float = DEFAULT_TIMEOUT
+) -> list[AlertStatus]:
+    """GET /api/v2/alerts?filter=...: the alerts not yet resolved whose labels equal `filter_labels`,
+    silenced and inhibited ones included (see `AlertStatus.muted`)."""
+    url, answer = raw_alerts(base_url, filter_labels, timeout=timeout)
     return [_status(a, url) for a in answer]
 
 

@@ -58,7 +58,8 @@ def inhibit_rules(
     if policy.inhibition.job_p0:
         rules.append(
             InhibitRule(
-                source=(*job, eq("severity", "P0")),
+                # an operator-escalated copy of a P1 must not mute the job's other alerts
+                source=(*job, eq("severity", "P0"), eq("escalated_from", "")),
                 target=(*job, one_of("severity", ["P1", "P2", "P3"])),
                 equal=("namespace", "training_job"),
             )
