@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 
 from e2e.cluster import Cluster, new_workdir
 from e2e.controlplane.local import local_control_plane, prometheus_operator_crds
@@ -54,6 +56,15 @@ def operator(cluster: Cluster) -> Iterator[Cluster]:
 def ns(cluster: Cluster) -> Iterator[str]:
     name = cluster.namespace(f"e2e-{uuid.uuid4().hex[:8]}")
     yield name
+    # free the fake GPUs before the next test: the tests' Jobs ask for whole nodes, and pods of a
+    # namespace being deleted would hold them while the next test's gang waits to be scheduled
+    batch = client.BatchV1Api(cluster.api)
+    for job in batch.list_namespaced_job(name).items:
+        batch.delete_namespaced_job(job.metadata.name, name, propagation_policy="Background")
+    cluster.core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+    deadline = time.monotonic() + 30
+    while cluster.core.list_namespaced_pod(name).items and time.monotonic() < deadline:
+        time.sleep(0.5)
     cluster.core.delete_namespace(name, propagation_policy="Background")
 
 

@@ -186,6 +186,12 @@ def spare(cluster: Cluster) -> Iterator[str]:
                                    "spec": {"taints": [{"key": "trainguard.io/spare", "value": "true",
                                                         "effect": "NoSchedule"}]}})  # fmt: skip
     yield name
+    node = cluster.core.read_node(name)
+    keep = [{"key": t.key, "value": t.value, "effect": t.effect} for t in node.spec.taints or []
+            if t.key != "trainguard.io/spare"]  # fmt: skip
+    cluster.core.patch_node(name, {"metadata": {"labels": {"trainguard.io/spare": None}},
+                                   "spec": {"taints": [{k: v for k, v in t.items() if v is not None} for t in keep] or None}},
+                            _content_type="application/merge-patch+json")  # fmt: skip
     _restore(cluster.core)
 
 

@@ -185,11 +185,27 @@ def test_a_deleted_gang_is_recreated_by_its_job_and_placed_away_from_the_cordone
     assert sorted(edge.delete_pods(ns, names)) == sorted(names)
     assert edge.delete_pods(ns, ["not-there"]) == [], "a pod already gone is fine"
 
-    placed = wait_for(
-        "the Job's replacement pods scheduled",
-        lambda: (p := edge.placement(ns, selector, restart)) and len(p) == 2 and p,
-        timeout=90,
-    )
+    try:
+        placed = wait_for(
+            "the Job's replacement pods scheduled",
+            lambda: (p := edge.placement(ns, selector, restart)) and len(p) == 2 and p,
+            timeout=90,
+        )
+    except AssertionError:
+        held = [
+            (
+                p.metadata.namespace,
+                p.metadata.name,
+                p.spec.node_name,
+                p.status.phase,
+                bool(p.metadata.deletion_timestamp),
+            )
+            for p in cluster.core.list_pod_for_all_namespaces().items
+            if p.spec.node_name or p.metadata.namespace == ns
+        ]
+        nodes = [(n.metadata.name, n.spec.unschedulable, [t.key for t in n.spec.taints or []])
+                 for n in cluster.core.list_node().items]  # fmt: skip
+        raise AssertionError(f"pods: {held}\nnodes: {nodes}") from None
     assert not set(placed) & set(names), "new pods, not the old ones"
     assert bad not in placed.values(), "the scheduler respects the cordon"
     assert len(set(placed.values())) == 2
