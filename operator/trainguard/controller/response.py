@@ -305,23 +305,24 @@ class Responder:
             log.exception("could not post the %s Event", reason)
 
 
-def _monitor(body: dict[str, Any] | None) -> TrainingJobMonitor | None:
+def _parsed(body: dict[str, Any] | None) -> TrainingJobMonitor | AlertPolicy | None:
+    """The object's spec as a model (its status is the loop's own record, read raw), or None if invalid:
+    its reconcile reports it as Degraded."""
     if body is None:
         return None
     try:
-        parsed = parse_object(body)
+        return parse_object({k: v for k, v in body.items() if k != "status"})
     except InvalidInput:
         return None
+
+
+def _monitor(body: dict[str, Any] | None) -> TrainingJobMonitor | None:
+    parsed = _parsed(body)
     return parsed if isinstance(parsed, TrainingJobMonitor) else None
 
 
 def _policy(body: dict[str, Any] | None) -> AlertPolicy | None:
-    if body is None:
-        return None
-    try:
-        parsed = parse_object(body)
-    except InvalidInput:
-        return None
+    parsed = _parsed(body)
     return parsed if isinstance(parsed, AlertPolicy) else None
 
 
