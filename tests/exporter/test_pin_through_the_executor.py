@@ -106,7 +106,8 @@ def test_the_executor_pins_the_checkpoint_saved_before_the_nan_and_the_sidecar_h
             "path": "/ckpt/900",
             "ts": base + 20,
         }
-        assert tg.resume_from() == view["resume_from"]
+        # the trainer's own cache holds its newer save until its next control refresh shows the pin
+        wait(lambda: tg.resume_from() == view["resume_from"], timeout=5)
         # the executor's own judgement of what the sidecar now shows agrees
         chosen, note = choose_checkpoint([view["resume_from"]], base + 24, None)
         assert chosen == view["resume_from"] and note == ""
