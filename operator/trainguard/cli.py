@@ -200,14 +200,12 @@ def _monitor_ref(text: str) -> tuple[str, str]:
 def cmd_ack(args: argparse.Namespace) -> int:
     """Acknowledge an alert: an Alertmanager silence, so it stops notifying and is not escalated."""
     _need("render", "pydantic")
-    import json
     import os
     import time
-    import urllib.error
-    import urllib.request
 
     from trainguard.api.common import duration_seconds
-    from trainguard.remediation.escalation import ack_silence
+    from trainguard.remediation import alertmanager
+    from trainguard.remediation.escalation import ack_comment, ack_matchers, format_time
 
     namespace, name = _monitor_ref(args.monitor)
     base = args.alertmanager or os.environ.get("TRAINGUARD_ALERTMANAGER")
@@ -219,26 +217,25 @@ def cmd_ack(args: argparse.Namespace) -> int:
         _fail(f"--for: {exc}", EXIT_USAGE)
     if for_s <= 0:
         _fail("--for must be longer than 0s", EXIT_USAGE)
-    by = _who(args.by)
-    body = ack_silence(
-        args.alert, namespace, name, by=by, now=time.time(), for_s=for_s, comment=args.comment or ""
-    )
-    url = f"{base.rstrip('/')}/api/v2/silences"
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
-    )
+    by, now = _who(args.by), time.time()
     try:
-        with urllib.request.urlopen(request, timeout=args.timeout) as response:
-            answer = json.loads(response.read() or b"{}")
-    except urllib.error.HTTPError as exc:
-        detail = exc.read()[:500].decode(errors="replace").strip()
-        _fail(f"Alertmanager refused the silence: HTTP {exc.code} {detail}")
-    except (OSError, ValueError) as exc:
-        _fail(f"could not reach Alertmanager at {url}: {exc}")
-    silence_id = answer.get("silenceID") if isinstance(answer, dict) else None
-    if not silence_id:
-        _fail(f"Alertmanager answered without a silence id: {answer!r}")
-    print(f"acknowledged {args.alert} of {namespace}/{name} until {body['endsAt']} by {by}", file=sys.stderr)
+        silence_id = alertmanager.create_silence(
+            base,
+            ack_matchers(args.alert, namespace, name),
+            now,
+            now + for_s,
+            created_by=by,
+            comment=ack_comment(by, now, args.comment or ""),
+            timeout=args.timeout,
+        )
+    except alertmanager.AlertmanagerError as exc:
+        if exc.status is None:
+            _fail(f"could not reach Alertmanager at {exc.url}: {exc.detail}")
+        _fail(f"Alertmanager refused the silence: HTTP {exc.status} {exc.detail}")
+    print(
+        f"acknowledged {args.alert} of {namespace}/{name} until {format_time(now + for_s)} by {by}",
+        file=sys.stderr,
+    )
     print(silence_id)
     return 0
 

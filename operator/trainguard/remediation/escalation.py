@@ -214,32 +214,13 @@ ACK_FOR = "4h"
 """How long `trainguard ack` silences an alert unless told otherwise."""
 
 
-def ack_silence(
-    alertname: str,
-    namespace: str,
-    training_job: str,
-    *,
-    by: str,
-    now: float,
-    for_s: float,
-    comment: str = "",
-) -> dict[str, Any]:
-    """The Alertmanager API v2 silence that acknowledges an alert of one monitor: it matches the alert
-    by name, namespace and job, whatever its severity, so it mutes the P1, keeps it from escalating and
-    mutes a copy already posted. createdBy and the comment record who acknowledged it and when."""
-    matchers = [
-        {"name": name, "value": value, "isRegex": False, "isEqual": True}
-        for name, value in (
-            ("alertname", alertname),
-            ("namespace", namespace),
-            ("training_job", training_job),
-        )
-    ]
+def ack_matchers(alertname: str, namespace: str, training_job: str) -> dict[str, str]:
+    """What an acknowledgement silences: the alert of one monitor by name, namespace and job, whatever
+    its severity, so it mutes the P1, keeps it from escalating and mutes a copy already posted."""
+    return {"alertname": alertname, "namespace": namespace, "training_job": training_job}
+
+
+def ack_comment(by: str, now: float, comment: str = "") -> str:
+    """The silence's comment: who acknowledged it and when (createdBy says who as well)."""
     note = f"acknowledged with trainguard ack by {by} at {format_time(now)}"
-    return {
-        "matchers": matchers,
-        "startsAt": format_time(now),
-        "endsAt": format_time(now + for_s),
-        "createdBy": by,
-        "comment": f"{note}: {comment}" if comment else note,
-    }
+    return f"{note}: {comment}" if comment else note
