@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 
-.PHONY: help bootstrap demo test lint unit e2e bench crds docs check-generated controlplane clean
+.PHONY: help bootstrap demo test lint unit e2e bench crds chart helm docs check-generated controlplane clean
 
 help:
 	@echo "make demo   - render the quickstart and check it with promtool and amtool"
@@ -25,7 +25,7 @@ lint: bootstrap
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-unit: bootstrap
+unit: bootstrap helm
 	$(PY) -m pytest --cov=trainguard.render --cov=trainguard.catalog --cov=trainguard.api --cov-report=term
 
 e2e: bootstrap
@@ -35,6 +35,18 @@ test: lint check-generated unit e2e
 
 crds: bootstrap
 	$(BIN)/trainguard crds -o crds
+	rm -f charts/trainguard/crds/*.yaml
+	cp crds/*.yaml deploy/peering-crd.yaml charts/trainguard/crds/
+
+# the chart: its CRDs (above) and its RBAC, copied from deploy/rbac.yaml (tests/packaging fails on drift)
+chart: crds
+	cp deploy/rbac.yaml charts/trainguard/files/rbac.yaml
+
+# helm for the chart tests (tests/packaging), built from its Go module into the e2e cache; without Go
+# those tests skip (or fail under TRAINGUARD_REQUIRE_TOOLS=1, as in CI)
+helm:
+	@if command -v go >/dev/null 2>&1; then e2e/controlplane/build.sh helm; \
+	else echo "go is not installed: no helm, the chart tests will not run"; fi
 
 docs: bootstrap
 	$(BIN)/trainguard docs -o docs/alerts.md

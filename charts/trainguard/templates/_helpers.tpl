@@ -1,0 +1,36 @@
+{{/*
+Names are fixed, as in deploy/: the operator finds its Service, key Secret and webhook
+configuration by these names.
+*/}}
+{{- define "trainguard.name" -}}trainguard-operator{{- end -}}
+
+{{- define "trainguard.tlsSecret" -}}
+{{- if eq .Values.webhook.certificates.source "certManager" -}}
+trainguard-operator-tls
+{{- else -}}
+{{ required "webhook.certificates.secretName is required with source: secret" .Values.webhook.certificates.secretName }}
+{{- end -}}
+{{- end -}}
+
+{{- define "trainguard.selectorLabels" -}}
+app.kubernetes.io/name: trainguard
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{- define "trainguard.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
+app.kubernetes.io/name: trainguard
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: trainguard
+{{- end -}}
+
+{{- define "trainguard.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,194 @@
+"""What the chart runs: the operator's Deployment, Service, certificates and webhook configuration,
+checked against the operator's real command line and its own rendering of the webhook."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.packaging.chart import GOLDEN_VALUES, by_kind, objects, one, template
+from trainguard.api import AlertPolicy, parse_object
+from trainguard.cli import build_parser
+from trainguard.render.webhook import WEBHOOK_CONFIG_NAME, mutating_webhook_configuration
+
+
+def operator_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert isinstance(container, dict)
+    return container
+
+
+def parsed_args(container: dict[str, Any]) -> argparse.Namespace:
+    """The container's command line through the real `trainguard` parser: an unknown flag fails."""
+    assert container["command"][0] == "trainguard"
+    return build_parser().parse_args([*container["command"][1:], *container["args"]])
+
+
+@pytest.fixture(scope="module", params=["default", "secret-certs"])
+def rendered(request: pytest.FixtureRequest, helm: str) -> list[dict[str, Any]]:
+    return objects(template(helm, values=GOLDEN_VALUES / f"{request.param}.values.yaml"))
+
+
+def test_the_operator_accepts_every_flag_the_chart_passes(rendered: list[dict[str, Any]]) -> None:
+    args = parsed_args(operator_container(rendered))
+    assert args.command == "operator"
+    assert args.namespace == "trainguard-system"
+    assert args.webhook_cert and args.webhook_key and args.webhook_ca
+
+
+def test_deployment_is_hardened_and_replicated(helm: str) -> None:
+    docs = objects(template(helm))
+    deploy = one(docs, "Deployment")
+    assert deploy["spec"]["replicas"] == 2
+    pod = deploy["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "trainguard-operator"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    c = operator_container(docs)
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    for part in ("requests", "limits"):
+        assert set(c["resources"][part]) == {"cpu", "memory"}
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["selector"] == deploy["spec"]["selector"]
+    assert pdb["spec"]["minAvailable"] == 1
+
+
+def test_probes_hit_the_endpoints_the_operator_serves(rendered: list[dict[str, Any]]) -> None:
+    c = operator_container(rendered)
+    args = parsed_args(c)
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    liveness = urlsplit(args.liveness)
+    for probe in ("livenessProbe", "startupProbe"):
+        get = c[probe]["httpGet"]
+        assert (get["path"], ports[get["port"]]) == (liveness.path, liveness.port), probe
+    # ready once the admission webhook listens
+    assert ports[c["readinessProbe"]["tcpSocket"]["port"]] == args.webhook_port
+    assert ports["receiver"] == args.receiver_port
+
+
+def test_service_routes_webhook_and_receiver_to_the_operator(rendered: list[dict[str, Any]]) -> None:
+    c = operator_container(rendered)
+    args = parsed_args(c)
+    deploy = one(rendered, "Deployment")
+    svc = one(rendered, "Service")
+    pod_labels = deploy["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= pod_labels.items()
+    container_ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    ports = {p["name"]: p for p in svc["spec"]["ports"]}
+    assert container_ports[ports["webhook"]["targetPort"]] == args.webhook_port
+    receiver = urlsplit(args.receiver_url)
+    assert receiver.scheme == "https"
+    assert receiver.hostname == f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc"
+    assert ports["receiver"]["port"] == receiver.port
+    assert container_ports[ports["receiver"]["targetPort"]] == args.receiver_port
+
+
+def test_cert_manager_certificate_covers_the_service_and_is_mounted(helm: str) -> None:
+    docs = objects(template(helm))
+    svc = one(docs, "Service")
+    name, ns = svc["metadata"]["name"], svc["metadata"]["namespace"]
+    certs = {c["metadata"]["name"]: c for c in by_kind(docs, "Certificate")}
+    serving = certs["trainguard-operator-tls"]["spec"]
+    assert f"{name}.{ns}.svc" in serving["dnsNames"]
+    issuer = {i["metadata"]["name"]: i for i in by_kind(docs, "Issuer")}[serving["issuerRef"]["name"]]
+    assert issuer["spec"]["ca"]["secretName"] == certs["trainguard-operator-ca"]["spec"]["secretName"]
+    assert certs["trainguard-operator-ca"]["spec"]["isCA"] is True
+    volumes = one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "tls", "secret": {"secretName": serving["secretName"]}} in volumes
+
+
+def test_cert_manager_mode_the_chart_owns_the_webhook_configuration(helm: str) -> None:
+    """The operator would apply its own configuration at startup and fight the chart's (and
+    cert-manager's injected caBundle): with the chart's, it runs with --no-manage-webhook."""
+    docs = objects(template(helm))
+    args = parsed_args(operator_container(docs))
+    assert args.no_manage_webhook is True
+    mwc = one(docs, "MutatingWebhookConfiguration")
+    assert mwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
+        "trainguard-system/trainguard-operator-tls"
+    )
+    # the object the operator itself would apply, but for the caBundle cert-manager injects
+    svc = one(docs, "Service")
+    port = next(p["port"] for p in svc["spec"]["ports"] if p["name"] == "webhook")
+    own = mutating_webhook_configuration(
+        b"ca",
+        service=("trainguard-system", svc["metadata"]["name"], port),
+        operator_namespace="trainguard-system",
+    )
+    assert base64.b64decode(own["webhooks"][0]["clientConfig"].pop("caBundle")) == b"ca"
+    assert mwc["webhooks"] == own["webhooks"]
+    assert mwc["metadata"]["name"] == own["metadata"]["name"] == WEBHOOK_CONFIG_NAME
+
+
+def test_webhook_configuration_spares_the_install_namespace(helm: str) -> None:
+    mwc = one(objects(template(helm, namespace="gpu-ops")), "MutatingWebhookConfiguration")
+    own = mutating_webhook_configuration(
+        b"ca", service=("gpu-ops", "trainguard-operator", 443), operator_namespace="gpu-ops"
+    )
+    own["webhooks"][0]["clientConfig"].pop("caBundle")
+    assert mwc["webhooks"] == own["webhooks"]
+
+
+def test_secret_mode_the_operator_owns_the_webhook_configuration(helm: str) -> None:
+    docs = objects(template(helm, values=GOLDEN_VALUES / "secret-certs.values.yaml"))
+    assert not by_kind(docs, "MutatingWebhookConfiguration")
+    assert not by_kind(docs, "Certificate") and not by_kind(docs, "Issuer")
+    c = operator_container(docs)
+    args = parsed_args(c)
+    assert args.no_manage_webhook is False
+    svc = one(docs, "Service")
+    port = next(p["port"] for p in svc["spec"]["ports"] if p["name"] == "webhook")
+    assert args.webhook_service == f"{svc['metadata']['name']}:{port}"
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "trainguard-webhook-tls"
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    # the operator key from the named Secret, its `key` as the file --key-file reads
+    assert volumes["key"]["secret"] == {
+        "secretName": "trainguard-operator-key",
+        "items": [{"key": "key", "path": "key"}],
+    }
+    assert args.key_file == f"{mounts['key']}/key"
+    assert args.alertmanager_url == "http://alertmanager-operated.monitoring.svc:9093"
+    assert args.log_level == "debug"
+    assert c["image"].endswith("@sha256:" + "0123456789abcdef" * 4)
+
+
+def test_without_a_key_secret_the_operator_keeps_its_own(helm: str) -> None:
+    args = parsed_args(operator_container(objects(template(helm))))
+    assert args.key_file is None  # the operator creates and reads Secret trainguard-receiver-key
+    assert args.alertmanager_url is None
+
+
+def test_the_default_alert_policy_is_one_trainguard_accepts_in_each_namespace(helm: str) -> None:
+    docs = objects(template(helm, values=GOLDEN_VALUES / "secret-certs.values.yaml"))
+    policies = by_kind(docs, "AlertPolicy")
+    assert sorted(p["metadata"]["namespace"] for p in policies) == ["ml", "research"]
+    for raw in policies:
+        parsed = parse_object(raw)
+        assert isinstance(parsed, AlertPolicy)
+        assert [r.name for r in parsed.spec.receivers] == ["oncall", "tickets"]
+    assert not by_kind(objects(template(helm)), "AlertPolicy")
+
+
+def test_one_replica_has_no_disruption_budget(helm: str) -> None:
+    docs = objects(template(helm, "replicas=1"))
+    assert one(docs, "Deployment")["spec"]["replicas"] == 1
+    assert not by_kind(docs, "PodDisruptionBudget")
+
+
+def test_the_peering_object_is_the_one_the_operator_joins(rendered: list[dict[str, Any]]) -> None:
+    args = parsed_args(operator_container(rendered))
+    peering = one(rendered, "ClusterKopfPeering")
+    assert peering["metadata"]["name"] == args.peering
+    assert args.standalone is False

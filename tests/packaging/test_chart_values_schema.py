@@ -1,0 +1,48 @@
+"""values.schema.json: a wrong value stops `helm template` (and so `helm install`) with a message that
+names the value and what is wrong with it, before anything reaches the cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.packaging.chart import run_helm, template_args
+
+BAD_VALUES = [
+    # (--set, the text the error must contain)
+    ("replicas=two", "/replicas"),
+    ("replicas=0", "/replicas"),
+    ("webhook.certificates.source=vault", "/webhook/certificates/source"),
+    ("logLevel=verbose", "/logLevel"),
+    ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
+    ("receiver.port=70000", "/receiver/port"),
+    ("image.digest=latest", "/image/digest"),
+    ("alertmanagerUrl=alertmanager:9093", "/alertmanagerUrl"),
+    ("operator.resyncSeconds=0", "/operator/resyncSeconds"),
+    # a misspelt key is refused, not silently ignored
+    ("replica=3", "replica"),
+    ("webhook.certificate.source=secret", "certificate"),
+    # a Secret source needs the Secret's name
+    ("webhook.certificates.source=secret", "/webhook/certificates/secretName"),
+    # a default policy needs somewhere to go
+    ("defaultPolicy.enabled=true", "/defaultPolicy/namespaces"),
+]
+
+
+@pytest.mark.parametrize(("setting", "names"), BAD_VALUES, ids=[s for s, _ in BAD_VALUES])
+def test_a_wrong_value_fails_with_its_path(helm: str, setting: str, names: str) -> None:
+    proc = run_helm(helm, *template_args(setting), check=False)
+    assert proc.returncode != 0, f"--set {setting} was accepted:\n{proc.stdout[:2000]}"
+    assert "values don't meet the specifications of the schema" in proc.stderr, proc.stderr
+    assert names in proc.stderr, proc.stderr
+    assert not proc.stdout.strip(), "nothing is rendered when a value is wrong"
+
+
+def test_the_defaults_and_good_overrides_pass(helm: str) -> None:
+    for settings in [
+        (),
+        ("replicas=3", "logLevel=debug", "image.tag=0.1.1"),
+        ("webhook.certificates.source=secret", "webhook.certificates.secretName=my-tls"),
+        ("defaultPolicy.enabled=true", "defaultPolicy.namespaces={ml}"),
+        ("resources.limits.cpu=2", "resources.requests.memory=1Gi"),
+    ]:
+        run_helm(helm, *template_args(*settings))
