@@ -3,9 +3,11 @@ names the value and what is wrong with it, before anything reaches the cluster."
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from tests.packaging.chart import run_helm, template_args
+from tests.packaging.chart import CHART, REPO, run_helm, template_args
 
 BAD_VALUES = [
     # (--set, the text the error must contain)
@@ -46,3 +48,15 @@ def test_the_defaults_and_good_overrides_pass(helm: str) -> None:
         ("resources.limits.cpu=2", "resources.requests.memory=1Gi"),
     ]:
         run_helm(helm, *template_args(*settings))
+
+
+def test_the_readme_shows_what_helm_prints(helm: str) -> None:
+    """The README's example of a refused value is helm's real answer, word for word."""
+    readme = (REPO / "README.md").read_text()
+    block = re.search(r"```\n\$ (helm template [^\n]+)\n(.*?)```", readme, re.S)
+    assert block, "the README's Helm section shows a refused value"
+    command, shown = block.group(1).split(), block.group(2)
+    assert command[:4] == ["helm", "template", "trainguard", "charts/trainguard"]
+    proc = run_helm(helm, "template", "trainguard", str(CHART), *command[4:], check=False)
+    assert proc.returncode != 0
+    assert proc.stderr.strip() == shown.strip()
