@@ -19,6 +19,14 @@ if [ ! -f "$stamp" ]; then
   "$VENV/bin/python" -m pip install -q -e '.[dev]'
   touch "$stamp"
 fi
+# the frameworks the SDK's integrations are tested against: once per venv (about 2 minutes and 6 GB);
+# TRAINGUARD_SKIP_FRAMEWORKS=1 leaves them out (tests/sdk_frameworks then skip, unless CI requires them)
+frameworks_stamp="$VENV/.frameworks-$(sha256sum pyproject.toml | cut -c1-16)"
+if [ -z "${TRAINGUARD_SKIP_FRAMEWORKS:-}" ] && [ ! -f "$frameworks_stamp" ]; then
+  log "installing the frameworks-test extra (torch, transformers, accelerate, lightning) into $VENV"
+  "$VENV/bin/python" -m pip install -q -e '.[frameworks-test]'
+  touch "$frameworks_stamp"
+fi
 
 for tool in go openssl; do
   command -v "$tool" >/dev/null 2>&1 || log "warning: $tool is not installed; the e2e suite needs it (Go 1.26 builds the control plane)"
