@@ -1,4 +1,4 @@
-"""Stand-in torch, transformers and lightning modules for the framework integrations."""
+"""Stand-in torch, transformers and lightning modules, for what needs a GPU (see tests/sdk/fakes.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Stand-ins for what the SDK talks to: a sidecar over HTTP, and the objects torch, transformers,
-accelerate and Lightning hand a callback (none of those frameworks is installed here).
+accelerate and Lightning hand a callback where the real ones need a GPU (fp16 loss scaling, the CUDA
+allocator). tests/sdk_frameworks runs the callbacks on the real frameworks, on CPU.
 
 Each stand-in has the attributes the real object has, with its awkward parts: a disabled GradScaler
 still answers get_scale() with 1.0, torch.cuda.memory_stats() gives zeros for a device this process
@@ -167,6 +168,8 @@ def lightning_trainer(plugin: Any, *, old_style: bool, global_step: int = 0) -> 
     """A Lightning Trainer: older releases expose `trainer.precision_plugin`, newer ones keep it on
     `trainer.strategy.precision_plugin`."""
     trainer = types.SimpleNamespace(global_step=global_step, should_stop=False, ckpt_path=None,
+                                    checkpoint_callbacks=[], default_root_dir="/out",
+                                    save_checkpoint=lambda path, weights_only=False: None,
                                     strategy=types.SimpleNamespace(precision_plugin=plugin))  # fmt: skip
     if old_style:
         trainer.precision_plugin = plugin

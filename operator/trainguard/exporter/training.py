@@ -240,6 +240,11 @@ class TrainingState:
         grad = _num(r.get("grad_norm"))
         if grad is not None:
             v.grad_norm = grad * (100.0 if faults.has("grad-explosion") else 1.0)
+            # a non-finite gradient norm is a diverged step too, unless a dynamic loss scaler is on
+            # (it reports its scale with the norm): an fp16 overflow is a step it skips by design
+            if not math.isfinite(grad) and not nonfinite and _num(r.get("loss_scale")) is None:
+                v.nonfinite_total += 1
+                nonfinite = True
         step_time = _num(r.get("step_time_s"))
         if step_time is None and self.prev_step_ts is not None:
             step_time = now - self.prev_step_ts

@@ -1,4 +1,17 @@
-"""A Hugging Face `TrainerCallback` that reports to the sidecar. Needs transformers."""
+"""A Hugging Face `TrainerCallback` that reports to the sidecar. Needs transformers.
+
+    cb = TrainguardCallback()
+    trainer = Trainer(model, args, train_dataset=ds, callbacks=[cb])
+    with reporting_oom(cb.reporter):     # trainguard.sdk.torch: a CUDA OOM is reported, then raised
+        trainer.train(resume_from_checkpoint=resume_path(cb.reporter))
+
+What the Trainer logs by default hides a diverging run: it logs every 500 steps, and its
+`logging_nan_inf_filter` (on by default) replaces a NaN or Inf step loss with the running mean. So the
+loss reported here is the one the model returned at each optimizer step (a forward hook on the model,
+training mode only, averaged over gradient-accumulation micro-batches), not the logged one. The
+gradient norm is the Trainer's own (it computes it every step but hands it to callbacks only at its
+logging steps): reported when it logs.
+"""
 
 from __future__ import annotations
 
@@ -15,25 +28,94 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("trainguard.sdk.huggingface needs transformers: pip install transformers") from exc
 
 
-class TrainguardCallback(TrainerCallback):  # type: ignore[misc]
+def resume_path(reporter: Reporter) -> str | None:
+    """The checkpoint directory to pass as `trainer.train(resume_from_checkpoint=...)`: the one
+    resume_from() names (the operator's pin, else the newest), when it exists on this machine."""
+    best = reporter.resume_from()
+    path = (best or {}).get("path")
+    return path if isinstance(path, str) and path and os.path.isdir(path) else None
+
+
+class TrainguardCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]
     def __init__(
         self,
         reporter: Reporter | None = None,
         tokens_per_step: int | None = None,
         fragmentation_every: int = torch_state.FRAGMENTATION_EVERY,
     ) -> None:
+        """tokens_per_step: this process's tokens per optimizer step; by default counted from the
+        `input_ids` the model is called with in training."""
         self.reporter = reporter or Reporter()
         self.tokens_per_step = tokens_per_step
-        self._step_started = time.monotonic()
+        self._last_end: float | None = None  # when the previous optimizer step ended
         self._requested: tuple[int, str] | None = None  # (step, kind) of the save this callback asked for
         self._fragmentation = torch_state.Every(fragmentation_every)
+        self._losses: list[Any] = []  # the model's loss tensors of this optimizer step, detached
+        self._tokens = 0  # input tokens of this optimizer step
+        self._hooks: list[Any] = []
+
+    # ---- the model's own loss and tokens, per optimizer step ----
+
+    def _before_forward(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if module.training:
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            self._tokens += int(getattr(ids, "numel", lambda: 0)())
+
+    def _after_forward(self, module: Any, args: Any, kwargs: Any, output: Any) -> None:
+        if not module.training:
+            return  # evaluation forwards are not training steps
+        try:
+            loss = output["loss"] if isinstance(output, dict) else getattr(output, "loss", None)
+        except (KeyError, TypeError):
+            loss = None
+        if loss is not None and hasattr(loss, "detach"):
+            self._losses.append(loss.detach())
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        self._remove_hooks()
+        if model is not None and hasattr(model, "register_forward_hook"):
+            self._hooks = [model.register_forward_pre_hook(self._before_forward, with_kwargs=True),
+                           model.register_forward_hook(self._after_forward, with_kwargs=True)]  # fmt: skip
+        self._last_end = None
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._remove_hooks()
+        self.reporter.flush()  # what the last steps reported is on the sidecar when train() returns
+
+    def _remove_hooks(self) -> None:
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
+
+    def _step_loss(self) -> float | None:
+        """The mean of this step's micro-batch losses: one read-back from the device per step (the
+        Trainer's own NaN filter already reads every step's loss back)."""
+        losses, self._losses = self._losses, []
+        if not losses:
+            return None
+        try:
+            total = losses[0].float()
+            for loss in losses[1:]:
+                total = total + loss.float()
+            return float(total.item()) / len(losses)
+        except Exception:  # a reading is never worth a training step
+            return None
+
+    # ---- the Trainer's events ----
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._step_started = time.monotonic()
+        if self._last_end is None:
+            self._last_end = time.monotonic()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        """Step time runs from the end of the previous optimizer step, so it includes fetching the
+        batch (the Trainer prefetches a step's batches before on_step_begin)."""
+        now = time.monotonic()
         step = state.global_step
-        self.reporter.log_step(step, tokens=self.tokens_per_step, step_time_s=time.monotonic() - self._step_started,
+        tokens, self._tokens = self._tokens, 0
+        started, self._last_end = self._last_end, now
+        self.reporter.log_step(step, loss=self._step_loss(), tokens=self.tokens_per_step or tokens or None,
+                               step_time_s=None if started is None else now - started,
                                loss_scale=torch_state.huggingface_loss_scale(kwargs))  # fmt: skip
         if self._fragmentation.due(step):
             torch_state.report_fragmentation(self.reporter)
@@ -48,9 +130,13 @@ class TrainguardCallback(TrainerCallback):  # type: ignore[misc]
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
     ) -> None:
+        """The Trainer's gradient norm (its loss here is filtered and averaged: the step reports
+        carry the model's). The loss scale travels with it: under a dynamic loss scaler a non-finite
+        gradient norm is a skipped step, not a diverged run."""
         logs = logs or {}
-        if "loss" in logs or "grad_norm" in logs:
-            self.reporter.log_step(state.global_step, loss=logs.get("loss"), grad_norm=logs.get("grad_norm"))
+        if "grad_norm" in logs:
+            self.reporter.log_step(state.global_step, grad_norm=logs["grad_norm"],
+                                   loss_scale=torch_state.huggingface_loss_scale(kwargs))  # fmt: skip
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """HF writes model, optimizer and scheduler state to {output_dir}/checkpoint-{global_step}: a

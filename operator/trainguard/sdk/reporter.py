@@ -199,6 +199,18 @@ class Reporter:
                     self._control["checkpoint"] = None
         self._wake.set()
 
+    def report_oom(self, message: str = "") -> None:
+        """The accelerator ran out of memory (torch.OutOfMemoryError): sent at once, as the process is
+        usually about to die of it. The framework integrations call it; the exporter does not count it
+        yet (the alert-coverage work adds the counter and GPUOutOfMemory)."""
+        try:
+            event = {"type": "oom", "ts": self._clock(), "message": str(message)[:500]}
+        except Exception as exc:  # a message whose str() fails
+            self._bad_input("report_oom", exc)
+            return
+        self._put(event)
+        self.flush()
+
     def log_request(self, latency_s: float, queue_depth: int) -> None:
         try:
             event = {

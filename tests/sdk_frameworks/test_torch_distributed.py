@@ -1,0 +1,53 @@
+"""torch.distributed with 2 ranks on CPU (gloo, torchrun), one sidecar per rank's pod: the all-reduce
+share of step time is measured around real collectives, and a rank slowed on purpose is the one that
+does not wait in them while the other does."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from tests.sdk_frameworks.conftest import REPO, Sidecar, require, sidecar_process
+
+require("torch.distributed.run")
+
+WORKER = Path(__file__).with_name("ddp_worker.py")
+STEPS = 30
+
+
+@pytest.fixture
+def two_pods() -> Iterator[list[Sidecar]]:
+    with ExitStack() as stack:
+        pods = []
+        for _ in range(2):
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tgfw")))
+            pods.append(stack.enter_context(sidecar_process(tmp)))
+        yield pods
+
+
+def test_two_ranks_report_through_their_sidecars_and_the_slow_rank_is_the_straggler(
+    two_pods: list[Sidecar],
+) -> None:
+    env = os.environ | {"TG_ENDPOINTS": ",".join(p.endpoint for p in two_pods), "TG_SLOW_RANK": "1",
+                        "TG_SLOW_S": "0.05", "TG_STEPS": str(STEPS), "OMP_NUM_THREADS": "1",
+                        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          str(WORKER)], check=False, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    fast, slow = two_pods
+    for pod in two_pods:
+        assert pod.settled("trainguard_train_step", lambda v: v == STEPS) == STEPS
+        loss = pod.value("trainguard_train_loss")
+        assert loss is not None and 0 < loss < 10
+    fast_share = fast.value("trainguard_train_allreduce_time_ratio")
+    slow_share = slow.value("trainguard_train_allreduce_time_ratio")
+    assert fast_share is not None and slow_share is not None
+    assert fast_share > 0.5, f"rank 0 waits in all-reduce for the straggler: {fast_share:.2f} of its step"
+    assert slow_share < 0.3, f"the straggler hardly waits: {slow_share:.2f} of its step"
