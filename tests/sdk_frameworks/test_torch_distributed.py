@@ -36,7 +36,7 @@ def test_two_ranks_report_through_their_sidecars_and_the_slow_rank_is_the_stragg
     two_pods: list[Sidecar],
 ) -> None:
     env = os.environ | {"TG_ENDPOINTS": ",".join(p.endpoint for p in two_pods), "TG_SLOW_RANK": "1",
-                        "TG_SLOW_S": "0.05", "TG_STEPS": str(STEPS), "OMP_NUM_THREADS": "1",
+                        "TG_SLOW_S": "0.1", "TG_STEPS": str(STEPS), "OMP_NUM_THREADS": "1",
                         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                           str(WORKER)], check=False, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
