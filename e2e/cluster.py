@@ -27,8 +27,6 @@ REPO = Path(__file__).resolve().parents[1]
 OPERATOR_NS = "trainguard-system"
 FAKE_NODE_LABEL = "trainguard.io/fake-node=true"
 RESYNC_SECONDS = 10
-OPERATOR_RECEIVER_URL = "https://127.0.0.1:1"
-"""Where the e2e operator tells sidecars and Alertmanager its receiver is (nothing posts there here)."""
 T = TypeVar("T")
 
 
@@ -167,14 +165,25 @@ class Cluster:
         return d / "webhook.crt", d / "webhook.key", d / "webhook-ca.crt"
 
     def start_operator(
-        self, priority: int, name: str = "operator", *, manage_webhook: bool = True
+        self,
+        priority: int,
+        name: str = "operator",
+        *,
+        manage_webhook: bool = True,
+        extra: tuple[str, ...] = (),
+        keep_ports: bool = False,
     ) -> subprocess.Popen[bytes]:
         """Start `trainguard operator` and wait until kopf reports it alive. A replica started with
         `manage_webhook=False` serves admission on its own port (webhook_ports[name]) without pointing
-        the cluster's webhook configuration at itself."""
+        the cluster's webhook configuration at itself. The receiver (receiver_ports[name]) is where
+        sidecars and Alertmanager post; `keep_ports` restarts a replica where it was before."""
         host = os.environ.get("TRAINGUARD_E2E_WEBHOOK_HOST", "127.0.0.1")
         cert, key, ca = self.webhook_certs(host)
-        port, health, receiver_port = free_port(), free_port(), free_port()
+        health = free_port()
+        if keep_ports and name in self.webhook_ports:
+            port, receiver_port = self.webhook_ports[name], self.receiver_ports[name]
+        else:
+            port, receiver_port = free_port(), free_port()
         self.webhook_ports[name] = port
         self.receiver_ports[name] = receiver_port
         log = (self.workdir / f"{name}.log").open("ab")
@@ -184,11 +193,11 @@ class Cluster:
              "--webhook-addr", "0.0.0.0" if host != "127.0.0.1" else "127.0.0.1", "--webhook-port", str(port),
              "--webhook-url", f"https://{host}:{port}",
              "--webhook-cert", str(cert), "--webhook-key", str(key), "--webhook-ca", str(ca),
-             "--receiver-url", OPERATOR_RECEIVER_URL, "--liveness", f"http://127.0.0.1:{health}/healthz",
+             "--receiver-url", f"https://{host}:{receiver_port}", "--liveness", f"http://127.0.0.1:{health}/healthz",
              "--receiver-addr", "127.0.0.1", "--receiver-port", str(receiver_port),
              # short periods, so the e2e tests see a resync and a pod count within seconds
              "--resync-seconds", str(RESYNC_SECONDS), "--pods-seconds", "2",
-             *([] if manage_webhook else ["--no-manage-webhook"])],
+             *([] if manage_webhook else ["--no-manage-webhook"]), *extra],
             stdout=log, stderr=subprocess.STDOUT, env=os.environ | {"PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
         self.operators.append(proc)
@@ -201,6 +210,10 @@ class Cluster:
 
         wait_for("the operator's liveness endpoint", alive, timeout=60)
         return proc
+
+    def receiver_url(self, name: str = "operator") -> str:
+        host = os.environ.get("TRAINGUARD_E2E_WEBHOOK_HOST", "127.0.0.1")
+        return f"https://{host}:{self.receiver_ports[name]}"
 
     def stop_operator(self, proc: subprocess.Popen[bytes]) -> None:
         if proc.poll() is None:

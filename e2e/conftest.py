@@ -15,6 +15,7 @@ from kubernetes import client
 
 from e2e.cluster import Cluster, new_workdir
 from e2e.controlplane.local import local_control_plane, prometheus_operator_crds
+from e2e.test_remediation_cluster import _restore
 
 
 @pytest.fixture(scope="session")
@@ -66,6 +67,30 @@ def ns(cluster: Cluster) -> Iterator[str]:
     while cluster.core.list_namespaced_pod(name).items and time.monotonic() < deadline:
         time.sleep(0.5)
     cluster.core.delete_namespace(name, propagation_policy="Background")
+
+
+@pytest.fixture
+def clean_nodes(cluster: Cluster) -> Iterator[None]:
+    _restore(cluster.core)
+    yield
+    _restore(cluster.core)
+
+
+@pytest.fixture
+def spare(cluster: Cluster) -> Iterator[str]:
+    """gpu-node-2 as a warm spare: labelled and tainted so that ordinary work stays off it."""
+    name = "gpu-node-2"
+    cluster.core.patch_node(name, {"metadata": {"labels": {"trainguard.io/spare": "true"}},
+                                   "spec": {"taints": [{"key": "trainguard.io/spare", "value": "true",
+                                                        "effect": "NoSchedule"}]}})  # fmt: skip
+    yield name
+    node = cluster.core.read_node(name)
+    keep = [{"key": t.key, "value": t.value, "effect": t.effect} for t in node.spec.taints or []
+            if t.key != "trainguard.io/spare"]  # fmt: skip
+    cluster.core.patch_node(name, {"metadata": {"labels": {"trainguard.io/spare": None}},
+                                   "spec": {"taints": [{k: v for k, v in t.items() if v is not None} for t in keep] or None}},
+                            _content_type="application/merge-patch+json")  # fmt: skip
+    _restore(cluster.core)
 
 
 @pytest.hookimpl(tryfirst=True)

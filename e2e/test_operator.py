@@ -10,7 +10,7 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from e2e.cluster import OPERATOR_RECEIVER_URL, REPO, Cluster, wait_for
+from e2e.cluster import REPO, Cluster, wait_for
 from trainguard.api import load_documents
 from trainguard.render import effective_policy, render_kubernetes
 from trainguard.render.kubernetes import alertmanager_config, operator_receiver
@@ -77,7 +77,7 @@ def test_quickstart_renders_owned_objects_and_becomes_ready(operator: Cluster, n
     # the operator adds its remediation receiver to the routes (the CLI knows of no operator)
     m = docs.monitors[0]
     operator_amc = alertmanager_config(m, effective_policy(m, docs.policies_for(m)), {},
-                                       operator_receiver(m, OPERATOR_RECEIVER_URL, with_ca=True))  # fmt: skip
+                                       operator_receiver(m, operator.receiver_url(), with_ca=True))  # fmt: skip
     expected["AlertmanagerConfig"] = operator_amc
     for api_version, kind in OWNED:
         live = wait_for(f"{kind}", lambda a=api_version, k=kind: operator.get(a, k, ns, NAME))

@@ -14,24 +14,15 @@ import ssl
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from e2e.cluster import OPERATOR_NS, Cluster, wait_for
 from e2e.test_operator import MON, indexed_job, quickstart, ready
-from e2e.test_remediation_cluster import _restore
 from trainguard.remediation import tokens
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def clean_nodes(cluster: Cluster) -> Iterator[None]:
-    _restore(cluster.core)
-    yield
-    _restore(cluster.core)
 
 
 def operator_key(cluster: Cluster) -> bytes:
@@ -51,8 +42,10 @@ def alert_payload(ns: str, node: str, alertname: str = "GPUCriticalXid") -> dict
     }  # fmt: skip
 
 
-def post(cluster: Cluster, path: str, body: dict[str, Any], token: str | None) -> tuple[int, dict[str, Any]]:
-    port = cluster.receiver_ports["operator"]
+def post(
+    cluster: Cluster, path: str, body: dict[str, Any], token: str | None, name: str = "operator"
+) -> tuple[int, dict[str, Any]]:
+    port = cluster.receiver_ports[name]
     ca = cluster.webhook_certs("127.0.0.1")[2]
     headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {token}"} if token else {})
     req = urllib.request.Request(
@@ -176,23 +169,6 @@ def test_at_the_cordon_cap_a_second_node_fault_notifies_and_does_not_cordon(
     assert "cap" in (capped.get("skipped") or capped.get("message") or ""), capped
     time.sleep(2)
     assert not operator.core.read_node(second).spec.unschedulable, "the cap held: one node cordoned"
-
-
-@pytest.fixture
-def spare(cluster: Cluster) -> Iterator[str]:
-    """gpu-node-2 as a warm spare: labelled and tainted so that ordinary work stays off it."""
-    name = "gpu-node-2"
-    cluster.core.patch_node(name, {"metadata": {"labels": {"trainguard.io/spare": "true"}},
-                                   "spec": {"taints": [{"key": "trainguard.io/spare", "value": "true",
-                                                        "effect": "NoSchedule"}]}})  # fmt: skip
-    yield name
-    node = cluster.core.read_node(name)
-    keep = [{"key": t.key, "value": t.value, "effect": t.effect} for t in node.spec.taints or []
-            if t.key != "trainguard.io/spare"]  # fmt: skip
-    cluster.core.patch_node(name, {"metadata": {"labels": {"trainguard.io/spare": None}},
-                                   "spec": {"taints": [{k: v for k, v in t.items() if v is not None} for t in keep] or None}},
-                            _content_type="application/merge-patch+json")  # fmt: skip
-    _restore(cluster.core)
 
 
 def test_a_node_fault_moves_the_gang_onto_the_warm_spare(

@@ -1,6 +1,8 @@
 """A small fake kubelet for the local control plane: registers GPU nodes, keeps their Lease
 heartbeats, marks pods bound to them Running, and finishes their deletion. No container runs;
-the scheduler, controllers and admission webhooks see what they would see on a real cluster."""
+the scheduler, controllers and admission webhooks see what they would see on a real cluster. Each pod
+gets its own loopback IP (127.1.x.y), so that a test can run a pod's sidecar as a local process that
+listens where the pod's IP says (e2e/podprocesses.py)."""
 
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ class FakeKubelet:
         self.coord = client.CoordinationV1Api(api)
         self.names = set(names)
         self.stop = threading.Event()
+        self.pod_ips: dict[str, str] = {}
 
     # ---- nodes ----------------------------------------------------------------------------------
 
@@ -122,6 +125,12 @@ class FakeKubelet:
 
     # ---- pods -----------------------------------------------------------------------------------
 
+    def _pod_ip(self, uid: str) -> str:
+        if uid not in self.pod_ips:
+            n = len(self.pod_ips)
+            self.pod_ips[uid] = f"127.1.{n // 250}.{n % 250 + 1}"
+        return self.pod_ips[uid]
+
     def _running_status(self, pod: client.V1Pod) -> dict[str, Any]:
         t = now().isoformat()
         spec = pod.spec
@@ -140,7 +149,7 @@ class FakeKubelet:
         return {
             "phase": "Running",
             "hostIP": "127.0.0.1",
-            "podIP": "127.0.0.1",
+            "podIP": self._pod_ip(pod.metadata.uid),
             "startTime": t,
             "conditions": [{"type": c, "status": "True", "lastTransitionTime": t}
                            for c in ("PodScheduled", "Initialized", "ContainersReady", "Ready")],

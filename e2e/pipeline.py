@@ -1,0 +1,324 @@
+"""The monitoring half of the full pipeline on the local control plane: a real Prometheus and a real
+Alertmanager, fed what the operator reconciled into the apiserver (read back through the
+prometheus-operator stand-in in e2e/prometheus_operator.py), and a notification sink standing in for
+phones, IM and e-mail (the receivers' webhooks point at it).
+
+Config changes are picked up the way prometheus-operator's config-reloader picks them up: the files are
+rewritten and Prometheus and Alertmanager are told to reload.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+from e2e import prometheus_operator as po
+from e2e.controlplane.local import free_port
+from tests.processes import http_json
+
+SCRAPE_SECONDS = 1
+EVAL_SECONDS = 1
+JOB = "llama-pretrain"
+SELECTOR = f"app={JOB}"
+
+
+@dataclass
+class Notification:
+    receiver: str
+    status: str
+    alerts: list[dict[str, Any]]
+    at: float
+
+
+@dataclass
+class Sink:
+    """Records every webhook notification by the path it was posted to (/phone, /im, /email ...)."""
+
+    port: int = field(default_factory=free_port)
+    got: list[Notification] = field(default_factory=list)
+
+    def url(self, receiver: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{receiver}"
+
+    def received(self, receiver: str, alertname: str, **labels: str) -> list[dict[str, Any]]:
+        return [
+            a
+            for n in list(self.got)
+            if n.receiver == receiver
+            for a in n.alerts
+            if a["labels"].get("alertname") == alertname
+            and a["status"] == "firing"
+            and all(a["labels"].get(k, "") == v for k, v in labels.items())
+        ]
+
+    @contextmanager
+    def serve(self) -> Iterator[Sink]:
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                sink.got.append(Notification(self.path.strip("/"), body.get("status", ""), body.get("alerts", []),
+                                             time.time()))  # fmt: skip
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
+class Monitoring:
+    """Prometheus and Alertmanager as processes, kept in step with the apiserver by a sync thread."""
+
+    def __init__(self, api: client.ApiClient, workdir: Path) -> None:
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.dir = workdir / "monitoring"
+        shutil.rmtree(self.dir, ignore_errors=True)
+        (self.dir / "secrets").mkdir(parents=True)
+        self.prom_port, self.am_port = free_port(), free_port()
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.stopping = threading.Event()
+        self.errors: list[str] = []
+        self.written: dict[str, str] = {}
+        self.reloads: list[tuple[float, str]] = []
+        """(monotonic time, file) of each reload: Prometheus drops alerts that fire within its
+        discovery's 5 s update interval after a reload (it forgets its Alertmanagers until then)."""
+
+    @property
+    def prometheus(self) -> str:
+        return f"http://127.0.0.1:{self.prom_port}"
+
+    @property
+    def alertmanager(self) -> str:
+        return f"http://127.0.0.1:{self.am_port}"
+
+    def __enter__(self) -> Monitoring:
+        d = self.dir
+        (d / "rules.yml").write_text("groups: []\n")
+        (d / "targets.json").write_text("[]")
+        (d / "alertmanager.yml").write_text(yaml.safe_dump(po.alertmanager_yml([], {}, d / "secrets")))
+        (d / "prometheus.yml").write_text(yaml.safe_dump({
+            "global": {"scrape_interval": f"{SCRAPE_SECONDS}s", "evaluation_interval": f"{EVAL_SECONDS}s"},
+            "rule_files": [str(d / "rules.yml")],
+            "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{self.am_port}"]}]}]},
+            # honor_labels: the PodMonitor's honorLabels (the exporter's namespace, pod and node win)
+            "scrape_configs": [{"job_name": "podmonitors", "honor_labels": True,
+                                "file_sd_configs": [{"files": [str(d / "targets.json")], "refresh_interval": "1s"}]}],
+        }))  # fmt: skip
+        self.procs.append(self._start("alertmanager", ["prometheus-alertmanager", f"--config.file={d / 'alertmanager.yml'}",
+                          f"--storage.path={d / 'am-data'}", f"--web.listen-address=127.0.0.1:{self.am_port}",
+                          "--cluster.listen-address="]))  # fmt: skip
+        self.procs.append(self._start("prometheus", ["prometheus", f"--config.file={d / 'prometheus.yml'}",
+                          f"--storage.tsdb.path={d / 'prom-data'}", f"--web.listen-address=127.0.0.1:{self.prom_port}",
+                          "--web.enable-lifecycle"]))  # fmt: skip
+        for url, proc in ((self.alertmanager, self.procs[0]), (self.prometheus, self.procs[1])):
+            self._wait_ready(url, proc)
+        self.thread = threading.Thread(target=self._loop, name="config-sync", daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=10)
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+    def _start(self, name: str, cmd: list[str]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(cmd, stdout=(self.dir / f"{name}.log").open("ab"), stderr=subprocess.STDOUT)
+
+    def _wait_ready(self, url: str, proc: subprocess.Popen[bytes]) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise AssertionError(f"{proc.args[0]} exited:\n{self.logs()}")
+            try:
+                with urllib.request.urlopen(f"{url}/-/ready", timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise AssertionError(f"{url} not ready:\n{self.logs()}")
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(self.dir.glob("*.log"))
+        )
+
+    # ---- the config-reloader ----
+
+    def _list(self, group: str, version: str, plural: str) -> list[dict[str, Any]]:
+        return list(self.custom.list_cluster_custom_object(group, version, plural)["items"])
+
+    def sync(self) -> None:
+        rules = self._list("monitoring.coreos.com", "v1", "prometheusrules")
+        amcs = self._list("monitoring.coreos.com", "v1alpha1", "alertmanagerconfigs")
+        pms = self._list("monitoring.coreos.com", "v1", "podmonitors")
+        namespaces = {o["metadata"]["namespace"] for o in amcs + pms}
+        secrets = {
+            (ns, s.metadata.name): {"data": s.data or {}}
+            for ns in namespaces
+            for s in self.core.list_namespaced_secret(ns).items
+        }
+        pods = [
+            self.core.api_client.sanitize_for_serialization(p)
+            for ns in namespaces
+            for p in self.core.list_namespaced_pod(ns).items
+        ]
+        files = {
+            "rules.yml": yaml.safe_dump(po.rules_yml(rules), sort_keys=False),
+            "alertmanager.yml": yaml.safe_dump(po.alertmanager_yml(amcs, secrets, self.dir / "secrets"), sort_keys=False),
+            "targets.json": json.dumps(po.scrape_targets(pms, pods), sort_keys=True),
+        }  # fmt: skip
+        changed = {name for name, text in files.items() if self.written.get(name) != text}
+        for name in changed:
+            tmp = self.dir / f".{name}.tmp"
+            tmp.write_text(files[name])
+            tmp.replace(self.dir / name)
+            self.written[name] = files[name]
+        if "rules.yml" in changed:
+            self._reload(self.prometheus, "rules.yml")
+        if "alertmanager.yml" in changed:
+            self._reload(self.alertmanager, "alertmanager.yml")
+
+    def _reload(self, url: str, what: str) -> None:
+        req = urllib.request.Request(f"{url}/-/reload", method="POST")
+        with urllib.request.urlopen(req, timeout=10):
+            self.reloads.append((time.monotonic(), what))
+
+    def settled(self, seconds: float = 6.0) -> bool:
+        """Prometheus has not reloaded for `seconds`: it knows its Alertmanager again."""
+        last = max((t for t, what in self.reloads if what == "rules.yml"), default=0.0)
+        return time.monotonic() - last > seconds
+
+    def _loop(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.sync()
+            except Exception as exc:  # shown by a failing test; the next pass tries again
+                self.errors.append(repr(exc))
+            self.stopping.wait(1)
+
+    # ---- what tests ask ----
+
+    def alerts(self, **labels: str) -> list[dict[str, Any]]:
+        """Alertmanager's alerts (API v2), with their status (active, suppressed and by what)."""
+        with urllib.request.urlopen(f"{self.alertmanager}/api/v2/alerts", timeout=10) as resp:
+            found = json.loads(resp.read())
+        return [a for a in found if all(a["labels"].get(k, "") == v for k, v in labels.items())]
+
+    def firing(self, alertname: str, **labels: str) -> list[dict[str, Any]]:
+        """Prometheus' firing alerts of that name, matching labels."""
+        with urllib.request.urlopen(f"{self.prometheus}/api/v1/alerts", timeout=10) as resp:
+            found = json.loads(resp.read())["data"]["alerts"]
+        return [
+            a
+            for a in found
+            if a["state"] == "firing"
+            and a["labels"].get("alertname") == alertname
+            and all(a["labels"].get(k, "") == v for k, v in labels.items())
+        ]
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        url = f"{self.prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return list(json.loads(resp.read())["data"]["result"])
+
+
+def objects(ns: str, sink: Sink, remediation: dict[str, Any] | None = None, gpus: int = 8,
+            policy: dict[str, Any] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    monitor = {
+        "apiVersion": "trainguard.io/v1alpha1", "kind": "TrainingJobMonitor",
+        "metadata": {"name": JOB, "namespace": ns},
+        "spec": {
+            "selector": {"matchLabels": {"app": JOB}}, "workloadRef": {"kind": "Job", "name": JOB},
+            "gpusPerPod": gpus, "exporter": {"gpuBackend": "simulated", "scrapeInterval": "1s"},
+            # no baseline alert may fire by chance during these short runs
+            "baseline": {"warmupSteps": 100_000_000},
+            "checkpoint": {"incrementalEverySteps": 20, "fullEverySteps": 100},
+            "remediation": {"emergencyCheckpointTimeout": "20s", **(remediation or {})},
+            "policyRefs": [{"name": "pipeline"}],
+        },
+    }  # fmt: skip
+    alerts = [{"name": a, "for": "0s"} for a in
+              ("GPUThermalThrottling", "NetworkPacketLossHigh", "GPUMemoryCritical")]  # fmt: skip
+    policy_obj = {
+        "apiVersion": "trainguard.io/v1alpha1", "kind": "AlertPolicy",
+        "metadata": {"name": "pipeline", "namespace": ns},
+        "spec": {
+            "receivers": [
+                {"name": "phone", "type": "webhook", "roles": ["phone"], "url": sink.url("phone")},
+                {"name": "im", "type": "webhook", "roles": ["im"], "url": sink.url("im")},
+                {"name": "email", "type": "webhook", "roles": ["email", "ticket"], "url": sink.url("email")},
+            ],
+            "quietHours": {"enabled": False},
+            "alerts": alerts,
+            **(policy or {}),
+        },
+    }  # fmt: skip
+    return [monitor, policy_obj]
+
+
+def job(ns: str, completions: int = 2, gpus: int = 8) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": JOB, "namespace": ns},
+        "spec": {
+            "completionMode": "Indexed", "completions": completions, "parallelism": completions,
+            "backoffLimit": 6,
+            "template": {
+                "metadata": {"labels": {"app": JOB}},
+                "spec": {"restartPolicy": "Never", "containers": [
+                    {"name": "trainer", "image": "registry.invalid/llama:1",
+                     "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+            },
+        },
+    }  # fmt: skip
+
+
+def exporter_step(run: Any) -> float:
+    text = http_text(f"{run.url}/metrics")
+    for line in text.splitlines():
+        if line.startswith("trainguard_train_step{") or line.startswith("trainguard_train_step "):
+            return float(line.rsplit(" ", 1)[1])
+    return -1.0
+
+
+def http_text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return str(resp.read().decode())
+
+
+def inject(run: Any, fault: str, gpu: int | None = 1) -> None:
+    http_json(f"{run.url}/v1/faults", {"fault": fault, **({"gpu": gpu} if gpu is not None else {})})
+
+
+def resumed_from(pods: Any, old: set[str]) -> list[str]:
+    return [ln for r in pods.running() if r.name not in old for ln in r.trainer_log().splitlines()
+            if ln.startswith("resuming after the checkpoint of step")]  # fmt: skip

@@ -1,0 +1,234 @@
+"""The containers the fake kubelet does not run, as local processes: for each Running pod of a job, the
+injected trainguard exporter, started from the pod's own container spec (args, env, volumes), and
+examples/train_tiny.py in place of the trainer image, talking to it over the pod's SDK socket.
+
+What a kubelet would do is done here by hand and is all there is to it: field references become their
+values; the pod's emptyDir and its fastpath Secret volume become directories (the Secret's items
+written as files); the exporter listens on the pod IP the fake kubelet assigned (127.1.x.y). Two
+things are added for tests: fault injection on the exporter, and a checkpoint directory per rank
+shared across pod restarts, as a job's shared filesystem would be. A pod that is deleted has its
+processes stopped, as the kubelet would.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from e2e.controlplane.local import _die_with_parent
+from trainguard.render.sidecar import EXPORTER, RUN_DIR, TOKEN_DIR, TOKEN_VOLUME
+
+REPO = Path(__file__).resolve().parents[1]
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+@dataclass
+class PodRun:
+    name: str
+    uid: str
+    node: str
+    ip: str
+    port: int
+    rank: str
+    dir: Path
+    exporter: subprocess.Popen[bytes]
+    trainer_env: dict[str, str]
+    trainer: subprocess.Popen[bytes] | None = None
+    started: float = field(default_factory=time.time)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.ip}:{self.port}"
+
+    def trainer_log(self) -> str:
+        path = self.dir / "trainer.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def exporter_log(self) -> str:
+        path = self.dir / "exporter.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _env_value(entry: dict[str, Any], pod: dict[str, Any]) -> str:
+    if "value" in entry:
+        return str(entry["value"])
+    path = entry["valueFrom"]["fieldRef"]["fieldPath"]
+    for kind in ("labels", "annotations"):  # metadata.labels['key'], as the Job controller sets for the index
+        if path.startswith(f"metadata.{kind}['") and path.endswith("']"):
+            return str((pod["metadata"].get(kind) or {}).get(path[len(kind) + 11 : -2], ""))
+    values = {"metadata.namespace": pod["metadata"]["namespace"], "metadata.name": pod["metadata"]["name"],
+              "spec.nodeName": pod["spec"].get("nodeName", "")}  # fmt: skip
+    if path not in values:
+        raise ValueError(f"fieldRef {path} is not resolved by the e2e pod runner")
+    return values[path]
+
+
+def _local_path(value: str, run_dir: Path, token_dir: Path) -> str:
+    return value.replace(TOKEN_DIR, str(token_dir)).replace(RUN_DIR, str(run_dir))
+
+
+class PodProcesses:
+    """Runs the exporter and trainer of every Running pod matching `selector` in `namespace`."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        selector: str,
+        workdir: Path,
+        *,
+        step_delay: float = 0.02,
+        fastpath: bool = True,
+        steps: int = 100_000_000,
+    ) -> None:
+        self.core = client.CoreV1Api(api)
+        self.namespace, self.selector, self.workdir = namespace, selector, workdir
+        self.step_delay, self.fastpath, self.steps = step_delay, fastpath, steps
+        self.runs: dict[str, PodRun] = {}
+        self.finished: list[PodRun] = []
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name=f"pods-{namespace}", daemon=True)
+        self.errors: list[str] = []
+
+    def __enter__(self) -> PodProcesses:
+        if not self.thread.is_alive():
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=10)
+        with self.lock:
+            for run in list(self.runs.values()):
+                self._stop(run)
+            self.runs.clear()
+
+    # ---- the loop ----
+
+    def _loop(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.sync()
+            except Exception as exc:  # a hiccup of the apiserver: try again on the next pass
+                self.errors.append(repr(exc))
+            self.stopping.wait(0.3)
+
+    def sync(self) -> None:
+        pods = self.core.list_namespaced_pod(self.namespace, label_selector=self.selector).items
+        live = {
+            p.metadata.uid: p
+            for p in pods
+            if p.metadata.deletion_timestamp is None and p.status.phase == "Running" and p.status.pod_ip
+        }
+        with self.lock:
+            for uid in [u for u in self.runs if u not in live]:
+                self._stop(self.runs.pop(uid))
+            for uid, pod in live.items():
+                if uid not in self.runs:
+                    self.runs[uid] = self._start(self.core.api_client.sanitize_for_serialization(pod))
+            for run in self.runs.values():
+                if (
+                    run.trainer is None
+                    and run.exporter.poll() is None
+                    and (run.dir / "run" / "sdk.sock").exists()
+                ):
+                    run.trainer = self._trainer(run)
+
+    def _start(self, pod: dict[str, Any]) -> PodRun:
+        meta, spec = pod["metadata"], pod["spec"]
+        d = self.workdir / "pods" / meta["uid"][:8]
+        run_dir, token_dir = d / "run", d / "token"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        token_dir.mkdir(exist_ok=True)
+        exporter = next(
+            c for c in [*(spec.get("initContainers") or []), *spec["containers"]] if c["name"] == EXPORTER
+        )
+        self._secret_volume(pod, token_dir)
+        env = {
+            e["name"]: _local_path(_env_value(e, pod), run_dir, token_dir) for e in exporter.get("env") or []
+        }
+        if not self.fastpath:
+            env.pop("TRAINGUARD_FASTPATH_URL", None)
+        ip = pod["status"]["podIP"]
+        port = int(exporter["ports"][0]["containerPort"])
+        args = [_local_path(a, run_dir, token_dir) for a in exporter["args"]]
+        args = [f"{ip}:{port}" if a.startswith("0.0.0.0:") else a for a in args]
+        rank = (meta.get("annotations") or {}).get(COMPLETION_INDEX, "0")
+        trainer = spec["containers"][0]  # the first container trains; its image is replaced by train_tiny.py
+        trainer_env = {
+            e["name"]: _local_path(_env_value(e, pod), run_dir, token_dir) for e in trainer.get("env") or []
+        }
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "trainguard.cli", *args, "--enable-fault-injection"],
+            stdout=(d / "exporter.log").open("ab"), stderr=subprocess.STDOUT, cwd=REPO,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 (the sync thread forks; it lives as long as the runner)
+            env={k: v for k, v in os.environ.items() if not k.startswith("TRAINGUARD_")} | env,
+        )  # fmt: skip
+        return PodRun(
+            meta["name"], meta["uid"], spec.get("nodeName", ""), ip, port, rank, d, proc, trainer_env
+        )
+
+    def _secret_volume(self, pod: dict[str, Any], into: Path) -> None:
+        volume = next((v for v in pod["spec"].get("volumes") or [] if v["name"] == TOKEN_VOLUME), None)
+        if volume is None:
+            return
+        ref = volume["secret"]
+        try:
+            secret = self.core.read_namespaced_secret(ref["secretName"], pod["metadata"]["namespace"])
+        except client.exceptions.ApiException:
+            if ref.get("optional"):
+                return
+            raise
+        for item in ref.get("items") or [{"key": k, "path": k} for k in secret.data or {}]:
+            if item["key"] in (secret.data or {}):
+                (into / item["path"]).write_bytes(base64.b64decode(secret.data[item["key"]]))
+
+    def _trainer(self, run: PodRun) -> subprocess.Popen[bytes]:
+        ckpt = self.workdir / "checkpoints" / f"rank-{run.rank}"
+        ckpt.mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINGUARD_")} | run.trainer_env
+        env["PYTHONUNBUFFERED"] = "1"
+        return subprocess.Popen(
+            [sys.executable, "examples/train_tiny.py", "--steps", str(self.steps), "--step-delay",
+             str(self.step_delay), "--checkpoint-dir", str(ckpt)],
+            stdout=(run.dir / "trainer.log").open("ab"), stderr=subprocess.STDOUT, cwd=REPO, env=env,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 (as above)
+        )  # fmt: skip
+
+    def _stop(self, run: PodRun) -> None:
+        for proc in (run.trainer, run.exporter):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in (run.trainer, run.exporter):
+            if proc is None:
+                continue
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.finished.append(run)
+
+    # ---- what tests ask ----
+
+    def running(self) -> list[PodRun]:
+        with self.lock:
+            return [r for r in self.runs.values() if r.trainer is not None and r.trainer.poll() is None]
+
+    def on_node(self, node: str) -> PodRun | None:
+        return next((r for r in self.running() if r.node == node), None)
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.workdir / "pods", ignore_errors=True)

@@ -1,0 +1,211 @@
+"""What prometheus-operator and its config-reloader do with the objects trainguard reconciles, for a
+plain Prometheus and Alertmanager run as local processes.
+
+A stand-in: prometheus-operator needs a kubelet that runs its StatefulSets, and the local control
+plane has none. It covers only the fields trainguard renders and refuses any other, so a field the
+renderer starts to emit cannot be dropped here without a test failing. The conversion follows
+prometheus-operator's documented behaviour (pkg/alertmanager/amcfg.go, pkg/prometheus/promcfg.go):
+- AlertmanagerConfig: receivers and time intervals are renamed `<namespace>/<name>/<original>`; the
+  top route gets a `namespace="<ns>"` matcher and `continue: true` and hangs under a root route whose
+  receiver is "null"; inhibit rules get the namespace matcher on both sides; secret references are
+  resolved (the CA to a file, as the operator mounts it).
+- PodMonitor: the pods its selector matches, on the named container port, with the labels
+  prometheus-operator sets (namespace, pod, container, endpoint, job) and the monitor's relabelings.
+- PrometheusRule: its groups, verbatim.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+Obj = dict[str, Any]
+
+_CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
+_TIMING = {"groupWait", "groupInterval", "repeatInterval"}
+_TIME_FIELDS = {"times", "weekdays", "daysOfMonth", "months", "years", "location"}
+_WEBHOOK_FIELDS = {"url", "sendResolved", "httpConfig", "maxAlerts"}
+_ROUTE_FIELDS = {"receiver", "matchers", "groupBy", "continue", "routes", "muteTimeIntervals",
+                 "activeTimeIntervals", *_TIMING}  # fmt: skip
+
+
+class Unsupported(ValueError):
+    """A field this stand-in does not convert: extend it rather than let the field vanish."""
+
+
+def snake(key: str) -> str:
+    return _CAMEL.sub("_", key).lower()
+
+
+def matcher(m: Obj) -> str:
+    value = str(m.get("value", "")).replace("\\", "\\\\").replace('"', '\\"')
+    return f'{m["name"]}{m.get("matchType", "=")}"{value}"'
+
+
+def _only(obj: Obj, allowed: set[str], where: str) -> None:
+    extra = set(obj) - allowed
+    if extra:
+        raise Unsupported(f"{where}: {sorted(extra)} not converted by the prometheus-operator stand-in")
+
+
+def _route(route: Obj, prefix: Callable[[str], str], where: str) -> Obj:
+    _only(route, _ROUTE_FIELDS, where)
+    out: Obj = {}
+    if "receiver" in route:
+        out["receiver"] = prefix(route["receiver"])
+    if route.get("matchers"):
+        out["matchers"] = [matcher(m) for m in route["matchers"]]
+    if "groupBy" in route:
+        out["group_by"] = list(route["groupBy"])
+    for key in sorted(_TIMING & set(route)):
+        out[snake(key)] = route[key]
+    for key in ("muteTimeIntervals", "activeTimeIntervals"):
+        if route.get(key):
+            out[snake(key)] = [prefix(n) for n in route[key]]
+    if route.get("continue"):
+        out["continue"] = True
+    if route.get("routes"):
+        out["routes"] = [_route(r, prefix, f"{where}.routes[{i}]") for i, r in enumerate(route["routes"])]
+    return out
+
+
+def _secret_value(secrets: dict[str, Obj], ref: Obj, where: str) -> bytes:
+    secret = secrets.get(ref["name"])
+    if secret is None or ref["key"] not in (secret.get("data") or {}):
+        raise Unsupported(f"{where}: Secret {ref['name']} has no key {ref['key']!r}")
+    return base64.b64decode(secret["data"][ref["key"]])
+
+
+def _webhook(hook: Obj, secrets: dict[str, Obj], files: Path, where: str) -> Obj:
+    _only(hook, _WEBHOOK_FIELDS, where)
+    out: Obj = {"url": hook["url"], "send_resolved": bool(hook.get("sendResolved", True))}
+    if "maxAlerts" in hook:
+        out["max_alerts"] = hook["maxAlerts"]
+    http = hook.get("httpConfig")
+    if http:
+        _only(http, {"authorization", "tlsConfig"}, f"{where}.httpConfig")
+        conf: Obj = {}
+        if auth := http.get("authorization"):
+            token = _secret_value(secrets, auth["credentials"], f"{where}.authorization")
+            conf["authorization"] = {
+                "type": auth.get("type", "Bearer"),
+                "credentials": token.decode().strip(),
+            }
+        if tls := http.get("tlsConfig"):
+            _only(tls, {"ca"}, f"{where}.tlsConfig")
+            ref = tls["ca"]["secret"]
+            path = files / f"{ref['name']}-{ref['key']}"
+            path.write_bytes(_secret_value(secrets, ref, f"{where}.tlsConfig.ca"))
+            conf["tls_config"] = {"ca_file": str(path)}
+        out["http_config"] = conf
+    return out
+
+
+def alertmanager_yml(amcs: list[Obj], secrets: dict[tuple[str, str], Obj], files: Path) -> Obj:
+    """alertmanager.yml for the given AlertmanagerConfigs (secrets keyed by namespace and name)."""
+    receivers: list[Obj] = [{"name": "null"}]
+    routes: list[Obj] = []
+    inhibits: list[Obj] = []
+    intervals: list[Obj] = []
+    for amc in sorted(amcs, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"])):
+        ns, name = amc["metadata"]["namespace"], amc["metadata"]["name"]
+        spec = amc["spec"]
+        _only(spec, {"route", "receivers", "inhibitRules", "muteTimeIntervals"}, f"{ns}/{name}.spec")
+        own = {k[1]: v for k, v in secrets.items() if k[0] == ns}
+
+        def prefix(n: str, ns: str = ns, name: str = name) -> str:
+            return f"{ns}/{name}/{n}"
+
+        for r in spec.get("receivers") or []:
+            _only(r, {"name", "webhookConfigs"}, f"{ns}/{name}.receivers.{r['name']}")
+            out: Obj = {"name": prefix(r["name"])}
+            if r.get("webhookConfigs"):
+                out["webhook_configs"] = [
+                    _webhook(h, own, files, f"{ns}/{name}.receivers.{r['name']}") for h in r["webhookConfigs"]
+                ]
+            receivers.append(out)
+        top = _route(spec["route"], prefix, f"{ns}/{name}.route")
+        top["matchers"] = [f'namespace="{ns}"', *top.get("matchers", [])]
+        top["continue"] = True
+        routes.append(top)
+        for rule in spec.get("inhibitRules") or []:
+            _only(rule, {"sourceMatch", "targetMatch", "equal"}, f"{ns}/{name}.inhibitRules")
+            inhibits.append({
+                "source_matchers": [f'namespace="{ns}"', *[matcher(m) for m in rule.get("sourceMatch") or []]],
+                "target_matchers": [f'namespace="{ns}"', *[matcher(m) for m in rule.get("targetMatch") or []]],
+                **({"equal": list(rule["equal"])} if rule.get("equal") else {}),
+            })  # fmt: skip
+        for ti in spec.get("muteTimeIntervals") or []:
+            entries = []
+            for entry in ti["timeIntervals"]:
+                _only(entry, _TIME_FIELDS, f"{ns}/{name}.muteTimeIntervals.{ti['name']}")
+                conv: Obj = {}
+                for key, value in entry.items():
+                    conv[snake(key)] = (
+                        [{"start_time": t["startTime"], "end_time": t["endTime"]} for t in value]
+                        if key == "times"
+                        else value
+                    )
+                entries.append(conv)
+            intervals.append({"name": prefix(ti["name"]), "time_intervals": entries})
+    config: Obj = {
+        "route": {"receiver": "null", "group_by": ["namespace"], "routes": routes},
+        "receivers": receivers,
+        "inhibit_rules": inhibits,
+    }
+    if intervals:
+        config["time_intervals"] = intervals
+    return config
+
+
+def rules_yml(rules: list[Obj]) -> Obj:
+    ordered = sorted(rules, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]))
+    return {"groups": [g for r in ordered for g in r["spec"].get("groups") or []]}
+
+
+def _selected(selector: Obj, labels: dict[str, str], where: str) -> bool:
+    _only(selector, {"matchLabels"}, f"{where}.selector")
+    return all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items())
+
+
+def _relabel(rule: Obj, meta: dict[str, str], labels: dict[str, str], where: str) -> None:
+    _only(rule, {"sourceLabels", "targetLabel", "replacement", "action"}, where)
+    if rule.get("action", "replace") != "replace":
+        raise Unsupported(f"{where}: action {rule['action']!r}")
+    source = ";".join((meta | labels).get(s, "") for s in rule.get("sourceLabels") or [])
+    value = rule.get("replacement", "$1").replace("$1", source)
+    if value:
+        labels[rule["targetLabel"]] = value
+
+
+def scrape_targets(podmonitors: list[Obj], pods: list[Obj]) -> list[Obj]:
+    """file_sd target groups: what kubernetes_sd plus the PodMonitor's relabelings would yield."""
+    groups: list[Obj] = []
+    for pm in sorted(podmonitors, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"])):
+        ns, name = pm["metadata"]["namespace"], pm["metadata"]["name"]
+        where = f"PodMonitor {ns}/{name}"
+        _only(pm["spec"], {"selector", "podMetricsEndpoints"}, f"{where}.spec")
+        for endpoint in pm["spec"]["podMetricsEndpoints"]:
+            _only(endpoint, {"port", "path", "interval", "honorLabels", "relabelings"}, where)
+            for pod in pods:
+                meta, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
+                if (meta["namespace"] != ns or meta.get("deletionTimestamp") or status.get("phase") != "Running"
+                        or not status.get("podIP")
+                        or not _selected(pm["spec"]["selector"], meta.get("labels") or {}, where)):  # fmt: skip
+                    continue
+                for c in [*(spec.get("initContainers") or []), *spec["containers"]]:
+                    port = next((p for p in c.get("ports") or [] if p.get("name") == endpoint["port"]), None)
+                    if port is None:
+                        continue
+                    sd = {"__meta_kubernetes_pod_node_name": spec.get("nodeName", "")}
+                    labels = {"namespace": ns, "pod": meta["name"], "container": c["name"],
+                              "endpoint": endpoint["port"], "job": f"{ns}/{name}"}  # fmt: skip
+                    for i, rule in enumerate(endpoint.get("relabelings") or []):
+                        _relabel(rule, sd, labels, f"{where}.relabelings[{i}]")
+                    groups.append(
+                        {"targets": [f"{status['podIP']}:{port['containerPort']}"], "labels": labels}
+                    )
+    return groups
