@@ -15,7 +15,7 @@ from typing import Any
 
 from trainguard.api import AlertPolicy, InvalidInput, TrainingJobMonitor, parse_object
 from trainguard.controller.kube import Kube
-from trainguard.remediation import alertmanager, detect, escalation, records, tokens
+from trainguard.remediation import alertmanager, detect, escalation, notices, records, tokens
 from trainguard.remediation.cluster import ClusterOps
 from trainguard.remediation.executor import Executor
 from trainguard.remediation.model import ClusterState, Signal
@@ -255,6 +255,22 @@ class Responder:
                         log.info("escalated %s of %s/%s to P0: unacknowledged for %ss", a["labels"].get("alertname"),
                                  monitor.namespace, monitor.name, int(settings.after_s))  # fmt: skip
         return posted
+
+    def cordon_notices(self) -> int:
+        """Post (refresh) TrainguardNodeCordoned for every node this operator's records cordoned and
+        its annotations still show cordoned: the fault's own alert may never have paged (see
+        remediation/notices.py). Returns how many were posted. Needs --alertmanager-url."""
+        if not self.alertmanager_url or not self.leader():
+            return 0
+        cordoned = dict(self.cluster.cordon_history())
+        if not cordoned:
+            return 0
+        monitors = [
+            (str(b["metadata"]["namespace"]), str(b["metadata"]["name"]), _records(b))
+            for b in self.kube.list_monitors()
+        ]
+        posted = notices.cordon_notices(monitors, cordoned, self.clock())
+        return alertmanager.post_alerts(self.alertmanager_url, posted, clock=self.clock)
 
     def notify(self, record: Record, message: str) -> None:
         """A NOTIFY step: what trainguard did not do and why, as a P0 for the job's receivers."""

@@ -146,6 +146,7 @@ def run(opts: OperatorOptions) -> None:
         responder.resume()
         responder.watch()
         responder.escalate()
+        responder.cordon_notices()
 
     periodic = Periodic(
         kube,

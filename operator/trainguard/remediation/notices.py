@@ -1,0 +1,65 @@
+"""A node trainguard cordoned needs a person: the notice that says so until the node is returned.
+
+When the operator moves a job off a faulty node within seconds, the fault's alert resolves with the
+faulty pod's exporter before the P0 group_wait is over, and Alertmanager never notifies a group that
+only ever held a resolved alert. The job is safe; the node is still broken and out of service. So the
+leader posts `TrainguardNodeCordoned` (P2: e-mail and ticket, not the phone at 3 a.m.) for every node
+its records cordoned and its annotations still show cordoned, refreshed on each pass, until
+`trainguard uncordon` returns the node (Alertmanager then resolves it at its endsAt).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from trainguard.remediation.escalation import format_time
+from trainguard.remediation.model import Phase, StepKind
+
+NODE_CORDONED = "TrainguardNodeCordoned"
+SEVERITY = "P2"
+HOLD_S = 300.0
+"""How long a posted notice stays active without a refresh: the leader refreshes it on every pass, so
+it resolves this long after the node is uncordoned (or the operator stops)."""
+
+
+def _cordoned_by(record: Mapping[str, Any]) -> str | None:
+    """The node a record's Cordon step cordoned (a dry run cordons nothing)."""
+    if record.get("dryRun"):
+        return None
+    for step in record.get("steps") or []:
+        if step.get("kind") == StepKind.CORDON and step.get("phase") == Phase.SUCCEEDED:
+            node = (step.get("params") or {}).get("node") or record.get("node")
+            return str(node) if node else None
+    return None
+
+
+def cordon_notices(
+    monitors: Iterable[tuple[str, str, Iterable[Mapping[str, Any]]]],
+    cordoned: Mapping[str, float],
+    now: float,
+) -> list[dict[str, Any]]:
+    """Postable alerts, one per job and node: `monitors` are (namespace, name, records); `cordoned` the
+    nodes trainguard's annotations show cordoned, with when. The newest record that cordoned a node
+    names the fault."""
+    out: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for namespace, name, records in monitors:
+        for record in records:
+            node = _cordoned_by(record)
+            if node is None or node not in cordoned:
+                continue
+            since = cordoned[node]
+            labels = {"alertname": NODE_CORDONED, "severity": SEVERITY, "namespace": namespace,
+                      "training_job": name, "node": node, "remediation": str(record.get("id", ""))}  # fmt: skip
+            out[(namespace, name, node)] = {
+                "labels": labels,
+                "annotations": {
+                    "summary": f"node {node} is cordoned by trainguard after {record.get('alert', 'a fault')}: "
+                    f"repair it, then run `trainguard uncordon {node}`",
+                    "description": f"cordoned at {format_time(since)} by remediation {record.get('id', '')} of "
+                    f"{namespace}/{name}; the job was moved off it and the node stays out of service",
+                },
+                "startsAt": format_time(since),
+                "endsAt": format_time(now + HOLD_S),
+            }
+    return [out[k] for k in sorted(out)]
