@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 
-.PHONY: help bootstrap demo test lint unit e2e bench crds chart helm docs check-generated controlplane clean
+.PHONY: help bootstrap demo test lint unit e2e bench bench-pipeline crds chart helm docs check-generated controlplane clean
 
 help:
 	@echo "make demo   - render the quickstart and check it with promtool and amtool"
@@ -57,6 +57,10 @@ check-generated: bootstrap
 
 bench: bootstrap
 	$(PY) bench/exporter.py
+
+# fault to cordon and to training resumed through the whole pipeline (about 30 minutes on 2 cores)
+bench-pipeline: bootstrap
+	$(PY) bench/pipeline.py
 
 controlplane:
 	e2e/controlplane/build.sh all

@@ -252,8 +252,8 @@ class Monitoring:
             return list(json.loads(resp.read())["data"]["result"])
 
 
-def objects(ns: str, sink: Sink, remediation: dict[str, Any] | None = None, gpus: int = 8,
-            policy: dict[str, Any] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+def objects(ns: str, sink: Sink, remediation: dict[str, Any] | None = None, gpus: int = 8, *,
+            policy: dict[str, Any] | None = None, baseline: dict[str, Any] | None = None) -> list[dict[str, Any]]:  # fmt: skip
     monitor = {
         "apiVersion": "trainguard.io/v1alpha1", "kind": "TrainingJobMonitor",
         "metadata": {"name": JOB, "namespace": ns},
@@ -261,7 +261,7 @@ def objects(ns: str, sink: Sink, remediation: dict[str, Any] | None = None, gpus
             "selector": {"matchLabels": {"app": JOB}}, "workloadRef": {"kind": "Job", "name": JOB},
             "gpusPerPod": gpus, "exporter": {"gpuBackend": "simulated", "scrapeInterval": "1s"},
             # no baseline alert may fire by chance during these short runs
-            "baseline": {"warmupSteps": 100_000_000},
+            "baseline": baseline or {"warmupSteps": 100_000_000},
             "checkpoint": {"incrementalEverySteps": 20, "fullEverySteps": 100},
             "remediation": {"emergencyCheckpointTimeout": "20s", **(remediation or {})},
             "policyRefs": [{"name": "pipeline"}],

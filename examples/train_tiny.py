@@ -28,8 +28,10 @@ class TinyNet:
         self.w2 = [rng.gauss(0, 1 / math.sqrt(hidden)) for _ in range(hidden)]
         self.b2 = 0.0
 
-    def step(self, batch: list[tuple[float, float]], lr: float) -> tuple[float, float]:
-        """One SGD step; returns (loss, gradient norm)."""
+    def step(
+        self, batch: list[tuple[float, float]], lr: float, clip: float | None = None
+    ) -> tuple[float, float]:
+        """One SGD step, the gradient clipped to norm `clip` when given; returns (loss, unclipped norm)."""
         n, h = len(batch), len(self.w1)
         g1, gb1, g2, gb2, loss = [0.0] * h, [0.0] * h, [0.0] * h, 0.0, 0.0
         for x, y in batch:
@@ -46,6 +48,8 @@ class TinyNet:
                 g1[j] += dz * x
                 gb1[j] += dz
         norm = math.sqrt(sum(v * v for v in g1 + gb1 + g2) + gb2 * gb2)
+        if clip is not None and norm > clip:
+            lr *= clip / norm
         for j in range(h):
             self.w1[j] -= lr * g1[j]
             self.b1[j] -= lr * gb1[j]
@@ -81,7 +85,16 @@ def main() -> int:
         if (resume := tg.resume_from()) is not None:
             start = int(resume["step"]) + 1
             print(f"resuming after the checkpoint of step {resume['step']} ({resume['path']})")
+        clip: float | None = None
+        seen: set[str] = set()
         for step in range(start, args.steps):
+            for advice in tg.advisories():  # the operator's training advice (monitor opted in)
+                name = str(advice.get("advice", advice.get("kind", "")))
+                if name and name not in seen:
+                    seen.add(name)
+                    if name == "clip_gradients":
+                        clip = 1.0
+                    print(f"advice at step {step}: {name} ({json.dumps(advice, sort_keys=True)})", flush=True)
             while tg.should_pause():
                 time.sleep(1)  # the operator pinned a good checkpoint and will restart the job
             t0 = time.monotonic()
@@ -90,7 +103,7 @@ def main() -> int:
                 for x in (rng.uniform(-1, 1) for _ in range(args.batch))
             ]
             load = time.monotonic() - t0
-            loss, grad_norm = net.step(batch, args.lr)
+            loss, grad_norm = net.step(batch, args.lr, clip)
             if args.step_delay:
                 time.sleep(args.step_delay)
             tg.log_step(step, loss=loss, grad_norm=grad_norm, tokens=args.batch, dataloader_wait_s=load,
