@@ -9,7 +9,7 @@ help:
 	@echo "make demo   - render the quickstart and check it with promtool and amtool"
 	@echo "make test   - everything CI runs: lint, types, layer contracts, unit, integration and e2e tests"
 	@echo "make e2e    - the e2e suite on a local control plane built from Go modules (cached)"
-	@echo "make bench  - exporter scrape cost next to node_exporter, memory, SDK log_step cost"
+	@echo "make bench  - exporter scrape cost next to node_exporter, memory, SDK log_step cost, SDK overhead in a real Trainer"
 	@echo "make crds   - regenerate crds/ from the models; make docs - docs/alerts.md from the catalogue"
 	@echo "make controlplane - build (or reuse) the local Kubernetes control plane binaries"
 
@@ -57,6 +57,7 @@ check-generated: bootstrap
 
 bench: bootstrap
 	$(PY) bench/exporter.py
+	$(PY) bench/sdk_overhead.py
 
 # fault to cordon and to training resumed through the whole pipeline (about 30 minutes on 2 cores)
 bench-pipeline: bootstrap

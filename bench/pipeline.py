@@ -64,7 +64,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def one(cluster: Cluster, mon: Monitoring, sink: Sink, fastpath: bool, workdir: Path) -> dict[str, float]:
     ns = cluster.namespace(f"bench-{uuid.uuid4().hex[:8]}")
-    remediation = {"maxCordonedNodes": 100, "jobRestartBudget": 1000}
+    remediation = {"maxCordonedNodes": 100}  # each injection is a new job: its restart budget is fresh
     cluster.apply(objects(ns, sink, remediation))
     wait_for("monitor Ready", lambda: (m := cluster.get("trainguard.io/v1alpha1", "TrainingJobMonitor", ns, JOB))
              and any(c["type"] == "Ready" and c["status"] == "True" for c in (m.get("status") or {}).get("conditions", [])),
