@@ -259,7 +259,7 @@ def test_restart_leaves_no_duplicates_and_keeps_status(operator: Cluster, ns: st
     rv = {k: operator.get(a, k, ns, NAME)["metadata"]["resourceVersion"] for a, k in OWNED}
     for proc in list(operator.operators):
         operator.stop_operator(proc)
-    operator.start_operator(priority=100)
+    operator.start_operator(priority=100, keep_ports=True)  # where its Service would still point
     # the resumed operator reconciles again: nothing changed, so nothing is re-applied
     wait_for("resume reconcile", lambda: len(operator.events(ns, "llama-pretrain", "Applied")) >= 1)
     after = wait_for("still Ready", lambda: ready(operator, ns))

@@ -57,7 +57,7 @@ def stack(cluster: Cluster) -> Iterator[tuple[Cluster, Monitoring, Sink]]:
         finally:
             cluster.stop_all_operators()
             if had:
-                cluster.start_operator(priority=100)
+                cluster.start_operator(priority=100, keep_ports=True)
 
 
 def start(

@@ -172,7 +172,8 @@ def test_a_deleted_gang_is_recreated_by_its_job_and_placed_away_from_the_cordone
     )
     sidecars = edge.sidecars(ns, selector, 9400)
     assert sorted(s.pod for s in sidecars) == sorted(p["metadata"]["name"] for p in first)
-    assert all(s.base_url == "http://127.0.0.1:9400" for s in sidecars)  # the fake kubelet's pod IP
+    ips = {p["metadata"]["name"]: p["status"]["podIP"] for p in first}  # the fake kubelet's, one per pod
+    assert all(s.base_url == f"http://{ips[s.pod]}:9400" for s in sidecars), (sidecars, ips)
     bad = first[0]["spec"]["nodeName"]
 
     edge.cordon(bad, "GPUCriticalXid", "rec-5")
