@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -30,6 +32,20 @@ def wait_http(url: str, timeout: float = 20.0, proc: subprocess.Popen[bytes] | N
         except OSError:
             time.sleep(0.1)
     raise TimeoutError(f"{url} did not answer within {timeout}s")
+
+
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def scrape(url: str) -> Samples:
+    """GET /metrics and parse it with prometheus_client's own parser: sample name -> (labels, value)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    out: Samples = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
 
 
 def http_json(url: str, body: Any = None, method: str | None = None) -> Any:

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
-from tests.processes import free_port, http_json
+from tests.processes import free_port, http_json, scrape
 from trainguard.exporter.app import Exporter
 from trainguard.exporter.flags import add_arguments
 from trainguard.exporter.main import build
@@ -26,13 +23,7 @@ class Running:
 
     def scrape(self) -> dict[str, list[tuple[dict[str, str], float]]]:
         self.exporter.render()
-        with urllib.request.urlopen(f"{self.url}/metrics", timeout=5) as resp:
-            text = resp.read().decode()
-        out: dict[str, list[tuple[dict[str, str], float]]] = {}
-        for fam in text_string_to_metric_families(text):
-            for s in fam.samples:
-                out.setdefault(s.name, []).append((s.labels, s.value))
-        return out
+        return scrape(self.url)
 
     def value(self, name: str, **labels: str) -> float | None:
         for lbl, v in self.scrape().get(name, []):

@@ -24,9 +24,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.processes import free_port, wait_http
+from tests.processes import free_port, scrape, wait_http
 
 TOKEN = "operator-t0k3n"
 REPO = Path(__file__).resolve().parents[2]
@@ -69,13 +68,7 @@ class Sidecar:
         return f"unix://{self.socket}"
 
     def metrics(self) -> dict[str, list[tuple[dict[str, str], float]]]:
-        with urllib.request.urlopen(f"{self.url}/metrics", timeout=5) as resp:
-            text = resp.read().decode()
-        out: dict[str, list[tuple[dict[str, str], float]]] = {}
-        for fam in text_string_to_metric_families(text):
-            for s in fam.samples:
-                out.setdefault(s.name, []).append((s.labels, s.value))
-        return out
+        return scrape(self.url)
 
     def value(self, name: str, **labels: str) -> float | None:
         for lbl, v in self.metrics().get(name, []):
