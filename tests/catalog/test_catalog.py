@@ -16,6 +16,7 @@ CONTRACT_ALERTS = {
     "GPUDoubleBitECCError": ("P0", "0s"),
     "GPUCriticalXid": ("P0", "0s"),
     "GPULost": ("P0", "0s"),  # added by review (issue 7): trainguard_gpu_lost was read by nothing
+    "GPUOutOfMemory": ("P0", "0s"),  # issue 9: an OOM inside the trainer reached no one
     "TrainingThroughputDrop": ("P1", "5m"),
     "GPUMemoryCritical": ("P1", "10s"),
     "GPUMemoryHang": ("P1", "1m"),
@@ -36,7 +37,7 @@ CONTRACT_ALERTS = {
     "DiskWriteLatencyHigh": ("P2", "5m"),
     "NetworkPacketLoss": ("P2", "5m"),
     "NetworkBandwidthSaturation": ("P2", "10m"),
-    "GPUSingleBitECCErrorsHigh": ("P2", "0s"),
+    "GPUSingleBitECCErrorsHigh": ("P1", "0s"),  # issue 9: over the daily threshold isolates the node
     "TrainguardExporterDown": ("P2", "2m"),  # ARCHITECTURE section 4: an unreachable sidecar alone
     "GPUMemoryHigh": ("P3", "5m"),
 }
@@ -61,6 +62,11 @@ CONTRACT_METRICS = {
     "trainguard_infiniband_port_counter_total", "trainguard_exporter_info", "trainguard_exporter_collector_up",
     "trainguard_exporter_collector_errors_total", "trainguard_exporter_gpus_assigned",
     "trainguard_exporter_fastpath_events_total",
+    # issue 9: OOM inside the trainer, collective latency, KV cache, checkpoint storage and restore
+    "trainguard_train_oom_total", "trainguard_train_collective_seconds",
+    "trainguard_inference_kv_cache_hit_ratio", "trainguard_checkpoint_filesystem_avail_bytes",
+    "trainguard_checkpoint_filesystem_size_bytes", "trainguard_checkpoint_last_size_bytes",
+    "trainguard_checkpoint_restoring", "trainguard_checkpoint_restore_read_bytes_per_second",
 }  # fmt: skip
 
 
@@ -88,7 +94,12 @@ def test_every_alert_has_an_expression_and_valid_fields() -> None:
 
 
 def test_p0_alerts_name_their_response() -> None:
-    assert {a.name for a in ALERTS if a.severity == "P0"} == {a.name for a in ALERTS if a.p0_class}
+    """Each P0 names its automatic response, or says why it has none."""
+    p0 = {a.name for a in ALERTS if a.severity == "P0"}
+    assert p0 == {a.name for a in ALERTS if a.severity == "P0" and (a.p0_class or a.without_response)}
+    # the one P1 the P0 loop acts on: SBE over the daily threshold isolates the node (issue 9)
+    assert {a.name for a in ALERTS if a.p0_class and a.name not in p0} == {"GPUSingleBitECCErrorsHigh"}
+    assert not [a.name for a in ALERTS if a.p0_class and a.without_response]
 
 
 def test_committed_alert_docs_match_the_catalogue() -> None:

@@ -67,6 +67,20 @@ CASES: dict[str, list[Case]] = {
             [series("trainguard_train_nonfinite_loss_total", POD, "0 1 1 1 1 1 1 1 1 1")],
         ),
     ],
+    "GPUOutOfMemory": [
+        Case(
+            "one OOM reported",
+            "3m",
+            [series("trainguard_train_oom_total", POD, "0 0 0 1 1 1")],
+            [p("P0", POD)],
+        ),
+        Case("no OOM", "5m", [series("trainguard_train_oom_total", POD, "0x10")]),
+        Case(
+            "an OOM long ago is not repeated",
+            "8m",
+            [series("trainguard_train_oom_total", POD, "0 1 1 1 1 1 1 1 1 1")],
+        ),
+    ],
     "TrainingJobStalled": [
         Case(
             "last step 6 minutes ago",
@@ -510,7 +524,7 @@ CASES: dict[str, list[Case]] = {
             "180 SBE in an hour",
             "60m",
             [series("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", GPU, "0+3x60")],
-            [p("P2", GPU)],
+            [p("P1", GPU)],
         ),
         Case("60 SBE in an hour", "60m", [series("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", GPU, "0+1x60")]),
     ],

@@ -67,11 +67,13 @@ class Param:
 
 
 class P0Class(StrEnum):
-    """Which automatic response a P0 alert asks for (ARCHITECTURE section 5, response matrix)."""
+    """Which automatic response a P0 alert asks for (ARCHITECTURE section 5, response matrix), and the
+    one P1 the P0 loop also acts on: single-bit ECC errors over the daily threshold isolate the node."""
 
     NONFINITE_LOSS = "nonFiniteLoss"
     NODE_FAULT = "nodeFault"
     STALL = "stall"
+    ECC_DEGRADED = "eccDegraded"
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,8 @@ class Alert:
     supersedes: tuple[str, ...] = ()
     """Milder alerts of the same signal that this one inhibits while it fires (same scope labels)."""
     p0_class: P0Class | None = None
+    without_response: str = ""
+    """Why a P0 has no automatic response of its own (every other P0 names its p0_class)."""
     extra: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
@@ -171,6 +175,20 @@ ALERTS: tuple[Alert, ...] = (
         "A GPU fell off the bus and no longer answers",
         "XID 79: PCIe link or power failure, overheating or a hardware fault; the node needs a reset",
         p0_class=P0Class.NODE_FAULT,
+    ),
+    Alert(
+        "GPUOutOfMemory",
+        "P0",
+        "0s",
+        Layer.TRAINING,
+        Scope.POD,
+        "the trainer reported a CUDA out-of-memory error (the SDK's OOM counter increased)",
+        "Training hit a GPU out-of-memory error",
+        "activation memory beyond the card: a longer sequence or larger batch, a leak across steps, or "
+        "fragmentation; the pod restarts (TrainingInterrupted) unless the trainer recovered by itself",
+        modes=TRAINING_MODES,
+        without_response="a trainer that dies of it is restarted from its checkpoint as TrainingInterrupted; "
+        "one that recovers needs a person to shrink the batch or sequence, not a restart",
     ),
     # ---- P1 ----
     Alert(
@@ -423,14 +441,15 @@ ALERTS: tuple[Alert, ...] = (
     ),
     Alert(
         "GPUSingleBitECCErrorsHigh",
-        "P2",
+        "P1",
         "0s",
         Layer.HARDWARE,
         Scope.GPU,
         "single-bit ECC errors over a day above the threshold",
         "Many correctable ECC errors: GPU memory is degrading",
-        "aging HBM; plan a replacement before it turns uncorrectable",
+        "aging HBM; isolate the node and plan a replacement before it turns uncorrectable",
         params=(_p("errors", 100, "single-bit errors in 24h"),),
+        p0_class=P0Class.ECC_DEGRADED,
     ),
     Alert(
         "TrainguardExporterDown",

@@ -51,6 +51,8 @@ def alerts_markdown() -> str:
             lines.append(
                 f"- Automatic response: the `{a.p0_class.value}` action of the monitor's remediation."
             )
+        if a.without_response:
+            lines.append(f"- No automatic response of its own: {a.without_response}.")
         if a.supersedes:
             lines.append(
                 f"- While firing, it silences {', '.join(a.supersedes)} of the same {a.scope.value}."

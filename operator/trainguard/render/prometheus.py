@@ -169,6 +169,7 @@ EXPRESSIONS: dict[str, Callable[[Context, EffectiveAlert], str]] = {
     "TrainingLossNonFinite": lambda c, a: (
         f"increase({c.m('trainguard_train_nonfinite_loss_total')}[{c.rate_window}]) > 0"
     ),
+    "GPUOutOfMemory": lambda c, a: f"increase({c.m('trainguard_train_oom_total')}[{c.rate_window}]) > 0",
     "TrainingJobStalled": lambda c, a: (
         f"time() - {_since_start(c, c.m('trainguard_train_last_step_timestamp_seconds'))} "
         f"> {_num(_stall_seconds(c, a))}"
