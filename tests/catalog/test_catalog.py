@@ -62,6 +62,14 @@ CONTRACT_METRICS = {
     "trainguard_infiniband_port_counter_total", "trainguard_exporter_info", "trainguard_exporter_collector_up",
     "trainguard_exporter_collector_errors_total", "trainguard_exporter_gpus_assigned",
     "trainguard_exporter_fastpath_events_total",
+    # issue 9, hardware: GPU health with dcgm-exporter's names, RoCE congestion, disk reads
+    "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "DCGM_FI_PROF_PCIE_TX_BYTES",
+    "DCGM_FI_PROF_PCIE_RX_BYTES", "DCGM_FI_PROF_NVLINK_TX_BYTES", "DCGM_FI_PROF_NVLINK_RX_BYTES",
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_RETIRED_SBE", "DCGM_FI_DEV_RETIRED_DBE",
+    "DCGM_FI_DEV_RETIRED_PENDING", "DCGM_FI_DEV_ROW_REMAP_PENDING", "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    "trainguard_network_ecn_marked_packets_total", "trainguard_network_cnp_sent_total",
+    "trainguard_network_cnp_handled_total", "trainguard_host_disk_read_bytes_per_second",
     # issue 9: OOM inside the trainer, collective latency, KV cache, checkpoint storage and restore
     "trainguard_train_oom_total", "trainguard_train_collective_seconds",
     "trainguard_inference_kv_cache_hit_ratio", "trainguard_checkpoint_filesystem_avail_bytes",

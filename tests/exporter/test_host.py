@@ -1,4 +1,5 @@
-"""Host signals from recorded /proc and /sys snapshots (two polls, ten seconds apart)."""
+"""Host signals from recorded /proc and /sys snapshots (two polls, ten seconds apart): a node with one
+NVMe disk, an Ethernet NIC and a RoCE NIC (mlx5_0 port 1, its hw_counters as the mlx5 driver lays them out)."""
 
 from __future__ import annotations
 
@@ -34,9 +35,11 @@ def write(root: Path, t: int) -> None:
     (root / "proc/7").mkdir(exist_ok=True)
     (root / "proc/7/comm").write_text("python\n")
     (root / "proc/7/stat").write_text("7 (python) R 1 1 1 0 -1 0 0 0 0 0 99999 99999 0 0 20 0 1 0\n")
-    # 500 writes taking 125000 ms in total: 250 ms each
+    # 500 writes taking 125000 ms in total: 250 ms each; 4096000 sectors read: 2097152000 bytes in 10 s
     (root / "proc/diskstats").write_text(
-        DISKSTATS.format(r=100, rs=800, w=1000 + t * 500, ws=8000, wt=20000 + t * 125000)
+        DISKSTATS.format(
+            r=100 + t * 16000, rs=800 + t * 4_096_000, w=1000 + t * 500, ws=8000, wt=20000 + t * 125000
+        )
     )
     for dev in ("nvme0n1", "loop0"):
         (root / "sys/block" / dev).mkdir(parents=True, exist_ok=True)
@@ -47,6 +50,25 @@ def write(root: Path, t: int) -> None:
     )
     (root / "sys/class/net/eth0").mkdir(parents=True, exist_ok=True)
     (root / "sys/class/net/eth0/speed").write_text("100000\n")
+    write_roce(root, t)
+
+
+ROCE_AT = {  # hw_counters of a busy RoCE port: a little congestion on the path, no drops
+    "np_ecn_marked_roce_packets": (120_400, 1_500),
+    "np_cnp_sent": (118_900, 1_480),
+    "rp_cnp_handled": (57_012, 700),
+    "rp_cnp_ignored": (0, 0),
+    "out_of_buffer": (0, 0),
+    "rx_icrc_encapsulated": (0, 0),
+}
+"""counter -> (value at poll 0, increase per poll)."""
+
+
+def write_roce(root: Path, t: int) -> None:
+    hw = root / "sys/class/infiniband/mlx5_0/ports/1/hw_counters"
+    hw.mkdir(parents=True, exist_ok=True)
+    for name, (start, step) in ROCE_AT.items():
+        (hw / name).write_text(f"{start + t * step}\n")
 
 
 @pytest.fixture
@@ -92,6 +114,52 @@ def test_infiniband_ports_when_present(tmp_path: Path, reader: HostReader) -> No
 def test_missing_files_give_nothing_not_errors(tmp_path: Path, reader: HostReader) -> None:
     h = reader.read()
     assert h.memory_used_ratio is None and h.kswapd_cpu_ratio is None and not h.packet_loss_ratio
+    assert not h.roce_ecn_marked and not h.disk_read_bytes_per_s
+
+
+def test_disk_read_throughput_is_sectors_read_times_512_over_the_interval(
+    tmp_path: Path, reader: HostReader
+) -> None:
+    write(tmp_path, 0)
+    assert not reader.read().disk_read_bytes_per_s, "a rate needs two polls"
+    write(tmp_path, 1)
+    h = reader.read()
+    assert h.disk_read_bytes_per_s == {"nvme0n1": pytest.approx(4_096_000 * 512 / 10)}, (
+        "whole disks only, like the write latency"
+    )
+
+
+def test_an_idle_disk_reads_zero_bytes_per_second_not_nothing(tmp_path: Path, reader: HostReader) -> None:
+    """A resume that reads nothing is what the read-throughput floor is for: 0 must be exported."""
+    write(tmp_path, 0)
+    reader.read()
+    h = reader.read()
+    assert h.disk_read_bytes_per_s == {"nvme0n1": 0.0}
+
+
+def test_roce_congestion_counters_are_read_raw_per_port(tmp_path: Path, reader: HostReader) -> None:
+    write(tmp_path, 0)
+    h = reader.read()
+    port = ("mlx5_0", "1")
+    assert (h.roce_ecn_marked, h.roce_cnp_sent, h.roce_cnp_handled) == (
+        {port: 120_400},
+        {port: 118_900},
+        {port: 57_012},
+    ), "counters, on the first poll already: rate() is Prometheus's job"
+    write(tmp_path, 1)
+    assert reader.read().roce_ecn_marked == {port: 121_900}
+
+
+def test_a_port_without_a_counter_leaves_that_counter_out(tmp_path: Path, reader: HostReader) -> None:
+    """An InfiniBand port, or an older kernel, has no np_cnp_sent: nothing, not a made-up zero."""
+    write(tmp_path, 0)
+    (tmp_path / "sys/class/infiniband/mlx5_0/ports/1/hw_counters/np_cnp_sent").unlink()
+    ib = tmp_path / "sys/class/infiniband/mlx5_1/ports/1/counters"
+    ib.mkdir(parents=True)
+    (ib / "port_rcv_errors").write_text("0\n")
+    h = reader.read()
+    assert h.roce_cnp_sent == {}
+    assert set(h.roce_ecn_marked) == set(h.roce_cnp_handled) == {("mlx5_0", "1")}
 
 
 def test_link_utilisation_is_the_busier_direction_over_the_per_direction_speed(

@@ -117,6 +117,16 @@ FAULT_EFFECTS = {
     "packet-loss": ("trainguard_network_packet_loss_ratio", {}, lambda b, a: a > 0.001, "trainguard_host_kswapd_cpu_ratio"),
     "swap-pressure": ("trainguard_host_kswapd_cpu_ratio", {}, lambda b, a: a > 0.05, "trainguard_network_packet_loss_ratio"),
     "disk-latency": ("trainguard_host_disk_write_latency_seconds", {}, lambda b, a: a > 0.2, "trainguard_host_kswapd_cpu_ratio"),
+    # issue 9, GPU health and RoCE congestion (exact effects, field by field: test_health_faults.py)
+    "hbm-thermal": ("DCGM_FI_DEV_MEMORY_TEMP", {"gpu": "1"}, lambda b, a: a == 98, "DCGM_FI_DEV_GPU_TEMP"),
+    "power-limit": ("DCGM_FI_DEV_POWER_USAGE", {"gpu": "1"}, lambda b, a: a == 693.0, "DCGM_FI_DEV_GPU_TEMP"),
+    "nvlink-crc": ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", {"gpu": "1"}, lambda b, a: a >= b + 500 and a % 500 == 0, "DCGM_FI_DEV_GPU_TEMP"),
+    "row-remap-pending": ("DCGM_FI_DEV_ROW_REMAP_PENDING", {"gpu": "1"}, lambda b, a: b == 0 and a == 1, "DCGM_FI_DEV_GPU_TEMP"),
+    "row-remap-failure": ("DCGM_FI_DEV_ROW_REMAP_FAILURE", {"gpu": "1"}, lambda b, a: b == 0 and a == 1, "DCGM_FI_DEV_GPU_TEMP"),
+    "retired-pages-pending": ("DCGM_FI_DEV_RETIRED_PENDING", {"gpu": "1"}, lambda b, a: b == 0 and a == 1, "DCGM_FI_DEV_GPU_TEMP"),
+    "ecc-sbe-storm": ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", {"gpu": "1"}, lambda b, a: b + 500 <= a <= b + 502, "DCGM_FI_DEV_GPU_TEMP"),
+    "pcie-saturation": ("DCGM_FI_PROF_PCIE_TX_BYTES", {"gpu": "1"}, lambda b, a: a == 30e9, "DCGM_FI_DEV_GPU_TEMP"),
+    "roce-congestion": ("trainguard_network_ecn_marked_packets_total", {}, lambda b, a: a >= b + 20000, "trainguard_network_packet_loss_ratio"),
 }  # fmt: skip
 
 

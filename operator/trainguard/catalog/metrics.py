@@ -69,6 +69,63 @@ METRICS: tuple[Metric, ...] = (
         "Rows remapped after memory errors (correctable and not).",
         DCGM_LABELS,
     ),
+    # GPU health (issue 9), dcgm-exporter names and units; absent where the GPU does not support them
+    Metric("DCGM_FI_DEV_MEMORY_TEMP", _G, "Memory (HBM) temperature (in C).", DCGM_LABELS),
+    Metric("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", _G, "Power limit the driver enforces (in W).", DCGM_LABELS),
+    Metric("DCGM_FI_PROF_PCIE_TX_BYTES", _G, "PCIe transmit throughput (in bytes per second).", DCGM_LABELS),
+    Metric("DCGM_FI_PROF_PCIE_RX_BYTES", _G, "PCIe receive throughput (in bytes per second).", DCGM_LABELS),
+    Metric(
+        "DCGM_FI_PROF_NVLINK_TX_BYTES",
+        _G,
+        "NVLink transmit data throughput over all active links (in bytes per second); absent without NVLink.",
+        DCGM_LABELS,
+    ),
+    Metric(
+        "DCGM_FI_PROF_NVLINK_RX_BYTES",
+        _G,
+        "NVLink receive data throughput over all active links (in bytes per second); absent without NVLink.",
+        DCGM_LABELS,
+    ),
+    Metric(
+        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+        _C,
+        "NVLink flow-control CRC errors, summed over the active links.",
+        DCGM_LABELS,
+    ),
+    Metric(
+        "DCGM_FI_DEV_RETIRED_SBE",
+        _C,
+        "Pages retired for multiple single-bit errors (pre-Ampere; Ampere and newer remap rows).",
+        DCGM_LABELS,
+    ),
+    Metric(
+        "DCGM_FI_DEV_RETIRED_DBE",
+        _C,
+        "Pages retired for a double-bit error (pre-Ampere; Ampere and newer remap rows).",
+        DCGM_LABELS,
+    ),
+    Metric(
+        "DCGM_FI_DEV_RETIRED_PENDING",
+        _G,
+        "1 when a page waits to be retired at the next GPU reset, else 0 (pre-Ampere).",
+        DCGM_LABELS,
+    ),
+    Metric(
+        "DCGM_FI_DEV_ROW_REMAP_PENDING",
+        _G,
+        "1 when a row remap waits for the next GPU reset, else 0 (Ampere and newer).",
+        DCGM_LABELS,
+    ),
+    Metric(
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        _G,
+        "1 when a row could not be remapped (no spare rows left): drain the GPU, else 0.",
+        DCGM_LABELS,
+    ),
+    Metric("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", _C, "Rows remapped for correctable errors.", DCGM_LABELS),
+    Metric(
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", _C, "Rows remapped for uncorrectable errors.", DCGM_LABELS
+    ),
     # training
     Metric(
         "trainguard_train_start_timestamp_seconds",
@@ -107,6 +164,12 @@ METRICS: tuple[Metric, ...] = (
     Metric("trainguard_host_memory_used_ratio", _G, "Share of host memory in use."),
     Metric("trainguard_host_disk_write_latency_seconds", _G, "Mean write latency per device.", ("device",)),
     Metric(
+        "trainguard_host_disk_read_bytes_per_second",
+        _G,
+        "Read throughput per whole disk, from /proc/diskstats between two polls.",
+        ("device",),
+    ),
+    Metric(
         "trainguard_network_packet_loss_ratio", _G, "Share of packets dropped or in error.", ("interface",)
     ),
     Metric(
@@ -120,6 +183,24 @@ METRICS: tuple[Metric, ...] = (
         _C,
         "Raw InfiniBand port counters from /sys/class/infiniband.",
         ("device", "port", "counter"),
+    ),
+    Metric(
+        "trainguard_network_ecn_marked_packets_total",
+        _C,
+        "RoCE packets that arrived ECN-marked (congestion on the path), per RDMA port (np_ecn_marked_roce_packets).",
+        ("device", "port"),
+    ),
+    Metric(
+        "trainguard_network_cnp_sent_total",
+        _C,
+        "Congestion notification packets this RoCE port sent back to senders (np_cnp_sent).",
+        ("device", "port"),
+    ),
+    Metric(
+        "trainguard_network_cnp_handled_total",
+        _C,
+        "Congestion notification packets this RoCE port received and slowed down for (rp_cnp_handled).",
+        ("device", "port"),
     ),
     # inference mode
     Metric("trainguard_inference_latency_seconds", _G, "Mean request latency."),

@@ -34,6 +34,20 @@ GPU_VALUES: dict[str, Callable[[GPUReading], float | None]] = {
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": lambda r: r.ecc_dbe_total,
     "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": lambda r: r.pcie_replay_total,
     "trainguard_gpu_remapped_rows": lambda r: r.remapped_rows_total,
+    "DCGM_FI_DEV_MEMORY_TEMP": lambda r: r.mem_temp_c,
+    "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": lambda r: r.power_limit_w,
+    "DCGM_FI_PROF_PCIE_TX_BYTES": lambda r: r.pcie_tx_bytes_per_s,
+    "DCGM_FI_PROF_PCIE_RX_BYTES": lambda r: r.pcie_rx_bytes_per_s,
+    "DCGM_FI_PROF_NVLINK_TX_BYTES": lambda r: r.nvlink_tx_bytes_per_s,
+    "DCGM_FI_PROF_NVLINK_RX_BYTES": lambda r: r.nvlink_rx_bytes_per_s,
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": lambda r: r.nvlink_crc_flit_total,
+    "DCGM_FI_DEV_RETIRED_SBE": lambda r: r.retired_sbe_pages,
+    "DCGM_FI_DEV_RETIRED_DBE": lambda r: r.retired_dbe_pages,
+    "DCGM_FI_DEV_RETIRED_PENDING": lambda r: r.retired_pending,
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": lambda r: r.row_remap_pending,
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": lambda r: r.row_remap_failure,
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": lambda r: r.remapped_rows_correctable,
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": lambda r: r.remapped_rows_uncorrectable,
 }
 """A GPU reading's value for each per-GPU family of the catalogue (GPU_FAMILIES), by metric name."""
 
@@ -134,9 +148,16 @@ class HostCollector(_Base):
         kswapd = family("trainguard_host_kswapd_cpu_ratio")
         memory = family("trainguard_host_memory_used_ratio")
         disk = family("trainguard_host_disk_write_latency_seconds")
+        disk_read = family("trainguard_host_disk_read_bytes_per_second")
         loss = family("trainguard_network_packet_loss_ratio")
         util = family("trainguard_network_bandwidth_utilization_ratio")
         ib = family("trainguard_infiniband_port_counter_total")
+        roce = {
+            "trainguard_network_ecn_marked_packets_total": "roce_ecn_marked",
+            "trainguard_network_cnp_sent_total": "roce_cnp_sent",
+            "trainguard_network_cnp_handled_total": "roce_cnp_handled",
+        }
+        roce_fams = {name: family(name) for name in roce}
         if snap is not None:
             h = snap.host
             if h.kswapd_cpu_ratio is not None:
@@ -145,13 +166,19 @@ class HostCollector(_Base):
                 memory.add_metric(self.identity, h.memory_used_ratio)
             for dev, v in sorted(h.disk_write_latency_s.items()):
                 disk.add_metric([*self.identity, dev], v)
+            for dev, v in sorted(h.disk_read_bytes_per_s.items()):
+                disk_read.add_metric([*self.identity, dev], v)
             for iface, v in sorted(h.packet_loss_ratio.items()):
                 loss.add_metric([*self.identity, iface], v)
             for iface, v in sorted(h.bandwidth_utilization_ratio.items()):
                 util.add_metric([*self.identity, iface], v)
             for (dev, port, name), v in sorted(h.infiniband_counters.items()):
                 ib.add_metric([*self.identity, dev, port, name], v)
-        yield from (kswapd, memory, disk, loss, util, ib)
+            for name, attr in roce.items():
+                counters: dict[tuple[str, str], float] = getattr(h, attr)
+                for (dev, port), v in sorted(counters.items()):
+                    roce_fams[name].add_metric([*self.identity, dev, port], v)
+        yield from (kswapd, memory, disk, disk_read, loss, util, ib, *roce_fams.values())
 
 
 class TrainingCollector(_Base):

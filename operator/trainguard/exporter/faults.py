@@ -8,10 +8,32 @@ from dataclasses import dataclass, field
 
 from trainguard.exporter.readings import GPUReading, HostReading
 
-GPU_FAULTS = ("oom-risk", "memory-hang", "thermal", "ecc-dbe", "xid-79")
+GPU_FAULTS = (
+    "oom-risk", "memory-hang", "thermal", "ecc-dbe", "xid-79", "hbm-thermal", "power-limit", "nvlink-crc",
+    "row-remap-pending", "row-remap-failure", "retired-pages-pending", "ecc-sbe-storm", "pcie-saturation",
+)  # fmt: skip
 TRAINING_FAULTS = ("nan-loss", "grad-explosion", "throughput-drop", "stall")
-HOST_FAULTS = ("packet-loss", "swap-pressure", "disk-latency")
+HOST_FAULTS = ("packet-loss", "swap-pressure", "disk-latency", "roce-congestion")
 KINDS = GPU_FAULTS + TRAINING_FAULTS + HOST_FAULTS
+
+
+ONCE_PER_ACTIVATION = {
+    "ecc-sbe-storm": ("ecc_sbe_total", 500.0),  # a burst of corrected errors
+    "row-remap-pending": ("remapped_rows_uncorrectable", 1.0),  # a row waiting for the next reset
+    "retired-pages-pending": ("retired_dbe_pages", 1.0),  # a page waiting to be retired
+}
+"""GPU counters a fault raises once each time it is injected (like ecc-dbe's DBE); they stay raised
+after it is cleared, as a hardware counter does."""
+
+PER_POLL = {"nvlink-crc": 500.0, "roce-congestion": 20000.0}
+"""Counters a fault raises on every poll while it is active (and never lowers)."""
+
+POWER_CAP_BIT = 0x04
+"""nvmlClocksThrottleReasonSwPowerCap: the clocks are lowered to hold the power limit."""
+SIM_POWER_LIMIT_W = 700.0
+"""An H100 SXM's limit, where the GPU does not report its own."""
+PCIE_SATURATED_BYTES_PER_S = 30e9
+"""A Gen5 x16 link's practical ceiling is about 50 GB/s each way, Gen4's about 25: 30 GB/s is busy."""
 
 
 class FaultError(ValueError):
@@ -24,6 +46,11 @@ class Faults:
 
     active: dict[str, set[int]] = field(default_factory=dict)
     dbe_added: dict[int, float] = field(default_factory=dict)
+    added: dict[tuple[str, int], float] = field(default_factory=dict)
+    """(kind, gpu) -> how much a ONCE_PER_ACTIVATION or PER_POLL fault has raised its counter so far
+    (gpu -1 for a host fault)."""
+    seen_poll: dict[tuple[str, int], float | None] = field(default_factory=dict)
+    """(kind, gpu) -> the poll a PER_POLL fault last counted: one step per poll, not per render."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, kind: str, gpu: int | None = None) -> None:
@@ -35,6 +62,10 @@ class Faults:
             self.active.setdefault(kind, set()).add(gpu if gpu is not None else -1)
             if kind == "ecc-dbe" and gpu is not None:
                 self.dbe_added[gpu] = self.dbe_added.get(gpu, 0) + 1  # one uncorrectable error
+            key = (kind, -1 if gpu is None or kind in HOST_FAULTS else gpu)
+            if kind in ONCE_PER_ACTIVATION:
+                self.added[key] = self.added.get(key, 0.0) + ONCE_PER_ACTIVATION[kind][1]
+            self.seen_poll.pop(key, None)  # the poll it is injected on counts as its first step
 
     def clear(self) -> None:
         with self.lock:
@@ -54,11 +85,24 @@ class Faults:
 
     # ---- transforms of what a poll read ----
 
+    def _per_poll(self, kind: str, key: int, polled_at: float | None) -> float:
+        """A PER_POLL fault's total so far, one step more on a poll it has not counted (lock held).
+        key: the GPU, or -1 for a host fault (on for the whole host, whatever GPU it was posted with)."""
+        k = (kind, key)
+        on = kind in self.active if key == -1 else key in self.active.get(kind, ())
+        if on and (k not in self.seen_poll or self.seen_poll[k] != polled_at):
+            self.added[k] = self.added.get(k, 0.0) + PER_POLL[kind]
+            self.seen_poll[k] = polled_at
+        return self.added.get(k, 0.0)
+
     def apply_gpus(self, readings: list[GPUReading]) -> list[GPUReading]:
         with self.lock:
             active = {k: set(v) for k, v in self.active.items()}
             dbe_added = dict(self.dbe_added)
+            crc = {r.index: self._per_poll("nvlink-crc", r.index, r.polled_at) for r in readings}
+            added = dict(self.added)
         for r in readings:
+            self._health(r, active, added, crc[r.index])
             total = (r.fb_used_mib or 0) + (r.fb_free_mib or 0)
             if r.index in active.get("oom-risk", ()) and total:
                 r.fb_used_mib, r.fb_free_mib = round(total * 0.97), round(total * 0.03)
@@ -82,7 +126,46 @@ class Faults:
             for r in readings
         ]
 
+    @staticmethod
+    def _health(r: GPUReading, active: dict[str, set[int]], added: dict[tuple[str, int], float],
+                crc: float) -> None:  # fmt: skip
+        """The GPU health faults of issue 9, and the counters they raised."""
+
+        def on(kind: str) -> bool:
+            return r.index in active.get(kind, ())
+
+        for kind, (attr, _) in ONCE_PER_ACTIVATION.items():
+            if (kind, r.index) in added:
+                setattr(r, attr, (getattr(r, attr) or 0.0) + added[(kind, r.index)])
+        if ("row-remap-pending", r.index) in added:  # the sum of remapped rows moves with them
+            r.remapped_rows_total = (r.remapped_rows_total or 0.0) + added[("row-remap-pending", r.index)]
+        if crc:
+            r.nvlink_crc_flit_total = (r.nvlink_crc_flit_total or 0.0) + crc
+        if on("hbm-thermal"):
+            r.mem_temp_c = 98.0  # the HBM stacks, not the die: the GPU temperature stays
+        if on("power-limit"):
+            limit = r.power_limit_w or SIM_POWER_LIMIT_W
+            r.power_w = round(limit * 0.99, 1)
+            r.throttle_reasons = float(int(r.throttle_reasons or 0) | POWER_CAP_BIT)
+            r.sm_clock_mhz = float(round((r.sm_clock_mhz or 1980.0) * 0.85))
+        if on("row-remap-pending"):
+            r.row_remap_pending = 1.0
+        if on("row-remap-failure"):
+            r.row_remap_failure = 1.0
+        if on("retired-pages-pending"):
+            r.retired_pending = 1.0
+        if on("pcie-saturation"):
+            r.pcie_tx_bytes_per_s = r.pcie_rx_bytes_per_s = PCIE_SATURATED_BYTES_PER_S
+
     def apply_host(self, h: HostReading) -> HostReading:
+        with self.lock:
+            roce = self._per_poll("roce-congestion", -1, h.polled_at)
+        if roce:
+            # marked packets arrive at this node's ports, and each port answers the senders with CNPs
+            ports = sorted(set(h.roce_ecn_marked) | set(h.roce_cnp_sent)) or [("mlx5_0", "1")]
+            for port in ports:
+                h.roce_ecn_marked[port] = h.roce_ecn_marked.get(port, 0.0) + roce
+                h.roce_cnp_sent[port] = h.roce_cnp_sent.get(port, 0.0) + roce
         if self.has("packet-loss"):
             for iface in list(h.packet_loss_ratio) or ["eth0"]:
                 h.packet_loss_ratio[iface] = 0.02

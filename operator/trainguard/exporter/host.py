@@ -29,6 +29,16 @@ IB_COUNTERS = (
     "port_xmit_data",
 )
 
+SECTOR_BYTES = 512
+"""/proc/diskstats counts 512-byte sectors whatever the device's own sector size."""
+
+ROCE_COUNTERS = {
+    "np_ecn_marked_roce_packets": "roce_ecn_marked",
+    "np_cnp_sent": "roce_cnp_sent",
+    "rp_cnp_handled": "roce_cnp_handled",
+}
+"""RoCE congestion counters in a port's hw_counters (mlx5): file -> HostReading attribute."""
+
 
 class HostReader:
     def __init__(
@@ -48,7 +58,7 @@ class HostReader:
         now = self.clock()
         dt = None if self.prev_time is None else max(now - self.prev_time, 1e-6)
         counters: dict[str, tuple[float, ...]] = {}
-        h = HostReading()
+        h = HostReading(polled_at=now)
         h.memory_used_ratio = self._memory()
         ticks = self._kswapd_ticks()
         if ticks is not None:
@@ -69,6 +79,8 @@ class HostReader:
         for (dev, port, name), value in ib.items():
             h.infiniband_counters[(dev, port, name)] = value
             counters[f"ib:{dev}:{port}:{name}"] = (value,)
+        for (dev, port, name), value in self._roce().items():
+            getattr(h, ROCE_COUNTERS[name])[(dev, port)] = value
         if dt is not None:
             self._rates(h, counters, dt)
         self.prev, self.prev_time = counters, now
@@ -90,9 +102,10 @@ class HostReader:
             if kind == "kswapd":
                 h.kswapd_cpu_ratio = d[0] / self.clk_tck / dt
             elif kind == "disk":
-                writes, write_ms = d
+                writes, write_ms, sectors_read = d
                 if writes > 0:
                     h.disk_write_latency_s[name] = write_ms / writes / 1000.0
+                h.disk_read_bytes_per_s[name] = sectors_read * SECTOR_BYTES / dt
             elif kind == "net":
                 packets, lost, rx_bits, tx_bits, speed = d[0], d[1], d[2], d[3], current[4]
                 if packets + lost > 0:
@@ -169,7 +182,8 @@ class HostReader:
             name = f[2]
             if not self._whole_disk(name):
                 continue
-            out[f"disk:{name}"] = (float(f[7]), float(f[10]))  # writes completed, ms writing
+            # writes completed, ms writing, sectors read
+            out[f"disk:{name}"] = (float(f[7]), float(f[10]), float(f[5]))
         return out
 
     def _whole_disk(self, name: str) -> bool:
@@ -211,6 +225,21 @@ class HostReader:
                 for name in IB_COUNTERS:
                     try:
                         out[(dev.name, port.name, name)] = float((port / "counters" / name).read_text())
+                    except (OSError, ValueError):
+                        continue
+        return out
+
+    def _roce(self) -> dict[tuple[str, str, str], float]:
+        """The RoCE congestion counters each port has; a NIC or kernel without them gives nothing."""
+        out: dict[tuple[str, str, str], float] = {}
+        base = self.root / "sys/class/infiniband"
+        if not base.is_dir():
+            return out
+        for dev in sorted(base.iterdir()):
+            for port in sorted((dev / "ports").glob("*")):
+                for name in ROCE_COUNTERS:
+                    try:
+                        out[(dev.name, port.name, name)] = float((port / "hw_counters" / name).read_text())
                     except (OSError, ValueError):
                         continue
         return out

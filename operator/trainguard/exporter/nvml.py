@@ -30,6 +30,19 @@ MIN_DRIVER_MAJOR = 470
 RETRY_S = 60.0
 """How often NVML that failed to start is tried again (a driver container may come up late)."""
 
+VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+"""c_nvmlValue_t's member for each NVML_VALUE_TYPE_* (DOUBLE = 0 ... UNSIGNED_SHORT = 6)."""
+
+NVLINK_BYTE_FIELDS = (
+    ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", 1024.0),
+    ("NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES", "NVML_FI_DEV_NVLINK_COUNT_RCV_BYTES", 1.0),
+)
+"""NVLink data counters per link (scopeId = link), with their unit in bytes: the KiB throughput
+counters first; the byte counters of newer drivers where those answer NotSupported."""
+
+PCIE_KB = 1024.0
+"""nvmlDeviceGetPcieThroughput answers in KB/s (NVML's KB: 1024 bytes)."""
+
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
@@ -43,6 +56,17 @@ def handle_address(handle: Any) -> int | None:
         return ctypes.cast(handle, ctypes.c_void_p).value
     except (ctypes.ArgumentError, TypeError):
         return None
+
+
+def field_value(fv: Any) -> float | None:
+    """One c_nvmlFieldValue_t of nvmlDeviceGetFieldValues: the union member its valueType names, or
+    None where NVML answered an error for that field (the call itself succeeds: the error is per field)."""
+    if int(fv.nvmlReturn) != 0:  # NVML_SUCCESS
+        return None
+    kind = int(fv.valueType)
+    if not 0 <= kind < len(VALUE_MEMBERS):
+        return None
+    return float(getattr(fv.value, VALUE_MEMBERS[kind]))
 
 
 def short_reason(exc: BaseException) -> str:
@@ -72,6 +96,10 @@ class NVMLBackend:
         self.inventory: list[GPUDevice] = []
         self.index_by_address: dict[int, int] = {}
         self.last_xid: dict[int, int] = {}
+        self.nvlinks: dict[int, tuple[int, ...]] = {}
+        """GPU index -> the NVLink link ids NVML knows for it (found once; () without NVLink)."""
+        self.nvlink_prev: dict[int, tuple[float, tuple[int, ...], str, float, float]] = {}
+        """GPU index -> (time, active links, counter pair, tx bytes, rx bytes) of the last poll."""
         self.events: Any = None
         self._next_try = 0.0
         self._start()
@@ -264,7 +292,7 @@ class NVMLBackend:
             if h is not None and not self.inventory[i].uuid:  # lost at start: ask again
                 self.inventory[i] = self._device(i, h, quiet=True)
             dev = self.inventory[i]
-            r = GPUReading(index=dev.index, uuid=dev.uuid, model=dev.model)
+            r = GPUReading(index=dev.index, uuid=dev.uuid, model=dev.model, polled_at=self.clock())
             if h is None:
                 if i not in self.lost_at_start:
                     continue  # no handle for another reason: nothing to say about this GPU
@@ -273,7 +301,10 @@ class NVMLBackend:
                 try:
                     self._fill(r, h)
                 except n.NVMLError_GpuIsLost:
-                    r = GPUReading(index=dev.index, uuid=dev.uuid, model=dev.model, lost=True)
+                    r = GPUReading(index=dev.index, uuid=dev.uuid, model=dev.model, lost=True,
+                                   polled_at=r.polled_at)  # fmt: skip
+                    self.nvlinks.pop(i, None)  # asked again if it comes back
+                    self.nvlink_prev.pop(i, None)
             xid = self.last_xid.get(dev.index)
             # a lost GPU shows the XID that took it down (79, typically) but no made-up zero
             r.last_xid = float(xid) if xid is not None else (None if r.lost else 0.0)
@@ -302,8 +333,97 @@ class NVMLBackend:
         replay = f(n.nvmlDeviceGetPcieReplayCounter, h)
         r.pcie_replay_total = None if replay is None else float(replay)
         rows = f(n.nvmlDeviceGetRemappedRows, h)
-        if rows is not None:
-            r.remapped_rows_total = float(rows[0] + rows[1])
+        if rows is not None:  # (corrRows, uncRows, isPending, failureOccurred); Ampere and newer
+            corr, unc, pending, failure = rows
+            r.remapped_rows_total = float(corr + unc)
+            r.remapped_rows_correctable, r.remapped_rows_uncorrectable = float(corr), float(unc)
+            r.row_remap_pending, r.row_remap_failure = float(bool(pending)), float(bool(failure))
+        self._fill_health(r, h)
+
+    def _fill_health(self, r: GPUReading, h: Any) -> None:
+        """HBM temperature, power limit, PCIe and NVLink traffic, NVLink CRC and page retirement."""
+        n, f = self.nvml, self._field
+        sensor = getattr(n, "NVML_TEMPERATURE_MEM", None)  # not in pynvml so far: the field value then
+        if sensor is not None:
+            mem_temp = f(n.nvmlDeviceGetTemperature, h, sensor)
+        else:
+            mem_temp = (self._field_values(h, [n.NVML_FI_DEV_MEMORY_TEMP]) or [None])[0]
+        r.mem_temp_c = float(mem_temp) if mem_temp else None  # 0: a GPU without an HBM sensor
+        limit = f(n.nvmlDeviceGetEnforcedPowerLimit, h)
+        r.power_limit_w = None if limit is None else limit / 1000.0
+        tx = f(n.nvmlDeviceGetPcieThroughput, h, n.NVML_PCIE_UTIL_TX_BYTES)
+        rx = f(n.nvmlDeviceGetPcieThroughput, h, n.NVML_PCIE_UTIL_RX_BYTES)
+        r.pcie_tx_bytes_per_s = None if tx is None else tx * PCIE_KB
+        r.pcie_rx_bytes_per_s = None if rx is None else rx * PCIE_KB
+        links = self._active_links(r.index, h)
+        if links:
+            crc = [f(n.nvmlDeviceGetNvLinkErrorCounter, h, link, n.NVML_NVLINK_ERROR_DL_CRC_FLIT)
+                   for link in links]  # fmt: skip
+            answered = [c for c in crc if c is not None]
+            r.nvlink_crc_flit_total = float(sum(answered)) if answered else None
+            self._nvlink_rates(r, h, links)
+        else:
+            self.nvlink_prev.pop(r.index, None)
+        # page retirement: Volta and Turing; Ampere and newer answer NotSupported (they remap rows)
+        sbe = f(n.nvmlDeviceGetRetiredPages, h, n.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+        dbe = f(n.nvmlDeviceGetRetiredPages, h, n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+        r.retired_sbe_pages = None if sbe is None else float(len(sbe))
+        r.retired_dbe_pages = None if dbe is None else float(len(dbe))
+        pending = f(n.nvmlDeviceGetRetiredPagesPendingStatus, h)
+        r.retired_pending = None if pending is None else float(pending == n.NVML_FEATURE_ENABLED)
+
+    def _field_values(self, h: Any, ids: list[Any]) -> list[float | None] | None:
+        """nvmlDeviceGetFieldValues: each field's value, None for a field NVML answered an error for;
+        None for all when the call itself is not supported."""
+        values = self._field(self.nvml.nvmlDeviceGetFieldValues, h, ids)
+        return None if values is None else [field_value(v) for v in values]
+
+    def _active_links(self, i: int, h: Any) -> tuple[int, ...]:
+        """The NVLink links up now. Which links exist is asked once per GPU: NVML answers NotSupported
+        for every link of a GPU without NVLink and InvalidArgument past its last link."""
+        n = self.nvml
+        if i not in self.nvlinks:
+            known = []
+            for link in range(n.NVML_NVLINK_MAX_LINKS):
+                try:
+                    n.nvmlDeviceGetNvLinkState(h, link)
+                except (n.NVMLError_NotSupported, n.NVMLError_InvalidArgument):
+                    continue
+                known.append(link)
+            self.nvlinks[i] = tuple(known)
+        active = []
+        for link in self.nvlinks[i]:
+            try:
+                if n.nvmlDeviceGetNvLinkState(h, link) == n.NVML_FEATURE_ENABLED:
+                    active.append(link)
+            except (n.NVMLError_NotSupported, n.NVMLError_InvalidArgument):
+                continue
+        return tuple(active)
+
+    def _nvlink_rates(self, r: GPUReading, h: Any, links: tuple[int, ...]) -> None:
+        """Bytes per second each way over the active links, from the change of NVML's data counters
+        since the last poll: nothing on the first poll, when the links changed, or on a counter reset."""
+        n = self.nvml
+        now = self.clock()
+        for tx_name, rx_name, unit in NVLINK_BYTE_FIELDS:
+            tx_id, rx_id = getattr(n, tx_name, None), getattr(n, rx_name, None)
+            if tx_id is None or rx_id is None:
+                continue
+            values = self._field_values(h, [(fid, link) for link in links for fid in (tx_id, rx_id)])
+            if values is None:
+                return
+            if any(v is None for v in values):
+                continue  # this pair of counters is not supported here: the next one
+            tx = sum(v for v in values[0::2] if v is not None) * unit
+            rx = sum(v for v in values[1::2] if v is not None) * unit
+            prev = self.nvlink_prev.get(r.index)
+            self.nvlink_prev[r.index] = (now, links, tx_name, tx, rx)
+            if prev is None or prev[1:3] != (links, tx_name) or now <= prev[0]:
+                return
+            dt, d_tx, d_rx = now - prev[0], tx - prev[3], rx - prev[4]
+            if d_tx >= 0 and d_rx >= 0:
+                r.nvlink_tx_bytes_per_s, r.nvlink_rx_bytes_per_s = d_tx / dt, d_rx / dt
+            return
 
     def close(self) -> None:
         if not self.started:
