@@ -55,6 +55,15 @@ def test_one_notice_per_job_and_node_named_after_the_newest_record() -> None:
     assert "GPUNodeDown" in notices[0]["annotations"]["summary"]
 
 
+def test_the_notice_says_whether_the_job_was_moved_off_the_node_or_left_on_it() -> None:
+    moved = record("r1", "gpu-a") | {"class": "nodeFault"}
+    isolated = record("r2", "gpu-b", alert="GPUSingleBitECCErrorsHigh") | {"class": "eccDegraded"}
+    notices = cordon_notices([("ml", "llama", [moved, isolated])], {"gpu-a": NOW, "gpu-b": NOW}, NOW)
+    text = {n["labels"]["node"]: n["annotations"]["description"] for n in notices}
+    assert "the job was moved off it" in text["gpu-a"]
+    assert "the job was left running on it until it next restarts" in text["gpu-b"]
+
+
 @pytest.mark.tools
 def test_a_real_alertmanager_accepts_the_notice_as_active(tmp_path: Path) -> None:
     binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")

@@ -134,10 +134,12 @@ NonFiniteLossAction = Literal["PauseAndPinCheckpoint", "Notify"]
 NodeFaultAction = Literal["CheckpointCordonReschedule", "Cordon", "Notify"]
 StallAction = Literal["RestartFromCheckpoint", "Notify"]
 InterruptedAction = Literal["RestartFromCheckpoint", "Notify"]
+EccDegradedAction = Literal["CordonAfterCheckpoint", "Notify"]
 
 
 class RemediationActions(Model):
-    """The automatic step per P0 class; `Notify` means none (Alertmanager has already notified)."""
+    """The automatic step per response class (the P0 classes and eccDegraded, a P1); `Notify` means
+    none (Alertmanager has already notified)."""
 
     non_finite_loss: NonFiniteLossAction = Field(
         default="PauseAndPinCheckpoint",
@@ -160,6 +162,13 @@ class RemediationActions(Model):
         description="TrainingInterrupted (a training pod OOMKilled, failed or evicted, or its Job failed): "
         "restart the gang from the newest good checkpoint, within jobRestartBudget.",
     )
+    ecc_degraded: EccDegradedAction = Field(
+        default="CordonAfterCheckpoint",
+        description="GPUSingleBitECCErrorsHigh (a P1: corrected ECC errors over the daily threshold, the "
+        "GPU's memory is degrading): ask every rank for a checkpoint, then cordon and taint the node "
+        "within maxCordonedNodes (CordonAfterCheckpoint). The job is not restarted: it keeps running on "
+        "the node until it next restarts, and the node takes no new pods.",
+    )
 
 
 class Remediation(Model):
@@ -171,7 +180,7 @@ class Remediation(Model):
     emergency_checkpoint_timeout: Duration = Field(
         default="5m",
         description="How long a node fault waits for the healthy ranks' emergency checkpoint before it "
-        "cordons and restarts anyway.",
+        "cordons and restarts anyway (eccDegraded: for every rank's, before it cordons).",
     )
     max_cordoned_nodes: int | None = Field(
         default=None,
@@ -285,7 +294,8 @@ class RemediationRecord(Model):
     p0_class: str = Field(
         alias="class",
         max_length=32,
-        description="The response class: nonFiniteLoss, nodeFault, stall, interrupted or trainingAdvice.",
+        description="The response class: nonFiniteLoss, nodeFault, stall, interrupted, eccDegraded or "
+        "trainingAdvice.",
     )
     node: str = Field(default="", max_length=253)
     gpu: str = Field(default="", max_length=64)

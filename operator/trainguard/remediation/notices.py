@@ -15,6 +15,7 @@ from typing import Any
 
 from trainguard.remediation.escalation import format_time
 from trainguard.remediation.model import Phase, StepKind
+from trainguard.remediation.plan import ECC_DEGRADED
 
 NODE_CORDONED = "TrainguardNodeCordoned"
 SEVERITY = "P2"
@@ -49,6 +50,11 @@ def cordon_notices(
             if node is None or node not in cordoned:
                 continue
             since = cordoned[node]
+            job = (
+                "the job was left running on it until it next restarts"
+                if record.get("class") == ECC_DEGRADED  # isolated, not moved
+                else "the job was moved off it"
+            )
             labels = {"alertname": NODE_CORDONED, "severity": SEVERITY, "namespace": namespace,
                       "training_job": name, "node": node, "remediation": str(record.get("id", ""))}  # fmt: skip
             out[(namespace, name, node)] = {
@@ -57,7 +63,7 @@ def cordon_notices(
                     "summary": f"node {node} is cordoned by trainguard after {record.get('alert', 'a fault')}: "
                     f"repair it, then run `trainguard uncordon {node}`",
                     "description": f"cordoned at {format_time(since)} by remediation {record.get('id', '')} of "
-                    f"{namespace}/{name}; the job was moved off it and the node stays out of service",
+                    f"{namespace}/{name}; {job} and the node takes no new pods",
                 },
                 "startsAt": format_time(since),
                 "endsAt": format_time(now + HOLD_S),

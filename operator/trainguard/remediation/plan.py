@@ -3,9 +3,15 @@ signal, the monitor's `spec.remediation` and the cluster state alone, so every c
 a cluster. The executor carries a plan out; nothing here calls anything.
 
 Guards, in the order they are checked: a signal of another job, a resolved one, one with no automatic
-response, a duplicate, remediation disabled, a `Notify` action, then the cluster-wide cordon cap and the
-job's restart budget. A plan stopped by a guard has no steps (`skipped` says why), except the cap and
-the budget, which leave one NOTIFY step so that a human hears what was not done.
+response (at its severity), an escalated copy of a P1 the loop acts on, a duplicate, remediation
+disabled, a `Notify` action, then the cluster-wide cordon cap and the job's restart budget. A plan
+stopped by a guard has no steps (`skipped` says why), except the cap and the budget, which leave one
+NOTIFY step so that a human hears what was not done.
+
+Two classes are acted on at P1: trainingAdvice (GradientExplosion, opt-in) and eccDegraded
+(GPUSingleBitECCErrorsHigh: a checkpoint, then cordon and taint; the job is not restarted). The
+operator's escalation re-posts an unacknowledged P1 as a P0 copy (`escalated_from`) that reaches the
+receiver too; the copy re-pages, it is not a new fault, so it never acts: the P1 itself was decided.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any
 from trainguard.api import duration_seconds
 from trainguard.api.monitor import Remediation, TrainingJobMonitor
 from trainguard.catalog import ALERTS_BY_NAME
+from trainguard.remediation.escalation import ESCALATED_FROM
 from trainguard.remediation.model import (
     TRAINING_INTERRUPTED,
     ClusterState,
@@ -35,8 +42,21 @@ NODE_FAULT = "nodeFault"
 STALL = "stall"
 INTERRUPTED = "interrupted"
 TRAINING_ADVICE = "trainingAdvice"
-"""Response classes: the catalogue's P0 classes, the operator's own TrainingInterrupted, and the one
-P1 acted on (GradientExplosion, when the monitor opts in). Each names its setting in spec.remediation."""
+ECC_DEGRADED = "eccDegraded"
+"""Response classes: the catalogue's classes (P0s, and GPUSingleBitECCErrorsHigh's eccDegraded, a P1),
+the operator's own TrainingInterrupted, and GradientExplosion's advice when the monitor opts in. Each
+names its setting in spec.remediation."""
+
+AT_P1 = (TRAINING_ADVICE, ECC_DEGRADED)
+"""The classes acted on below P0. Every other class acts on a P0 only (a policy may lower its alert)."""
+ECC_SEVERITIES = ("P0", "P1")
+"""Severities eccDegraded acts at: its P1, or a P0 where a policy raised it. A policy that lowers it to
+P2 or P3 asks for a report, not for the node to be taken out of service."""
+
+SAME_NODE: dict[str, tuple[str, ...]] = {NODE_FAULT: (NODE_FAULT,), ECC_DEGRADED: (ECC_DEGRADED, NODE_FAULT)}
+"""Per class, the record classes that handle a signal of the same node: a dead node's several alerts act
+once; a degraded node is isolated once whichever of its GPUs reports it, and a node fault already cordoned
+it. Not the other way round: a node fault on a node only isolated must still move the job."""
 
 ADVICE_ALERT = "GradientExplosion"
 CLIP_GRADIENTS = "clip_gradients"
@@ -60,7 +80,8 @@ NOTIFY_ONLY = "notify only"
 CORDON_CAP = "cordon cap reached"
 RESTART_BUDGET = "restart budget spent"
 NO_NODE = "no node label"
-QUIET = (RESOLVED, FOREIGN, NO_RESPONSE, DUPLICATE, DISABLED, NOTIFY_ONLY)
+ESCALATED = "escalated copy"
+QUIET = (RESOLVED, FOREIGN, NO_RESPONSE, ESCALATED, DUPLICATE, DISABLED, NOTIFY_ONLY)
 
 
 def response_class(alertname: str) -> str | None:
@@ -90,8 +111,9 @@ def record_id(signal: Signal) -> str:
 
 def quiet(plan: Plan) -> bool:
     """A skip that needs no record: another job's signal, a resolved one, one with no automatic
-    response, a duplicate (its record exists), remediation disabled or a Notify action (Alertmanager
-    has notified, the spec says nothing more is wanted). Not recording these also means that turning
+    response, an escalated copy of a P1 (the P1 was decided), a duplicate (its record exists),
+    remediation disabled or a Notify action (Alertmanager has notified, the spec says nothing more is
+    wanted). Not recording these also means that turning
     remediation on mid-incident acts on the next re-post of a firing alert."""
     return bool(plan.skipped) and plan.skipped.startswith(QUIET)
 
@@ -124,9 +146,18 @@ def plan(signal: Signal, monitor: TrainingJobMonitor, state: ClusterState) -> Pl
         return skip(f"{NO_RESPONSE} to {signal.alertname}")
     if cls == TRAINING_ADVICE and not rem.training_advice:
         return skip(f"{NO_RESPONSE} to {signal.alertname}: trainingAdvice is off")
-    if cls != TRAINING_ADVICE and signal.severity != "P0":
+    if cls == ECC_DEGRADED and signal.severity not in ECC_SEVERITIES:
+        return skip(
+            f"{NO_RESPONSE} to {signal.alertname} at severity {signal.severity or 'unset'}: only a P1 or P0"
+        )
+    if cls not in AT_P1 and signal.severity != "P0":
         return skip(
             f"{NO_RESPONSE} to {signal.alertname} at severity {signal.severity or 'unset'}: only a P0"
+        )
+    if cls in AT_P1 and ESCALATED_FROM in signal.labels:
+        return skip(
+            f"{ESCALATED} of {signal.alertname} (from {signal.labels[ESCALATED_FROM] or 'unset'}): it re-pages,"
+            f" the {cls} response was decided on the alert itself"
         )
     dup = _duplicate_of(signal, cls, state.records, state.now, rem.dry_run)
     if dup:
@@ -168,6 +199,7 @@ def _action(rem: Remediation, cls: str) -> str:
         NODE_FAULT: actions.node_fault,
         STALL: actions.stall,
         INTERRUPTED: actions.interrupted,
+        ECC_DEGRADED: actions.ecc_degraded,
         TRAINING_ADVICE: "Advise",
     }[cls]
 
@@ -176,7 +208,27 @@ def _notify(reason: str) -> Step:
     return Step(StepKind.NOTIFY, {"reason": reason})
 
 
+def _checkpoint(monitor: TrainingJobMonitor, avoid: str) -> Step:
+    """The emergency full checkpoint, from every rank not on `avoid`, waited for up to the timeout."""
+    timeout = math.ceil(duration_seconds(monitor.spec.remediation.emergency_checkpoint_timeout))
+    return Step(StepKind.REQUEST_CHECKPOINT, {"kind": "full", "timeout_s": str(timeout), "avoid": avoid})
+
+
+def _isolate(node: str, reason: str) -> tuple[Step, Step]:
+    return (
+        Step(StepKind.CORDON, {"node": node, "reason": reason}),
+        Step(StepKind.TAINT, {"node": node, "reason": reason}),
+    )
+
+
 def _steps(signal: Signal, monitor: TrainingJobMonitor, cls: str, action: str) -> tuple[Step, ...]:
+    if cls == ECC_DEGRADED:
+        # CordonAfterCheckpoint. Every rank is asked, those on the node too: its errors were corrected,
+        # its ranks hold their shards, and the checkpoint is the one to resume from if they turn
+        # uncorrectable. No restart: the job runs on until it next restarts, the node takes no new pods.
+        if not signal.node:
+            return (_notify(f"{NO_NODE} on {signal.alertname}: the degraded GPU's node cannot be cordoned"),)
+        return (_checkpoint(monitor, ""), *_isolate(signal.node, signal.alertname))
     node = signal.node if cls == NODE_FAULT else ""
     restart = (
         Step(StepKind.RESTART_GANG, {"from": NEWEST_GOOD_CHECKPOINT, "avoid": node}),
@@ -192,26 +244,13 @@ def _steps(signal: Signal, monitor: TrainingJobMonitor, cls: str, action: str) -
     if cls in (STALL, INTERRUPTED):
         return restart
     # NODE_FAULT
-    reason = signal.alertname
-    checkpoint = Step(
-        StepKind.REQUEST_CHECKPOINT,
-        {
-            "kind": "full",
-            "timeout_s": str(
-                math.ceil(duration_seconds(monitor.spec.remediation.emergency_checkpoint_timeout))
-            ),
-            "avoid": node,
-        },
-    )
+    checkpoint = _checkpoint(monitor, node)
     if not node:
         notice = _notify(f"{NO_NODE} on {signal.alertname}: the faulty node cannot be cordoned")
         if action == "Cordon":
             return (notice,)
         return (notice, checkpoint, *restart)
-    cordon = (
-        Step(StepKind.CORDON, {"node": node, "reason": reason}),
-        Step(StepKind.TAINT, {"node": node, "reason": reason}),
-    )
+    cordon = _isolate(node, signal.alertname)
     if action == "Cordon":
         return cordon
     return (checkpoint, *cordon, *restart)
@@ -237,7 +276,7 @@ def _duplicate_of(
 ) -> str | None:
     """The id of the record that already handles this fault, or None.
 
-    The same fault: the same fingerprint, or for a node fault the same node (one dead node raises
+    The same fault: the same fingerprint, or the same node for a class of SAME_NODE (one dead node raises
     several alerts, XID 79 both GPUCriticalXid and GPULost). Handled: its record is unfinished, or
     finished within DUPLICATE_WINDOW_S, or acted and finished after this signal started (the instance
     it handled, re-posted). A stall or an interruption is also handled by any gang restart of the job
@@ -245,10 +284,7 @@ def _duplicate_of(
     A live plan ignores dry-run records: turning dry run off acts on a fault still firing."""
     for r in reversed(records if dry_run else tuple(_live(records))):
         same = r.get("fingerprint") == signal.fingerprint or (
-            cls == NODE_FAULT
-            and bool(signal.node)
-            and r.get("class") == NODE_FAULT
-            and r.get("node") == signal.node
+            bool(signal.node) and r.get("node") == signal.node and r.get("class") in SAME_NODE.get(cls, ())
         )
         covers = cls in (STALL, INTERRUPTED) and _restarts_gang(r)
         if not (same or covers):
