@@ -40,6 +40,23 @@ CONTRACT_ALERTS = {
     "GPUSingleBitECCErrorsHigh": ("P1", "0s"),  # issue 9: over the daily threshold isolates the node
     "TrainguardExporterDown": ("P2", "2m"),  # ARCHITECTURE section 4: an unreachable sidecar alone
     "GPUMemoryHigh": ("P3", "5m"),
+    # issue 9: the signals that reached no one, the memory tiers, early training, prediction
+    "GPUMemorySustainedHigh": ("P1", "10m"),
+    "GPUMemoryTemperatureHigh": ("P1", "1m"),
+    "GPURowRemapPending": ("P1", "0s"),
+    "GPURowRemapFailure": ("P1", "0s"),
+    "GPURetiredPagesPending": ("P1", "0s"),
+    "CheckpointStorageFillingUp": ("P1", "5m"),
+    "TrainingLossDivergingEarly": ("P1", "2m"),
+    "RackThermalEvent": ("P1", "2m"),
+    "MonitoringDataMissing": ("P1", "10m"),
+    "InferenceQueueDepthHigh": ("P1", "2m"),
+    "GPUMemoryGrowthPredicted": ("P2", "10m"),
+    "CollectiveLatencyHigh": ("P2", "5m"),
+    "NetworkCongestion": ("P2", "5m"),
+    "NVLinkCRCErrors": ("P2", "0s"),
+    "CheckpointRestoreSlow": ("P2", "1m"),
+    "GPUPowerCapped": ("P3", "10m"),
 }
 
 CONTRACT_METRICS = {
@@ -106,7 +123,14 @@ def test_p0_alerts_name_their_response() -> None:
     p0 = {a.name for a in ALERTS if a.severity == "P0"}
     assert p0 == {a.name for a in ALERTS if a.severity == "P0" and (a.p0_class or a.without_response)}
     # the one P1 the P0 loop acts on: SBE over the daily threshold isolates the node (issue 9)
-    assert {a.name for a in ALERTS if a.p0_class and a.name not in p0} == {"GPUSingleBitECCErrorsHigh"}
+    # the P1s the P0 loop acts on: memory that must be drained (SBE over the daily threshold, a pending row
+    # remap or page retirement, a failed remap) isolates the node after a checkpoint (issue 9)
+    assert {a.name for a in ALERTS if a.p0_class and a.name not in p0} == {
+        "GPUSingleBitECCErrorsHigh",
+        "GPURowRemapPending",
+        "GPURowRemapFailure",
+        "GPURetiredPagesPending",
+    }
     assert not [a.name for a in ALERTS if a.p0_class and a.without_response]
 
 

@@ -15,6 +15,7 @@ POD = JOB | {"pod": "llama-0", "node": "gpu-node-1"}
 GPU = POD | {"gpu": "0", "UUID": "GPU-0000", "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "gpu-node-1"}
 NIC = POD | {"interface": "ib0"}
 DISK = POD | {"device": "nvme0n1"}
+PORT = POD | {"device": "mlx5_0", "port": "1"}
 OTHER_JOB_GPU = GPU | {"training_job": "other-job", "pod": "other-0"}
 LOST = POD | {"gpu": "0", "UUID": "GPU-0000"}
 """trainguard_gpu_lost carries no modelName or Hostname: a lost GPU no longer says what it is."""
@@ -236,6 +237,23 @@ CASES: dict[str, list[Case]] = {
             "drop of only 3 minutes",
             "83m",
             [series("trainguard_train_tokens_per_second_per_gpu", POD, "1000x80 600x20"), steps(2000)],
+        ),
+        Case(
+            "40% below a noisy baseline: 3 sigma (600) is wider than the 30% floor (300)",
+            "90m",
+            [
+                series("trainguard_train_tokens_per_second_per_gpu", POD, "800 1200 " * 40 + "600x20"),
+                steps(2000),
+            ],
+        ),
+        Case(
+            "the same noisy baseline, and throughput falls past 3 sigma (70% below)",
+            "90m",
+            [
+                series("trainguard_train_tokens_per_second_per_gpu", POD, "800 1200 " * 40 + "300x20"),
+                steps(2000),
+            ],
+            [p("P1", JOB)],
         ),
     ],
     "GPUMemoryCritical": [
@@ -534,6 +552,389 @@ CASES: dict[str, list[Case]] = {
         Case("70% for only 3 minutes", "3m", mem(70, 30)),
     ],
 }
+
+
+def gpu_at(node: str, gpu: str) -> dict[str, str]:
+    """A GPU of the job on another node (one pod per node)."""
+    return GPU | {"pod": f"llama-{node[-1]}", "node": node, "Hostname": node, "gpu": gpu}
+
+
+def rack(node: str, name: str) -> dict[str, str]:
+    """kube-state-metrics' kube_node_labels for a node in rack `name` (the default rackLabel)."""
+    return series("kube_node_labels", {"node": node, "label_topology_kubernetes_io_zone": name}, "1x20")
+
+
+def hot(gpus: list[tuple[str, str]], celsius: int = 84) -> list[dict[str, str]]:
+    return [series("DCGM_FI_DEV_GPU_TEMP", gpu_at(n, g), f"{celsius}x20") for n, g in gpus]
+
+
+def collective(normal_min: int, slow_min: int) -> list[dict[str, str]]:
+    """A latency histogram: 100 collectives a minute under 10 ms for `normal_min` minutes, then 100 a minute
+    at about half a second for `slow_min` minutes (bucket counters, as the exporter exposes them)."""
+    n, m = normal_min, slow_min
+    fast = f"0+100x{n} {100 * n}x{m}"
+    every = f"0+100x{n + m}"
+    return [
+        series("trainguard_train_collective_seconds_bucket", POD | {"le": le}, values)
+        for le, values in (("0.01", fast), ("0.1", fast), ("1", every), ("+Inf", every))
+    ]
+
+
+SLOW_SCRAPE = {"spec.exporter.scrapeInterval": "1m"}
+"""Rates over a 4-minute window: these cases have one sample a minute, too few for a 1-minute window."""
+
+NEW_CASES: dict[str, list[Case]] = {
+    "GPUMemorySustainedHigh": [
+        Case("92% used for 12 minutes", "12m", mem(92, 8), [p("P1", GPU)]),
+        Case("exactly 90% (boundary, >)", "12m", mem(90, 10)),
+        Case("92% for only 5 minutes", "5m", mem(92, 8)),
+    ],
+    "GPUMemoryTemperatureHigh": [
+        Case("HBM at 90 C", "3m", [series("DCGM_FI_DEV_MEMORY_TEMP", GPU, "90x10")], [p("P1", GPU)]),
+        Case("HBM at 85 C (boundary)", "3m", [series("DCGM_FI_DEV_MEMORY_TEMP", GPU, "85x10")]),
+        Case(
+            "the GPU core is hot, its HBM is not",
+            "3m",
+            [
+                series("DCGM_FI_DEV_GPU_TEMP", GPU, "90x10"),
+                series("DCGM_FI_DEV_MEMORY_TEMP", GPU, "70x10"),
+            ],
+        ),
+    ],
+    "GPURowRemapPending": [
+        Case(
+            "a remap is pending",
+            "2m",
+            [series("DCGM_FI_DEV_ROW_REMAP_PENDING", GPU, "0 1x5")],
+            [p("P1", GPU)],
+        ),
+        Case("none pending", "2m", [series("DCGM_FI_DEV_ROW_REMAP_PENDING", GPU, "0x5")]),
+    ],
+    "GPURowRemapFailure": [
+        Case("a remap failed", "2m", [series("DCGM_FI_DEV_ROW_REMAP_FAILURE", GPU, "0 1x5")], [p("P1", GPU)]),
+        Case(
+            "remapped rows but no failure",
+            "2m",
+            [
+                series("DCGM_FI_DEV_ROW_REMAP_FAILURE", GPU, "0x5"),
+                series("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", GPU, "3x5"),
+            ],
+        ),
+    ],
+    "GPURetiredPagesPending": [
+        Case(
+            "a retirement is pending",
+            "2m",
+            [series("DCGM_FI_DEV_RETIRED_PENDING", GPU, "0 1x5")],
+            [p("P1", GPU)],
+        ),
+        Case(
+            "pages retired, none pending",
+            "2m",
+            [
+                series("DCGM_FI_DEV_RETIRED_PENDING", GPU, "0x5"),
+                series("DCGM_FI_DEV_RETIRED_DBE", GPU, "2x5"),
+            ],
+        ),
+    ],
+    "CheckpointStorageFillingUp": [
+        Case(
+            "losing 100 GB a minute with 2 TB left: the next full checkpoint (1000 s away) will not fit",
+            "80m",
+            [
+                series(
+                    "trainguard_checkpoint_filesystem_avail_bytes", POD, "10000000000000-100000000000x100"
+                ),
+                series("trainguard_checkpoint_last_size_bytes", POD | {"kind": "full"}, "1000000000000x100"),
+                steps(0, 100),
+            ],
+            [p("P1", JOB)],
+        ),
+        Case(
+            "the same trend with 4 TB left: room for the next one",
+            "60m",
+            [
+                series(
+                    "trainguard_checkpoint_filesystem_avail_bytes", POD, "10000000000000-100000000000x100"
+                ),
+                series("trainguard_checkpoint_last_size_bytes", POD | {"kind": "full"}, "1000000000000x100"),
+                steps(0, 100),
+            ],
+        ),
+        Case(
+            "1.5 TB free and not falling: a 1 TB checkpoint fits",
+            "40m",
+            [
+                series("trainguard_checkpoint_filesystem_avail_bytes", POD, "1500000000000x100"),
+                series("trainguard_checkpoint_last_size_bytes", POD | {"kind": "full"}, "1000000000000x100"),
+                steps(0, 100),
+            ],
+        ),
+        Case(
+            "0.5 TB free and not falling: a 1 TB checkpoint does not fit",
+            "40m",
+            [
+                series("trainguard_checkpoint_filesystem_avail_bytes", POD, "500000000000x100"),
+                series("trainguard_checkpoint_last_size_bytes", POD | {"kind": "full"}, "1000000000000x100"),
+                steps(0, 100),
+            ],
+            [p("P1", JOB)],
+        ),
+    ],
+    "TrainingLossDivergingEarly": [
+        Case(
+            "step 600: loss fell to 2, then jumped to 3.5 (75% above its minimum)",
+            "10m",
+            [series("trainguard_train_loss", POD, "4 3.5 3 2.5 2 2 2 3.5x10"), steps(0, 30)],
+            [p("P1", JOB)],
+        ),
+        Case(
+            "step 600: loss falls smoothly",
+            "10m",
+            [series("trainguard_train_loss", POD, "4-0.1x20"), steps(0, 30)],
+        ),
+        Case(
+            "the same jump after warm-up is the baseline rules' business",
+            "10m",
+            [series("trainguard_train_loss", POD, "4 3.5 3 2.5 2 2 2 3.5x10"), steps(2000, 30)],
+        ),
+        Case(
+            "no step completed yet: the first losses are noise",
+            "10m",
+            [
+                series("trainguard_train_loss", POD, "4 3.5 3 2.5 2 2 2 3.5x10"),
+                series("trainguard_train_step", POD, "0x30"),
+            ],
+        ),
+    ],
+    "RackThermalEvent": [
+        Case(
+            "four GPUs at 84 C on two nodes of rack-a",
+            "5m",
+            [
+                *hot([("gpu-node-1", "0"), ("gpu-node-1", "1"), ("gpu-node-2", "0"), ("gpu-node-2", "1")]),
+                rack("gpu-node-1", "rack-a"),
+                rack("gpu-node-2", "rack-a"),
+            ],
+            [p("P1", JOB | {"rack": "rack-a"})],
+        ),
+        Case(
+            "four hot GPUs on one node: that node's problem, not the rack's",
+            "5m",
+            [
+                *hot([("gpu-node-1", g) for g in "0123"]),
+                rack("gpu-node-1", "rack-a"),
+                rack("gpu-node-2", "rack-a"),
+            ],
+        ),
+        Case(
+            "three hot GPUs on two nodes (below the threshold)",
+            "5m",
+            [
+                *hot([("gpu-node-1", "0"), ("gpu-node-1", "1"), ("gpu-node-2", "0")]),
+                rack("gpu-node-1", "rack-a"),
+                rack("gpu-node-2", "rack-a"),
+            ],
+        ),
+        Case(
+            "four hot GPUs split over two racks",
+            "5m",
+            [
+                *hot([("gpu-node-1", "0"), ("gpu-node-1", "1"), ("gpu-node-2", "0"), ("gpu-node-2", "1")]),
+                rack("gpu-node-1", "rack-a"),
+                rack("gpu-node-2", "rack-b"),
+            ],
+        ),
+        Case(
+            "four GPUs at 80 C (boundary)",
+            "5m",
+            [
+                *hot(
+                    [("gpu-node-1", "0"), ("gpu-node-1", "1"), ("gpu-node-2", "0"), ("gpu-node-2", "1")], 80
+                ),
+                rack("gpu-node-1", "rack-a"),
+                rack("gpu-node-2", "rack-a"),
+            ],
+        ),
+    ],
+    "MonitoringDataMissing": [
+        Case(
+            "exporter scraped, no training series for 12 minutes",
+            "12m",
+            [series("up", POD, "1x20")],
+            [p("P1", POD)],
+        ),
+        Case(
+            "exporter scraped and the trainer reports",
+            "12m",
+            [
+                series("up", POD, "1x20"),
+                steps(0, 20),
+                series("DCGM_FI_DEV_GPU_UTIL", GPU, "90x20"),
+                series("trainguard_exporter_gpus_assigned", POD | {"source": "env"}, "8x20"),
+            ],
+        ),
+        Case(
+            "the pod has 8 GPUs but no GPU series",
+            "12m",
+            [
+                series("up", POD, "1x20"),
+                steps(0, 20),
+                series("trainguard_exporter_gpus_assigned", POD | {"source": "env"}, "8x20"),
+            ],
+            [p("P1", POD)],
+        ),
+        Case(
+            "the pod's target vanished while kube-state-metrics says it runs",
+            "27m",
+            [
+                series("up", POD, "1x10 _x20"),
+                steps(0, 30),
+                series(
+                    "kube_pod_status_phase", {"namespace": "ml", "pod": "llama-0", "phase": "Running"}, "1x30"
+                ),
+            ],
+            [p("P1", POD)],
+        ),
+        Case(
+            "the pod's target vanished with the pod (job finished)",
+            "27m",
+            [
+                series("up", POD, "1x10 _x20"),
+                steps(0, 30),
+                series(
+                    "kube_pod_status_phase",
+                    {"namespace": "ml", "pod": "llama-0", "phase": "Running"},
+                    "1x10 0x20",
+                ),
+            ],
+        ),
+    ],
+    "GPUMemoryGrowthPredicted": [
+        Case(
+            "80% and growing half a point a minute: full within the hour",
+            "20m",
+            [
+                series("DCGM_FI_DEV_FB_USED", GPU, "70+0.5x40"),
+                series("DCGM_FI_DEV_FB_FREE", GPU, "30-0.5x40"),
+            ],
+            [p("P2", GPU)],
+        ),
+        Case("80% and flat", "20m", mem(80, 20, n=40)),
+        Case(
+            "fast growth but still at 60%",
+            "20m",
+            [series("DCGM_FI_DEV_FB_USED", GPU, "20+2x40"), series("DCGM_FI_DEV_FB_FREE", GPU, "80-2x40")],
+        ),
+    ],
+    "CollectiveLatencyHigh": [
+        Case(
+            "p99 from 10 ms to about 1 s after warm-up",
+            "90m",
+            [*collective(80, 20), steps(2000)],
+            [p("P2", JOB)],
+            monitor=SLOW_SCRAPE,
+        ),
+        Case("steady 10 ms", "90m", [*collective(100, 0), steps(2000)], monitor=SLOW_SCRAPE),
+        Case(
+            "the same jump in warm-up",
+            "90m",
+            [*collective(80, 20), series("trainguard_train_step", POD, "0+10x100")],
+            monitor=SLOW_SCRAPE,
+        ),
+    ],
+    "NetworkCongestion": [
+        Case(
+            "2000 ECN-marked packets a second",
+            "10m",
+            [series("trainguard_network_ecn_marked_packets_total", PORT, "0+120000x20")],
+            [p("P2", PORT)],
+            monitor=SLOW_SCRAPE,
+        ),
+        Case(
+            "1000 a second (boundary)",
+            "10m",
+            [series("trainguard_network_ecn_marked_packets_total", PORT, "0+60000x20")],
+            monitor=SLOW_SCRAPE,
+        ),
+    ],
+    "NVLinkCRCErrors": [
+        Case(
+            "200 CRC errors in 10 minutes",
+            "15m",
+            [series("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", GPU, "0+20x30")],
+            [p("P2", GPU)],
+        ),
+        Case(
+            "50 in 10 minutes",
+            "15m",
+            [series("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", GPU, "0+5x30")],
+        ),
+    ],
+    "CheckpointRestoreSlow": [
+        Case(
+            "restoring at 50 MB/s",
+            "3m",
+            [
+                series("trainguard_checkpoint_restore_read_bytes_per_second", POD, "50000000x10"),
+                series("trainguard_checkpoint_restoring", POD, "1x10"),
+            ],
+            [p("P2", POD)],
+        ),
+        Case(
+            "restoring at 300 MB/s",
+            "3m",
+            [
+                series("trainguard_checkpoint_restore_read_bytes_per_second", POD, "300000000x10"),
+                series("trainguard_checkpoint_restoring", POD, "1x10"),
+            ],
+        ),
+        Case(
+            "the last restore was slow, but it is over",
+            "3m",
+            [
+                series("trainguard_checkpoint_restore_read_bytes_per_second", POD, "50000000x10"),
+                series("trainguard_checkpoint_restoring", POD, "0x10"),
+            ],
+        ),
+    ],
+    "GPUPowerCapped": [
+        Case(
+            "695 W of a 700 W limit for 12 minutes",
+            "12m",
+            [
+                series("DCGM_FI_DEV_POWER_USAGE", GPU, "695x20"),
+                series("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", GPU, "700x20"),
+            ],
+            [p("P3", GPU)],
+        ),
+        Case(
+            "600 W of 700 W",
+            "12m",
+            [
+                series("DCGM_FI_DEV_POWER_USAGE", GPU, "600x20"),
+                series("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", GPU, "700x20"),
+            ],
+        ),
+    ],
+    "InferenceQueueDepthHigh": [
+        Case(
+            "150 pending requests",
+            "5m",
+            [series("trainguard_inference_queue_depth", POD, "150x10")],
+            [p("P1", POD)],
+            monitor={"spec.mode": "inference"},
+        ),
+        Case(
+            "100 pending (boundary)",
+            "5m",
+            [series("trainguard_inference_queue_depth", POD, "100x10")],
+            monitor={"spec.mode": "inference"},
+        ),
+    ],
+}
+CASES.update(NEW_CASES)
+
 
 ESCALATION_CASES: list[Case] = [
     Case(

@@ -15,6 +15,8 @@ from trainguard.render.prometheus import rule_group
 EXTERNAL = {
     "up": "Prometheus' own scrape health of the PodMonitor's targets",
     "kube_node_status_condition": "kube-state-metrics",
+    "kube_node_labels": "kube-state-metrics (the rack label allowed with --metric-labels-allowlist)",
+    "kube_pod_status_phase": "kube-state-metrics",
 }
 """Series trainguard reads but neither exports nor records; each needs its source named."""
 
@@ -37,6 +39,13 @@ def test_every_series_a_rule_reads_is_produced_by_something(backend: str, mode: 
     m = monitor(**{"spec.exporter.gpuBackend": backend, "spec.mode": mode})
     group = rule_group(m, effective_policy(m, [policy()]))
     exported = {metric.name for metric in METRICS}
+    # a histogram is read through its series, not its family name
+    exported |= {
+        f"{m.name}{suffix}"
+        for m in METRICS
+        if m.type == "histogram"
+        for suffix in ("_bucket", "_sum", "_count")
+    }
     if backend == "dcgm":
         # the sidecar runs --backend none: none of its own per-GPU series exist, dcgm-exporter's do
         exported -= {m.name for m in METRICS if m.is_gpu and not m.name.startswith("DCGM_FI_")}

@@ -209,6 +209,23 @@ class PolicyRef(Model):
     name: K8sName
 
 
+RACK_LABEL = "topology.kubernetes.io/zone"
+
+
+class Topology(Model):
+    rack_label: str = Field(
+        default=RACK_LABEL,
+        max_length=253,
+        pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+        description="The node label that names a node's rack (read from kube-state-metrics' kube_node_labels, "
+        "which must allow it: --metric-labels-allowlist=nodes=[<label>]); RackThermalEvent groups by it.",
+    )
+
+    def ksm_label(self) -> str:
+        """kube-state-metrics' name for the label: label_ and the name with every other character as _."""
+        return "label_" + "".join(c if c.isalnum() else "_" for c in self.rack_label)
+
+
 class TrainingJobMonitorSpec(Model):
     selector: LabelSelector = Field(description="The job's pods, in the monitor's namespace.")
     workload_ref: WorkloadRef | None = None
@@ -218,6 +235,7 @@ class TrainingJobMonitorSpec(Model):
     baseline: Baseline = Field(default_factory=Baseline)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     remediation: Remediation = Field(default_factory=Remediation)
+    topology: Topology = Field(default_factory=Topology)
     policy_refs: list[PolicyRef] = Field(
         default_factory=list,
         max_length=8,

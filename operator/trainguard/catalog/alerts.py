@@ -31,6 +31,8 @@ class Scope(StrEnum):
     NODE = "node"
     INTERFACE = "interface"
     DEVICE = "device"
+    PORT = "port"
+    RACK = "rack"
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -44,6 +46,8 @@ _SCOPE_LABELS: dict[Scope, tuple[str, ...]] = {
     Scope.NODE: ("namespace", "training_job", "node"),
     Scope.INTERFACE: ("namespace", "training_job", "pod", "node", "interface"),
     Scope.DEVICE: ("namespace", "training_job", "pod", "node", "device"),
+    Scope.PORT: ("namespace", "training_job", "pod", "node", "device", "port"),
+    Scope.RACK: ("namespace", "training_job", "rack"),
 }
 
 SEVERITIES: tuple[str, ...] = ("P0", "P1", "P2", "P3")
@@ -215,7 +219,7 @@ ALERTS: tuple[Alert, ...] = (
         "GPU memory almost full: out-of-memory risk",
         "activation memory growth, a leak, or a batch or sequence length too large",
         params=(_p("ratio", 0.95, "used / total framebuffer"),),
-        supersedes=("GPUMemoryPressure", "GPUMemoryHigh"),
+        supersedes=("GPUMemorySustainedHigh", "GPUMemoryPressure", "GPUMemoryHigh"),
     ),
     Alert(
         "GPUMemoryHang",
@@ -294,6 +298,130 @@ ALERTS: tuple[Alert, ...] = (
         ),
         modes=frozenset({Mode.INFERENCE}),
     ),
+    Alert(
+        "GPUMemorySustainedHigh",
+        "P1",
+        "10m",
+        Layer.HARDWARE,
+        Scope.GPU,
+        "framebuffer used ratio above the threshold for the whole `for` (sustained, not a spike)",
+        "GPU memory has stayed almost full",
+        "memory growing towards an OOM: a leak across steps, growing caches, or a too large batch",
+        params=(_p("ratio", 0.90, "used / total framebuffer"),),
+        supersedes=("GPUMemoryPressure", "GPUMemoryHigh"),
+    ),
+    Alert(
+        "GPUMemoryTemperatureHigh",
+        "P1",
+        "1m",
+        Layer.HARDWARE,
+        Scope.GPU,
+        "HBM memory temperature above the threshold",
+        "GPU memory (HBM) is overheating",
+        "poor cooling of the memory stacks; HBM errors and row remapping follow heat",
+        params=(_p("celsius", 85, "HBM temperature in C"),),
+    ),
+    Alert(
+        "GPURowRemapPending",
+        "P1",
+        "0s",
+        Layer.HARDWARE,
+        Scope.GPU,
+        "the GPU has a row remapping pending (it takes effect only at the next GPU reset)",
+        "A GPU has memory rows waiting to be remapped: drain it",
+        "uncorrectable memory errors; until a reset the bad rows stay in use, so isolate the node, "
+        "reset the GPU and watch for a remap failure",
+        p0_class=P0Class.ECC_DEGRADED,
+    ),
+    Alert(
+        "GPURowRemapFailure",
+        "P1",
+        "0s",
+        Layer.HARDWARE,
+        Scope.GPU,
+        "a row remapping failed (the GPU has no spare rows left for the bank)",
+        "A GPU failed to remap a bad memory row: replace it",
+        "worn-out HBM; the GPU cannot repair itself any more and needs a replacement",
+        p0_class=P0Class.ECC_DEGRADED,
+    ),
+    Alert(
+        "GPURetiredPagesPending",
+        "P1",
+        "0s",
+        Layer.HARDWARE,
+        Scope.GPU,
+        "a page retirement is pending (pre-Ampere GPUs; it takes effect at the next driver reload)",
+        "A GPU has memory pages waiting to be retired: drain it",
+        "repeated ECC errors on the same page; isolate the node and reset the GPU",
+        p0_class=P0Class.ECC_DEGRADED,
+    ),
+    Alert(
+        "CheckpointStorageFillingUp",
+        "P1",
+        "5m",
+        Layer.JOB,
+        Scope.JOB,
+        "the checkpoint filesystem, extrapolated linearly over the last 30 minutes to the next full "
+        "checkpoint, will have less room than one full checkpoint (or none, when its size is unknown)",
+        "The checkpoint filesystem will be full before the next full checkpoint",
+        "checkpoints accumulate without rotation, or another writer fills the volume",
+    ),
+    Alert(
+        "TrainingLossDivergingEarly",
+        "P1",
+        "2m",
+        Layer.TRAINING,
+        Scope.JOB,
+        "before warm-up ends, the loss is more than the threshold above its running minimum, or its "
+        "coefficient of variation over 5 minutes is above the second threshold",
+        "Training loss diverges in its first steps",
+        "learning rate or warm-up wrong, a bad initialisation, or broken data in the first shards",
+        params=(
+            _p("rise", 0.5, "fraction above the running minimum of the loss"),
+            _p("cv", 0.5, "stddev / mean of the loss over 5 minutes"),
+            _p("min_steps", 50, "steps before the rule judges (the first losses are noise)"),
+        ),
+        modes=TRAINING_MODES,
+    ),
+    Alert(
+        "RackThermalEvent",
+        "P1",
+        "2m",
+        Layer.HARDWARE,
+        Scope.RACK,
+        "at least the threshold number of the job's GPUs on at least two nodes of one rack are above "
+        "the temperature threshold together (rack from the monitor's spec.topology.rackLabel node label)",
+        "Several GPUs of one rack run hot together",
+        "a rack-level cooling problem (CRAH, rear-door heat exchanger, blocked airflow), not one GPU",
+        params=(
+            _p("gpus", 4, "hot GPUs in one rack"),
+            _p("celsius", 80, "GPU temperature in C"),
+        ),
+    ),
+    Alert(
+        "MonitoringDataMissing",
+        "P1",
+        "10m",
+        Layer.JOB,
+        Scope.POD,
+        "a pod's exporter is scraped but its training series, or its GPUs' series, are missing; or "
+        "every series of the job stopped arriving while the job's pods still run",
+        "The job's monitoring went dark: faults would reach no one",
+        "the trainer does not report through the SDK (or lost its connection), NVML stopped answering, "
+        "or the PodMonitor no longer matches the pods",
+    ),
+    Alert(
+        "InferenceQueueDepthHigh",
+        "P1",
+        "2m",
+        Layer.TRAINING,
+        Scope.POD,
+        "pending requests above the threshold",
+        "Inference requests queue up",
+        "more load than the replicas serve: scale out, or a slow or hung replica",
+        params=(_p("requests", 100, "pending requests"),),
+        modes=frozenset({Mode.INFERENCE}),
+    ),
     # ---- P2 ----
     Alert(
         "GPUMemoryPressure",
@@ -306,6 +434,69 @@ ALERTS: tuple[Alert, ...] = (
         "growing activation or cache memory",
         params=(_p("ratio", 0.85, "used / total framebuffer"),),
         supersedes=("GPUMemoryHigh",),
+    ),
+    Alert(
+        "GPUMemoryGrowthPredicted",
+        "P2",
+        "10m",
+        Layer.HARDWARE,
+        Scope.GPU,
+        "framebuffer use, already above the second threshold, extrapolated over the last 30 minutes "
+        "reaches the whole card within the horizon",
+        "GPU memory is on course for an out-of-memory error",
+        "memory that grows step after step: a leak (tensors kept across steps), a growing cache",
+        params=(
+            _p("horizon_seconds", 3600, "how far ahead to extrapolate"),
+            _p("ratio", 0.70, "used ratio from which growth is judged"),
+        ),
+    ),
+    Alert(
+        "CollectiveLatencyHigh",
+        "P2",
+        "5m",
+        Layer.TRAINING,
+        Scope.JOB,
+        "p99 collective latency (the SDK's trainguard_train_collective_seconds) above baseline mean + "
+        "sigma x stddev and above the threshold times the mean, after warm-up",
+        "Collective (all-reduce) latency jumped",
+        "a degraded link or switch port, congestion (see ECN and CNP counters), or a straggler rank",
+        params=(_p("ratio", 1.5, "p99 over its baseline mean"),),
+        modes=TRAINING_MODES,
+        baseline=True,
+    ),
+    Alert(
+        "NetworkCongestion",
+        "P2",
+        "5m",
+        Layer.HARDWARE,
+        Scope.PORT,
+        "ECN-marked RoCE packets per second on a NIC port above the threshold",
+        "RoCE congestion: the switches mark packets and the NICs slow down",
+        "incast from collectives, a hot spine link, or PFC/ECN thresholds that need tuning",
+        params=(_p("packets_per_second", 1000, "ECN-marked packets per second"),),
+    ),
+    Alert(
+        "NVLinkCRCErrors",
+        "P2",
+        "0s",
+        Layer.HARDWARE,
+        Scope.GPU,
+        "NVLink CRC flit errors in 10 minutes above the threshold",
+        "NVLink errors: a GPU-to-GPU link is degrading",
+        "a marginal NVLink or NVSwitch connection; retries slow collectives before a link fails",
+        params=(_p("errors", 100, "CRC flit errors in 10 minutes"),),
+    ),
+    Alert(
+        "CheckpointRestoreSlow",
+        "P2",
+        "1m",
+        Layer.JOB,
+        Scope.POD,
+        "while the trainer restores a checkpoint, it reads slower than the threshold",
+        "Resuming from a checkpoint is slow",
+        "a slow or shared checkpoint filesystem, or many ranks reading the same files at once",
+        params=(_p("bytes_per_second", 200e6, "read throughput of the restore"),),
+        modes=TRAINING_MODES,
     ),
     Alert(
         "GPUMemoryFragmentationHigh",
@@ -464,6 +655,17 @@ ALERTS: tuple[Alert, ...] = (
     ),
     # ---- P3 ----
     Alert(
+        "GPUPowerCapped",
+        "P3",
+        "10m",
+        Layer.HARDWARE,
+        Scope.GPU,
+        "power draw at or above the threshold share of the enforced power limit",
+        "GPU runs at its power limit: its clocks are capped",
+        "normal under heavy load; a lowered limit (nvidia-smi -pl) or power-brake slows the whole job",
+        params=(_p("ratio", 0.98, "power draw / enforced power limit"),),
+    ),
+    Alert(
         "GPUMemoryHigh",
         "P3",
         "5m",
@@ -490,6 +692,8 @@ MODE_PROFILES: dict[Mode, dict[str, dict[str, float]]] = {
         "GPUMemoryPressure": {"ratio": 0.97},
         "GPUMemoryCritical": {"ratio": 0.99},
         "GPUMemoryHang": {"ratio": 0.95, "utilization": 5},
+        "GPUMemorySustainedHigh": {"ratio": 0.98},
+        "GPUMemoryGrowthPredicted": {"ratio": 0.95},
     },
 }
 """Each mode's thresholds where they differ from the catalogue; an AlertPolicy overrides both."""

@@ -108,6 +108,25 @@ def recording_rules(ctx: Context) -> list[Rule]:
             floor,
         ),
     )
+    # collective latency: the job's p99 from the SDK's histogram, and its own baseline
+    p99 = "trainguard:train_collective_seconds:p99"
+    rec(
+        p99,
+        f"histogram_quantile(0.99, sum by ({JOB}, le) "
+        f"(rate({ctx.m('trainguard_train_collective_seconds_bucket')}[{ctx.rate_window}])))",
+    )
+    rec(f"{p99}:baseline_mean", f"avg_over_time({ctx.m(p99)}[{win}] offset {off})")
+    rec(f"{p99}:baseline_stddev", f"stddev_over_time({ctx.m(p99)}[{win}] offset {off})")
+    rec(
+        f"{p99}:upper_bound",
+        f"{ctx.m(f'{p99}:baseline_mean')} + {_num(ctx.sigma)} * "
+        f"({_floored(ctx, f'{p99}:baseline_stddev', f'{p99}:baseline_mean', floor)})",
+    )
+    # the checkpoint filesystem as the fullest of the pods' views (they share it, or each has its own)
+    rec(
+        "trainguard:checkpoint_filesystem_avail_bytes:min",
+        f"min by ({JOB}) ({ctx.m('trainguard_checkpoint_filesystem_avail_bytes')})",
+    )
     rec(
         "trainguard:train_grad_norm:max:upper_bound",
         f"{ctx.m('trainguard:train_grad_norm:max:baseline_mean')} + {_num(ctx.sigma)} * "
@@ -165,6 +184,75 @@ def _stall_seconds(ctx: Context, a: EffectiveAlert) -> float:
     return max(a.p("seconds"), duration_seconds(ctx.monitor.spec.checkpoint.timeout))
 
 
+def _band(ctx: Context, ratio: float) -> str:
+    """How far throughput may stray from its baseline mean: sigma x stddev, never less than ratio x mean."""
+    mean = ctx.m("trainguard:train_tokens_per_second_per_gpu:avg:baseline_mean")
+    stddev = ctx.m("trainguard:train_tokens_per_second_per_gpu:avg:baseline_stddev")
+    floor = f"({_num(ratio)} * {mean})"
+    return f"(({_num(ctx.sigma)} * {stddev}) > on({JOB}) {floor} or on({JOB}) {floor})"
+
+
+def _checkpoint_storage(ctx: Context, a: EffectiveAlert) -> str:
+    """Free space at the next full checkpoint, extrapolated with predict_linear (now) plus the slope times
+    the seconds until then (fullEverySteps / the step rate), against the size of one full checkpoint."""
+    avail = f"{ctx.m('trainguard:checkpoint_filesystem_avail_bytes:min')}[30m]"
+    interval = f"({_num(ctx.monitor.spec.checkpoint.full_every_steps)} / ({ctx.m('trainguard:train_step:rate')} > 0))"
+    size = f"max by ({JOB}) ({ctx.m('trainguard_checkpoint_last_size_bytes', _FULL)})"
+    predicted = f"predict_linear({avail}, 0) + on({JOB}) deriv({avail}) * on({JOB}) {interval}"
+    return f"{predicted} < on({JOB}) ({size} or on({JOB}) 0 * {ctx.m('trainguard:checkpoint_filesystem_avail_bytes:min')})"
+
+
+def _loss_diverging_early(ctx: Context, a: EffectiveAlert) -> str:
+    loss = ctx.m("trainguard:train_loss:avg")
+    step = ctx.m("trainguard:train_step:max")
+    above_min = f"{loss} > on({JOB}) {_num(1 + a.p('rise'))} * min_over_time({loss}[1h])"
+    cv = f"stddev_over_time({loss}[5m]) / abs(avg_over_time({loss}[5m])) > {_num(a.p('cv'))}"
+    return (
+        f"({above_min} or on({JOB}) {cv}) and on({JOB}) {step} > {_num(a.p('min_steps'))} "
+        f"unless on({JOB}) {step} > {ctx.monitor.spec.warmup_steps()}"
+    )
+
+
+def _rack_heat(ctx: Context, a: EffectiveAlert) -> str:
+    label = ctx.monitor.spec.topology.ksm_label()
+    hot = (
+        f"label_replace(({ctx.gpu('DCGM_FI_DEV_GPU_TEMP')} > {_num(a.p('celsius'))}) * on(node) "
+        f'group_left({label}) kube_node_labels, "rack", "$1", "{label}", "(.+)")'
+    )
+    by_rack = f"{JOB}, rack"
+    return (
+        f"count by ({by_rack}) ({hot}) >= {_num(a.p('gpus'))} and on({by_rack}) "
+        f"count by ({by_rack}) (count by ({by_rack}, node) ({hot})) >= 2"
+    )
+
+
+def _monitoring_missing(ctx: Context, a: EffectiveAlert) -> str:
+    """Three ways a job goes blind: the exporter is scraped but the trainer's series are missing; the pod
+    has GPUs but no GPU series; or a pod's target vanished while kube-state-metrics says it still runs."""
+    pod = f"{JOB}, pod, node"
+    up = ctx.m("up")
+    inference = ctx.monitor.spec.mode == "inference"
+    trainer = ctx.m("trainguard_inference_latency_seconds" if inference else "trainguard_train_step")
+    parts = [f"group by ({pod}) ({up} == 1) unless on({JOB}, pod) group by ({JOB}, pod) ({trainer})"]
+    if ctx.monitor.spec.exporter.gpu_backend == "dcgm":
+        if ctx.monitor.spec.gpus_per_pod > 0:
+            parts.append(
+                f"group by ({pod}) ({ctx.m('trainguard_exporter_info')}) unless on({JOB}, pod) "
+                f"group by ({JOB}, pod) ({ctx.gpu('DCGM_FI_DEV_GPU_UTIL')})"
+            )
+    else:
+        parts.append(
+            f"group by ({pod}) ({ctx.m('trainguard_exporter_gpus_assigned')} > 0) unless on({JOB}, pod) "
+            f"group by ({JOB}, pod) ({ctx.gpu('DCGM_FI_DEV_GPU_UTIL')})"
+        )
+    running = f'kube_pod_status_phase{{namespace="{ctx.monitor.namespace}",phase="Running"}} == 1'
+    parts.append(
+        f"group by ({pod}) (present_over_time({up}[1h])) unless on(namespace, pod) {up} "
+        f"and on(namespace, pod) ({running})"
+    )
+    return " or ".join(f"({p})" for p in parts)
+
+
 EXPRESSIONS: dict[str, Callable[[Context, EffectiveAlert], str]] = {
     "TrainingLossNonFinite": lambda c, a: (
         f"increase({c.m('trainguard_train_nonfinite_loss_total')}[{c.rate_window}]) > 0"
@@ -189,8 +277,8 @@ EXPRESSIONS: dict[str, Callable[[Context, EffectiveAlert], str]] = {
     ),
     "TrainingThroughputDrop": lambda c, a: (
         f"{c.m('trainguard:train_tokens_per_second_per_gpu:avg')} < on({JOB}) "
-        f"{_num(1 - a.p('ratio'))} * {c.m('trainguard:train_tokens_per_second_per_gpu:avg:baseline_mean')} "
-        f"and {c.warmed_up}"
+        f"({c.m('trainguard:train_tokens_per_second_per_gpu:avg:baseline_mean')} - on({JOB}) "
+        f"{_band(c, a.p('ratio'))}) and {c.warmed_up}"
     ),
     "GPUMemoryCritical": lambda c, a: f"{_mem(c)} >= {_num(a.p('ratio'))}",
     "GPUMemoryHang": lambda c, a: (
@@ -221,8 +309,7 @@ EXPRESSIONS: dict[str, Callable[[Context, EffectiveAlert], str]] = {
     "TrainingThroughputDeviation": lambda c, a: (
         f"abs({c.m('trainguard:train_tokens_per_second_per_gpu:avg')} - on({JOB}) "
         f"{c.m('trainguard:train_tokens_per_second_per_gpu:avg:baseline_mean')}) > on({JOB}) "
-        f"{_num(a.p('ratio'))} * {c.m('trainguard:train_tokens_per_second_per_gpu:avg:baseline_mean')} "
-        f"and {c.warmed_up}"
+        f"{_band(c, a.p('ratio'))} and {c.warmed_up}"
     ),
     "TrainingLossOscillation": lambda c, a: (
         f"{c.m('trainguard:train_loss:stddev_5m')} > on({JOB}) "
@@ -254,6 +341,42 @@ EXPRESSIONS: dict[str, Callable[[Context, EffectiveAlert], str]] = {
         f"increase({c.gpu('DCGM_FI_DEV_ECC_SBE_VOL_TOTAL')}[1d]) > {_num(a.p('errors'))}"
     ),
     "GPUMemoryHigh": lambda c, a: f"{_mem(c)} >= {_num(a.p('ratio'))}",
+    "GPUMemorySustainedHigh": lambda c, a: f"{_mem(c)} > {_num(a.p('ratio'))}",
+    "GPUMemoryTemperatureHigh": lambda c, a: f"{c.gpu('DCGM_FI_DEV_MEMORY_TEMP')} > {_num(a.p('celsius'))}",
+    "GPURowRemapPending": lambda c, a: f"{c.gpu('DCGM_FI_DEV_ROW_REMAP_PENDING')} > 0",
+    "GPURowRemapFailure": lambda c, a: f"{c.gpu('DCGM_FI_DEV_ROW_REMAP_FAILURE')} > 0",
+    "GPURetiredPagesPending": lambda c, a: f"{c.gpu('DCGM_FI_DEV_RETIRED_PENDING')} > 0",
+    "CheckpointStorageFillingUp": _checkpoint_storage,
+    "TrainingLossDivergingEarly": _loss_diverging_early,
+    "RackThermalEvent": _rack_heat,
+    "MonitoringDataMissing": _monitoring_missing,
+    "InferenceQueueDepthHigh": lambda c, a: (
+        f"{c.m('trainguard_inference_queue_depth')} > {_num(a.p('requests'))}"
+    ),
+    "GPUMemoryGrowthPredicted": lambda c, a: (
+        f"predict_linear({_mem(c)}[30m], {_num(a.p('horizon_seconds'))}) >= 1 and {_mem(c)} >= {_num(a.p('ratio'))}"
+    ),
+    "CollectiveLatencyHigh": lambda c, a: (
+        f"{c.m('trainguard:train_collective_seconds:p99')} > on({JOB}) "
+        f"{c.m('trainguard:train_collective_seconds:p99:upper_bound')} and on({JOB}) "
+        f"{c.m('trainguard:train_collective_seconds:p99')} > on({JOB}) {_num(a.p('ratio'))} * "
+        f"{c.m('trainguard:train_collective_seconds:p99:baseline_mean')} and {c.warmed_up}"
+    ),
+    "NetworkCongestion": lambda c, a: (
+        f"rate({c.m('trainguard_network_ecn_marked_packets_total')}[{c.rate_window}]) "
+        f"> {_num(a.p('packets_per_second'))}"
+    ),
+    "NVLinkCRCErrors": lambda c, a: (
+        f"increase({c.gpu('DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL')}[10m]) > {_num(a.p('errors'))}"
+    ),
+    "CheckpointRestoreSlow": lambda c, a: (
+        f"{c.m('trainguard_checkpoint_restore_read_bytes_per_second')} < {_num(a.p('bytes_per_second'))} "
+        f"and on({JOB}, pod) {c.m('trainguard_checkpoint_restoring')} == 1"
+    ),
+    "GPUPowerCapped": lambda c, a: (
+        f"{c.gpu('DCGM_FI_DEV_POWER_USAGE')} / "
+        f"{c.gpu('DCGM_FI_DEV_ENFORCED_POWER_LIMIT')} >= {_num(a.p('ratio'))}"
+    ),
 }
 
 
@@ -264,11 +387,71 @@ _WHERE: dict[Scope, str] = {
     Scope.NODE: " (node {{ $labels.node }})",
     Scope.INTERFACE: " (interface {{ $labels.interface }} on {{ $labels.node }})",
     Scope.DEVICE: " (disk {{ $labels.device }} on {{ $labels.node }})",
+    Scope.PORT: " (NIC {{ $labels.device }} port {{ $labels.port }} on {{ $labels.node }})",
+    Scope.RACK: " (rack {{ $labels.rack }})",
 }
 
 
 def _anchor(name: str) -> str:
     return name.lower()
+
+
+LOG_WINDOW_S = 30
+"""The log excerpt an alert points to: this long either side of when it became active."""
+
+
+def _query(fmt: str, args: list[str], body: str) -> str:
+    """A template that runs a PromQL query built with printf (label values quoted with %q, so a value
+    cannot break out of its string) and expands `body` on its first result."""
+    return f'{{{{ with printf "{fmt}" {" ".join(args)} | query }}}}{body}{{{{ end }}}}'
+
+
+def _correlation(ctx: Context, a: EffectiveAlert) -> dict[str, str]:
+    """Where to look next: the run's trace id (from trainguard_exporter_info, per node for node-bound
+    alerts), the job's nodes for job-wide ones, and the logs of +-30 s around the alert's activation
+    (its ALERTS_FOR_STATE value) as a LogQL query with its window and as a kubectl command. Prometheus
+    gives alert templates no activation time of their own, hence the query."""
+    labels = a.alert.scope.labels
+    bound = "node" in labels
+    job_fmt = r"namespace=%q,training_job=%q"
+    job_args = ["$labels.namespace", "$labels.training_job"]
+    info_fmt = rf"trainguard_exporter_info{{{job_fmt}{r',node=%q' if bound else ''}}}"
+    info_args = job_args + (["$labels.node"] if bound else [])
+    out = {"trace_id": _query(info_fmt, info_args, '{{ . | first | label "trace_id" }}')}
+    state_fmt = "ALERTS_FOR_STATE{alertname=%q," + ",".join(f"{x}=%q" for x in labels) + "}"
+    state_args = [f'"{a.name}"', *(f"$labels.{x}" for x in labels)]
+
+    def at(offset: int) -> str:
+        sign = "+" if offset >= 0 else "-"
+        return _query(
+            f"{state_fmt} {sign} {abs(offset)}", state_args, '{{ . | first | value | printf "%.0f" }}'
+        )
+
+    start, end = at(-LOG_WINDOW_S), at(LOG_WINDOW_S)
+    out["log_window"] = f"start={start} end={end}"
+    if "pod" in labels:
+        out["log_query"] = '{namespace="{{ $labels.namespace }}",pod="{{ $labels.pod }}"}'
+        target = "{{ $labels.pod }}"
+    else:
+        pods = _query(
+            rf"group by (pod) (up{{{job_fmt}{r',node=%q' if bound else ''}}})",
+            info_args,
+            "{{ range $i, $s := . }}{{ if $i }}|{{ end }}{{ $s.Labels.pod }}{{ end }}",
+        )
+        out["log_query"] = f'{{namespace="{{{{ $labels.namespace }}}}",pod=~"{pods}"}}'
+        selector = ",".join(f"{k}={v}" for k, v in sorted(ctx.monitor.spec.selector.match_labels.items()))
+        target = f"-l '{selector}' --prefix" if selector else f"{pods}"
+        if not bound:
+            out["nodes"] = _query(
+                rf"group by (node) (up{{{job_fmt}}})",
+                job_args,
+                "{{ range $i, $s := . }}{{ if $i }},{{ end }}{{ $s.Labels.node }}{{ end }}",
+            )
+    out["logs_command"] = (
+        f"kubectl logs -n {{{{ $labels.namespace }}}} {target} --all-containers --timestamps "
+        f"--since-time=$(date -u -d @{start} +%Y-%m-%dT%H:%M:%SZ)"
+    )
+    return out
 
 
 def _alert_rule(ctx: Context, a: EffectiveAlert, policy: EffectivePolicy) -> Rule:
@@ -287,7 +470,8 @@ def _alert_rule(ctx: Context, a: EffectiveAlert, policy: EffectivePolicy) -> Rul
             "description": description,
             "probable_cause": a.alert.probable_cause,
             "runbook_url": f"{policy.runbook_base_url}#{_anchor(a.name)}",
-        },
+        }
+        | _correlation(ctx, a),
     }
 
 
