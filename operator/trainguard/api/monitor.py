@@ -164,8 +164,9 @@ class RemediationActions(Model):
     )
     ecc_degraded: EccDegradedAction = Field(
         default="CordonAfterCheckpoint",
-        description="GPUSingleBitECCErrorsHigh (a P1: corrected ECC errors over the daily threshold, the "
-        "GPU's memory is degrading): ask every rank for a checkpoint, then cordon and taint the node "
+        description="GPUSingleBitECCErrorsHigh, GPURowRemapPending, GPURowRemapFailure and "
+        "GPURetiredPagesPending (P1s: the GPU's memory is degrading and the node should be drained): ask "
+        "every rank for a checkpoint, then cordon and taint the node "
         "within maxCordonedNodes (CordonAfterCheckpoint). The job is not restarted: it keeps running on "
         "the node until it next restarts, and the node takes no new pods.",
     )
