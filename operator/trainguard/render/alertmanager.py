@@ -25,12 +25,13 @@ DASHBOARD = "trainguard-dashboard"
 """The catch-all receiver of alertmanager.yml: notifies no one, the alerts stay visible in the UI."""
 
 
-def _plain_route(route: Route) -> dict[str, Any]:
+def plain_route(route: Route) -> dict[str, Any]:
+    """A route in alertmanager.yml's form: matchers as text."""
     out = dict(route)
     if "matchers" in route:
         out["matchers"] = [m.text() for m in route["matchers"]]
     if "routes" in route:
-        out["routes"] = [_plain_route(r) for r in route["routes"]]
+        out["routes"] = [plain_route(r) for r in route["routes"]]
     return out
 
 
@@ -58,7 +59,7 @@ def alertmanager_yml(
             "receiver": DASHBOARD,
             "group_by": list(GROUP_BY),
             **TIMING["P3"],
-            "routes": [_plain_route(r) for r in routes],
+            "routes": [plain_route(r) for r in routes],
         },
         "receivers": list(receivers.values()),
         "inhibit_rules": [rule.plain() for rule in inhibits],

@@ -1,5 +1,5 @@
 """The Alertmanager route tree of a monitor: severity routes, delivery to each receiver, quiet-hours and
-maintenance muting.
+maintenance muting, and the morning report's route.
 
 The tree is built once in Alertmanager's own (snake_case) shape with structured matchers; the
 assemblers in render/alertmanager.py write it out for each output.
@@ -25,8 +25,19 @@ TIMING: dict[str, dict[str, str]] = {
     "P2": {"group_wait": "1m", "group_interval": "10m", "repeat_interval": "12h"},
     "P3": {"group_wait": "5m", "group_interval": "30m", "repeat_interval": "24h"},
 }
-SUMMARY_TIMING = {"group_by": ["namespace", "training_job"], "group_interval": "1h", "repeat_interval": "12h"}
-"""Quiet-hours digest for IM: one notification per job and hour instead of one per alert."""
+MORNING_REPORT = "TrainguardMorningReport"
+"""The alert the operator posts at the end of a monitor's quiet hours: what fired overnight, in its
+annotations (remediation/morning_report.py). It carries `night`, the local end of the quiet hours it
+covers, so that each night's report is a group of its own."""
+REPORT_TIMING: dict[str, Any] = {
+    "group_by": ["namespace", "training_job", "alertname", "night"],
+    "group_wait": "10s",
+    "group_interval": "5m",
+    "repeat_interval": "24h",
+}
+"""One notification per report: it is active until the next night starts, less than a day."""
+REPORT_ROLES = frozenset({"im", "email"})
+QUIETED_ROLES = PAGING_ROLES | {"im"}
 
 Route = dict[str, Any]
 """A route in alertmanager.yml's shape, its `matchers` a list of render.matchers.Matcher."""
@@ -48,6 +59,30 @@ class Names:
     (quiet hours and maintenance windows decide who is notified, not what the operator sees)."""
 
 
+def _unique(receivers: Sequence[PolicyReceiver]) -> list[PolicyReceiver]:
+    """One per name, the later policy's winning, as EffectivePolicy.receiver resolves names."""
+    seen: dict[str, PolicyReceiver] = {}
+    for r in receivers:
+        seen[r.receiver.name] = r
+    return list(seen.values())
+
+
+def paging_receivers(policy: EffectivePolicy) -> list[PolicyReceiver]:
+    """The receivers that ring a phone (a phone or sms role): at night they ring for the allowlist only,
+    whatever the alert's severity."""
+    return [r for r in _unique(policy.receivers) if PAGING_ROLES & set(r.receiver.roles)]
+
+
+def report_receivers(policy: EffectivePolicy) -> list[PolicyReceiver]:
+    """Where the morning report goes: the receivers with an im or email role."""
+    return [r for r in _unique(policy.receivers) if REPORT_ROLES & set(r.receiver.roles)]
+
+
+def _quieted(r: PolicyReceiver) -> bool:
+    """Receivers quiet hours silence: the phone and IM (e-mail and tickets wake no one)."""
+    return bool(QUIETED_ROLES & set(r.receiver.roles))
+
+
 def _delivery(
     severity: str,
     monitor: TrainingJobMonitor,
@@ -55,39 +90,63 @@ def _delivery(
     names: Names,
     mutes: Sequence[str],
 ) -> list[Route]:
-    """One route per receiver, each with continue, so every receiver of the severity is notified."""
-    out: list[Route] = []
+    """One route per receiver, each with continue, so every receiver of the severity is notified.
+
+    With quiet hours, the phone and IM receivers of the severity are muted at night; at night the
+    allowlist reaches them anyway and, whatever the severity, every paging receiver too. The rest of
+    the night is in the morning report (remediation/morning_report.py); e-mail and tickets are
+    delivered by night as by day. Maintenance windows (`mutes`) mute every route, night ones included.
+    """
+    own = policy.receivers_for(severity)
     quiet = policy.quiet_hours.enabled
     quiet_name = names.interval(quiet_hours_name(monitor))
-    for r in policy.receivers_for(severity):
+    night_only = [p for p in paging_receivers(policy) if p.key not in {r.key for r in own}] if quiet else []
+    out: list[Route] = []
+    for r in own:
         base: Route = {"receiver": names.receiver(r)}
         if mutes:
             base["mute_time_intervals"] = list(mutes)
         base["continue"] = True
-        paging = bool(PAGING_ROLES & set(r.receiver.roles))
-        if not quiet or not (paging or "im" in r.receiver.roles):
+        if not quiet or not _quieted(r):
             out.append(base)
             continue
         # by day: as usual
         out.append(base | {"mute_time_intervals": [*mutes, quiet_name]})
-        if paging:
-            # at night the phone rings only for the allowlist
-            out.append(
-                {
-                    "receiver": base["receiver"],
-                    "matchers": [one_of("alertname", policy.quiet_hours.allowlist)],
-                }
-                | ({"mute_time_intervals": list(mutes)} if mutes else {})
-                | {"active_time_intervals": [quiet_name], "continue": True}
-            )
-        else:
-            # at night IM gets a digest
-            out.append(
-                {"receiver": base["receiver"], **SUMMARY_TIMING}
-                | ({"mute_time_intervals": list(mutes)} if mutes else {})
-                | {"active_time_intervals": [quiet_name], "continue": True}
-            )
+        out.append(_night(r, policy, names, mutes, quiet_name))
+    # at night the allowlist rings the phone whatever its severity
+    out += [_night(p, policy, names, mutes, quiet_name) for p in night_only]
     return out
+
+
+def _night(
+    r: PolicyReceiver, policy: EffectivePolicy, names: Names, mutes: Sequence[str], quiet_name: str
+) -> Route:
+    return (
+        {"receiver": names.receiver(r), "matchers": [one_of("alertname", policy.quiet_hours.allowlist)]}
+        | ({"mute_time_intervals": list(mutes)} if mutes else {})
+        | {"active_time_intervals": [quiet_name], "continue": True}
+    )
+
+
+def _report_route(monitor: TrainingJobMonitor, policy: EffectivePolicy, names: Names) -> Route | None:
+    """The morning report's own route, ahead of the severity routes: to the im and email receivers,
+    one group per night (the report's `night` label), muted during quiet hours so that its end (it
+    lasts until the next night starts) notifies no one."""
+    if not policy.quiet_hours.enabled:
+        return None
+    quiet_name = names.interval(quiet_hours_name(monitor))
+    delivery: list[Route] = [
+        {"receiver": names.receiver(r), "mute_time_intervals": [quiet_name], "continue": True}
+        for r in report_receivers(policy)
+    ]
+    route: Route = {
+        "receiver": names.dashboard,
+        "matchers": [eq("alertname", MORNING_REPORT)],
+        **REPORT_TIMING,
+    }
+    if delivery:
+        route["routes"] = delivery
+    return route
 
 
 def _severity_route(
@@ -152,9 +211,11 @@ def monitor_route(
     matchers = [eq("training_job", monitor.name)]
     if match_namespace:
         matchers.insert(0, eq("namespace", monitor.namespace))
+    routes = [_severity_route(s, monitor, policy, names, node_windows) for s in SEVERITIES]
+    report = _report_route(monitor, policy, names)
     return {
         "receiver": names.dashboard,
         "group_by": list(GROUP_BY),
         "matchers": matchers,
-        "routes": [_severity_route(s, monitor, policy, names, node_windows) for s in SEVERITIES],
+        "routes": [report, *routes] if report else routes,
     }
