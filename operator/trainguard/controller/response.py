@@ -15,7 +15,7 @@ from typing import Any
 
 from trainguard.api import AlertPolicy, InvalidInput, TrainingJobMonitor, parse_object
 from trainguard.controller.kube import Kube
-from trainguard.remediation import alertmanager, detect, escalation, notices, records, tokens
+from trainguard.remediation import alertmanager, detect, escalation, notices, paging, records, tokens
 from trainguard.remediation.cluster import ClusterOps
 from trainguard.remediation.executor import Executor
 from trainguard.remediation.model import ClusterState, Signal
@@ -64,6 +64,21 @@ class Responder:
         for s in signals:
             if s.firing:
                 self._queue.put_nowait(s)
+                if self.alertmanager_url and paging.page_alert(s, self.clock()) is not None:
+                    # off the receiver's thread: a slow Alertmanager must not hold the sidecar's post
+                    self._pool.submit(self.page, s)
+
+    def page(self, signal: Signal) -> None:
+        """Post a sidecar's P0 into Alertmanager at once, so people are paged within seconds of the
+        fault rather than after a scrape and an evaluation (remediation/paging.py)."""
+        alert = paging.page_alert(signal, self.clock())
+        if alert is None or not self.alertmanager_url:
+            return
+        try:
+            alertmanager.post_alerts(self.alertmanager_url, [alert], clock=self.clock)
+        except alertmanager.AlertmanagerError as exc:
+            log.warning("cannot page %s of %s/%s through Alertmanager (the rule's alert still will): %s",
+                        signal.alertname, signal.namespace, signal.training_job, exc)  # fmt: skip
 
     # ---- planning: one thread ----
 

@@ -10,6 +10,10 @@ from trainguard.catalog import ALERTS
 from trainguard.render.matchers import Matcher, eq, ne, one_of
 from trainguard.render.policy import EffectivePolicy
 
+PATH_LABEL = "trainguard_path"
+FASTPATH = "fastpath"
+"""The label the operator puts on a P0 it pages from the sidecar's fast path (remediation/paging.py)."""
+
 
 @dataclass(frozen=True)
 class InhibitRule:
@@ -64,6 +68,14 @@ def inhibit_rules(
                 equal=("namespace", "training_job"),
             )
         )
+    # a fault the operator paged from the sidecar's fast path pages once: its rule's later copy is muted
+    rules.append(
+        InhibitRule(
+            source=(*job, eq(PATH_LABEL, FASTPATH)),
+            target=(*job, ne(PATH_LABEL, FASTPATH)),
+            equal=("namespace", "training_job", "alertname", "node", "gpu"),
+        )
+    )
     if policy.inhibition.supersede:
         enabled = {a.name for a in policy.enabled_alerts()}
         for a in ALERTS:
