@@ -1,0 +1,136 @@
+"""RackThermalEvent through a real Prometheus: two nodes of one rack, each with its own real exporter
+(simulated GPUs, fault injection on), and kube-state-metrics' kube_node_labels served by a stand-in
+(kube-state-metrics needs an apiserver; the series is exactly what it exports for a node whose rack
+label is allowed with --metric-labels-allowlist). Four GPUs overheat on two nodes: one alert for the
+rack, not one per GPU; four hot GPUs on one node are that node's, not the rack's."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from prometheus_api_client import PrometheusConnect
+
+from tests.integration.test_prometheus_faults import start, stop
+from tests.processes import free_port, http_json, wait_http
+from trainguard.api import load_documents
+from trainguard.render import dump_yaml, render_prometheus
+
+pytestmark = pytest.mark.tools
+
+DOCS = """
+apiVersion: trainguard.io/v1alpha1
+kind: TrainingJobMonitor
+metadata: {name: llama-pretrain, namespace: ml}
+spec:
+  selector: {matchLabels: {app: llama-pretrain}}
+  exporter: {gpuBackend: simulated, scrapeInterval: 1s}
+  topology: {rackLabel: example.com/rack}
+  policyRefs: [{name: fast}]
+---
+apiVersion: trainguard.io/v1alpha1
+kind: AlertPolicy
+metadata: {name: fast, namespace: ml}
+spec:
+  alerts:
+    - {name: RackThermalEvent, for: 0s}
+"""
+NODES = {"gpu-node-1": "rack-a", "gpu-node-2": "rack-a"}
+KSM = "".join(
+    f'kube_node_labels{{node="{node}",label_example_com_rack="{rack}"}} 1\n' for node, rack in NODES.items()
+)
+
+
+@pytest.fixture(scope="module")
+def racks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    prometheus = shutil.which("prometheus")
+    if prometheus is None:
+        pytest.skip("prometheus is not installed (.ci/run installs it)")
+    d = tmp_path_factory.mktemp("racks")
+    (d / "rules.yml").write_text(
+        dump_yaml(render_prometheus(load_documents([("m.yaml", DOCS)]))["rules.yml"])
+    )
+
+    class KubeStateMetrics(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = KSM.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    ksm = ThreadingHTTPServer(("127.0.0.1", free_port()), KubeStateMetrics)
+    threading.Thread(target=ksm.serve_forever, daemon=True).start()
+    ports = {node: free_port() for node in NODES}
+    prom_port = free_port()
+    targets = [{"targets": [f"127.0.0.1:{port}"], "labels": {"namespace": "ml", "training_job": "llama-pretrain",
+                "node": node, "pod": f"llama-{i}"}} for i, (node, port) in enumerate(ports.items())]  # fmt: skip
+    (d / "prometheus.yml").write_text(dump_yaml({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(d / "rules.yml")],
+        "scrape_configs": [
+            {"job_name": "trainguard", "honor_labels": True, "static_configs": targets},
+            {"job_name": "kube-state-metrics", "honor_labels": True,
+             "static_configs": [{"targets": [f"127.0.0.1:{ksm.server_address[1]}"]}]},
+        ],
+    }))  # fmt: skip
+    procs = [
+        start([sys.executable, "-m", "trainguard.cli", "exporter", "--backend", "simulated", "--gpus", "4",
+               "--enable-fault-injection", "--listen", f"127.0.0.1:{port}", "--poll-interval", "0.5",
+               "--namespace", "ml", "--training-job", "llama-pretrain", "--node", node, "--pod", f"llama-{i}"],
+              d / f"exporter-{node}.log")
+        for i, (node, port) in enumerate(ports.items())
+    ]  # fmt: skip
+    procs.append(start([prometheus, f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={d / 'data'}",
+                        f"--web.listen-address=127.0.0.1:{prom_port}"], d / "prometheus.log"))  # fmt: skip
+    try:
+        for port, proc in zip(ports.values(), procs, strict=False):
+            wait_http(f"http://127.0.0.1:{port}/healthz", proc=proc)
+        wait_http(f"http://127.0.0.1:{prom_port}/-/ready", proc=procs[-1], timeout=30)
+        yield {"prometheus": f"http://127.0.0.1:{prom_port}",
+               "exporters": {node: f"http://127.0.0.1:{port}" for node, port in ports.items()}}  # fmt: skip
+    finally:
+        stop(procs)
+        ksm.shutdown()
+
+
+def rack_alerts(prom: str) -> list[dict[str, str]]:
+    result = PrometheusConnect(prom, disable_ssl=True).custom_query(
+        'ALERTS{alertname="RackThermalEvent", alertstate="firing"}'
+    )
+    return [a["metric"] for a in result]
+
+
+def heat(racks: dict[str, Any], where: dict[str, list[int]]) -> None:
+    for node, url in racks["exporters"].items():
+        http_json(f"{url}/v1/faults", method="DELETE")
+        for gpu in where.get(node, []):
+            http_json(f"{url}/v1/faults", {"fault": "thermal", "gpu": gpu})
+
+
+def test_four_hot_gpus_on_one_node_are_not_a_rack_event(racks: dict[str, Any]) -> None:
+    heat(racks, {"gpu-node-1": [0, 1, 2, 3]})
+    time.sleep(8)  # several scrapes and evaluations
+    assert rack_alerts(racks["prometheus"]) == []
+
+
+def test_four_hot_gpus_on_two_nodes_of_a_rack_raise_one_alert_for_the_rack(racks: dict[str, Any]) -> None:
+    heat(racks, {"gpu-node-1": [0, 1], "gpu-node-2": [2, 3]})
+    deadline = time.monotonic() + 20
+    found: list[dict[str, str]] = []
+    while not found and time.monotonic() < deadline:
+        found = rack_alerts(racks["prometheus"])
+        time.sleep(0.5)
+    heat(racks, {})
+    assert [(a["rack"], a["severity"], a.get("node"), a.get("gpu")) for a in found] == [
+        ("rack-a", "P1", None, None)
+    ]
