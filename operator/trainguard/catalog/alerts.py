@@ -422,6 +422,18 @@ ALERTS: tuple[Alert, ...] = (
         params=(_p("requests", 100, "pending requests"),),
         modes=frozenset({Mode.INFERENCE}),
     ),
+    Alert(
+        "GPUSingleBitECCErrorsHigh",
+        "P1",
+        "0s",
+        Layer.HARDWARE,
+        Scope.GPU,
+        "single-bit ECC errors over a day above the threshold",
+        "Many correctable ECC errors: GPU memory is degrading",
+        "aging HBM; isolate the node and plan a replacement before it turns uncorrectable",
+        params=(_p("errors", 100, "single-bit errors in 24h"),),
+        p0_class=P0Class.ECC_DEGRADED,
+    ),
     # ---- P2 ----
     Alert(
         "GPUMemoryPressure",
@@ -629,18 +641,6 @@ ALERTS: tuple[Alert, ...] = (
         "A network link is saturated",
         "more traffic than the link carries: check topology and collective algorithm",
         params=(_p("ratio", 0.80, "utilisation of link speed"),),
-    ),
-    Alert(
-        "GPUSingleBitECCErrorsHigh",
-        "P1",
-        "0s",
-        Layer.HARDWARE,
-        Scope.GPU,
-        "single-bit ECC errors over a day above the threshold",
-        "Many correctable ECC errors: GPU memory is degrading",
-        "aging HBM; isolate the node and plan a replacement before it turns uncorrectable",
-        params=(_p("errors", 100, "single-bit errors in 24h"),),
-        p0_class=P0Class.ECC_DEGRADED,
     ),
     Alert(
         "TrainguardExporterDown",
