@@ -40,7 +40,12 @@ def test_warmup_default_depends_on_mode_unless_set() -> None:
 def test_policy_defaults() -> None:
     p = policy().spec
     assert p.escalation.after == "15m"
-    assert p.quiet_hours.allowlist == ["GPUMemoryCritical", "GPUNodeDown"]
+    assert p.quiet_hours.allowlist == [
+        "GPUMemoryCritical",
+        "GPUNodeDown",
+        "GPUOutOfMemory",
+        "TrainingInterrupted",
+    ]
     assert p.inhibition.node_down and p.inhibition.job_p0
 
 

@@ -37,6 +37,17 @@ BOT_API_MESSAGE = (
     "that translates it (for example prometheus-webhook-dingtalk), not at the bot API"
 )
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+OPERATOR_ALERT_NAMES: tuple[str, ...] = (
+    "TrainingInterrupted",
+    "TrainguardRemediationWithheld",
+    "TrainguardNodeCordoned",
+)
+"""Alerts the operator posts to Alertmanager itself, routed like the catalogue's: a pod OOMKilled,
+failed or evicted (remediation/model.py), an action a storm guard or budget withheld
+(controller/response.py), a node it cordoned (remediation/notices.py). Named here because api may
+not import remediation; tests/render/test_quiet_hours_allowlist.py pins the list to those names."""
+AllowlistName = Literal[ALERT_NAMES + OPERATOR_ALERT_NAMES]  # type: ignore[valid-type]
+DEFAULT_ALLOWLIST = ("GPUMemoryCritical", "GPUNodeDown", "GPUOutOfMemory", "TrainingInterrupted")
 
 
 class AlertOverride(Model):
@@ -220,7 +231,8 @@ class Escalation(Model):
 
 
 class QuietHours(Model):
-    """At night only the allowlisted alerts page the phone; the rest is summarised on IM."""
+    """At night the phone and IM receivers are muted, except for the allowlisted alerts, which page
+    (reach every phone and sms receiver) whatever their severity."""
 
     enabled: bool = False
     timezone: str = Field(
@@ -231,10 +243,14 @@ class QuietHours(Model):
     weekdays: list[Literal[WEEKDAYS]] = Field(  # type: ignore[valid-type]
         default_factory=list, max_length=7, description="Days the quiet hours start on; empty: every day."
     )
-    allowlist: list[AlertName] = Field(
-        default_factory=lambda: ["GPUMemoryCritical", "GPUNodeDown"],
+    # a plain default, not a factory: the CRD carries it, so the apiserver fills the same list (a
+    # factory's default in the CRD would be [], and nothing would page at night)
+    allowlist: list[AllowlistName] = Field(  # type: ignore[valid-type]
+        default=list(DEFAULT_ALLOWLIST),
         max_length=64,
-        description="Alerts that still page at night (OOM risk and node offline by default).",
+        description="Alerts that still page at night, whatever their severity (by default: OOM risk, an OOM "
+        "error, a node offline, an interrupted training). Catalogue alerts, or those the operator posts "
+        f"itself: {', '.join(OPERATOR_ALERT_NAMES)}.",
     )
 
     @field_validator("timezone")
