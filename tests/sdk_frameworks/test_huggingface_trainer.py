@@ -7,10 +7,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.sdk_frameworks.conftest import Sidecar, require, wait_for
 from tests.sdk_frameworks.tiny import SEQ, Tokens, gpt2
 from trainguard.sdk import Reporter
 
+torch = require("torch")
 transformers = require("transformers")
 require("accelerate")
 hf = require("trainguard.sdk.huggingface")
@@ -132,3 +135,84 @@ def test_a_diverging_run_under_the_trainers_defaults_is_counted_non_finite_withi
     tg.close()
     assert math.isfinite(result.training_loss), "what the Trainer says: its NaN filter hid the divergence"
     assert sidecar.settled("trainguard_train_nonfinite_loss_total", lambda v: (v or 0) >= 3) >= 3
+
+
+class OomAt:
+    """Raises torch's own OutOfMemoryError (what the CUDA allocator raises; no GPU here to exhaust) at
+    the n-th training forward of a GPT-2 block, or in the backward pass through its head."""
+
+    def __init__(self, model: Any, n: int, where: str) -> None:
+        self.calls, self.n = 0, n
+        if where == "forward":
+            model.transformer.h[0].register_forward_pre_hook(self.forward)
+        else:
+            model.lm_head.weight.register_hook(self.backward)
+
+    def _count(self) -> None:
+        self.calls += 1
+        if self.calls == self.n:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total "
+                                         "capacity of 79.15 GiB of which 1.2 GiB is free.")  # fmt: skip
+
+    def forward(self, module: Any, args: Any) -> None:
+        if module.training:
+            self._count()
+
+    def backward(self, grad: Any) -> None:
+        self._count()
+
+
+@pytest.mark.parametrize("run", ["trainer.train()", "cb.train(trainer)"])
+def test_an_oom_in_the_forward_is_counted_once_either_way(sidecar: Sidecar, tmp_path: Path, run: str) -> None:
+    tg = reporter(sidecar)
+    cb = hf.TrainguardCallback(tg)
+    t = trainer(tmp_path, [cb], max_steps=10)
+    OomAt(t.model, 3, "forward")
+    with pytest.raises(torch.OutOfMemoryError):
+        t.train() if run == "trainer.train()" else cb.train(t)
+    assert sidecar.settled("trainguard_train_oom_total", lambda v: v == 1, timeout=2.0) == 1
+    tg.close()
+    assert sidecar.value("trainguard_train_oom_total") == 1, "the forward hook and cb.train() count it once"
+
+
+def test_an_oom_in_the_backward_reaches_the_exporter_through_cb_train_only(
+    sidecar: Sidecar, tmp_path: Path
+) -> None:
+    """The documented limit: a Trainer tells its callbacks of no exception, and a forward hook does not
+    see the backward pass."""
+    tg = reporter(sidecar)
+    cb = hf.TrainguardCallback(tg)
+    t = trainer(tmp_path / "plain", [cb], max_steps=10)
+    OomAt(t.model, 2, "backward")
+    with pytest.raises(torch.OutOfMemoryError):
+        t.train()
+    tg.flush()
+    assert sidecar.settled("trainguard_train_step", lambda v: v == 1) == 1
+    assert sidecar.value("trainguard_train_oom_total") == 0, "plain trainer.train(): not seen"
+    t = trainer(tmp_path / "wrapped", [cb], max_steps=10)
+    OomAt(t.model, 2, "backward")
+    with pytest.raises(torch.OutOfMemoryError):
+        cb.train(t)
+    assert sidecar.settled("trainguard_train_oom_total", lambda v: v == 1, timeout=2.0) == 1
+    tg.close()
+
+
+def test_cb_train_resumes_from_resume_from_as_a_timed_restore(sidecar: Sidecar, tmp_path: Path) -> None:
+    tg = reporter(sidecar, incremental_every=4, full_every=100)
+    trainer(tmp_path, [hf.TrainguardCallback(tg)], max_steps=5, save_strategy="no").train()
+    tg.close()
+    ckpt = f"{tmp_path}/checkpoint-4"
+    size = sum(os.path.getsize(os.path.join(ckpt, f)) for f in os.listdir(ckpt))
+    assert sidecar.settled("trainguard_checkpoint_last_size_bytes", lambda v: v == size) == size
+    assert sidecar.value("trainguard_checkpoint_filesystem_size_bytes") == pytest.approx(
+        os.statvfs(ckpt).f_blocks * os.statvfs(ckpt).f_frsize
+    )
+    tg = reporter(sidecar, incremental_every=4, full_every=100)
+    seen = Seen()
+    cb = hf.TrainguardCallback(tg)
+    cb.train(trainer(tmp_path, [seen, cb], max_steps=6, save_strategy="no"))
+    tg.close()
+    assert seen.began_at == 4 and seen.steps == [5, 6], "resumed from the checkpoint resume_from() named"
+    rate = sidecar.settled("trainguard_checkpoint_restore_read_bytes_per_second", lambda v: v is not None)
+    assert rate is not None and rate > 0
+    assert sidecar.value("trainguard_checkpoint_restoring") == 0

@@ -26,12 +26,13 @@ class Module(L.LightningModule):  # type: ignore[misc]
         self.lm = TinyLM()
         self.gate = torch.nn.Parameter(torch.ones(1))
         self.lr, self.oom_at, self.nan_grad = lr, oom_at, nan_grad
+        self.oom_error: Any = torch.OutOfMemoryError
         self.grad_norms: list[float] = []
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Any:
         if self.oom_at is not None and self.global_step == self.oom_at:
             # what the CUDA caching allocator raises; no GPU here to exhaust
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+            raise self.oom_error("CUDA out of memory. Tried to allocate 20.00 GiB")
         loss = self.lm.loss(batch["input_ids"])
         if self.nan_grad:  # finite loss, NaN gradient: d/dg sqrt(0 * g) = 0 * inf
             loss = loss + torch.sqrt(self.gate * 0).sum()
@@ -153,12 +154,56 @@ def test_a_non_finite_gradient_norm_with_a_finite_loss_counts(sidecar: Sidecar, 
     assert sidecar.settled("trainguard_train_nonfinite_loss_total", lambda v: v == 1) == 1
 
 
-def test_a_cuda_out_of_memory_error_is_reported_before_it_propagates(tmp_path: Path) -> None:
-    """The real exception type, raised where the allocator would raise it (no GPU here). The exporter
-    does not count OOM reports yet, so this reads the report the SDK sends (a Recorder)."""
+@pytest.mark.parametrize(
+    "error",
+    [torch.OutOfMemoryError, RuntimeError],  # RuntimeError("CUDA out of memory ..."): torch before 1.13
+)
+def test_a_cuda_out_of_memory_error_is_counted_by_the_exporter_before_it_propagates(
+    sidecar: Sidecar, tmp_path: Path, error: type[Exception]
+) -> None:
+    """Raised where the allocator would raise it, in the training step (no GPU here to exhaust)."""
+    tg = reporter(sidecar)
+    assert sidecar.value("trainguard_train_oom_total") == 0
+    module = Module(oom_at=3)
+    module.oom_error = error
+    with pytest.raises(error):
+        trainer(tmp_path, [pl.TrainguardCallback(tg)], max_steps=10).fit(module)
+    # no close(), no flush here: the report left before fit() raised (tests/exporter/test_training_signals.py
+    # shows report_oom sends before it returns); this sidecar renders every 0.1 s
+    assert sidecar.settled("trainguard_train_oom_total", lambda v: v == 1, timeout=2.0) == 1
+    assert sidecar.value("trainguard_train_step") == 3
+    tg.close()
+
+
+def test_an_error_that_is_not_an_oom_is_not_counted(sidecar: Sidecar, tmp_path: Path) -> None:
     rec = Recorder()
-    with pytest.raises(torch.OutOfMemoryError):
-        trainer(tmp_path, [pl.TrainguardCallback(rec)], max_steps=10).fit(Module(oom_at=3))
-    ooms = rec.reports("oom")
-    assert len(ooms) == 1 and "CUDA out of memory" in ooms[0]["message"]
-    assert [e["step"] for e in rec.reports("step")] == [1, 2, 3]
+    module = Module(oom_at=2)
+    module.oom_error = lambda message: RuntimeError("CUDA error: an illegal memory access was encountered")
+    with pytest.raises(RuntimeError):
+        trainer(tmp_path, [pl.TrainguardCallback(rec)], max_steps=10).fit(module)
+    assert rec.reports("oom") == []
+
+
+def test_resuming_with_ckpt_path_is_a_timed_restore(sidecar: Sidecar, tmp_path: Path) -> None:
+    tg = reporter(sidecar, incremental_every=4, full_every=100)
+    trainer(tmp_path, [pl.TrainguardCallback(tg)], max_steps=5).fit(Module())
+    tg.close()
+    assert sidecar.value("trainguard_checkpoint_restore_read_bytes_per_second") is None, "no restore yet"
+    path = f"{tmp_path}/checkpoints/trainguard-step=4-incremental.ckpt"
+    size = wait_for(lambda: sidecar.value("trainguard_checkpoint_last_size_bytes", kind="incremental"))
+    assert size == os.path.getsize(path), "the SDK measured the file it saved"
+    rec = Recorder()
+    tg = reporter(sidecar)
+    for r in (rec, tg):
+        trainer(tmp_path / type(r).__name__, [pl.TrainguardCallback(r)], max_steps=6).fit(
+            Module(), ckpt_path=path
+        )
+    tg.close()
+    restores = rec.reports("restore")
+    assert [(e["state"], e["path"]) for e in restores] == [("start", path), ("end", path)]
+    assert restores[-1]["ok"] and restores[-1]["read_bytes_per_second"] == pytest.approx(
+        os.path.getsize(path) / restores[-1]["seconds"]
+    )
+    rate = sidecar.settled("trainguard_checkpoint_restore_read_bytes_per_second", lambda v: v is not None)
+    assert rate is not None and rate > 0
+    assert sidecar.value("trainguard_checkpoint_restoring") == 0

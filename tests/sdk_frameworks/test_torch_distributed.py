@@ -32,15 +32,29 @@ def two_pods() -> Iterator[list[Sidecar]]:
         yield pods
 
 
-def test_two_ranks_report_through_their_sidecars_and_the_slow_rank_is_the_straggler(
-    two_pods: list[Sidecar],
-) -> None:
-    env = os.environ | {"TG_ENDPOINTS": ",".join(p.endpoint for p in two_pods), "TG_SLOW_RANK": "1",
+def torchrun(pods: list[Sidecar], **env: str) -> None:
+    env = os.environ | {"TG_ENDPOINTS": ",".join(p.endpoint for p in pods), "TG_SLOW_RANK": "1",
                         "TG_SLOW_S": "0.1", "TG_STEPS": str(STEPS), "OMP_NUM_THREADS": "1",
-                        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+                        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])} | env  # fmt: skip
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                           str(WORKER)], check=False, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+
+def slower_than(pod: Sidecar, seconds: str) -> tuple[float, float]:
+    """(collectives that took longer than `seconds`, all collectives) from the pod's histogram."""
+    metrics = pod.metrics()
+    count = sum(v for _, v in metrics["trainguard_train_collective_seconds_count"])
+    within = sum(
+        v for lbl, v in metrics["trainguard_train_collective_seconds_bucket"] if lbl["le"] == seconds
+    )
+    return count - within, count
+
+
+def test_two_ranks_report_through_their_sidecars_and_the_slow_rank_is_the_straggler(
+    two_pods: list[Sidecar],
+) -> None:
+    torchrun(two_pods)
     fast, slow = two_pods
     for pod in two_pods:
         assert pod.settled("trainguard_train_step", lambda v: v == STEPS) == STEPS
@@ -51,3 +65,20 @@ def test_two_ranks_report_through_their_sidecars_and_the_slow_rank_is_the_stragg
     assert fast_share is not None and slow_share is not None
     assert fast_share > 0.5, f"rank 0 waits in all-reduce for the straggler: {fast_share:.2f} of its step"
     assert slow_share < 0.3, f"the straggler hardly waits: {slow_share:.2f} of its step"
+    # each all-reduce is in the histogram: 3 gradients a step; the fast rank's first one each step
+    # waits about 0.1 s for the straggler
+    waited, total = slower_than(fast, "0.05")
+    assert total == 3 * STEPS and waited >= STEPS - 2, (waited, total)
+    waited, total = slower_than(slow, "0.05")
+    assert total == 3 * STEPS and waited <= 2, (waited, total)
+
+
+def test_ddp_gradient_all_reduces_are_timed_by_the_comm_hook(two_pods: list[Sidecar]) -> None:
+    torchrun(two_pods, TG_DDP="1")
+    fast, slow = two_pods
+    for pod in two_pods:
+        assert pod.settled("trainguard_train_step", lambda v: v == STEPS) == STEPS
+    waited, total = slower_than(fast, "0.05")
+    assert total >= STEPS and waited >= STEPS - 2, f"one bucket or more a step: {waited} of {total}"
+    waited, total = slower_than(slow, "0.05")
+    assert total >= STEPS and waited <= 2, (waited, total)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -64,11 +65,59 @@ def test_on_cpu_fragmentation_is_not_available_rather_than_zero(sidecar: Sidecar
     assert "trainguard_gpu_memory_fragmentation_ratio" not in sidecar.metrics()
 
 
-def test_reporting_oom_reports_the_real_exception_type_and_re_raises(tmp_path: Path) -> None:
-    """torch.cuda.OutOfMemoryError as the CUDA allocator raises it (no GPU here to exhaust)."""
-    rec = Recorder()
-    with pytest.raises(torch.cuda.OutOfMemoryError), tt.reporting_oom(rec):
+def test_reporting_oom_counts_the_real_exception_types_once_and_re_raises(sidecar: Sidecar) -> None:
+    """torch.cuda.OutOfMemoryError as the CUDA allocator raises it (no GPU here to exhaust), and the
+    RuntimeError an older torch raised; around a block and as a decorator; nested, counted once."""
+    tg = Reporter(sidecar.endpoint, flush_interval_s=0.05)
+    with pytest.raises(torch.cuda.OutOfMemoryError), tt.reporting_oom(tg), tt.reporting_oom(tg):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-    with pytest.raises(RuntimeError), tt.reporting_oom(rec):
+    assert sidecar.settled("trainguard_train_oom_total", lambda v: v == 1) == 1
+
+    @tt.reporting_oom(tg)
+    def step() -> None:
+        torch.empty(4).add_(1)
+        raise RuntimeError(
+            "CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total capacity)"
+        )
+
+    with pytest.raises(RuntimeError):
+        step()
+    with pytest.raises(RuntimeError), tt.reporting_oom(tg):
         raise RuntimeError("not an OOM")
-    assert [e["message"] for e in rec.reports("oom")] == ["CUDA out of memory. Tried to allocate 2.00 GiB"]
+    with pytest.raises(KeyError), tt.reporting_oom(tg):
+        raise KeyError("nor this")
+    assert sidecar.settled("trainguard_train_oom_total", lambda v: v == 2) == 2
+    tg.close()
+    assert sidecar.value("trainguard_train_oom_total") == 2
+
+
+def test_load_is_a_timed_restore_of_a_real_checkpoint(sidecar: Sidecar, tmp_path: Path) -> None:
+    model = TinyLM()
+    path = tmp_path / "full-10.pt"
+    torch.save({"model": model.state_dict(), "step": 10}, path)
+    rec = Recorder()
+    state = tt.load(rec, path, weights_only=True)
+    assert state["step"] == 10 and set(state["model"]) == set(model.state_dict())
+    start, end = rec.reports("restore")
+    assert (start["state"], end["state"], end["path"], end["ok"]) == ("start", "end", str(path), True)
+    assert end["read_bytes_per_second"] == pytest.approx(path.stat().st_size / end["seconds"])
+    tg = Reporter(sidecar.endpoint, flush_interval_s=0.05)
+    tt.load(tg, path, weights_only=True)
+    tg.close()
+    rate = sidecar.settled("trainguard_checkpoint_restore_read_bytes_per_second", lambda v: v is not None)
+    assert rate is not None and rate > 0
+    assert sidecar.value("trainguard_checkpoint_restoring") == 0
+
+
+def test_collective_timer_observes_each_collective_into_the_histogram(sidecar: Sidecar) -> None:
+    tg = Reporter(sidecar.endpoint, flush_interval_s=0.05)
+    comm = tt.CollectiveTimer(tg)
+    for _ in range(3):
+        with comm:
+            time.sleep(0.004)
+    assert comm.take() >= 0.012
+    tg.close()
+    count = sidecar.settled("trainguard_train_collective_seconds_count", lambda v: v == 3)
+    assert count == 3
+    buckets = {lbl["le"]: v for lbl, v in sidecar.metrics()["trainguard_train_collective_seconds_bucket"]}
+    assert buckets["0.0025"] == 0 and buckets["0.01"] == 3

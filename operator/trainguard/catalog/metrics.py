@@ -13,6 +13,8 @@ from enum import StrEnum
 class MetricType(StrEnum):
     GAUGE = "gauge"
     COUNTER = "counter"
+    HISTOGRAM = "histogram"
+    """A Prometheus histogram: `<name>_bucket` (cumulative, by `le`), `<name>_sum` and `<name>_count`."""
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,8 @@ class Metric:
     help: str
     labels: tuple[str, ...] = ()
     """Labels beyond COMMON_LABELS (and DCGM_LABELS for GPU metrics)."""
+    buckets: tuple[float, ...] = ()
+    """A histogram's finite upper bounds (`le`), ascending; +Inf is implied."""
 
     @property
     def is_gpu(self) -> bool:
@@ -36,6 +40,15 @@ DCGM_LABELS: tuple[str, ...] = ("gpu", "UUID", "modelName", "Hostname")
 
 _G = MetricType.GAUGE
 _C = MetricType.COUNTER
+_H = MetricType.HISTOGRAM
+
+COLLECTIVE_BUCKETS: tuple[float, ...] = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
+"""Upper bounds of trainguard_train_collective_seconds: 1 ms to 60 s, about x2.5 apart (1-2.5-5 per
+decade), so a p99 read by histogram_quantile is within a factor of 2.5 wherever it lands: an
+intra-node all-reduce of a few MB takes milliseconds, a large one across nodes up to seconds, and a
+collective stuck behind a straggler or a flapping link tens of seconds (NCCL's own timeout is minutes)."""
 
 METRICS: tuple[Metric, ...] = (
     # GPU, dcgm-exporter names
@@ -146,6 +159,20 @@ METRICS: tuple[Metric, ...] = (
     Metric("trainguard_train_dataloader_wait_ratio", _G, "Share of step time spent waiting for data."),
     Metric("trainguard_train_allreduce_time_ratio", _G, "Share of step time spent in collectives."),
     Metric(
+        "trainguard_train_oom_total",
+        _C,
+        "CUDA out-of-memory errors inside the trainer, reported by the SDK (its framework integrations or "
+        "Reporter.report_oom); 0 from the start.",
+    ),
+    Metric(
+        "trainguard_train_collective_seconds",
+        _H,
+        "Latency of collectives (all-reduce by default) timed by the SDK around the call, per op; "
+        "buckets 1ms to 60s.",
+        ("op",),
+        COLLECTIVE_BUCKETS,
+    ),
+    Metric(
         "trainguard_gpu_memory_fragmentation_ratio",
         _G,
         "(reserved - allocated) / reserved of the framework allocator.",
@@ -159,6 +186,32 @@ METRICS: tuple[Metric, ...] = (
         ("kind",),
     ),
     Metric("trainguard_checkpoint_last_step", _G, "Step of the last successful checkpoint.", ("kind",)),
+    Metric(
+        "trainguard_checkpoint_last_size_bytes",
+        _G,
+        "Bytes of the last successful checkpoint of that kind (files under its path, measured by the SDK).",
+        ("kind",),
+    ),
+    Metric(
+        "trainguard_checkpoint_filesystem_avail_bytes",
+        _G,
+        "Bytes available to the trainer on the filesystem of the last checkpoint written (statvfs by the SDK).",
+    ),
+    Metric(
+        "trainguard_checkpoint_filesystem_size_bytes",
+        _G,
+        "Size in bytes of the filesystem of the last checkpoint written (statvfs by the SDK).",
+    ),
+    Metric(
+        "trainguard_checkpoint_restoring",
+        _G,
+        "1 while the trainer is loading a checkpoint (Reporter.restore), else 0.",
+    ),
+    Metric(
+        "trainguard_checkpoint_restore_read_bytes_per_second",
+        _G,
+        "Read throughput of the ongoing or last checkpoint restore, in bytes per second (measured by the SDK).",
+    ),
     # host
     Metric("trainguard_host_kswapd_cpu_ratio", _G, "kswapd CPU time as a share of one core."),
     Metric("trainguard_host_memory_used_ratio", _G, "Share of host memory in use."),
@@ -205,6 +258,7 @@ METRICS: tuple[Metric, ...] = (
     # inference mode
     Metric("trainguard_inference_latency_seconds", _G, "Mean request latency."),
     Metric("trainguard_inference_queue_depth", _G, "Pending requests."),
+    Metric("trainguard_inference_kv_cache_hit_ratio", _G, "Share of KV-cache lookups that hit."),
     # the exporter itself
     Metric(
         "trainguard_exporter_info",

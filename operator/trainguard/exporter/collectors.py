@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.core import Metric as Family
 from prometheus_client.registry import Collector
 
@@ -181,6 +181,23 @@ class HostCollector(_Base):
         yield from (kswapd, memory, disk, disk_read, loss, util, ib, *roce_fams.values())
 
 
+def histogram(name: str) -> HistogramMetricFamily:
+    """An empty histogram family from the catalogue entry `name` (its buckets are in the entry)."""
+    m = METRICS_BY_NAME[name]
+    return HistogramMetricFamily(name, m.help, labels=list(labels_of(m)))
+
+
+def cumulative_buckets(bounds: tuple[float, ...], counts: list[float]) -> list[tuple[str, float]]:
+    """(le, cumulative count) pairs as Prometheus wants them, +Inf last, from per-bucket counts; `le`
+    written as prometheus_client writes it (0.001, 2.5, 60.0)."""
+    out: list[tuple[str, float]] = []
+    total = 0.0
+    for le, n in zip((*(repr(float(b)) for b in bounds), "+Inf"), counts, strict=True):
+        total += n
+        out.append((le, total))
+    return out
+
+
 class TrainingCollector(_Base):
     GAUGES: tuple[tuple[str, str], ...] = (
         ("trainguard_train_start_timestamp_seconds", "start_ts"),
@@ -194,7 +211,12 @@ class TrainingCollector(_Base):
         ("trainguard_train_allreduce_time_ratio", "allreduce_time_ratio"),
         ("trainguard_inference_latency_seconds", "inference_latency_s"),
         ("trainguard_inference_queue_depth", "inference_queue_depth"),
+        ("trainguard_inference_kv_cache_hit_ratio", "inference_kv_cache_hit_ratio"),
+        ("trainguard_checkpoint_filesystem_avail_bytes", "checkpoint_fs_avail_bytes"),
+        ("trainguard_checkpoint_filesystem_size_bytes", "checkpoint_fs_size_bytes"),
+        ("trainguard_checkpoint_restore_read_bytes_per_second", "restore_read_bytes_per_s"),
     )
+    COLLECTIVES = "trainguard_train_collective_seconds"
 
     def _families(self, snap: Snapshot | None = None) -> Iterator[Family]:
         gauges = {name: family(name) for name, _ in self.GAUGES}
@@ -203,6 +225,10 @@ class TrainingCollector(_Base):
         frag = family("trainguard_gpu_memory_fragmentation_ratio")
         ckpt_ts = family("trainguard_checkpoint_last_success_timestamp_seconds")
         ckpt_step = family("trainguard_checkpoint_last_step")
+        ckpt_size = family("trainguard_checkpoint_last_size_bytes")
+        restoring = family("trainguard_checkpoint_restoring")
+        oom = family("trainguard_train_oom_total")
+        collectives = histogram(self.COLLECTIVES)
         if snap is not None:
             t = snap.training
             for name, attr in self.GAUGES:
@@ -212,6 +238,19 @@ class TrainingCollector(_Base):
             # counters exist from the start at zero, so the first increase is visible to rate()
             nonfinite.add_metric(self.identity, t.nonfinite_total)
             scale_updates.add_metric(self.identity, t.loss_scale_updates_total)
+            oom.add_metric(self.identity, t.oom_total)
+            restoring.add_metric(self.identity, 1.0 if t.restoring else 0.0)  # 0 from the start, as counters
+            bounds = METRICS_BY_NAME[self.COLLECTIVES].buckets
+            for op, h in sorted(t.collectives.items()):
+                collectives.add_metric([*self.identity, op], cumulative_buckets(bounds, h.counts), h.sum)
+            for kind, v in sorted(t.checkpoint_size_bytes.items()):
+                ckpt_size.add_metric([*self.identity, kind], v)
+            for gpu, v in sorted(t.fragmentation.items()):
+                frag.add_metric([*self.identity, gpu], v)
+            for kind, v in sorted(t.checkpoint_ts.items()):
+                ckpt_ts.add_metric([*self.identity, kind], v)
+            for kind, v in sorted(t.checkpoint_step.items()):
+                ckpt_step.add_metric([*self.identity, kind], v)
             for gpu, v in sorted(t.fragmentation.items()):
                 frag.add_metric([*self.identity, gpu], v)
             for kind, v in sorted(t.checkpoint_ts.items()):
@@ -219,7 +258,8 @@ class TrainingCollector(_Base):
             for kind, v in sorted(t.checkpoint_step.items()):
                 ckpt_step.add_metric([*self.identity, kind], v)
         yield from gauges.values()
-        yield from (nonfinite, scale_updates, frag, ckpt_ts, ckpt_step)
+        yield from (nonfinite, scale_updates, frag, ckpt_ts, ckpt_step, ckpt_size, restoring, oom)
+        yield collectives
 
 
 COLLECTORS = ("gpu", "host", "training")

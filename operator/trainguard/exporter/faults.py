@@ -12,7 +12,10 @@ GPU_FAULTS = (
     "oom-risk", "memory-hang", "thermal", "ecc-dbe", "xid-79", "hbm-thermal", "power-limit", "nvlink-crc",
     "row-remap-pending", "row-remap-failure", "retired-pages-pending", "ecc-sbe-storm", "pcie-saturation",
 )  # fmt: skip
-TRAINING_FAULTS = ("nan-loss", "grad-explosion", "throughput-drop", "stall")
+TRAINING_FAULTS = ("nan-loss", "grad-explosion", "throughput-drop", "stall", "oom", "collective-slow",
+                   "restore-slow", "checkpoint-fs-filling", "inference-queue")  # fmt: skip
+"""Applied by TrainingState (exporter/training.py): at ingestion (what a report carries) or to each
+snapshot (what keeps moving while the fault lasts)."""
 HOST_FAULTS = ("packet-loss", "swap-pressure", "disk-latency", "roce-congestion")
 KINDS = GPU_FAULTS + TRAINING_FAULTS + HOST_FAULTS
 
@@ -51,6 +54,8 @@ class Faults:
     (gpu -1 for a host fault)."""
     seen_poll: dict[tuple[str, int], float | None] = field(default_factory=dict)
     """(kind, gpu) -> the poll a PER_POLL fault last counted: one step per poll, not per render."""
+    oom_added: int = 0
+    """`oom` activations: each is one out-of-memory error (a counter keeps it after the fault clears)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, kind: str, gpu: int | None = None) -> None:
@@ -66,6 +71,8 @@ class Faults:
             if kind in ONCE_PER_ACTIVATION:
                 self.added[key] = self.added.get(key, 0.0) + ONCE_PER_ACTIVATION[kind][1]
             self.seen_poll.pop(key, None)  # the poll it is injected on counts as its first step
+            if kind == "oom":
+                self.oom_added += 1
 
     def clear(self) -> None:
         with self.lock:

@@ -5,7 +5,9 @@ Thread-safe: the SDK's reports arrive on HTTP threads, the poller reads a copy.
 
 from __future__ import annotations
 
+import bisect
 import copy
+import logging
 import math
 import secrets
 import threading
@@ -14,16 +16,52 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainguard.catalog import METRICS_BY_NAME
 from trainguard.exporter.assignment import UNKNOWN_VISIBLE
 from trainguard.exporter.checkpoints import CHECKPOINT_KINDS, checkpoint_ref, newer
 from trainguard.exporter.faults import Faults
 
-__all__ = ["CHECKPOINT_KINDS", "Control", "TrainingState", "TrainingView"]
+__all__ = ["CHECKPOINT_KINDS", "Collective", "Control", "TrainingState", "TrainingView"]
+
+log = logging.getLogger("trainguard.exporter.training")
 
 CHECKPOINT_HISTORY = 16
 """Checkpoints listed in the control view: the operator pins the newest saved before a fault, which
 need not be the newest of all (a trainer may save once more between a NaN and the pause)."""
 ADVISORIES_MAX = 32
+COLLECTIVE_BUCKETS = METRICS_BY_NAME["trainguard_train_collective_seconds"].buckets
+COLLECTIVE_OPS_MAX = 16
+"""Distinct collective ops kept (the op label): a script inventing names cannot grow the scrape forever."""
+DEFAULT_OP = "all_reduce"
+
+# what the faults set, as a real fault of that kind would show it
+SLOW_COLLECTIVE_S = 2.0
+"""collective-slow: every collective takes this long (reported ones are moved here, and one more is
+observed per second of the fault, so it shows without a trainer too)."""
+SLOW_RESTORE_BYTES_PER_S = 50e6
+FILLING_FS_SIZE_BYTES = 10 * 2**40
+FILLING_FS_FULL_CHECKPOINT_BYTES = 2**40
+FILLING_FS_START_AVAIL = 0.5
+FILLING_FS_DROP_PER_S = 0.02
+"""checkpoint-fs-filling: 10 TiB, half free when the fault starts, 2% of it more used each second (each
+poll at the default 1 s poll interval), a full checkpoint of 1 TiB: full in 25 s, then stays full."""
+QUEUE_DEPTH_FAULT = 500.0
+
+
+@dataclass
+class Collective:
+    """One op's histogram as the exporter keeps it: counts per COLLECTIVE_BUCKETS bound (not cumulative;
+    the last one is +Inf), their sum in seconds and their number. Only ever grows, as a counter does."""
+
+    counts: list[float] = field(default_factory=lambda: [0.0] * (len(COLLECTIVE_BUCKETS) + 1))
+    sum: float = 0.0
+    count: float = 0.0
+
+    def add(self, upper: float, n: float, total_s: float) -> None:
+        """`n` observations of at most `upper` seconds each (an SDK bucket's bound), `total_s` in all."""
+        self.counts[bisect.bisect_left(COLLECTIVE_BUCKETS, upper)] += n
+        self.count += n
+        self.sum += total_s
 
 
 @dataclass
@@ -48,6 +86,17 @@ class TrainingView:
     checkpoint_step: dict[str, float] = field(default_factory=dict)
     inference_latency_s: float | None = None
     inference_queue_depth: float | None = None
+    inference_kv_cache_hit_ratio: float | None = None
+    oom_total: float = 0.0
+    collectives: dict[str, Collective] = field(default_factory=lambda: {DEFAULT_OP: Collective()})
+    """op -> histogram; all_reduce exists from the start (zero), so the first slow one shows in rate()."""
+    checkpoint_size_bytes: dict[str, float] = field(default_factory=dict)
+    checkpoint_fs_avail_bytes: float | None = None
+    checkpoint_fs_size_bytes: float | None = None
+    restoring: bool = False
+    restore_read_bytes_per_s: float | None = None
+    """Summed over the pod's trainer processes: the latest figure of each rank in the ongoing restore
+    (or the last one), as each rank reads its own shard from the same storage."""
     reports_total: float = 0.0
 
 
@@ -126,6 +175,14 @@ class TrainingState:
         """Training processes that said hello (or bye): the trainers this sidecar serves."""
         self.bye_pids: set[int] = set()
         """Those that said bye (their Reporter closed, or their interpreter exited)."""
+        self.restoring_pids: set[int] = set()
+        """Trainer processes loading a checkpoint now (0: an SDK that did not say its pid)."""
+        self.restore_rates: dict[int, float] = {}
+        """pid -> its latest read throughput in the ongoing (or last) restore."""
+        self.slow_collectives_at: float | None = None
+        """collective-slow: when its last per-second observation was added; None while it is off."""
+        self.fs_filling_since: float | None = None
+        """checkpoint-fs-filling: when this sidecar first saw it active; None while it is off."""
 
     def trainers_done(self) -> bool:
         """Every trainer that said hello has said bye, and there was at least one: training is over."""
@@ -141,8 +198,39 @@ class TrainingState:
             self.gpus = max(1, gpus)
 
     def snapshot(self) -> TrainingView:
+        """What the collectors export: the reported state, with the active faults applied."""
+        now = self.clock()
         with self.lock:
-            return copy.deepcopy(self.view)
+            self._slow_collectives(now)
+            view = copy.deepcopy(self.view)
+        view.oom_total += self.faults.oom_added
+        if self.faults.has("restore-slow"):
+            view.restoring, view.restore_read_bytes_per_s = True, SLOW_RESTORE_BYTES_PER_S
+        if self.faults.has("inference-queue"):
+            view.inference_queue_depth = QUEUE_DEPTH_FAULT
+        if not self.faults.has("checkpoint-fs-filling"):
+            self.fs_filling_since = None
+        else:
+            if self.fs_filling_since is None:
+                self.fs_filling_since = now
+            free = FILLING_FS_START_AVAIL - FILLING_FS_DROP_PER_S * max(0.0, now - self.fs_filling_since)
+            view.checkpoint_fs_size_bytes = float(FILLING_FS_SIZE_BYTES)
+            view.checkpoint_fs_avail_bytes = FILLING_FS_SIZE_BYTES * max(0.0, free)
+            view.checkpoint_size_bytes["full"] = float(FILLING_FS_FULL_CHECKPOINT_BYTES)
+        return view
+
+    def _slow_collectives(self, now: float) -> None:
+        """collective-slow, without a trainer: one SLOW_COLLECTIVE_S observation when it is first seen
+        and one per second after (kept after the fault ends: the histogram counts only grow)."""
+        if not self.faults.has("collective-slow"):
+            self.slow_collectives_at = None
+            return
+        if self.slow_collectives_at is None:
+            self.slow_collectives_at = now - 1.0
+        due = math.floor(now - self.slow_collectives_at)
+        if due >= 1:
+            self.view.collectives[DEFAULT_OP].add(SLOW_COLLECTIVE_S, due, SLOW_COLLECTIVE_S * due)
+            self.slow_collectives_at += due
 
     def control_view(self) -> dict[str, Any]:
         """GET /v1/control: what the operator set, for the SDK and for the operator itself."""
@@ -209,16 +297,104 @@ class TrainingState:
                 if pid is not None:
                     self.hello_pids.add(pid)  # a hello lost on the way still leaves a trainer that ended
                     self.bye_pids.add(pid)
+                    self._restore_done(pid)  # a trainer that ended is loading nothing
             elif kind == "checkpoint":
                 self._checkpoint(report)
             elif kind == "request":
-                self.view.inference_latency_s = _num(report.get("latency_s"))
-                self.view.inference_queue_depth = _num(report.get("queue_depth"))
+                self._request(report)
+            elif kind == "oom":
+                self.view.oom_total += 1
+                log.warning("the trainer ran out of GPU memory (gpu %s): %s", report.get("device"),
+                            str(report.get("message", ""))[:300])  # fmt: skip
+            elif kind == "collectives":
+                self._collectives(report)
+            elif kind == "restore":
+                self._restore(report)
             elif kind == "fragmentation":
                 ratio = _num(report.get("ratio"))
                 if ratio is not None:
                     self.view.fragmentation[str(report.get("gpu", 0))] = ratio
         return False
+
+    def _request(self, r: dict[str, Any]) -> None:
+        """Inference mode: each field only when the report carries it (an SDK may send the KV-cache
+        hit ratio on its own)."""
+        v = self.view
+        if "latency_s" in r:
+            v.inference_latency_s = _num(r.get("latency_s"))
+        if "queue_depth" in r:
+            v.inference_queue_depth = _num(r.get("queue_depth"))
+        ratio = _finite(r.get("kv_cache_hit_ratio"))
+        if ratio is not None:
+            v.inference_kv_cache_hit_ratio = min(1.0, max(0.0, ratio))
+
+    def _collectives(self, r: dict[str, Any]) -> None:
+        """The SDK's histogram since its last report: {"le": [bounds], "ops": {op: {"counts": [...one
+        per bound, then +Inf], "sum": s}}}. Each SDK bucket lands in the exporter's bucket that holds
+        its upper bound, so an SDK with other bounds never makes a latency look shorter than it was."""
+        bounds = r.get("le")
+        ops = r.get("ops")
+        if not isinstance(bounds, list) or not isinstance(ops, dict):
+            return
+        uppers = [_finite(b) for b in bounds]
+        if any(u is None or u < 0 for u in uppers):
+            return
+        uppers_f = [float(u) for u in uppers if u is not None] + [math.inf]
+        slow = self.faults.has("collective-slow")
+        for op, h in ops.items():
+            counts = h.get("counts") if isinstance(h, dict) else None
+            if (
+                not isinstance(op, str)
+                or not op
+                or not isinstance(counts, list)
+                or len(counts) != len(uppers_f)
+            ):
+                continue
+            ns = [_finite(c) for c in counts]
+            total_s = _finite(h.get("sum"))
+            if any(n is None or n < 0 for n in ns) or total_s is None or total_s < 0:
+                continue
+            hist = self.view.collectives.get(op[:64])
+            if hist is None:
+                if len(self.view.collectives) >= COLLECTIVE_OPS_MAX:
+                    continue
+                hist = self.view.collectives[op[:64]] = Collective()
+            n_all = sum(float(n) for n in ns if n is not None)
+            if slow:  # a slow fabric slows every collective the trainer times
+                hist.add(SLOW_COLLECTIVE_S, n_all, SLOW_COLLECTIVE_S * n_all)
+                continue
+            for upper, n in zip(uppers_f, ns, strict=True):
+                if n:
+                    hist.add(upper, float(n), 0.0)
+            hist.sum += total_s
+
+    def _restore(self, r: dict[str, Any]) -> None:
+        """A checkpoint being loaded: state start, progress (with read_bytes_per_second) or end."""
+        pid = _pid(r.get("pid")) or 0
+        state = r.get("state")
+        rate = _finite(r.get("read_bytes_per_second"))
+        if state == "start":
+            if not self.restoring_pids:
+                self.restore_rates.clear()  # a new restore: the last one's figures are history
+            self.restoring_pids.add(pid)
+            self.restore_rates.pop(pid, None)
+        elif state in ("progress", "end"):
+            if rate is not None and rate >= 0:
+                self.restore_rates[pid] = rate
+            if state == "end":
+                self.restoring_pids.discard(pid)
+            else:
+                self.restoring_pids.add(pid)
+        self._restore_view()
+
+    def _restore_done(self, pid: int) -> None:
+        if pid in self.restoring_pids:
+            self.restoring_pids.discard(pid)
+            self._restore_view()
+
+    def _restore_view(self) -> None:
+        self.view.restoring = bool(self.restoring_pids)
+        self.view.restore_read_bytes_per_s = sum(self.restore_rates.values()) if self.restore_rates else None
 
     def _step(self, r: dict[str, Any]) -> bool:
         v, faults = self.view, self.faults
@@ -350,6 +526,13 @@ class TrainingState:
         kind = str(r.get("kind")) if r.get("kind") in CHECKPOINT_KINDS else "incremental"
         if not r.get("ok", True):
             return
+        # measured by the SDK where the trainer wrote it (the sidecar need not mount the volume)
+        size = _finite(r.get("size_bytes"))
+        if size is not None and size >= 0:
+            self.view.checkpoint_size_bytes[kind] = size
+        avail, total = _finite(r.get("fs_avail_bytes")), _finite(r.get("fs_size_bytes"))
+        if avail is not None and total is not None and 0 <= avail <= total:
+            self.view.checkpoint_fs_avail_bytes, self.view.checkpoint_fs_size_bytes = avail, total
         self._record_checkpoint(kind, _finite(r.get("ts")) or self.clock(), _num(r.get("step")), r.get("path"),
                                 _finite(r.get("started_at")))  # fmt: skip
         # a requested checkpoint is done once one at least as complete is saved

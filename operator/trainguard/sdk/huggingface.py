@@ -2,8 +2,18 @@
 
     cb = TrainguardCallback()
     trainer = Trainer(model, args, train_dataset=ds, callbacks=[cb])
-    with reporting_oom(cb.reporter):     # trainguard.sdk.torch: a CUDA OOM is reported, then raised
-        trainer.train(resume_from_checkpoint=resume_path(cb.reporter))
+    cb.train(trainer)   # resumes from resume_from() (a timed restore), reports a CUDA OOM, re-raises it
+
+A TrainerCallback sees no exception: the Trainer has no such event. So a CUDA out-of-memory error is
+caught where a callback can reach it, in the model's forward (a forward hook that runs when the
+forward raises), and everywhere else in train() only through `cb.train(trainer)` (or
+`with trainguard.sdk.torch.reporting_oom(cb.reporter): trainer.train()`): an OOM in the backward pass
+or the optimizer step of a plain `trainer.train()` reaches no one. Each error is counted once. With
+`auto_find_batch_size` the Trainer itself catches OOMs to try a smaller batch, so the forward hook
+reports none there.
+
+Likewise the Trainer loads the checkpoint inside train() before telling any callback: `cb.train()`
+times the restore from the call to the Trainer's on_train_begin (loading, and placing the model).
 
 What the Trainer logs by default hides a diverging run: it logs every 500 steps, and its
 `logging_nan_inf_filter` (on by default) replaces a NaN or Inf step loss with the running mean. So the
@@ -16,11 +26,12 @@ logging steps): reported when it logs.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Any
 
 from trainguard.sdk import torch_state
-from trainguard.sdk.reporter import Reporter
+from trainguard.sdk.reporter import Reporter, Restore
 
 try:
     from transformers import TrainerCallback
@@ -53,6 +64,23 @@ class TrainguardCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]
         self._losses: list[Any] = []  # the model's loss tensors of this optimizer step, detached
         self._tokens = 0  # input tokens of this optimizer step
         self._hooks: list[Any] = []
+        self._restore: Restore | None = None  # the load cb.train() started, until on_train_begin
+
+    def train(self, trainer: Any, resume: bool = True, **kwargs: Any) -> Any:
+        """trainer.train(**kwargs), resuming from the checkpoint resume_from() names (resume_path) when
+        `resume` and it exists here, that load timed as a restore, and a CUDA out-of-memory error anywhere
+        in it reported before it propagates."""
+        path = resume_path(self.reporter) if resume and "resume_from_checkpoint" not in kwargs else None
+        if path is not None:
+            kwargs["resume_from_checkpoint"] = path
+            self._restore = self.reporter.restore(path).begin()
+        try:
+            return trainer.train(**kwargs)
+        except RuntimeError as exc:
+            torch_state.report_oom(self.reporter, exc)
+            raise
+        finally:
+            self._end_restore(ok=False)  # still open: train() failed before it began training
 
     # ---- the model's own loss and tokens, per optimizer step ----
 
@@ -71,11 +99,27 @@ class TrainguardCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]
         if loss is not None and hasattr(loss, "detach"):
             self._losses.append(loss.detach())
 
+    def _forward_failed(self, module: Any, args: Any, output: Any) -> None:
+        """Runs even when the forward raised (always_call), inside torch's handler: the exception in
+        flight is the one the forward raised."""
+        if output is None:
+            exc = sys.exc_info()[1]
+            if exc is not None:
+                torch_state.report_oom(self.reporter, exc)
+
+    def _end_restore(self, ok: bool) -> None:
+        restore, self._restore = self._restore, None
+        if restore is not None:
+            restore.end(ok=ok)
+
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        self._end_restore(ok=True)  # the Trainer loaded the checkpoint before this
         self._remove_hooks()
         if model is not None and hasattr(model, "register_forward_hook"):
             self._hooks = [model.register_forward_pre_hook(self._before_forward, with_kwargs=True),
                            model.register_forward_hook(self._after_forward, with_kwargs=True)]  # fmt: skip
+            if not getattr(args, "auto_find_batch_size", False):
+                self._hooks.append(model.register_forward_hook(self._forward_failed, always_call=True))
         self._last_end = None
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -10,7 +10,9 @@ training step returned, the gradient norm before clipping (computed here: Lightn
 unless asked), the fp16 loss scale and fragmentation where CUDA exists. Checkpoints on the SDK's
 cadence are saved here, with `trainer.save_checkpoint`, once the file is written; a save by another
 checkpoint callback (ModelCheckpoint) is reported once it is written, as full. A CUDA out-of-memory
-error is reported before Lightning raises it.
+error is reported before Lightning raises it (on_exception). Resuming with `fit(ckpt_path=...)` is timed
+as a restore (Reporter.restore): the callback wraps the strategy's load_checkpoint from setup() on, so the
+figure is the file's load alone.
 """
 
 from __future__ import annotations
@@ -64,6 +66,25 @@ class TrainguardCallback(Callback):  # type: ignore[misc,unused-ignore]
         self._batches = 0
         self._norm: Any = None
         self._saved: dict[int, str] = {}  # id(checkpoint callback) -> the path it last saved, reported
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        """Lightning loads a checkpoint after setup (strategy.load_checkpoint), before any hook that
+        would see it start: wrap that call, once per strategy."""
+        strategy: Any = getattr(trainer, "strategy", None)
+        load = getattr(strategy, "load_checkpoint", None)
+        if load is None or getattr(load, "_trainguard_timed", False):
+            return
+        reporter = self.reporter
+
+        def timed_load(checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
+            with reporter.restore(os.fspath(checkpoint_path)):
+                return load(checkpoint_path, *args, **kwargs)
+
+        timed_load._trainguard_timed = True  # type: ignore[attr-defined]
+        try:
+            strategy.load_checkpoint = timed_load
+        except AttributeError:  # a strategy that refuses new attributes: restores are not timed
+            return
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self._step = trainer.global_step  # a resumed run starts past the checkpoint's step
@@ -137,8 +158,7 @@ class TrainguardCallback(Callback):  # type: ignore[misc,unused-ignore]
         self.reporter.flush()
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-        if isinstance(exception, torch.OutOfMemoryError):
-            self.reporter.report_oom(str(exception))
+        torch_state.report_oom(self.reporter, exception)  # a CUDA OOM, once; sent at once
         self.reporter.flush()
 
 

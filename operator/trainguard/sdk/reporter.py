@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from trainguard.sdk import storage
+from trainguard.sdk.collectives import CollectiveHistogram, Timed
 from trainguard.sdk.transport import Refused, Transport
 
 log = logging.getLogger("trainguard.sdk")
@@ -20,6 +22,8 @@ DEFAULT_ENDPOINT = "unix:///var/run/trainguard/sdk.sock"
 """The injected sidecar's socket (the sidecar serves the SDK on TCP only with --sdk-tcp)."""
 CHECKPOINT_KINDS = ("incremental", "full")  # the exporter counts any other kind as incremental
 FIRST_CONTROL_TIMEOUT_S = 0.5  # resume_from() waits at most this long for a sidecar it never reached
+RESTORE_PROGRESS_EVERY_S = 2.0
+"""While a checkpoint loads, its read throughput so far is reported this often (by the Reporter's thread)."""
 
 
 def _checkpoint(value: Any) -> dict[str, Any] | None:
@@ -44,6 +48,59 @@ def _clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return value
+
+
+class Restore:
+    """A checkpoint being loaded (`Reporter.restore(path)`): the sidecar exports restoring 1 from begin()
+    to end(), and the read throughput: every RESTORE_PROGRESS_EVERY_S while loading (bytes this process
+    read since begin, from /proc/self/io), then the final figure (the checkpoint's size over the time it
+    took; the bytes read where its size cannot be measured). A context manager, or begin() and end() for
+    a load that starts and ends in different callbacks."""
+
+    def __init__(self, reporter: Reporter, path: str) -> None:
+        self.reporter = reporter
+        self.path = path
+        self.started: float | None = None
+        self.seconds: float | None = None
+        """How long the load took, once it ended."""
+        self.read_bytes_per_second: float | None = None
+        """The last figure reported."""
+        self._io: tuple[int, int] | None = None
+        self._last_progress = 0.0
+
+    def begin(self) -> Restore:
+        if self.started is None:
+            self.started = self._last_progress = time.monotonic()
+            self._io = storage.process_io()
+            self.reporter._restore_event(self, "start")
+        return self
+
+    def progress(self) -> None:
+        """Report the throughput so far (the Reporter's thread calls this while the load runs)."""
+        if self.started is None or self.seconds is not None:
+            return
+        now = time.monotonic()
+        self._last_progress = now
+        read = storage.bytes_read_since(self._io)
+        rate = None if read is None else read / max(now - self.started, 1e-6)
+        self.reporter._restore_event(self, "progress", rate)
+
+    def progress_due(self, now: float) -> bool:
+        return self.seconds is None and now - self._last_progress >= RESTORE_PROGRESS_EVERY_S
+
+    def end(self, ok: bool = True) -> None:
+        if self.started is None or self.seconds is not None:
+            return
+        self.seconds = max(time.monotonic() - self.started, 1e-6)
+        size = storage.checkpoint_size(self.path) if ok else None
+        read = size if size is not None else storage.bytes_read_since(self._io)
+        self.reporter._restore_event(self, "end", None if read is None else read / self.seconds, ok=ok)
+
+    def __enter__(self) -> Restore:
+        return self.begin()
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.end(ok=exc_type is None)
 
 
 class Reporter:
@@ -102,6 +159,8 @@ class Reporter:
         self._last_step: dict[str, Any] | None = None  # the newest step logged: {"step", "ts"}
         self._bye_sent = False
         self._exiting = False
+        self._collectives = CollectiveHistogram()
+        self._restores: list[Restore] = []  # loads in progress, for the thread's progress reports
         self._put(self._hello())  # the first event sent
         self._thread: threading.Thread | None = None
         if start:
@@ -199,29 +258,84 @@ class Reporter:
                     self._control["checkpoint"] = None
         self._wake.set()
 
-    def report_oom(self, message: str = "") -> None:
-        """The accelerator ran out of memory (torch.OutOfMemoryError): sent at once, as the process is
-        usually about to die of it. The framework integrations call it; the exporter does not count it
-        yet (the alert-coverage work adds the counter and GPUOutOfMemory)."""
+    def report_oom(self, device: int | None = None, message: str = "") -> None:
+        """The accelerator ran out of memory (torch.OutOfMemoryError): counted by the exporter
+        (trainguard_train_oom_total). Sent at once, not with the next flush: the process is usually
+        about to die of it. `device`: the pod-level GPU index where known. A device that is not a number
+        is left out rather than lose the report."""
         try:
-            event = {"type": "oom", "ts": self._clock(), "message": str(message)[:500]}
-        except Exception as exc:  # a message whose str() fails
-            self._bad_input("report_oom", exc)
-            return
-        self._put(event)
+            gpu = None if device is None or isinstance(device, bool) else int(device)
+        except (TypeError, ValueError, OverflowError):
+            gpu = None
+        try:
+            text = str(message)[:500]
+        except Exception:  # a message whose str() fails still leaves an OOM to count
+            text = ""
+        self._put({"type": "oom", "ts": self._clock(), "device": gpu, "message": text, "pid": os.getpid()})
         self.flush()
 
-    def log_request(self, latency_s: float, queue_depth: int) -> None:
+    def collective(self, op: str = "all_reduce") -> Timed:
+        """`with tg.collective():` around an all-reduce (or `op`): its wall time goes into the
+        trainguard_train_collective_seconds histogram. Bucketed here and sent with the next flush, so a
+        timed collective costs about a microsecond. An asynchronous call (NCCL) returns before the
+        collective is done: time it with trainguard.sdk.torch, which synchronises."""
+        return Timed(self._collectives, str(op))
+
+    def observe_collective(self, seconds: float, op: str = "all_reduce") -> None:
+        """One collective that took `seconds` (timed by the caller)."""
         try:
-            event = {
-                "type": "request",
-                "latency_s": _clean(float(latency_s)),
-                "queue_depth": int(queue_depth),
-            }
+            value = float(seconds)
         except (TypeError, ValueError, OverflowError) as exc:
-            self._bad_input("log_request", exc)
+            self._bad_input("observe_collective", exc)
+            return
+        if not self._collectives.observe(value, str(op)):
+            self._bad_input("observe_collective", ValueError(f"{seconds!r} s for {op!r}"))
+
+    def restore(self, path: str) -> Restore:
+        """`with tg.restore(path): state = load(path)`: the sidecar shows the job restoring and how fast
+        it reads (see Restore)."""
+        return Restore(self, str(path))
+
+    def _restore_event(self, r: Restore, state: str, rate: float | None = None, ok: bool = True) -> None:
+        event: dict[str, Any] = {"type": "restore", "state": state, "path": r.path, "ts": self._clock(),
+                                 "pid": os.getpid()}  # fmt: skip
+        if rate is not None and math.isfinite(rate):
+            event["read_bytes_per_second"] = rate
+            r.read_bytes_per_second = rate
+        if state == "end":
+            event["ok"], event["seconds"] = ok, r.seconds
+        with self._lock:
+            if state == "start":
+                self._restores.append(r)
+            elif state == "end" and r in self._restores:
+                self._restores.remove(r)
+        self._put(event)
+        self._wake.set()
+
+    def log_inference(
+        self,
+        latency_s: float | None = None,
+        queue_depth: int | None = None,
+        kv_cache_hit_ratio: float | None = None,
+    ) -> None:
+        """Inference mode: mean request latency, pending requests and the KV-cache hit ratio (hits /
+        lookups, e.g. vLLM's prefix-cache hit rate), each sent only when given."""
+        try:
+            event: dict[str, Any] = {"type": "request"}
+            if latency_s is not None:
+                event["latency_s"] = _clean(float(latency_s))
+            if queue_depth is not None:
+                event["queue_depth"] = int(queue_depth)
+            if kv_cache_hit_ratio is not None:
+                event["kv_cache_hit_ratio"] = _clean(float(kv_cache_hit_ratio))
+        except (TypeError, ValueError, OverflowError) as exc:
+            self._bad_input("log_inference", exc)
             return
         self._put(event)
+
+    def log_request(self, latency_s: float, queue_depth: int) -> None:
+        """log_inference(latency_s, queue_depth), as the SDK called it before the KV-cache ratio."""
+        self.log_inference(latency_s, queue_depth)
 
     def log_fragmentation(self, gpu: int, ratio: float) -> None:
         try:
@@ -297,11 +411,17 @@ class Reporter:
             self._flush()
 
     def _flush(self) -> None:
+        collectives = self._collectives.take()
+        if collectives is not None:
+            self._put(collectives)
         with self._lock:
             batch = list(self._queue)
             self._queue.clear()
         if not batch:
             return
+        for event in batch:  # measured here, on the Reporter's thread, not in the training step
+            if event["type"] == "checkpoint" and event.get("ok") and "fs_size_bytes" not in event:
+                event.update(storage.checkpoint_measures(event["path"]))
         try:
             self.transport.request("POST", "/v1/report", {"events": batch})
             self.sent += len(batch)
@@ -357,8 +477,16 @@ class Reporter:
 
     def _run(self) -> None:
         while not self._closed.is_set():
-            self._wake.wait(self.flush_interval_s)
+            with self._lock:
+                restores = list(self._restores)
+            self._wake.wait(
+                min(self.flush_interval_s, RESTORE_PROGRESS_EVERY_S) if restores else self.flush_interval_s
+            )
             self._wake.clear()
+            now = time.monotonic()
+            for r in restores:
+                if r.progress_due(now):
+                    r.progress()
             self.flush()
             self._refresh_control()
 

@@ -1,12 +1,13 @@
 """PyTorch helpers for a plain training loop: allocator fragmentation, the loss scale, time spent in
-collectives, and out-of-memory reports. Needs torch (imported here only)."""
+collectives (per step, and each collective's latency), out-of-memory reports and a timed checkpoint
+load. Needs torch (imported here only)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from trainguard.sdk import torch_state
@@ -44,9 +45,10 @@ def loss_scale(scaler: Any) -> float | None:
 
 
 class CollectiveTimer:
-    """Seconds spent in collectives during a step, for log_step(allreduce_s=...):
+    """Seconds spent in collectives during a step, for log_step(allreduce_s=...), and, given a
+    reporter, each collective's latency (trainguard_train_collective_seconds):
 
-        comm = CollectiveTimer()
+        comm = CollectiveTimer(tg)
         with comm:
             dist.all_reduce(grad)
         tg.log_step(step, allreduce_s=comm.take(), step_time_s=dt)
@@ -54,7 +56,11 @@ class CollectiveTimer:
     With CUDA, the stream is synchronised on entry and exit so the time is the collective's own (an
     asynchronous NCCL call returns at once); on CPU (gloo) the call is synchronous."""
 
-    def __init__(self, synchronize: bool | None = None) -> None:
+    def __init__(
+        self, reporter: Reporter | None = None, op: str = "all_reduce", synchronize: bool | None = None
+    ) -> None:
+        self.reporter = reporter
+        self.op = op
         self.synchronize = torch.cuda.is_available() if synchronize is None else synchronize
         self.seconds = 0.0
         self._t0 = 0.0
@@ -68,7 +74,10 @@ class CollectiveTimer:
     def __exit__(self, *exc: object) -> None:
         if self.synchronize:
             torch.cuda.synchronize()
-        self.seconds += time.perf_counter() - self._t0
+        took = time.perf_counter() - self._t0
+        self.seconds += took
+        if self.reporter is not None:
+            self.reporter.observe_collective(took, self.op)
 
     def take(self) -> float:
         """The seconds accumulated since the last take()."""
@@ -76,12 +85,61 @@ class CollectiveTimer:
         return seconds
 
 
+def timed_all_reduce(reporter: Reporter, tensor: Any, *args: Any, **kwargs: Any) -> Any:
+    """torch.distributed.all_reduce(tensor, ...), its latency observed (synchronised under CUDA, as in
+    CollectiveTimer). With async_op=True the call returns a handle at once: time the wait instead."""
+    with CollectiveTimer(reporter):
+        return torch.distributed.all_reduce(tensor, *args, **kwargs)
+
+
+def timed_comm_hook(
+    reporter: Reporter, hook: Callable[[Any, Any], Any] | None = None
+) -> Callable[[Any, Any], Any]:
+    """A DDP communication hook that times each gradient bucket's all-reduce, from the hook's call to
+    the completion of the future it returns, and otherwise is `hook` (default: DDP's own allreduce):
+
+        ddp.register_comm_hook(state=None, hook=timed_comm_hook(tg))
+
+    The time is observed in a callback of the future: for gloo when the all-reduce is done; for NCCL
+    when torch marks the future complete (the work is enqueued on its stream, not necessarily done),
+    so on GPUs prefer CollectiveTimer around an explicit, synchronised all_reduce for exact figures."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: PLC0415 - only DDP users pay it
+
+    inner = hook or default_hooks.allreduce_hook
+
+    def timed(state: Any, bucket: Any) -> Any:
+        t0 = time.perf_counter()
+        fut = inner(state, bucket)
+
+        def done(f: Any) -> Any:
+            reporter.observe_collective(time.perf_counter() - t0)
+            return f.value()
+
+        return fut.then(done)
+
+    # DDP checks a hook's annotations against the real types (these are strings here, PEP 563)
+    timed.__annotations__ = {
+        "bucket": torch.distributed.GradBucket,  # type: ignore[attr-defined]
+        "return": torch.futures.Future[torch.Tensor],
+    }
+    return timed
+
+
 @contextlib.contextmanager
 def reporting_oom(reporter: Reporter) -> Iterator[None]:
-    """Report a torch.OutOfMemoryError (torch.cuda.OutOfMemoryError is the same class) leaving the
-    block, then let it propagate: `with reporting_oom(tg): trainer.train()`."""
+    """Report a CUDA out-of-memory error leaving the block (torch.OutOfMemoryError, or an older torch's
+    RuntimeError saying "CUDA out of memory"), then let it propagate. A context manager or a
+    decorator: `with reporting_oom(tg): trainer.train()`, or `@reporting_oom(tg)` on a step function.
+    An error an integration already reported (a forward hook) is not counted again."""
     try:
         yield
-    except torch.OutOfMemoryError as exc:
-        reporter.report_oom(str(exc))
+    except RuntimeError as exc:
+        torch_state.report_oom(reporter, exc)
         raise
+
+
+def load(reporter: Reporter, path: str | os.PathLike[str], **kwargs: Any) -> Any:
+    """torch.load(path, **kwargs) as a timed restore (Reporter.restore): the sidecar shows the job
+    restoring, and the read throughput."""
+    with reporter.restore(os.fspath(path)):
+        return torch.load(path, **kwargs)

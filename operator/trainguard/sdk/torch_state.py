@@ -1,4 +1,5 @@
-"""What the framework callbacks read from a running PyTorch: the loss scale and allocator fragmentation.
+"""What the framework callbacks read from a running PyTorch: the loss scale, allocator fragmentation,
+and whether an exception is a CUDA out-of-memory error.
 
 No torch import at module level: the Hugging Face and Lightning callbacks already require their
 framework, and a loss-scale lookup is plain attribute access on objects the framework hands over.
@@ -7,8 +8,10 @@ Every function here returns None (or nothing) rather than raise: it runs inside 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -104,3 +107,38 @@ class Every:
             return False
         self.last = step
         return True
+
+
+OOM_TEXT = "CUDA out of memory"
+"""What torch's CUDA allocator says; before torch 1.13 it raised a plain RuntimeError with this text."""
+_REPORTED = "_trainguard_oom_reported"
+
+
+def is_oom(exc: BaseException) -> bool:
+    """torch.OutOfMemoryError (torch.cuda.OutOfMemoryError is the same class), or the RuntimeError of
+    an older torch saying "CUDA out of memory". By class name: no torch import here."""
+    if any(
+        cls.__name__ == "OutOfMemoryError" and cls.__module__.startswith("torch") for cls in type(exc).__mro__
+    ):
+        return True
+    return isinstance(exc, RuntimeError) and OOM_TEXT in str(exc)
+
+
+def oom_device(exc: BaseException, cuda_visible_devices: str | None = None) -> int | None:
+    """The pod-level GPU index an OOM names ("... GPU 0 has a total capacity of ..."), else None."""
+    match = re.search(r"\bGPU (\d+)\b", str(exc))
+    return gpu_index(int(match.group(1)), cuda_visible_devices) if match else None
+
+
+def report_oom(reporter: Any, exc: BaseException) -> bool:
+    """Report `exc` when it is an out-of-memory error not reported yet; True when it is one. The mark on
+    the exception keeps the same error from being counted twice on its way up (a forward hook, then
+    a wrapper around train())."""
+    if not is_oom(exc):
+        return False
+    if getattr(exc, _REPORTED, False):
+        return True
+    with contextlib.suppress(Exception):  # some exceptions refuse new attributes: count it anyway
+        setattr(exc, _REPORTED, True)
+    reporter.report_oom(oom_device(exc, os.environ.get("CUDA_VISIBLE_DEVICES")), str(exc))
+    return True
