@@ -8,7 +8,9 @@ realistic step time, and writes the figures as JSON.
     python bench/sdk_overhead.py [--rounds 6] [--steps 200]
 
 Checkpointing is off on both sides (the SDK's cadence is set beyond the run): a save costs the same
-with and without trainguard, and would drown the difference.
+with and without trainguard, and would drown the difference. The trainguard side also times
+COLLECTIVES_PER_STEP empty blocks a step through Reporter.collective, as a DDP run with that many
+gradient buckets would (nothing to all-reduce on one CPU process): the histogram's cost is in the figure.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ try:
 except ImportError:  # the frameworks-test extra is not installed
     torch = transformers = None
 
+COLLECTIVES_PER_STEP = 4
 REALISTIC_STEP_S = (0.3, 1.0)
 """Step times of real pretraining on GPUs (a fraction of a second to seconds): where the target applies."""
 VOCAB, SEQ, BATCH = 64, 16, 4
@@ -72,6 +75,17 @@ def main() -> int:
         def __getitem__(self, i: int) -> dict[str, Any]:
             ids = torch.randint(0, VOCAB, (SEQ,), generator=torch.Generator().manual_seed(i))
             return {"input_ids": ids, "labels": ids}
+
+    class Collectives(transformers.TrainerCallback):  # type: ignore[misc]
+        """Times COLLECTIVES_PER_STEP (empty) collectives a step into the SDK's histogram."""
+
+        def __init__(self, tg: Reporter) -> None:
+            self.tg = tg
+
+        def on_step_end(self, *args: Any, **kwargs: Any) -> None:
+            for _ in range(COLLECTIVES_PER_STEP):
+                with self.tg.collective():
+                    pass
 
     def run(out: Path, callbacks: list[Any]) -> float:
         torch.manual_seed(0)
@@ -109,7 +123,7 @@ def main() -> int:
         for i in range(args.rounds):
             plain.append(run(work / f"plain-{i}", []))
             tg = Reporter(f"unix://{sock}", incremental_every=10**9, full_every=10**9)
-            guarded.append(run(work / f"tg-{i}", [TrainguardCallback(tg)]))
+            guarded.append(run(work / f"tg-{i}", [TrainguardCallback(tg), Collectives(tg)]))
             tg.close()
             delivered.append((tg.sent, tg.dropped))
             print(f"round {i + 1}/{args.rounds}: plain {plain[-1] * 1e3:.2f} ms/step, with trainguard "
@@ -122,6 +136,7 @@ def main() -> int:
     summary = {
         "conditions": {
             "model": "GPT-2, 2 layers, 32 wide, vocab 64, sequence 16, batch 4, CPU, 1 thread",
+            "collectives_timed_per_step": COLLECTIVES_PER_STEP,
             "steps_per_run": args.steps,
             "rounds": args.rounds,
             "cpus": os.cpu_count(),

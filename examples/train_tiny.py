@@ -2,6 +2,11 @@
 """A real, tiny trainer that reports through the trainguard SDK: a two-layer network learning a
 noisy sine wave with minibatch SGD, in pure Python (no numpy or torch needed).
 
+What a data-parallel job reports, with a world of one: each step's "all-reduce" (a copy of a
+parameter-sized vector after the time a fast fabric takes, about 1 ms) is timed through
+Reporter.collective; each checkpoint report carries its size and its filesystem's usage (measured by
+the SDK); a resume loads the checkpoint's weights through Reporter.restore.
+
     trainguard exporter --backend simulated --gpus 8 --enable-fault-injection --sdk-tcp --listen 127.0.0.1:9400 &
     TRAINGUARD_ENDPOINT=http://127.0.0.1:9400 python examples/train_tiny.py --steps 2000
 """
@@ -60,6 +65,27 @@ class TinyNet:
     def state(self) -> dict[str, object]:
         return {"w1": self.w1, "b1": self.b1, "w2": self.w2, "b2": self.b2}
 
+    def load(self, state: dict[str, object]) -> bool:
+        """Take the weights of a checkpoint of the same shape; False (nothing changed) otherwise."""
+        h = len(self.w1)
+        vectors = [state.get(k) for k in ("w1", "b1", "w2")]
+        b2 = state.get("b2")
+        if not isinstance(b2, int | float) or not all(isinstance(v, list) and len(v) == h for v in vectors):
+            return False
+        self.w1, self.b1, self.w2 = ([float(x) for x in v] for v in vectors if isinstance(v, list))
+        self.b2 = float(b2)
+        return True
+
+
+ALL_REDUCE_S = 0.001
+"""The simulated all-reduce's network time: a few MB of gradients over a fast fabric."""
+
+
+def all_reduce(values: list[float]) -> list[float]:
+    """Values averaged over a world of one: a copy, after the time the network would take."""
+    time.sleep(ALL_REDUCE_S)
+    return list(values)
+
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -84,7 +110,16 @@ def main() -> int:
         start = 0
         if (resume := tg.resume_from()) is not None:
             start = int(resume["step"]) + 1
-            print(f"resuming after the checkpoint of step {resume['step']} ({resume['path']})")
+            saved = resume.get("path")
+            loaded = False
+            if isinstance(saved, str) and Path(saved).is_file():
+                try:
+                    with tg.restore(saved):  # the sidecar shows restoring, and the read throughput
+                        loaded = net.load(json.loads(Path(saved).read_text()))
+                except (OSError, ValueError) as exc:
+                    print(f"could not load {saved}: {exc}; starting from fresh weights", flush=True)
+            print(f"resuming after the checkpoint of step {resume['step']} ({saved}; "
+                  f"{'weights loaded' if loaded else 'fresh weights'})", flush=True)  # fmt: skip
         clip: float | None = None
         seen: set[str] = set()
         for step in range(start, args.steps):
@@ -104,10 +139,12 @@ def main() -> int:
             ]
             load = time.monotonic() - t0
             loss, grad_norm = net.step(batch, args.lr, clip)
+            with tg.collective("all_reduce") as comm:
+                all_reduce(net.w1 + net.b1 + net.w2)
             if args.step_delay:
                 time.sleep(args.step_delay)
             tg.log_step(step, loss=loss, grad_norm=grad_norm, tokens=args.batch, dataloader_wait_s=load,
-                        allreduce_s=0.0, step_time_s=time.monotonic() - t0)  # fmt: skip
+                        allreduce_s=comm.seconds, step_time_s=time.monotonic() - t0)  # fmt: skip
             if kind := tg.should_checkpoint(step):
                 path = ckpt_dir / f"{kind}-{step:08d}.json"
                 path.write_text(json.dumps({"step": step, **net.state()}))
