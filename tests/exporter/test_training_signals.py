@@ -286,3 +286,18 @@ def test_restore_slow_shows_a_restore_reading_50_mb_per_second(exp: Running) -> 
     assert exp.value("trainguard_checkpoint_restore_read_bytes_per_second") == 50e6
     exp.delete("/v1/faults")
     assert exp.value("trainguard_checkpoint_restoring") == 0
+
+
+def test_no_series_is_exported_twice(exp: Running, tg: Reporter, tmp_path: Path) -> None:
+    """Prometheus refuses a duplicate sample of a scrape: every (name, labels) appears once."""
+    (tmp_path / "full-3.json").write_text("{}")
+    tg.checkpoint_saved(3, "full", str(tmp_path / "full-3.json"))
+    tg.log_fragmentation(0, 0.1)
+    tg.observe_collective(0.01)
+    tg.flush()
+    wait_value(exp, "trainguard_checkpoint_last_size_bytes", lambda v: v is not None, kind="full")
+    scraped = exp.scrape()
+    for name, samples in scraped.items():
+        keys = [tuple(sorted(labels.items())) for labels, _ in samples]
+        assert len(keys) == len(set(keys)), f"{name} has a series twice"
+    assert len(scraped["trainguard_checkpoint_last_step"]) == 1

@@ -251,12 +251,6 @@ class TrainingCollector(_Base):
                 ckpt_ts.add_metric([*self.identity, kind], v)
             for kind, v in sorted(t.checkpoint_step.items()):
                 ckpt_step.add_metric([*self.identity, kind], v)
-            for gpu, v in sorted(t.fragmentation.items()):
-                frag.add_metric([*self.identity, gpu], v)
-            for kind, v in sorted(t.checkpoint_ts.items()):
-                ckpt_ts.add_metric([*self.identity, kind], v)
-            for kind, v in sorted(t.checkpoint_step.items()):
-                ckpt_step.add_metric([*self.identity, kind], v)
         yield from gauges.values()
         yield from (nonfinite, scale_updates, frag, ckpt_ts, ckpt_step, ckpt_size, restoring, oom)
         yield collectives
