@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import random
@@ -18,6 +19,7 @@ from kubernetes import client, config
 from trainguard.controller.handlers import LOCKS, reconcile, register
 from trainguard.controller.kube import Kube
 from trainguard.controller.leadership import Leadership
+from trainguard.controller.morning_report import MorningReports, prometheus_client
 from trainguard.controller.periodic import Periodic
 from trainguard.controller.reconcile import ReceiverSettings
 from trainguard.controller.response import Responder
@@ -30,6 +32,7 @@ from trainguard.render.webhook import WEBHOOK_CONFIG_NAME, mutating_webhook_conf
 log = logging.getLogger("trainguard.operator")
 
 KEY_SECRET = "trainguard-receiver-key"
+PROMETHEUS_URL_ENV = "TRAINGUARD_PROMETHEUS_URL"
 
 
 def receiver_base(url: str) -> str:
@@ -67,6 +70,9 @@ class OperatorOptions:
     alertmanager_url: str | None = None
     """Alertmanager's base URL: the operator posts the faults it detects itself and its notices there."""
     """The operator key (a mounted file); default: the Secret KEY_SECRET in `namespace`."""
+    prometheus_url: str | None = None
+    """Prometheus's base URL, for the morning report's ALERTS history; default: $TRAINGUARD_PROMETHEUS_URL.
+    Without it (or without alertmanager_url) no morning report is sent."""
     liveness: str | None = "http://0.0.0.0:8080/healthz"
     resync_seconds: float = 120.0
     """How often every monitor is re-applied (repairs hand edits of the objects it owns)."""
@@ -142,16 +148,18 @@ def run(opts: OperatorOptions) -> None:
         alertmanager_url=opts.alertmanager_url,
     )
 
-    def remediation_pass() -> None:
-        responder.resume()
-        responder.watch()
-        responder.escalate()
-        responder.cordon_notices()
+    prometheus_url = opts.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV) or None
+    reports = MorningReports(
+        kube,
+        leader=leader,
+        alertmanager_url=opts.alertmanager_url,
+        prometheus=prometheus_client(prometheus_url) if prometheus_url else None,
+    )
 
     periodic = Periodic(
         kube,
         leader=leader,
-        on_pass=remediation_pass,
+        on_pass=functools.partial(leader_pass, responder, reports),
         reconcile=lambda ns, name: reconcile(kube, ns, name, shared.get("receiver")),
         lock=LOCKS,
         resync_s=opts.resync_seconds,
@@ -213,6 +221,18 @@ def run(opts: OperatorOptions) -> None:
             liveness_endpoint=opts.liveness,
         )
     )
+
+
+def leader_pass(responder: Responder, reports: MorningReports) -> None:
+    """The leader's periodic work beyond reconciling: the P0 loop's passes, then the morning reports,
+    which run even when a P0 pass failed (Alertmanager down, say: the report is retried on its own)."""
+    try:
+        responder.resume()
+        responder.watch()
+        responder.escalate()
+        responder.cordon_notices()
+    finally:
+        reports.run()
 
 
 def start_receiver(
