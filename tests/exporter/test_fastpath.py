@@ -12,6 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.exporter.running import running_exporter
 from tests.processes import free_port
 from trainguard.catalog.events import fingerprint
@@ -176,3 +178,29 @@ def test_a_ca_file_that_is_not_there_yet_does_not_stop_the_sender(tmp_path: Path
     assert sender.post({"fingerprint": "f", "labels": {}}) == "failed"  # refused connection, no exception
     (tmp_path / "ca.crt").write_text("not a certificate")
     assert sender.post({"fingerprint": "f", "labels": {}}) == "failed"
+
+
+@pytest.mark.parametrize("how", ["the SDK's oom report", "the oom fault"])
+def test_an_oom_reaches_the_receiver_within_a_second(tmp_path: Path, how: str) -> None:
+    """The trainer may die right after its OOM: GPUOutOfMemory leaves by the fast path, not the next scrape."""
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret-token\n")
+    with (
+        receiver("s3cret-token") as rcv,
+        running_exporter("--backend", "simulated", "--gpus", "2", "--enable-fault-injection",
+                         "--fastpath-url", rcv.url, "--fastpath-token-file", str(token_file)) as exp,
+    ):  # fmt: skip
+        sent = time.monotonic()
+        if how == "the oom fault":
+            exp.post("/v1/faults", {"fault": "oom", "gpu": 1})
+        else:
+            exp.post(
+                "/v1/report", {"events": [{"type": "oom", "device": 1, "message": "CUDA out of memory"}]}
+            )
+        while not rcv.got and time.monotonic() < sent + 1.0:
+            time.sleep(0.01)
+        assert rcv.got, "no fast-path event within one second"
+        _, _, body = rcv.got[0]
+        assert body["labels"]["alertname"] == "GPUOutOfMemory" and body["labels"]["severity"] == "P0"
+        assert body["annotations"]["summary"] == "the trainer ran out of GPU memory on GPU 1"
+        assert exp.value("trainguard_train_oom_total") == 1.0

@@ -16,7 +16,7 @@ import pytest
 from tests.exporter.running import Running, running_exporter
 from tests.exporter.test_host import write as write_host
 from tests.processes import free_port
-from trainguard.catalog import COMMON_LABELS, DCGM_LABELS, METRICS
+from trainguard.catalog import COMMON_LABELS, DCGM_LABELS, METRICS, MetricType
 from trainguard.exporter.faults import KINDS
 
 STEP = {"type": "step", "loss": 2.0, "grad_norm": 1.0, "tokens": 65536, "loss_scale": 1024.0,
@@ -44,7 +44,15 @@ def full_contract(r: Running, host_root: Path) -> None:
         {"type": "checkpoint", "step": 3, "kind": "full", "path": "/ckpt/3", "ok": True},
         {"type": "checkpoint", "step": 3, "kind": "incremental", "path": "/ckpt/3i", "ok": True},
         {"type": "fragmentation", "gpu": 0, "ratio": 0.12},
-        {"type": "request", "latency_s": 0.05, "queue_depth": 3},
+        {"type": "request", "latency_s": 0.05, "queue_depth": 3, "kv_cache_hit_ratio": 0.8},
+        # issue 9: what the SDK measures of a checkpoint, a restore, collectives and an OOM
+        {"type": "checkpoint", "step": 3, "kind": "full", "path": "/ckpt/3", "ok": True, "size_bytes": 4e9,
+         "fs_avail_bytes": 6e12, "fs_size_bytes": 1e13},
+        {"type": "restore", "state": "start", "pid": 4242, "path": "/ckpt/3"},
+        {"type": "restore", "state": "end", "pid": 4242, "path": "/ckpt/3", "ok": True,
+         "read_bytes_per_second": 9e8},
+        {"type": "collectives", "le": [0.001, 0.01], "ops": {"all_reduce": {"counts": [2, 1, 0], "sum": 0.008}}},
+        {"type": "oom", "device": 0, "message": "CUDA out of memory"},
     ]})  # fmt: skip
 
 
@@ -68,8 +76,9 @@ def test_every_catalogue_metric_is_present_with_its_labels(tmp_path: Path) -> No
     with full_scrape(tmp_path) as exp:
         scraped = exp.scrape()
     for m in METRICS:
-        assert m.name in scraped, f"{m.name} missing from the scrape"
-        labels, _ = scraped[m.name][0]
+        sample = f"{m.name}_count" if m.type == MetricType.HISTOGRAM else m.name  # _bucket has le too
+        assert sample in scraped, f"{m.name} missing from the scrape"
+        labels, _ = scraped[sample][0]
         expected = set(COMMON_LABELS) | set(m.labels)
         if m.is_gpu:
             expected |= set(DCGM_LABELS)
@@ -127,11 +136,21 @@ FAULT_EFFECTS = {
     "ecc-sbe-storm": ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", {"gpu": "1"}, lambda b, a: b + 500 <= a <= b + 502, "DCGM_FI_DEV_GPU_TEMP"),
     "pcie-saturation": ("DCGM_FI_PROF_PCIE_TX_BYTES", {"gpu": "1"}, lambda b, a: a == 30e9, "DCGM_FI_DEV_GPU_TEMP"),
     "roce-congestion": ("trainguard_network_ecn_marked_packets_total", {}, lambda b, a: a >= b + 20000, "trainguard_network_packet_loss_ratio"),
+    # issue 9, training signals the SDK reports (exact effects: test_training_signals.py)
+    "oom": ("trainguard_train_oom_total", {}, lambda b, a: a == b + 1, "trainguard_train_grad_norm"),
+    "collective-slow": ("trainguard_train_collective_seconds_sum", {"op": "all_reduce"}, lambda b, a: a >= b + 2.0, "trainguard_train_grad_norm"),
+    "restore-slow": ("trainguard_checkpoint_restore_read_bytes_per_second", {}, lambda b, a: a == 50e6, "trainguard_train_grad_norm"),
+    "checkpoint-fs-filling": ("trainguard_checkpoint_filesystem_avail_bytes", {}, lambda b, a: a <= 5 * 2**40, "trainguard_train_grad_norm"),
+    "inference-queue": ("trainguard_inference_queue_depth", {}, lambda b, a: a == 500, "trainguard_train_grad_norm"),
 }  # fmt: skip
 
 
+BLINDING = {"nvml-down"}
+"""Faults that remove series rather than move them: test_nvml_down_fault.py."""
+
+
 def test_fault_table_covers_every_kind() -> None:
-    assert set(FAULT_EFFECTS) == set(KINDS)
+    assert set(FAULT_EFFECTS) | BLINDING == set(KINDS)
 
 
 @pytest.mark.parametrize("kind", sorted(FAULT_EFFECTS))

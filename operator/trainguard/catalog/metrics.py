@@ -263,8 +263,17 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         "trainguard_exporter_info",
         _G,
-        "Exporter and driver versions; driver_supported=false means GPU metrics are not collected.",
-        ("version", "backend", "driver_version", "nvml_version", "cuda_version", "driver_supported"),
+        "Exporter and driver versions; driver_supported=false means GPU metrics are not collected. trace_id "
+        "is the run's id (the Job's), which every alert of the job carries as an annotation.",
+        (
+            "version",
+            "backend",
+            "driver_version",
+            "nvml_version",
+            "cuda_version",
+            "driver_supported",
+            "trace_id",
+        ),
     ),
     Metric(
         "trainguard_exporter_collector_up",

@@ -57,6 +57,7 @@ class ExporterConfig:
     """--gpus-per-pod as given: equal to the node's GPU count, the pod owns them all."""
     filter_gpus: bool = True
     """Export only this pod's GPUs (NVML sees the whole node); a simulated backend needs no filter."""
+    trace_id: str = ""
 
 
 @dataclass
@@ -192,6 +193,7 @@ class Exporter:
             fastpath=dict(self.fastpath.results) if self.fastpath else None,
             collectors=self._collectors(),
             assignment=self.assignment if self.backend is not None else None,
+            trace_id=self.config.trace_id,
         )
         self.box.set(snap)
         self._exposition = generate_latest(self.registry)
@@ -228,6 +230,24 @@ class Exporter:
             event("TrainingLossNonFinite", labels, "training produced a non-finite loss", self.clock())
         )
 
+    def on_oom(self, report: dict[str, Any]) -> None:
+        """A CUDA out-of-memory error the trainer reported: GPUOutOfMemory by the fast path, since the
+        trainer may die right after and the rule's copy is a scrape and an evaluation away."""
+        if self.fastpath is None:
+            return
+        labels = dict(self.config.identity)
+        device = report.get("device")
+        where = f" on GPU {device}" if isinstance(device, int) and not isinstance(device, bool) else ""
+        self.fastpath.send(
+            event("GPUOutOfMemory", labels, f"the trainer ran out of GPU memory{where}", self.clock())
+        )
+
+    def add_fault(self, kind: str, gpu: int | None = None) -> None:
+        """Fault injection: `oom` is what a trainer's OOM report does, fast-path event included."""
+        self.faults.add(kind, gpu)
+        if kind == "oom":
+            self.on_oom({"type": "oom", "device": gpu})
+
     def exposition(self) -> bytes:
         return self._exposition
 
@@ -238,6 +258,8 @@ class Exporter:
         for report in reports:
             if self.training.ingest(report):
                 self.on_nonfinite_loss()
+            elif report.get("type") == "oom":
+                self.on_oom(report)
 
     # ---- lifecycle ----
 

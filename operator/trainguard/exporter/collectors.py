@@ -71,6 +71,8 @@ class Snapshot:
     """collector -> "" when it delivers, else a short reason (collector_up 0); absent: not running."""
     assignment: Assignment | None = None
     """This pod's GPUs; None without a GPU backend."""
+    trace_id: str = ""
+    """The run's trace id (--trace-id), for the alerts' correlation annotations."""
 
 
 class SnapshotBox:
@@ -277,7 +279,7 @@ class ExporterCollector(_Base):
         if snap is not None:
             d = snap.driver
             info.add_metric([*self.identity, __version__, snap.backend, d.driver_version, d.nvml_version,
-                             d.cuda_version, str(d.supported).lower()], 1.0)  # fmt: skip
+                             d.cuda_version, str(d.supported).lower(), snap.trace_id], 1.0)  # fmt: skip
             for name in COLLECTORS:
                 errors.add_metric([*self.identity, name], snap.errors.get(name, 0.0))
             for name in UP:

@@ -16,7 +16,8 @@ TRAINING_FAULTS = ("nan-loss", "grad-explosion", "throughput-drop", "stall", "oo
                    "restore-slow", "checkpoint-fs-filling", "inference-queue")  # fmt: skip
 """Applied by TrainingState (exporter/training.py): at ingestion (what a report carries) or to each
 snapshot (what keeps moving while the fault lasts)."""
-HOST_FAULTS = ("packet-loss", "swap-pressure", "disk-latency", "roce-congestion")
+HOST_FAULTS = ("packet-loss", "swap-pressure", "disk-latency", "roce-congestion", "nvml-down")
+"""Node-wide: nvml-down blinds every GPU of the node (apply_gpus), the others move host readings."""
 KINDS = GPU_FAULTS + TRAINING_FAULTS + HOST_FAULTS
 
 
@@ -124,6 +125,10 @@ class Faults:
                 r.ecc_dbe_total = (r.ecc_dbe_total or 0) + dbe_added[r.index]
                 if r.index in active.get("ecc-dbe", ()):
                     r.last_xid = 48.0  # the driver reports a DBE as XID 48
+        if "nvml-down" in active:
+            # NVML stopped answering (a driver reload, a hung driver): no GPU of the node is read any more,
+            # while host and training metrics keep coming; the job is blind to its GPUs
+            return []
         # XID 79: the GPU fell off the bus. NVML then answers GPU_IS_LOST for it, so it is lost and keeps
         # only the XID that took it down, as the NVML backend reports a real one
         return [

@@ -43,6 +43,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node", default=env("TRAINGUARD_NODE", ""))
     p.add_argument("--training-job", default=env("TRAINGUARD_TRAINING_JOB", ""))
     p.add_argument(
+        "--trace-id",
+        default=env("TRAINGUARD_TRACE_ID", ""),
+        help="the run's trace id (the operator sets it per Job); exported on trainguard_exporter_info",
+    )
+    p.add_argument(
         "--gpus-per-pod",
         type=int,
         help="divides tokens/s into per-GPU throughput (default: the pod's GPUs); equal to the node's GPU "

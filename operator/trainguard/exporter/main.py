@@ -53,6 +53,7 @@ def build(args: argparse.Namespace, registry: CollectorRegistry | None = None) -
             gpu_ids=args.gpu_ids,
             gpus_per_pod=args.gpus_per_pod,
             filter_gpus=args.backend == "nvml",
+            trace_id=args.trace_id,
         ),
         backend=backend,
         host=None if args.no_host else HostReader(args.host_root),

@@ -152,7 +152,7 @@ class Handler(BaseHTTPRequestHandler):
         elif self.path == "/v1/faults" and self.fault_injection:
             try:
                 gpu = body.get("gpu")
-                self.exporter.faults.add(str(body.get("fault")), None if gpu is None else int(gpu))
+                self.exporter.add_fault(str(body.get("fault")), None if gpu is None else int(gpu))
             except (FaultError, ValueError, TypeError) as exc:
                 self._json(400, {"error": str(exc)})
                 return
