@@ -34,7 +34,7 @@ from trainguard.render.routing import MORNING_REPORT
 
 SEVERITY = "info"
 """The report's severity label: not P0-P3, so no severity route, escalation or job-P0 inhibition
-touches it (its own route comes first)."""
+touches it (its own route follows the severity routes)."""
 NIGHT_LABEL = "night"
 GRACE_S = 6 * 3600.0
 """A night's report is still sent this long after the quiet hours end (an operator that was down at

@@ -129,9 +129,9 @@ def _night(
 
 
 def _report_route(monitor: TrainingJobMonitor, policy: EffectivePolicy, names: Names) -> Route | None:
-    """The morning report's own route, ahead of the severity routes: to the im and email receivers,
-    one group per night (the report's `night` label), muted during quiet hours so that its end (it
-    lasts until the next night starts) notifies no one."""
+    """The morning report's own route, after the severity routes (its severity, `info`, matches none of
+    them): to the im and email receivers, one group per night (the report's `night` label), muted during
+    quiet hours so that its end (it lasts until the next night starts) notifies no one."""
     if not policy.quiet_hours.enabled:
         return None
     quiet_name = names.interval(quiet_hours_name(monitor))
@@ -217,5 +217,5 @@ def monitor_route(
         "receiver": names.dashboard,
         "group_by": list(GROUP_BY),
         "matchers": matchers,
-        "routes": [report, *routes] if report else routes,
+        "routes": [*routes, report] if report else routes,
     }
