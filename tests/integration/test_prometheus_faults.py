@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from prometheus_api_client import PrometheusConnect
 
 from tests.processes import free_port, http_json, wait_http
 from trainguard.api import load_documents
+from trainguard.exporter.faults import KINDS
 from trainguard.render import dump_yaml, render_prometheus
 
 pytestmark = pytest.mark.tools
@@ -31,8 +33,9 @@ ROOT = Path(__file__).resolve().parents[2]
 FAULTS: list[tuple[str, set[str]]] = [
     ("throughput-drop", {"TrainingThroughputDrop"}),
     ("grad-explosion", {"GradientExplosion"}),
-    ("oom-risk", {"GPUMemoryCritical"}),
-    ("memory-hang", {"GPUMemoryHang"}),
+    # 97% used: critical, sustained above 90%, and a jump that extrapolates past the card
+    ("oom-risk", {"GPUMemoryCritical", "GPUMemorySustainedHigh", "GPUMemoryGrowthPredicted"}),
+    ("memory-hang", {"GPUMemoryHang", "GPUMemorySustainedHigh"}),
     ("thermal", {"GPUThermalThrottling"}),
     ("xid-79", {"GPUCriticalXid", "GPULost"}),  # XID 79: the GPU fell off the bus
     ("ecc-dbe", {"GPUDoubleBitECCError", "GPUCriticalXid"}),
@@ -41,7 +44,27 @@ FAULTS: list[tuple[str, set[str]]] = [
     ("swap-pressure", {"HostSwapPressure"}),
     ("disk-latency", {"DiskWriteLatencyHigh"}),
     ("stall", {"TrainingJobStalled"}),
+    # issue 9: faults that reached no one
+    ("oom", {"GPUOutOfMemory"}),
+    ("hbm-thermal", {"GPUMemoryTemperatureHigh"}),
+    ("power-limit", {"GPUPowerCapped"}),
+    ("nvlink-crc", {"NVLinkCRCErrors"}),
+    ("row-remap-pending", {"GPURowRemapPending"}),
+    ("row-remap-failure", {"GPURowRemapFailure"}),
+    ("retired-pages-pending", {"GPURetiredPagesPending"}),
+    ("ecc-sbe-storm", {"GPUSingleBitECCErrorsHigh"}),
+    ("roce-congestion", {"NetworkCongestion"}),
+    ("collective-slow", {"CollectiveLatencyHigh"}),
+    ("restore-slow", {"CheckpointRestoreSlow"}),
+    ("checkpoint-fs-filling", {"CheckpointStorageFillingUp"}),
+    ("nvml-down", {"MonitoringDataMissing"}),
 ]
+NOT_HERE = {
+    "inference-queue": "InferenceQueueDepthHigh is an inference-mode alert; this monitor trains",
+    "pcie-saturation": "PCIe throughput is exported for dashboards and diagnosis; no alert reads it",
+}
+"""Faults this run does not inject, and why (test_every_fault_kind_is_driven_or_excused keeps it honest)."""
+TRACE_ID = "0123456789abcdef0123456789abcdef"
 
 MONITOR = """
 apiVersion: trainguard.io/v1alpha1
@@ -103,6 +126,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     procs = [
         start([sys.executable, "-m", "trainguard.cli", "exporter", "--backend", "simulated", "--gpus", "2",
                "--enable-fault-injection", "--sdk-tcp", "--listen", f"127.0.0.1:{exp_port}", "--poll-interval", "0.5",
+               "--trace-id", TRACE_ID,
                "--stall-after", "5", *[x for k, v in identity.items() for x in (f"--{k.replace('_', '-')}", v)]],
               d / "exporter.log"),
         start([prometheus, f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={d / 'data'}",
@@ -151,3 +175,42 @@ def test_faults_drive_their_alerts_and_nothing_fires_without_them(stack: dict[st
         http_json(f"{exp}/v1/faults", method="DELETE")
     logs = "\n".join(p.read_text()[-2000:] for p in stack["dir"].glob("*.log"))
     assert not missed, f"faults whose alert did not fire: {missed}\n{logs}"
+
+
+def test_every_fault_kind_is_driven_or_excused() -> None:
+    assert {f for f, _ in FAULTS} | set(NOT_HERE) == set(KINDS)
+
+
+def test_alerts_carry_the_trace_id_and_a_log_window_around_their_activation(stack: dict[str, Any]) -> None:
+    """The correlation annotations are templates that query Prometheus (trainguard_exporter_info for the
+    trace id, ALERTS_FOR_STATE for the activation time): expanded by the real Prometheus, not by us."""
+    prom, exp = stack["prometheus"], stack["exporter"]
+    http_json(f"{exp}/v1/faults", {"fault": "thermal", "gpu": 1})
+    try:
+        deadline = time.monotonic() + 40
+        alert: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            alerts = http_json(f"{prom}/api/v1/alerts")["data"]["alerts"]
+            found = [
+                a
+                for a in alerts
+                if a["labels"]["alertname"] == "GPUThermalThrottling" and a["state"] == "firing"
+            ]
+            # the log window needs the alert's ALERTS_FOR_STATE, written after its first evaluation
+            if found and found[0]["annotations"].get("log_window", "").startswith("start=1"):
+                alert = found[0]
+                break
+            time.sleep(1)
+        assert alert, "GPUThermalThrottling did not fire with its annotations expanded"
+    finally:
+        http_json(f"{exp}/v1/faults", method="DELETE")
+    notes = alert["annotations"]
+    assert notes["trace_id"] == TRACE_ID
+    active = datetime.fromisoformat(alert["activeAt"].replace("Z", "+00:00")).timestamp()
+    start, end = (int(part.split("=")[1]) for part in notes["log_window"].split())
+    assert abs(start - (active - 30)) <= 1 and abs(end - (active + 30)) <= 1, (notes["log_window"], active)
+    assert notes["log_query"] == '{namespace="ml",pod="llama-0"}'
+    assert notes["logs_command"] == (
+        f"kubectl logs -n ml llama-0 --all-containers --timestamps --since-time=$(date -u -d @{start} "
+        "+%Y-%m-%dT%H:%M:%SZ)"
+    )
