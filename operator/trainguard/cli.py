@@ -164,6 +164,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
             receiver_ca=args.receiver_ca,
             key_file=args.key_file,
             alertmanager_url=args.alertmanager_url,
+            prometheus_url=args.prometheus_url,
             liveness=args.liveness or None,
             resync_seconds=args.resync_seconds,
             pods_seconds=args.pods_seconds,
@@ -352,6 +353,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--alertmanager-url",
         help="Alertmanager's base URL: the operator posts the faults it detects itself (OOMKilled or failed pods, "
         "nodes down) and its notices (an action withheld by the storm guard) there",
+    )
+    op.add_argument(
+        "--prometheus-url",
+        help="Prometheus's base URL, read for the morning report's ALERTS history (default: "
+        "$TRAINGUARD_PROMETHEUS_URL; without either, no morning report)",
     )
     op.add_argument(
         "--key-file",

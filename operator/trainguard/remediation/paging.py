@@ -20,11 +20,11 @@ from trainguard.remediation.model import Signal, Source
 from trainguard.remediation.records import rfc3339
 from trainguard.render.inhibition import FASTPATH, PATH_LABEL
 
-HOLD_S = 3600.0
-"""How long the posted alert fires. It is posted once (the sidecar sends a fault once), so it must
-outlast the rule's copy it mutes: DBE and NaN alerts resolve within minutes, and a lost GPU or a
-fatal XID is remediated (its pod deleted) within a minute or two. If the rule's copy still fires after
-this, it notifies then, as a P0's repeat would."""
+HOLD_S = 300.0
+"""How long the posted alert fires. It is posted once (the sidecar sends a fault once) and must outlast
+the arrival of the rule's copy it mutes (a scrape and an evaluation: under a minute at the defaults).
+Not much longer: a fault the operator remediated (the pod deleted) must stop repeating, and a fault
+that still holds after it pages again through the rule's copy, as a reminder."""
 
 
 def page_alert(signal: Signal, now: float) -> dict[str, Any] | None:
