@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tests.conftest import monitor, policy
+from trainguard.api import AlertPolicy
 from trainguard.render.policy import effective_policy
 from trainguard.render.prometheus import rule_group
 
@@ -45,3 +46,23 @@ def test_receivers_follow_roles_unless_a_route_names_them() -> None:
     assert [r.receiver.name for r in eff.receivers_for("P3")] == []
     routed = effective_policy(m, [policy(**{"spec.routes": [{"severity": "P3", "receivers": ["ticket"]}]})])
     assert [r.receiver.name for r in routed.receivers_for("P3")] == ["ticket"]
+
+
+def test_a_later_policy_as_the_apiserver_stores_it_keeps_an_earlier_policys_quiet_hours() -> None:
+    """The CRD carries the defaults, so a stored policy has every section set: defaults must not override."""
+    night = {
+        "spec.quietHours": {"enabled": True, "timezone": "Asia/Shanghai"},
+        "spec.escalation": {"after": "5m"},
+    }
+    stored = policy(**{"metadata.name": "stored"}).spec.model_dump(by_alias=True)
+    later = AlertPolicy.model_validate(
+        {"apiVersion": "trainguard.io/v1alpha1", "kind": "AlertPolicy",
+         "metadata": {"name": "stored", "namespace": "ml"}, "spec": stored}
+    )  # fmt: skip
+    assert "quiet_hours" in later.spec.model_fields_set, "the defaults are written out, as the apiserver does"
+    eff = effective_policy(monitor(), [policy(**night), later])
+    assert eff.quiet_hours.enabled and eff.quiet_hours.timezone == "Asia/Shanghai"
+    assert eff.escalation.after == "5m"
+    # a later policy that does change a section still wins
+    off = policy(**{"metadata.name": "off", "spec.quietHours": {"enabled": True, "timezone": "UTC"}})
+    assert effective_policy(monitor(), [policy(**night), off]).quiet_hours.timezone == "UTC"

@@ -131,13 +131,13 @@ def effective_policy(monitor: TrainingJobMonitor, policies: Sequence[AlertPolicy
             routes[route.severity] = route
         for w in s.maintenance_windows:
             windows[w.name] = w
-        if "escalation" in s.model_fields_set:
+        if _given(s, "escalation"):
             escalation = s.escalation
-        if "quiet_hours" in s.model_fields_set:
+        if _given(s, "quiet_hours"):
             quiet = s.quiet_hours
-        if "inhibition" in s.model_fields_set:
+        if _given(s, "inhibition"):
             inhibition = s.inhibition
-        if "runbook_base_url" in s.model_fields_set:
+        if _given(s, "runbook_base_url"):
             runbook = s.runbook_base_url
 
     alerts = []
@@ -167,6 +167,17 @@ def effective_policy(monitor: TrainingJobMonitor, policies: Sequence[AlertPolicy
         inhibition=inhibition,
         runbook_base_url=runbook,
     )
+
+
+def _given(spec: _Spec, name: str) -> bool:
+    """A section overrides the earlier policies' when it was written and differs from its defaults: the
+    apiserver fills every defaulted section into a stored policy (the CRD carries the defaults), so a
+    policy read back from the cluster has them all set, and "set" alone would let the last policy's
+    defaults undo an earlier one's quiet hours or escalation."""
+    if name not in spec.model_fields_set:
+        return False
+    field = type(spec).model_fields[name]
+    return bool(getattr(spec, name) != field.get_default(call_default_factory=True))
 
 
 def _primary(alert_name: str) -> str:
