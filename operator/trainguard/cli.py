@@ -166,6 +166,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
             alertmanager_url=args.alertmanager_url,
             prometheus_url=args.prometheus_url,
             liveness=args.liveness or None,
+            metrics_addr=args.metrics_addr,
             resync_seconds=args.resync_seconds,
             pods_seconds=args.pods_seconds,
         )
@@ -365,6 +366,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     op.add_argument(
         "--liveness", default="http://0.0.0.0:8080/healthz", help="liveness endpoint; empty to disable"
+    )
+    op.add_argument(
+        "--metrics-addr",
+        default=":8081",
+        metavar="[HOST]:PORT",
+        help="where the operator serves its own Prometheus metrics (/metrics); empty to disable",
     )
     op.add_argument(
         "--resync-seconds",

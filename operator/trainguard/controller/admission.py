@@ -87,8 +87,10 @@ def admit(
     native_sidecar: bool,
     resume_pointer: Callable[[TrainingJobMonitor], str | None] = lambda m: None,
     clock: Callable[[], float] = time.time,
+    failed: Callable[[], None] = lambda: None,
 ) -> dict[str, Any] | None:
-    """The changes for an admitted pod, or None. Never raises: a broken operator must not block pods.
+    """The changes for an admitted pod, or None. Never raises: a broken operator must not block pods
+    (`failed` is told when injection failed and the pod goes without the exporter).
     During a gang restart the pod may use a warm spare, and its exporter gets the checkpoint the
     operator chose (`resume_pointer`: the workload's trainguard.io/resume-from)."""
     namespace = str((pod.get("metadata") or {}).get("namespace") or "")
@@ -119,6 +121,7 @@ def admit(
             "It is not monitored until it is recreated; see the operator's log."
         )
         log.exception("sidecar injection failed; the pod is admitted without it")
+        failed()
         target = regarding(pod, matched)
         if target is not None:
             try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -18,6 +19,7 @@ import kopf
 from trainguard.api import GROUP, VERSION, InvalidInput, TrainingJobMonitor, parse_object
 from trainguard.controller.admission import admit
 from trainguard.controller.kube import Kube
+from trainguard.controller.metrics import OperatorMetrics
 from trainguard.controller.reconcile import ReceiverSettings, reconcile_monitor, utcnow
 from trainguard.controller.status import Outcome, monitor_status
 
@@ -67,11 +69,24 @@ def announcer(kube: Kube, body: Mapping[str, Any]) -> Any:
     return post
 
 
-def reconcile(kube: Kube, namespace: str, name: str, receiver: ReceiverSettings | None = None) -> None:
+def reconcile(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    receiver: ReceiverSettings | None = None,
+    metrics: OperatorMetrics | None = None,
+) -> None:
     with LOCKS(namespace, name):
         fresh = kube.get_monitor(namespace, name)
-        if fresh is not None:  # read under the lock, so the status it starts from is current
-            reconcile_monitor(kube, fresh, announce=announcer(kube, fresh), receiver=receiver)
+        if fresh is None:
+            return
+        # read under the lock, so the status it starts from is current
+        started, status = time.monotonic(), None
+        try:
+            status = reconcile_monitor(kube, fresh, announce=announcer(kube, fresh), receiver=receiver)
+        finally:
+            if metrics is not None:  # a reconcile that raised leaves status None: an error
+                metrics.reconciled(status, time.monotonic() - started)
 
 
 def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
@@ -90,7 +105,7 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
     @kopf.on.create(*MONITORS, id="monitor", registry=registry)
     @kopf.on.update(*MONITORS, id="monitor", registry=registry)
     def monitor_changed(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
-        reconcile(memo["kube"], namespace or "default", name, memo.get("receiver"))
+        reconcile(memo["kube"], namespace or "default", name, memo.get("receiver"), memo.get("metrics"))
 
     # ---- policies: every monitor that names a policy is re-rendered when it changes ----
 
@@ -113,7 +128,7 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
         namespace = namespace or "default"
         users = users_of(namespace, name, monitors_by_policy)
         for monitor_name in users:
-            reconcile(kube, namespace, monitor_name, memo.get("receiver"))
+            reconcile(kube, namespace, monitor_name, memo.get("receiver"), memo.get("metrics"))
         try:
             parse_object(_plain(body), f"{namespace}/{name}")
             outcome = Outcome(
@@ -142,13 +157,16 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
             return
         namespace = namespace or "default"
         for monitor_name in users_of(namespace, name, monitors_by_policy):
-            reconcile(memo["kube"], namespace, monitor_name, memo.get("receiver"))  # Degraded: PolicyNotFound
+            # Degraded: PolicyNotFound
+            reconcile(memo["kube"], namespace, monitor_name, memo.get("receiver"), memo.get("metrics"))
 
     # ---- sidecar injection: every replica answers, standbys included ----
 
     @kopf.on.mutate("", "v1", "pods", id="inject-sidecar", operations=["CREATE"], registry=registry)
     def inject_sidecar(*, body: kopf.Body, patch: kopf.Patch, memo: Any, **_: Any) -> None:
         kube: Kube = memo["kube"]
+        metrics: OperatorMetrics | None = memo.get("metrics")
+        started = time.monotonic()
         changes = admit(
             _plain(body),
             # the apiserver waits 5s for the whole answer; a slow list admits the pod without the sidecar
@@ -157,7 +175,10 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
             receiver_url=receiver_url,
             native_sidecar=bool(memo.get("native_sidecar", True)),
             resume_pointer=lambda m: resume_pointer(kube, m),
+            failed=metrics.injection_failed if metrics is not None else lambda: None,
         )
+        if metrics is not None:
+            metrics.admitted(time.monotonic() - started)
         if changes is None:
             return
         patch.metadata["annotations"] = changes["metadata"]["annotations"]

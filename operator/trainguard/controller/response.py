@@ -42,6 +42,7 @@ class Responder:
         workers: int = 4,
         executor_factory: Callable[..., Executor] = Executor,
         alertmanager_url: str | None = None,
+        on_step: Callable[[str, str], None] = lambda kind, phase: None,
     ) -> None:
         self.kube = kube
         self.cluster = cluster
@@ -57,6 +58,8 @@ class Responder:
         self._executor_factory = executor_factory
         self.alertmanager_url = alertmanager_url
         """Alertmanager's API (the operator's own P0s and its notices go there); None: not posted."""
+        self.on_step = on_step
+        """Told (kind, phase) of each step that a saved record moved into a new phase (metrics)."""
 
     # ---- intake: called on the receiver's request threads; quick ----
 
@@ -321,11 +324,14 @@ class Responder:
     def _save(self, body: dict[str, Any], record: Record) -> Record:
         """The record in the monitor's status (under the monitor's lock, read fresh by the caller)."""
         meta = body["metadata"]
+        before = next((r for r in _records(body) if r.get("id") == record.get("id")), None)
         updated = records.with_record(_records(body), record)
         self.kube.patch_status(
             "trainingjobmonitors", meta["namespace"], meta["name"], {"remediations": updated}
         )
         body.setdefault("status", {})["remediations"] = updated
+        for kind, phase in step_changes(before, record):
+            self.on_step(kind, phase)
         return record
 
     def _announce(self, body: dict[str, Any], reason: str, message: str) -> None:
@@ -334,6 +340,18 @@ class Responder:
             self.kube.post_event(body, reason, message, "Warning" if warning else "Normal")
         except Exception:
             log.exception("could not post the %s Event", reason)
+
+
+def step_changes(before: Record | None, after: Record) -> list[tuple[str, str]]:
+    """(kind, phase) of each step of `after` whose phase differs from the same step in `before` (every
+    step of a new record): what the saved record moved on, once per move."""
+    old = list((before or {}).get("steps") or [])
+    changes = []
+    for i, step in enumerate(after.get("steps") or []):
+        previous = old[i] if i < len(old) and old[i].get("kind") == step.get("kind") else {}
+        if step.get("phase") != previous.get("phase"):
+            changes.append((str(step.get("kind")), str(step.get("phase"))))
+    return changes
 
 
 def _parsed(body: dict[str, Any] | None) -> TrainingJobMonitor | AlertPolicy | None:

@@ -15,10 +15,12 @@ from typing import Any, cast
 
 import kopf
 from kubernetes import client, config
+from prometheus_client import CollectorRegistry
 
 from trainguard.controller.handlers import LOCKS, reconcile, register
 from trainguard.controller.kube import Kube
 from trainguard.controller.leadership import Leadership
+from trainguard.controller.metrics import DEFAULT_METRICS_ADDR, OperatorMetrics, serve
 from trainguard.controller.morning_report import MorningReports, prometheus_client
 from trainguard.controller.periodic import Periodic
 from trainguard.controller.reconcile import ReceiverSettings
@@ -74,6 +76,8 @@ class OperatorOptions:
     """Prometheus's base URL, for the morning report's ALERTS history; default: $TRAINGUARD_PROMETHEUS_URL.
     Without it (or without alertmanager_url) no morning report is sent."""
     liveness: str | None = "http://0.0.0.0:8080/healthz"
+    metrics_addr: str = DEFAULT_METRICS_ADDR
+    """[host]:port of the operator's own /metrics; "" turns it off."""
     resync_seconds: float = 120.0
     """How often every monitor is re-applied (repairs hand edits of the objects it owns)."""
     pods_seconds: float = 15.0
@@ -139,6 +143,7 @@ def run(opts: OperatorOptions) -> None:
         None if opts.standalone else (lambda: kube.get_peering(opts.peering)), identity, priority
     )
     cluster = Cluster(api)
+    metrics = OperatorMetrics(CollectorRegistry(), leader=leader)
     responder = Responder(
         kube,
         cluster,
@@ -146,6 +151,7 @@ def run(opts: OperatorOptions) -> None:
         leader=leader,
         lock=LOCKS,
         alertmanager_url=opts.alertmanager_url,
+        on_step=metrics.step,
     )
 
     prometheus_url = opts.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV) or None
@@ -160,7 +166,7 @@ def run(opts: OperatorOptions) -> None:
         kube,
         leader=leader,
         on_pass=functools.partial(leader_pass, responder, reports),
-        reconcile=lambda ns, name: reconcile(kube, ns, name, shared.get("receiver")),
+        reconcile=lambda ns, name: reconcile(kube, ns, name, shared.get("receiver"), metrics),
         lock=LOCKS,
         resync_s=opts.resync_seconds,
         pods_s=opts.pods_seconds,
@@ -171,6 +177,7 @@ def run(opts: OperatorOptions) -> None:
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
         memo["kube"] = kube
+        memo["metrics"] = metrics
         memo["native_sidecar"] = native_sidecar(kube)
         memo["receiver"] = shared["receiver"] = receiver_settings(kube, opts, base)
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="trainguard.io")
@@ -192,7 +199,7 @@ def run(opts: OperatorOptions) -> None:
             settings.admission.managed = None  # we manage the configuration: Ignore, 5s, selectors
         if opts.manage_webhook and opts.webhook_ca and (opts.webhook_url or opts.webhook_service):
             ensure_webhook_configuration(kube, opts)
-        shared["server"] = start_receiver(opts, shared.get("receiver"), responder, leader)
+        shared["server"] = start_receiver(opts, shared.get("receiver"), responder, leader, metrics)
         responder.start()
         periodic.start()
 
@@ -210,6 +217,15 @@ def run(opts: OperatorOptions) -> None:
     log.info(
         "trainguard operator starting: peering %s, identity %s, priority %d", opts.peering, identity, priority
     )
+    metrics_server = serve(opts.metrics_addr, metrics.registry)
+    try:
+        _run_kopf(registry, opts, identity, priority)
+    finally:
+        if metrics_server is not None:
+            metrics_server.shutdown()
+
+
+def _run_kopf(registry: kopf.OperatorRegistry, opts: OperatorOptions, identity: str, priority: int) -> None:
     asyncio.run(
         kopf.operator(
             registry=registry,
@@ -236,7 +252,11 @@ def leader_pass(responder: Responder, reports: MorningReports) -> None:
 
 
 def start_receiver(
-    opts: OperatorOptions, settings: ReceiverSettings | None, responder: Responder, leader: Leadership
+    opts: OperatorOptions,
+    settings: ReceiverSettings | None,
+    responder: Responder,
+    leader: Leadership,
+    metrics: OperatorMetrics | None = None,
 ) -> Receiver | None:
     """The remediation receiver (TLS, /v1/alerts and /v1/events); every replica serves it, a standby
     answers 503 so that Alertmanager and the sidecars retry until they reach the leader."""
@@ -251,6 +271,7 @@ def start_receiver(
         ),
         on_signals=responder.submit,
         accepting=leader,
+        observe=metrics.signal if metrics is not None else lambda source, result: None,
     )
     try:
         server.start()

@@ -37,6 +37,10 @@ _LINGER_S = 2.0
 _LINGER_BYTES = 16 << 20
 _DIGITS = re.compile(r"[0-9]+\Z", re.ASCII)
 
+SOURCES = {ALERTS_PATH: "alertmanager", EVENTS_PATH: "fastpath"}
+RESULTS = {400: "invalid", 401: "unauthorized", 405: "invalid", 500: "failed", 503: "standby"}
+"""What a refused post counts as in the operator's metrics, by status (a 200 is "accepted")."""
+
 _ROUTES: dict[str, tuple[str, Callable[[Any, float], list[Signal]]]] = {
     ALERTS_PATH: (tokens.ALERTS, from_alertmanager),
     EVENTS_PATH: (tokens.EVENTS, lambda body, now: [from_fastpath(body, now)]),
@@ -208,13 +212,16 @@ class Receiver:
         on_signals: Callable[[list[Signal]], None],
         accepting: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.time,
+        observe: Callable[[str, str], None] = lambda source, result: None,
     ) -> None:
+        """`observe(source, result)` is told of each post to a known path (the operator's metrics)."""
         if len(config.key) < tokens.MIN_KEY_BYTES:
             raise ValueError(f"the operator key must hold at least {tokens.MIN_KEY_BYTES} bytes")
         self.config = config
         self.on_signals = on_signals
         self.accepting = accepting
         self.clock = clock
+        self.observe = observe
         self.port = config.port
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -256,6 +263,20 @@ class Receiver:
     ) -> tuple[int, dict[str, Any]]:
         """The decision for one request; `read` checks the token's presence and the length, then
         returns the token and the body (or raises _Reject)."""
+        source = SOURCES.get(path)
+        try:
+            answer = self._decide(method, path, read)
+        except _Reject as r:
+            if source is not None:
+                self.observe(source, RESULTS.get(r.status, "invalid"))
+            raise
+        if source is not None:
+            self.observe(source, "accepted")
+        return answer
+
+    def _decide(
+        self, method: str, path: str, read: Callable[[int], tuple[str | None, bytes]]
+    ) -> tuple[int, dict[str, Any]]:
         route = _ROUTES.get(path)
         if route is None:
             raise _Reject(404, f"no such endpoint: {path}")

@@ -1,0 +1,143 @@
+"""The operator's own metrics (`trainguard_operator_*`), served on their own port for Prometheus.
+
+The registry is passed in, so tests read a fresh one and two operators in one process never share
+counters. Nothing here decides anything: the handlers, the admission webhook, the P0 loop and the
+receiver report what happened through these methods, at their edges.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+log = logging.getLogger("trainguard.metrics")
+
+DEFAULT_METRICS_ADDR = ":8081"
+"""Next to the liveness endpoint (:8080), the receiver (8443) and the webhook (9443)."""
+
+USER_ERRORS = frozenset({"InvalidSpec", "PolicyNotFound", "InvalidPolicy"})
+"""Degraded reasons that are the monitor's own input, not the operator failing: a reconcile that ends
+in one of them succeeded at saying so, and is not a reconcile error."""
+
+RECONCILE_RESULTS = ("success", "rejected", "error")
+SIGNAL_SOURCES = ("alertmanager", "fastpath")
+SIGNAL_RESULTS = ("accepted", "unauthorized", "invalid", "standby", "failed")
+
+
+def reconcile_result(status: Mapping[str, Any] | None) -> str:
+    """success (Ready), rejected (the monitor's own input is wrong) or error (the operator could not
+    apply: the API refused, CRDs missing, or the reconcile raised and `status` is None)."""
+    if status is None:
+        return "error"
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    if (conditions.get("Ready") or {}).get("status") == "True":
+        return "success"
+    reason = (conditions.get("Degraded") or {}).get("reason")
+    return "rejected" if reason in USER_ERRORS else "error"
+
+
+def parse_addr(addr: str) -> tuple[str, int] | None:
+    """`[host]:port` -> (host, port), the host defaulting to every interface; "" -> None (off)."""
+    if not addr:
+        return None
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--metrics-addr {addr!r}: expected [HOST]:PORT, such as :8081 or 127.0.0.1:8081")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+class OperatorMetrics:
+    """Every family the operator exports, registered in `registry`."""
+
+    def __init__(self, registry: CollectorRegistry, leader: Callable[[], bool] | None = None) -> None:
+        self.registry = registry
+        self.reconciles = Counter(
+            "trainguard_operator_reconcile",
+            "Monitor reconciles by result: success, rejected (the monitor's input is invalid), error",
+            ["result"],
+            registry=registry,
+        )
+        self.reconcile_errors = Counter(
+            "trainguard_operator_reconcile_errors",
+            "Monitor reconciles the operator failed (API refusal, missing CRDs, an exception)",
+            registry=registry,
+        )
+        self.reconcile_duration = Histogram(
+            "trainguard_operator_reconcile_duration_seconds",
+            "Time to reconcile one monitor, status write included",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=registry,
+        )
+        self.remediation_steps = Counter(
+            "trainguard_operator_remediation_steps",
+            "Remediation steps entering a phase (Planned, then InProgress, Succeeded, ...)",
+            ["kind", "phase"],
+            registry=registry,
+        )
+        self.signals = Counter(
+            "trainguard_operator_signals_received",
+            "Posts to the remediation receiver by source (alertmanager, fastpath) and result",
+            ["source", "result"],
+            registry=registry,
+        )
+        self.webhook_duration = Histogram(
+            "trainguard_operator_webhook_duration_seconds",
+            "Time to answer one sidecar-injection admission request (the apiserver waits 5 s at most)",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=registry,
+        )
+        self.injection_failures = Counter(
+            "trainguard_operator_injection_failures",
+            "Pods a monitor selected that were admitted without the exporter because injection failed",
+            registry=registry,
+        )
+        self.leader = Gauge(
+            "trainguard_operator_leader", "1 on the replica that acts, 0 on a standby", registry=registry
+        )
+        if leader is not None:
+            self.leader.set_function(lambda: 1.0 if leader() else 0.0)
+        # every result at 0 from the start, so rate() and increase() see the first one
+        for result in RECONCILE_RESULTS:
+            self.reconciles.labels(result=result)
+        for source in SIGNAL_SOURCES:
+            for signal_result in SIGNAL_RESULTS:
+                self.signals.labels(source=source, result=signal_result)
+
+    def reconciled(self, status: Mapping[str, Any] | None, seconds: float) -> None:
+        result = reconcile_result(status)
+        self.reconciles.labels(result=result).inc()
+        if result == "error":
+            self.reconcile_errors.inc()
+        self.reconcile_duration.observe(seconds)
+
+    def step(self, kind: str, phase: str) -> None:
+        self.remediation_steps.labels(kind=kind, phase=phase).inc()
+
+    def signal(self, source: str, result: str) -> None:
+        self.signals.labels(source=source, result=result).inc()
+
+    def admitted(self, seconds: float) -> None:
+        self.webhook_duration.observe(seconds)
+
+    def injection_failed(self) -> None:
+        self.injection_failures.inc()
+
+
+def serve(addr: str, registry: CollectorRegistry) -> WSGIServer | None:
+    """Serve /metrics on `addr` on a daemon thread. A port already taken (several replicas on one host)
+    costs the metrics, never the operator: logged, and None."""
+    where = parse_addr(addr)
+    if where is None:
+        return None
+    host, port = where
+    try:
+        server, _ = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        log.error("the metrics endpoint cannot listen on %s:%d: %s", host, port, exc)
+        return None
+    log.info("operator metrics on http://%s:%d/metrics", host, server.server_address[1])
+    return server

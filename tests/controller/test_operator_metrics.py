@@ -1,0 +1,271 @@
+"""The operator's own metrics: each edge reports what happened (a reconcile and its result, an
+injection failure, a remediation step moving on, a post to the receiver), and /metrics serves them to
+a real HTTP scrape, parsed with prometheus_client's own parser. The API edge is the in-memory stand-in
+of tests/controller (the real one is e2e/test_operator_metrics.py); the receiver runs over real TLS."""
+
+from __future__ import annotations
+
+import copy
+import socket
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import MONITOR, POLICY
+from tests.controller.test_reconcile import FakeKube, body, refused
+from tests.controller.test_response import rig
+from tests.remediation.test_executor import _signal
+from tests.remediation.test_receiver import (
+    KEY,
+    NOW,
+    Intake,
+    alerts_token,
+    am_payload,
+    certs,
+    events_token,
+    post,
+    xid,
+)
+from trainguard.controller import handlers
+from trainguard.controller.admission import admit
+from trainguard.controller.metrics import OperatorMetrics, parse_addr, reconcile_result, serve
+from trainguard.remediation.receiver import Receiver, ReceiverConfig
+
+__all__ = ["certs"]  # the receiver's TLS fixture, shared with tests/remediation/test_receiver.py
+
+FAMILIES = {
+    "trainguard_operator_reconcile",
+    "trainguard_operator_reconcile_errors",
+    "trainguard_operator_reconcile_duration_seconds",
+    "trainguard_operator_remediation_steps",
+    "trainguard_operator_signals_received",
+    "trainguard_operator_webhook_duration_seconds",
+    "trainguard_operator_injection_failures",
+    "trainguard_operator_leader",
+}
+
+
+def value(metrics: OperatorMetrics, name: str, **labels: str) -> float:
+    got = metrics.registry.get_sample_value(name, labels)
+    return 0.0 if got is None else got
+
+
+def scrape(port: int) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        assert resp.status == 200
+        text = resp.read().decode()
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+# ---- the endpoint ---------------------------------------------------------------------------------
+
+
+def test_metrics_answer_a_real_scrape_with_every_family_and_the_leader() -> None:
+    leading = [True]
+    metrics = OperatorMetrics(CollectorRegistry(), leader=lambda: leading[0])
+    server = serve("127.0.0.1:0", metrics.registry)
+    assert server is not None
+    try:
+        port = int(server.server_address[1])
+        metrics.reconciled({"conditions": [{"type": "Ready", "status": "True"}]}, 0.2)
+        families = scrape(port)
+        assert set(families) >= FAMILIES
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for s in families["trainguard_operator_reconcile"].samples
+        }
+        assert samples[("trainguard_operator_reconcile_total", (("result", "success"),))] == 1
+        assert samples[("trainguard_operator_reconcile_total", (("result", "error"),))] == 0
+        assert families["trainguard_operator_leader"].samples[0].value == 1
+        leading[0] = False  # read at each scrape
+        assert scrape(port)["trainguard_operator_leader"].samples[0].value == 0
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_port_already_taken_costs_the_metrics_not_the_operator() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert serve(f"127.0.0.1:{port}", CollectorRegistry()) is None
+
+
+@pytest.mark.parametrize(
+    ("addr", "expected"),
+    [
+        (":8081", ("0.0.0.0", 8081)),
+        ("127.0.0.1:9000", ("127.0.0.1", 9000)),
+        ("[::1]:81", ("::1", 81)),
+        ("", None),
+    ],
+)
+def test_metrics_addr(addr: str, expected: tuple[str, int] | None) -> None:
+    assert parse_addr(addr) == expected
+
+
+@pytest.mark.parametrize("addr", ["8081", "host:", ":http", ":70000"])
+def test_a_wrong_metrics_addr_is_refused_naming_the_flag(addr: str) -> None:
+    with pytest.raises(ValueError, match="--metrics-addr"):
+        parse_addr(addr)
+
+
+# ---- reconciles -----------------------------------------------------------------------------------
+
+
+class MonitorKube(FakeKube):
+    """test_reconcile's stand-in, which also serves the monitor and takes Events."""
+
+    def __init__(self, monitor: dict[str, Any], **kw: Any) -> None:
+        super().__init__(**kw)
+        self.monitor = monitor
+
+    def get_monitor(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.monitor)
+
+    def post_event(self, *args: Any, **kw: Any) -> None:
+        pass
+
+
+def test_each_reconcile_counts_its_result_and_only_operator_failures_are_errors() -> None:
+    metrics = OperatorMetrics(CollectorRegistry())
+    ns, name = MONITOR["metadata"]["namespace"], MONITOR["metadata"]["name"]
+    ok = MonitorKube(body(), policies={"default": POLICY})
+    handlers.reconcile(ok, ns, name, None, metrics)  # type: ignore[arg-type]
+    no_policy = MonitorKube(body())  # the user's mistake: Degraded, not an operator error
+    handlers.reconcile(no_policy, ns, name, None, metrics)  # type: ignore[arg-type]
+    forbidden = MonitorKube(body(), policies={"default": POLICY}, refuse={"PodMonitor": refused(403, "no")})
+    handlers.reconcile(forbidden, ns, name, None, metrics)  # type: ignore[arg-type]
+    down = MonitorKube(body(), policies={"default": POLICY}, refuse={"PrometheusRule": refused(503, "etcd")})
+    with pytest.raises(Exception, match="503"):
+        handlers.reconcile(down, ns, name, None, metrics)  # type: ignore[arg-type]
+
+    reconciles = "trainguard_operator_reconcile_total"
+    assert value(metrics, reconciles, result="success") == 1
+    assert value(metrics, reconciles, result="rejected") == 1
+    assert value(metrics, reconciles, result="error") == 2  # the refused apply and the one that raised
+    assert value(metrics, "trainguard_operator_reconcile_errors_total") == 2
+    assert value(metrics, "trainguard_operator_reconcile_duration_seconds_count") == 4
+
+
+def test_reconcile_result_reads_the_conditions() -> None:
+    def status(ready: str, reason: str) -> dict[str, Any]:
+        return {"conditions": [{"type": "Ready", "status": ready}, {"type": "Degraded", "reason": reason}]}
+
+    assert reconcile_result(status("True", "AsExpected")) == "success"
+    assert reconcile_result(status("False", "InvalidSpec")) == "rejected"
+    assert reconcile_result(status("False", "MissingCRDs")) == "error"
+    assert reconcile_result(None) == "error"
+
+
+# ---- admission ------------------------------------------------------------------------------------
+
+
+def test_only_a_failed_injection_is_counted_as_one() -> None:
+    pod = {"metadata": {"namespace": "ml", "labels": {"app": "llama-pretrain"}}, "spec": {"containers": [{"name": "t", "image": "t:1"}]}}  # fmt: skip
+    failures: list[None] = []
+
+    def broken(ns: str) -> list[dict[str, Any]]:
+        raise TimeoutError("the API did not answer")
+
+    common: dict[str, Any] = {"post_event": lambda *a: None, "receiver_url": "https://op:8443/v1/events",
+                              "native_sidecar": True, "failed": lambda: failures.append(None)}  # fmt: skip
+    assert admit(pod, list_monitors=lambda ns: [copy.deepcopy(MONITOR)], **common) is not None
+    assert admit(pod, list_monitors=lambda ns: [], **common) is None  # matched nothing: no failure
+    assert failures == []
+    assert admit(pod, list_monitors=broken, **common) is None
+    assert len(failures) == 1
+
+
+# ---- the P0 loop ----------------------------------------------------------------------------------
+
+
+def test_remediation_steps_are_counted_once_per_phase_they_enter() -> None:
+    responder, kube, _ = rig()
+    metrics = OperatorMetrics(CollectorRegistry())
+    responder.on_step = metrics.step
+    record = responder.handle(_signal("GPUCriticalXid"))
+    assert record is not None and responder.idle()
+    done = kube.records[0]
+    kinds = [s["kind"] for s in done["steps"]]
+    assert kinds, done
+    for step in done["steps"]:
+        kind = step["kind"]
+        assert value(
+            metrics, "trainguard_operator_remediation_steps_total", kind=kind, phase="Planned"
+        ) == kinds.count(kind)
+        assert value(
+            metrics, "trainguard_operator_remediation_steps_total", kind=kind, phase=step["phase"]
+        ) == kinds.count(kind)
+    # every save that moved no step on counted nothing: the total is one entry per phase reached
+    entered = sum(
+        s.value
+        for f in metrics.registry.collect()
+        if f.name == "trainguard_operator_remediation_steps"
+        for s in f.samples
+        if s.name.endswith("_total")
+    )
+    phases_seen: set[tuple[int, str]] = set()
+    for write in kube.status_writes:
+        for i, step in enumerate(write[0]["steps"]):
+            phases_seen.add((i, step["phase"]))
+    assert entered == len(phases_seen)
+
+
+# ---- the receiver ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def observed(certs: Path) -> Iterator[tuple[Intake, OperatorMetrics]]:
+    metrics = OperatorMetrics(CollectorRegistry())
+    config = ReceiverConfig("127.0.0.1", 0, str(certs / "tls.crt"), str(certs / "tls.key"), KEY)
+    state = {"standby": False}
+    receiver = Receiver(
+        config, lambda signals: None, accepting=lambda: not state["standby"], clock=lambda: NOW,
+        observe=metrics.signal,
+    )  # fmt: skip
+    receiver.start()
+    it = Intake(receiver, str(certs / "ca.crt"))
+    try:
+        yield it, metrics
+        state["standby"] = True
+        assert post(it, "/v1/alerts", am_payload(xid()), alerts_token())[0] == 503
+        assert (
+            value(
+                metrics, "trainguard_operator_signals_received_total", source="alertmanager", result="standby"
+            )
+            == 1
+        )
+    finally:
+        receiver.stop()
+
+
+def test_posts_are_counted_by_source_and_result(observed: tuple[Intake, OperatorMetrics]) -> None:
+    it, metrics = observed
+    assert post(it, "/v1/alerts", am_payload(xid()), alerts_token())[0] == 200
+    assert post(it, "/v1/alerts", am_payload(xid()), events_token())[0] == 401  # the other purpose's token
+    assert post(it, "/v1/events", {"not": "an event"}, events_token())[0] == 400
+    assert post(it, "/v1/events", {}, None)[0] == 401
+    assert post(it, "/v1/nothing", {}, alerts_token())[0] == 404  # no source: not counted
+
+    def count(source: str, result: str) -> float:
+        return value(metrics, "trainguard_operator_signals_received_total", source=source, result=result)
+
+    assert count("alertmanager", "accepted") == 1
+    assert count("alertmanager", "unauthorized") == 1
+    assert count("fastpath", "invalid") == 1
+    assert count("fastpath", "unauthorized") == 1
+    total = sum(
+        s.value
+        for f in metrics.registry.collect()
+        if f.name == "trainguard_operator_signals_received"
+        for s in f.samples
+        if s.name.endswith("_total")
+    )
+    assert total == 4
