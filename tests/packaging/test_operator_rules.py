@@ -1,0 +1,121 @@
+"""The chart's PrometheusRule for the operator itself, taken from `helm template` as installed and run
+through `promtool test rules`: for each alert a case that must fire and cases that must not."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.packaging.chart import NAMESPACE, objects, one, template
+
+JOB = {"job": "trainguard-operator", "namespace": NAMESPACE}
+SEL = 'job="trainguard-operator", namespace="trainguard-system"'
+
+
+@dataclass(frozen=True)
+class Case:
+    why: str
+    series: list[tuple[str, str]]
+    """(series, promtool values) at a 1m interval."""
+    at: str
+    fires: bool
+
+
+CASES: dict[str, list[Case]] = {
+    "TrainguardOperatorDown": [
+        Case("never scraped at all: absent for 5m", [], "6m", True),
+        Case("both replicas down for 5m", [(f"up{{{SEL}, pod='a'}}", "0x10"), (f"up{{{SEL}, pod='b'}}", "0x10")], "7m", True),
+        Case("down for 4 minutes only", [(f"up{{{SEL}, pod='a'}}", "1 0 0 0 0 1 1 1 1 1")], "6m", False),
+        Case("one replica down, the other up", [(f"up{{{SEL}, pod='a'}}", "0x10"), (f"up{{{SEL}, pod='b'}}", "1x10")], "8m", False),
+        Case("another release's operator is up, not this one", [("up{job='trainguard-operator', namespace='other'}", "1x10")], "7m", True),
+    ],
+    "TrainguardReconcileErrors": [
+        Case("an error every 2 minutes for half an hour", [(f"trainguard_operator_reconcile_errors_total{{{SEL}, pod='a'}}", "0+0.5x40")], "30m", True),
+        Case("one error, then none", [(f"trainguard_operator_reconcile_errors_total{{{SEL}, pod='a'}}", "0 0 1 1x37")], "30m", False),
+        Case("errors for 10 minutes, then none", [(f"trainguard_operator_reconcile_errors_total{{{SEL}, pod='a'}}", "0+1x10 10x30")], "30m", False),
+        Case("no errors", [(f"trainguard_operator_reconcile_errors_total{{{SEL}, pod='a'}}", "0x40")], "30m", False),
+    ],
+    "TrainguardInjectionFailing": [
+        Case("one pod admitted without the exporter", [(f"trainguard_operator_injection_failures_total{{{SEL}, pod='a'}}", "0x5 1x15")], "8m", True),
+        Case("the failure was over 10 minutes ago", [(f"trainguard_operator_injection_failures_total{{{SEL}, pod='a'}}", "0x5 1x30")], "25m", False),
+        Case("no failure", [(f"trainguard_operator_injection_failures_total{{{SEL}, pod='a'}}", "0x20")], "15m", False),
+    ],
+}  # fmt: skip
+
+
+def rendered_rules(helm: str) -> dict[str, Any]:
+    docs = objects(template(helm, "prometheusRule.enabled=true"))
+    return {"groups": one(docs, "PrometheusRule")["spec"]["groups"]}
+
+
+def test_the_rule_and_the_monitor_are_off_by_default(helm: str) -> None:
+    kinds = {d["kind"] for d in objects(template(helm))}
+    assert not kinds & {"PrometheusRule", "ServiceMonitor"}
+
+
+def test_every_operator_alert_has_a_firing_and_a_quiet_case(helm: str) -> None:
+    alerts = {r["alert"] for g in rendered_rules(helm)["groups"] for r in g["rules"]}
+    assert alerts == set(CASES)
+    for name, cases in CASES.items():
+        assert any(c.fires for c in cases) and any(not c.fires for c in cases), name
+
+
+def test_the_service_monitor_scrapes_the_port_the_operator_serves_metrics_on(helm: str) -> None:
+    docs = objects(template(helm, "serviceMonitor.enabled=true", "operator.metricsPort=9100"))
+    monitor, service = one(docs, "ServiceMonitor"), one(docs, "Service")
+    (endpoint,) = monitor["spec"]["endpoints"]
+    ports = {p["name"]: p for p in service["spec"]["ports"]}
+    assert ports[endpoint["port"]]["port"] == 9100
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert "--metrics-addr=:9100" in container["args"]
+    assert {"name": "metrics", "containerPort": 9100, "protocol": "TCP"} in container["ports"]
+    # the rule's job is the name of the Service the monitor selects (prometheus-operator's default)
+    assert service["metadata"]["name"] == JOB["job"]
+
+
+@pytest.mark.tools
+@pytest.mark.parametrize("alertname", sorted(CASES))
+def test_operator_alert_fires_only_when_it_should(
+    helm: str, promtool: str, tmp_path: Path, alertname: str
+) -> None:
+    rules = rendered_rules(helm)
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            rule.pop("annotations", None)  # promtool compares them too; they are plain text here
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump(rules, sort_keys=False))
+    severity = next(
+        r["labels"]["severity"] for g in rules["groups"] for r in g["rules"] if r["alert"] == alertname
+    )
+    tests = [
+        {
+            "name": case.why,
+            "interval": "1m",
+            "input_series": [{"series": s, "values": v} for s, v in case.series],
+            "alert_rule_test": [
+                {
+                    "eval_time": case.at,
+                    "alertname": alertname,
+                    "exp_alerts": [{"exp_labels": {**JOB, "severity": severity}}] if case.fires else [],
+                }
+            ],
+        }
+        for case in CASES[alertname]
+    ]
+    (tmp_path / "test.yml").write_text(
+        yaml.safe_dump({"rule_files": ["rules.yml"], "evaluation_interval": "15s", "tests": tests})
+    )
+    result = subprocess.run(
+        [promtool, "test", "rules", "test.yml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, f"promtool test rules for {alertname}:\n{result.stdout}\n{result.stderr}"
