@@ -3,14 +3,14 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 
-.PHONY: help bootstrap demo test lint unit e2e bench bench-pipeline crds chart helm docs check-generated controlplane clean
+.PHONY: help bootstrap demo test lint unit e2e bench bench-pipeline crds chart helm docs dashboards check-generated controlplane clean
 
 help:
 	@echo "make demo   - render the quickstart and check it with promtool and amtool"
 	@echo "make test   - everything CI runs: lint, types, layer contracts, unit, integration and e2e tests"
 	@echo "make e2e    - the e2e suite on a local control plane built from Go modules (cached)"
 	@echo "make bench  - exporter scrape cost next to node_exporter, memory, SDK log_step cost, SDK overhead in a real Trainer"
-	@echo "make crds   - regenerate crds/ from the models; make docs - docs/alerts.md from the catalogue"
+	@echo "make crds   - regenerate crds/ from the models; make docs - docs/alerts.md from the catalogue; make dashboards - the chart's Grafana dashboards"
 	@echo "make controlplane - build (or reuse) the local Kubernetes control plane binaries"
 
 bootstrap:
@@ -51,9 +51,14 @@ helm:
 docs: bootstrap
 	$(BIN)/trainguard docs -o docs/alerts.md
 
+# the Grafana dashboards the chart ships, generated from the catalogue (check-generated fails on drift)
+dashboards: bootstrap
+	$(BIN)/trainguard dashboards -o charts/trainguard/dashboards
+
 check-generated: bootstrap
 	$(BIN)/trainguard crds -o crds --check
 	$(BIN)/trainguard docs -o docs/alerts.md --check
+	$(BIN)/trainguard dashboards -o charts/trainguard/dashboards --check
 
 bench: bootstrap
 	$(PY) bench/exporter.py

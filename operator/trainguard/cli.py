@@ -124,6 +124,15 @@ def cmd_crds(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dashboards(args: argparse.Namespace) -> int:
+    _need("render", "pydantic", "promql_parser", "grafana_foundation_sdk")
+    from trainguard.render.dashboards import render_dashboards
+
+    for name, text in render_dashboards().items():
+        _write_or_check(Path(args.output) / name, text, args.check, "make dashboards")
+    return 0
+
+
 def cmd_docs(args: argparse.Namespace) -> int:
     from trainguard.catalog.markdown import alerts_markdown
 
@@ -311,6 +320,13 @@ def build_parser() -> argparse.ArgumentParser:
     crds.add_argument("-o", "--output", default="crds", metavar="DIR")
     crds.add_argument("--check", action="store_true", help="fail if the files in DIR differ from the models")
     crds.set_defaults(func=cmd_crds)
+
+    boards = sub.add_parser("dashboards", help="write the Grafana dashboards generated from the catalogue")
+    boards.add_argument("-o", "--output", default="charts/trainguard/dashboards", metavar="DIR")
+    boards.add_argument(
+        "--check", action="store_true", help="fail if the files in DIR differ from the catalogue"
+    )
+    boards.set_defaults(func=cmd_dashboards)
 
     op = sub.add_parser(
         "operator", help="run the operator (kopf): reconcile monitors and policies, inject sidecars"

@@ -1,0 +1,485 @@
+"""Grafana dashboards built from the catalogue with grafana-foundation-sdk: cluster health and one job.
+
+Every query names its series through `series()`, which accepts only the metric contract (catalog
+METRICS), the series the rule renderer records (render/prometheus.py, asked rather than copied) and
+the few external series listed in EXTERNAL_SERIES. A renamed metric therefore fails `make dashboards`
+(and the drift test) instead of leaving a panel that silently shows nothing.
+
+Pure and deterministic: the same catalogue gives byte-identical JSON (sorted keys, no ids or times
+that change between runs), so the files committed under charts/trainguard/dashboards stay diff-clean.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from functools import cache
+from typing import Any
+
+from grafana_foundation_sdk.builders import common as common_b
+from grafana_foundation_sdk.builders import dashboard as dash
+from grafana_foundation_sdk.builders import prometheus, stat, table, timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models import dashboard as model
+from grafana_foundation_sdk.models import prometheus as prom_model
+
+from trainguard.api import TrainingJobMonitor, parse_object
+from trainguard.api.monitor import Baseline
+from trainguard.catalog import METRICS, SEVERITIES, MetricType
+from trainguard.render.prometheus import Context, recording_rules
+
+EXTERNAL_SERIES: dict[str, str] = {
+    "up": "Prometheus' own scrape health of the PodMonitor's targets",
+    "ALERTS": "Prometheus' own series of pending and firing alerts (P3 included: shown only here)",
+    "kube_node_status_condition": "kube-state-metrics: node Ready condition (what GPUNodeDown reads)",
+    "kube_node_spec_taint": "kube-state-metrics: node taints (the operator's cordon taint)",
+}
+"""Series the dashboards read that trainguard neither exports nor records; each names its source."""
+
+FAULTY_TAINT = "trainguard.io/faulty"
+"""The taint the operator puts on a node it cordons (remediation/cluster.py, which render may not
+import; tests/render/test_dashboards.py pins the two together)."""
+
+DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
+JOB_SELECTOR = 'namespace="$namespace",training_job="$training_job"'
+
+
+class UnknownSeries(ValueError):
+    """A query named a series that nothing exports, records or is known to provide."""
+
+
+@cache
+def recorded_series() -> frozenset[str]:
+    """Names of the recording rules render/prometheus.py renders, for both GPU backends."""
+    names: set[str] = set()
+    for backend in ("simulated", "dcgm"):
+        monitor = parse_object(
+            {
+                "apiVersion": "trainguard.io/v1alpha1",
+                "kind": "TrainingJobMonitor",
+                "metadata": {"name": "dashboards", "namespace": "dashboards"},
+                "spec": {"selector": {"matchLabels": {"app": "x"}}, "exporter": {"gpuBackend": backend}},
+            }
+        )
+        assert isinstance(monitor, TrainingJobMonitor)
+        names |= {r["record"] for r in recording_rules(Context(monitor))}
+    return frozenset(names)
+
+
+@cache
+def allowed_series() -> frozenset[str]:
+    """Every series name a dashboard query may select."""
+    exported = {m.name for m in METRICS}
+    exported |= {
+        f"{m.name}{suffix}"
+        for m in METRICS
+        if m.type == MetricType.HISTOGRAM
+        for suffix in ("_bucket", "_sum", "_count")
+    }
+    return frozenset(exported | recorded_series() | set(EXTERNAL_SERIES))
+
+
+def series(name: str, *matchers: str) -> str:
+    """A selector of `name` with label matchers; refuses a name no producer of the contract has."""
+    if name not in allowed_series():
+        raise UnknownSeries(f"{name} is not in the metric contract, the recorded series or EXTERNAL_SERIES")
+    return f"{name}{{{','.join(matchers)}}}" if matchers else name
+
+
+def job(name: str, *matchers: str) -> str:
+    """A series of the dashboard's selected job."""
+    return series(name, JOB_SELECTOR, *matchers)
+
+
+# ---- panels -------------------------------------------------------------------------------------
+
+
+def _target(expr: str, legend: str = "", ref: str = "A", instant: bool = False) -> prometheus.Dataquery:
+    q = prometheus.Dataquery().expr(expr).ref_id(ref).datasource(DATASOURCE)
+    if legend:
+        q = q.legend_format(legend)
+    if instant:
+        q = q.instant().format(prom_model.PromQueryFormat.TABLE)
+    return q
+
+
+def _graph(title: str, description: str, unit: str, *targets: tuple[str, str]) -> timeseries.Panel:
+    panel = (
+        timeseries.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .unit(unit)
+        .height(8)
+        .span(12)
+        .line_width(1)
+        .fill_opacity(0)
+    )
+    for i, (expr, legend) in enumerate(targets):
+        panel = panel.with_target(_target(expr, legend, ref=chr(ord("A") + i)))
+    return panel
+
+
+def _stat(title: str, description: str, unit: str, expr: str, legend: str = "") -> stat.Panel:
+    return (
+        stat.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .unit(unit)
+        .height(5)
+        .span(6)
+        .graph_mode(common.BigValueGraphMode.AREA)
+        .with_target(_target(expr, legend))
+    )
+
+
+def _table(title: str, description: str, expr: str, span: int = 24) -> table.Panel:
+    return (
+        table.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .height(8)
+        .span(span)
+        .with_target(_target(expr, instant=True))
+    )
+
+
+def _datasource_variable() -> dash.DatasourceVariable:
+    return dash.DatasourceVariable("datasource").label("Prometheus").type("prometheus")
+
+
+def _query_variable(name: str, query: str, *, multi: bool = False) -> dash.QueryVariable:
+    return (
+        dash.QueryVariable(name)
+        .label(name)
+        .query(query)
+        .datasource(DATASOURCE)
+        .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(model.VariableSort.ALPHABETICAL_ASC)
+        .multi(multi)
+        .include_all(multi)
+    )
+
+
+def _base(title: str, uid: str, description: str) -> dash.Dashboard:
+    return (
+        dash.Dashboard(title)
+        .uid(uid)
+        .description(description)
+        .tags(["trainguard"])
+        .editable()
+        .time("now-6h", "now")
+        .refresh("30s")
+        .timezone("browser")
+        .tooltip(model.DashboardCursorSync.CROSSHAIR)
+        .with_variable(_datasource_variable())
+    )
+
+
+FIRING = 'alertstate="firing"'
+
+
+def cluster_health() -> dash.Dashboard:
+    """The fleet: the four core indicators, each node's GPUs, and every firing alert by severity."""
+    ready = series("kube_node_status_condition", 'condition="Ready"', 'status="true"')
+    jobs = f"count(count by (namespace, training_job) ({series('trainguard_train_step')}))"
+    p0 = series("ALERTS", FIRING, 'severity="P0"', 'training_job!=""')
+    p0_jobs = f"count(count by (namespace, training_job) (max_over_time({p0}[1h])))"
+    node = 'Hostname="$node"'
+    d = _base(
+        "trainguard / Cluster health",
+        "trainguard-cluster-health",
+        "GPU fleet health: node offline rate, OOMs, packet loss, job interruptions, each node's GPUs and "
+        "every firing alert by severity. Generated by `trainguard dashboards`; do not edit by hand.",
+    ).with_variable(
+        _query_variable("node", f"label_values({series('DCGM_FI_DEV_GPU_TEMP')}, Hostname)", multi=True)
+    )
+    d = (
+        d.with_row(dash.Row("Core indicators"))
+        .with_panel(
+            _stat(
+                "Node offline rate",
+                "Share of nodes whose Ready condition is not true (kube-state-metrics), the state GPUNodeDown "
+                "fires on.",
+                "percentunit",
+                f"sum({ready} == bool 0) / count({ready})",
+            )
+        )
+        .with_panel(
+            _stat(
+                "OOMs (1h)",
+                "CUDA out-of-memory errors the trainers reported through the SDK in the last hour "
+                "(trainguard_train_oom_total).",
+                "none",
+                f"sum(increase({series('trainguard_train_oom_total')}[1h]))",
+            )
+        )
+        .with_panel(
+            _stat(
+                "Packet loss (worst interface)",
+                "The highest share of packets dropped or in error on any node's interface.",
+                "percentunit",
+                f"max({series('trainguard_network_packet_loss_ratio')})",
+            )
+        )
+        .with_panel(
+            _stat(
+                "Job interruption rate (1h)",
+                "Share of training jobs with a P0 alert firing in the last hour (Prometheus' ALERTS: stalled, "
+                "non-finite loss, node down, fatal XID, ECC, GPU lost, OOM). The operator's own "
+                "TrainingInterrupted goes straight to Alertmanager, so Prometheus does not see it.",
+                "percentunit",
+                f"({p0_jobs} or vector(0)) / {jobs}",
+            )
+        )
+    )
+    gpu_legend = "GPU {{gpu}}"
+    d = (
+        d.with_row(dash.Row("Node $node").repeat("node"))
+        .with_panel(
+            _graph(
+                "Temperature",
+                "GPU core temperature per GPU of the node.",
+                "celsius",
+                (series("DCGM_FI_DEV_GPU_TEMP", node), gpu_legend),
+            ).span(8)
+        )
+        .with_panel(
+            _graph(
+                "Utilisation",
+                "GPU utilisation per GPU of the node.",
+                "percent",
+                (series("DCGM_FI_DEV_GPU_UTIL", node), gpu_legend),
+            ).span(8)
+        )
+        .with_panel(
+            _graph(
+                "Power",
+                "Power draw per GPU of the node, and the limit the driver enforces.",
+                "watt",
+                (series("DCGM_FI_DEV_POWER_USAGE", node), gpu_legend),
+                (series("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", node), "limit GPU {{gpu}}"),
+            ).span(8)
+        )
+    )
+    by_severity = series("ALERTS", FIRING, 'severity=~"' + "|".join(SEVERITIES) + '"')
+    return (
+        d.with_row(dash.Row("Active alerts"))
+        .with_panel(
+            _graph(
+                "Firing alerts by severity",
+                f"Firing alerts per severity ({', '.join(SEVERITIES)}). P3 alerts page no one: this is where "
+                "they are seen.",
+                "none",
+                (f"count by (severity) ({by_severity})", "{{severity}}"),
+            ).span(24)
+        )
+        .with_panel(
+            _table(
+                "Firing alerts",
+                "Every firing alert, with its severity, job and where.",
+                f"sort_desc({series('ALERTS', FIRING)})",
+            )
+        )
+    )
+
+
+def training_job() -> dash.Dashboard:
+    """One job: progress against its baseline, numerics, memory, checkpoints, collectives, remediation."""
+    throughput = "trainguard:train_tokens_per_second_per_gpu:avg"
+    mean, stddev = job(f"{throughput}:baseline_mean"), job(f"{throughput}:baseline_stddev")
+    p99 = "trainguard:train_collective_seconds:p99"
+    pod_legend = "{{pod}}"
+    d = (
+        _base(
+            "trainguard / Training job",
+            "trainguard-training-job",
+            "One training job: throughput against its baseline band, loss, gradients, loss scale, GPU memory, "
+            "checkpoints, collective latency, remediation and alerts. Generated by `trainguard dashboards`; "
+            "do not edit by hand.",
+        )
+        .with_variable(
+            _query_variable("namespace", f"label_values({series('trainguard_train_step')}, namespace)")
+        )
+        .with_variable(
+            _query_variable(
+                "training_job",
+                "label_values("
+                + series("trainguard_train_step", 'namespace="$namespace"')
+                + ", training_job)",
+            )
+        )
+        .with_variable(
+            dash.CustomVariable("sigma")
+            .label("band (sigma)")
+            .description("Width of the baseline band in standard deviations (the monitor's baseline.sigma).")
+            .values("1,2,3,4,5")
+            .current(
+                model.VariableOption(selected=True, text=_num(Baseline().sigma), value=_num(Baseline().sigma))
+            )
+        )
+    )
+    d = (
+        d.with_row(dash.Row("Progress"))
+        .with_panel(
+            _graph(
+                "Throughput and baseline band",
+                "Tokens per second per GPU (job average) and its baseline: mean +- sigma x stddev over the "
+                "monitor's baseline window, the band TrainingThroughputDeviation and Drop judge against.",
+                "none",
+                (job(throughput), "throughput"),
+                (mean, "baseline mean"),
+                (f"{mean} + $sigma * {stddev}", "band upper"),
+                (f"{mean} - $sigma * {stddev}", "band lower"),
+            )
+            .span(24)
+            .override_by_name(
+                "band upper",
+                [
+                    model.DynamicConfigValue(id_val="custom.fillBelowTo", value="band lower"),
+                    model.DynamicConfigValue(id_val="custom.fillOpacity", value=15),
+                    model.DynamicConfigValue(id_val="custom.lineWidth", value=0),
+                ],
+            )
+            .override_by_name("band lower", [model.DynamicConfigValue(id_val="custom.lineWidth", value=0)])
+        )
+        .with_panel(
+            _graph(
+                "Loss",
+                "Last finite training loss per pod.",
+                "none",
+                (job("trainguard_train_loss"), pod_legend),
+            )
+        )
+        .with_panel(
+            _graph(
+                "Gradient norm",
+                "Last gradient norm per pod, and the bound GradientExplosion fires above.",
+                "none",
+                (job("trainguard_train_grad_norm"), pod_legend),
+                (job("trainguard:train_grad_norm:max:upper_bound"), "explosion bound"),
+            )
+        )
+        .with_panel(
+            _graph(
+                "Loss scale",
+                "Mixed-precision loss scale per pod (log scale): repeated halving is LossScaleUnstable.",
+                "none",
+                (job("trainguard_train_loss_scale"), pod_legend),
+            ).scale_distribution(common_b.ScaleDistributionConfig().type(common.ScaleDistribution.LOG).log(2))
+        )
+        .with_panel(
+            _graph(
+                "Checkpoint age",
+                "Seconds since the last successful checkpoint, per kind.",
+                "s",
+                (
+                    f"time() - max by (kind) ({job('trainguard_checkpoint_last_success_timestamp_seconds')})",
+                    "{{kind}}",
+                ),
+            )
+        )
+    )
+    d = (
+        d.with_row(dash.Row("Memory and collectives"))
+        .with_panel(
+            _graph(
+                "GPU memory used",
+                "Framebuffer used / total per GPU (the ratio the memory alerts read).",
+                "percentunit",
+                (job("trainguard:gpu_memory_used:ratio"), "{{pod}} GPU {{gpu}}"),
+            ).span(8)
+        )
+        .with_panel(
+            _graph(
+                "Allocator fragmentation",
+                "(reserved - allocated) / reserved of the framework allocator, per GPU.",
+                "percentunit",
+                (job("trainguard_gpu_memory_fragmentation_ratio"), "{{pod}} GPU {{gpu}}"),
+            ).span(8)
+        )
+        .with_panel(
+            _graph(
+                "Collective latency p99",
+                "p99 of the SDK-timed collectives, and the bound CollectiveLatencyHigh fires above.",
+                "s",
+                (job(p99), "p99"),
+                (job(f"{p99}:upper_bound"), "bound"),
+            ).span(8)
+        )
+    )
+    job_nodes = f"group by (node) (present_over_time({job('up')}[1d]))"
+    taint = series("kube_node_spec_taint", 'key="' + FAULTY_TAINT + '"')
+    return (
+        d.with_row(dash.Row("Remediation and alerts"))
+        .with_panel(
+            _table(
+                "Nodes trainguard cordoned",
+                f"Nodes of this job (in the last day) that carry the operator's {FAULTY_TAINT} taint "
+                "(kube-state-metrics), with the reason as the taint's value. The remediation records "
+                "themselves are the monitor's status.remediations and its Events: `kubectl describe "
+                "trainingjobmonitor -n <namespace> <monitor>`.",
+                f"{taint} * on(node) group_left() {job_nodes}",
+                span=12,
+            )
+        )
+        .with_panel(
+            _table(
+                "P0 alerts (what the operator acts on)",
+                "The job's firing P0 alerts: each one starts the monitor's remediation (keep a checkpoint, "
+                "cordon, reschedule). The operator's TrainingInterrupted, TrainguardNodeCordoned and "
+                "TrainguardRemediationWithheld go straight to Alertmanager and are not in Prometheus.",
+                series("ALERTS", JOB_SELECTOR, FIRING, 'severity="P0"'),
+                span=12,
+            )
+        )
+        .with_panel(
+            _table(
+                "Active alerts",
+                "Every alert of the job that is pending or firing, P3 included.",
+                series("ALERTS", JOB_SELECTOR),
+            )
+        )
+    )
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+DASHBOARDS = {"cluster-health.json": cluster_health, "training-job.json": training_job}
+"""File name under charts/trainguard/dashboards -> the dashboard's builder."""
+
+
+def dashboard_json(build: dash.Dashboard) -> str:
+    """The dashboard as Grafana JSON: sorted keys, two-space indent, a final newline."""
+    plain = json.loads(json.dumps(build.build(), cls=JSONEncoder))
+    # Grafana keys panel state by id: number them in order, the same on every run
+    for number, panel in enumerate(plain.get("panels", []), start=1):
+        panel["id"] = number
+    return json.dumps(plain, indent=2, sort_keys=True) + "\n"
+
+
+def render_dashboards() -> dict[str, str]:
+    """File name -> JSON text of every dashboard."""
+    return {name: dashboard_json(builder()) for name, builder in sorted(DASHBOARDS.items())}
+
+
+def panel_queries(board: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """(panel title, PromQL) of every target of every panel, rows' panels included."""
+    for panel in board.get("panels", []):
+        yield from panel_queries(panel)
+        for target in panel.get("targets", []) or []:
+            if target.get("expr"):
+                yield panel.get("title", ""), target["expr"]
+
+
+def variable_queries(board: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """(variable name, query) of every query variable."""
+    for var in board.get("templating", {}).get("list", []):
+        if var.get("type") == "query":
+            query = var["query"]
+            yield var["name"], query if isinstance(query, str) else query.get("query", "")

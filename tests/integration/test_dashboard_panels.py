@@ -1,0 +1,264 @@
+"""Every panel of the generated dashboards shows data against a real Prometheus.
+
+Two real exporters (simulated GPUs, fault injection on) are scraped every second by a real Prometheus
+that evaluates the rules `trainguard render` produces. Pod llama-0 on gpu-node-1 runs
+examples/train_tiny.py through the SDK; pod llama-1 on gpu-node-2 is a mixed-precision rank driven
+from this test through the SDK's Reporter, because train_tiny (pure Python, fp64) has no loss scale and
+no allocator to report. kube-state-metrics needs an apiserver, so a stand-in serves the series it
+exports for two Ready nodes, one of which carries the operator's cordon taint (what the cluster shows
+after a remediation; the operator itself is not run here).
+
+Each panel's query is sent as Grafana sends it (template variables substituted with the values the
+dashboard's own variable queries return) and must return at least one series: first with no fault,
+where only the panels listed in NEEDS_A_FAULT may be empty, then with those faults injected.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from tests.integration.test_prometheus_faults import start, stop
+from tests.processes import free_port, http_json, wait_http
+from trainguard.api import load_documents
+from trainguard.exporter.faults import KINDS
+from trainguard.render import dump_yaml, render_prometheus
+from trainguard.render.dashboards import FAULTY_TAINT, panel_queries, render_dashboards, variable_queries
+from trainguard.sdk import Reporter
+
+pytestmark = pytest.mark.tools
+
+DOCS = """
+apiVersion: trainguard.io/v1alpha1
+kind: TrainingJobMonitor
+metadata: {name: llama-pretrain, namespace: ml}
+spec:
+  selector: {matchLabels: {app: llama-pretrain}}
+  exporter: {gpuBackend: simulated, scrapeInterval: 1s}
+  baseline: {warmupSteps: 0, window: 1m, offset: 10s, sigma: 3}
+  checkpoint: {timeout: 5s}
+  policyRefs: [{name: fast}]
+---
+apiVersion: trainguard.io/v1alpha1
+kind: AlertPolicy
+metadata: {name: fast, namespace: ml}
+spec:
+  escalation: {enabled: false}
+  alerts:
+    - {name: GPUPowerCapped, for: 0s}
+"""
+NODES = {"gpu-node-1": "llama-0", "gpu-node-2": "llama-1"}
+KSM = "".join(
+    f'kube_node_status_condition{{node="{n}",condition="Ready",status="{s}"}} {int(s == "true")}\n'
+    for n in NODES
+    for s in ("true", "false", "unknown")
+) + (
+    f'kube_node_spec_taint{{node="gpu-node-2",key="{FAULTY_TAINT}",value="GPUCriticalXid",effect="NoSchedule"}} 1\n'
+)
+
+NEEDS_A_FAULT: dict[str, tuple[str, str]] = {
+    "Packet loss (worst interface)": (
+        "packet-loss",
+        "the exporter reports loss only for interfaces with traffic between two polls; the test host's are idle",
+    ),
+    "Firing alerts by severity": ("power-limit", "no alert fires on a healthy job; power-limit fires the P3"),
+    "Firing alerts": ("power-limit", "as above"),
+    "Active alerts": ("power-limit", "as above"),
+    "P0 alerts (what the operator acts on)": ("oom", "a P0 needs a P0 fault: oom fires GPUOutOfMemory"),
+}
+"""Panels that are empty on a healthy job, the fault that fills each, and why."""
+FAULTS = sorted({fault for fault, _ in NEEDS_A_FAULT.values()})
+
+
+class KubeStateMetrics(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = KSM.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def mixed_precision_rank(endpoint: str, stop_event: threading.Event) -> None:
+    """Rank 1 of the job: steps with a loss scale that a grad scaler halves now and then, and the
+    allocator's fragmentation, reported through the SDK."""
+    reporter = Reporter(endpoint=endpoint)
+    step, scale = 0, 65536.0
+    while not stop_event.is_set():
+        step += 1
+        if step % 50 == 0:
+            scale /= 2
+        reporter.log_step(step, loss=2.0 / step**0.5, grad_norm=1.0, tokens=4096, loss_scale=scale)
+        reporter.log_fragmentation(gpu=0, ratio=0.05 + (step % 10) / 100)
+        stop_event.wait(0.05)
+    reporter.close()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    prometheus = shutil.which("prometheus")
+    if prometheus is None:
+        pytest.skip("prometheus is not installed (.ci/run installs it)")
+    d = tmp_path_factory.mktemp("dashboards")
+    (d / "rules.yml").write_text(
+        dump_yaml(render_prometheus(load_documents([("m.yaml", DOCS)]))["rules.yml"])
+    )
+    ksm = ThreadingHTTPServer(("127.0.0.1", free_port()), KubeStateMetrics)
+    threading.Thread(target=ksm.serve_forever, daemon=True).start()
+    ports = {node: free_port() for node in NODES}
+    prom_port = free_port()
+    targets = [
+        {"targets": [f"127.0.0.1:{ports[node]}"],
+         "labels": {"namespace": "ml", "training_job": "llama-pretrain", "node": node, "pod": pod}}
+        for node, pod in NODES.items()
+    ]  # fmt: skip
+    (d / "prometheus.yml").write_text(dump_yaml({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(d / "rules.yml")],
+        "scrape_configs": [
+            {"job_name": "trainguard", "honor_labels": True, "static_configs": targets},
+            {"job_name": "kube-state-metrics", "honor_labels": True,
+             "static_configs": [{"targets": [f"127.0.0.1:{ksm.server_address[1]}"]}]},
+        ],
+    }))  # fmt: skip
+    procs = [
+        start([sys.executable, "-m", "trainguard.cli", "exporter", "--backend", "simulated", "--gpus", "2",
+               "--enable-fault-injection", "--sdk-tcp", "--listen", f"127.0.0.1:{ports[node]}",
+               "--poll-interval", "0.5", "--namespace", "ml", "--training-job", "llama-pretrain",
+               "--node", node, "--pod", pod], d / f"exporter-{pod}.log")
+        for node, pod in NODES.items()
+    ]  # fmt: skip
+    procs.append(
+        start([prometheus, f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={d / 'data'}",
+               f"--web.listen-address=127.0.0.1:{prom_port}"], d / "prometheus.log")
+    )  # fmt: skip
+    done = threading.Event()
+    rank: threading.Thread | None = None
+    try:
+        for proc, node in zip(procs, NODES, strict=False):
+            wait_http(f"http://127.0.0.1:{ports[node]}/healthz", proc=proc)
+        procs.append(start([sys.executable, "examples/train_tiny.py", "--steps", "100000000", "--step-delay", "0.02",
+                            "--endpoint", f"http://127.0.0.1:{ports['gpu-node-1']}",
+                            "--checkpoint-dir", str(d / "ckpt")], d / "trainer.log"))  # fmt: skip
+        rank = threading.Thread(
+            target=mixed_precision_rank, args=(f"http://127.0.0.1:{ports['gpu-node-2']}", done), daemon=True
+        )
+        rank.start()
+        wait_http(f"http://127.0.0.1:{prom_port}/-/ready", proc=procs[2], timeout=30)
+        yield {
+            "prometheus": f"http://127.0.0.1:{prom_port}",
+            "exporters": [f"http://127.0.0.1:{p}" for p in ports.values()],
+            "dir": d,
+        }
+    finally:
+        done.set()
+        if rank is not None:
+            rank.join(timeout=5)
+        stop(procs)
+        ksm.shutdown()
+
+
+def query(prom: str, expr: str) -> list[dict[str, Any]]:
+    url = f"{prom}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
+    answer = http_json(url)
+    assert answer["status"] == "success", answer
+    result = answer["data"]["result"]
+    return result if isinstance(result, list) else [result]
+
+
+def label_values(prom: str, selector: str, label: str) -> list[str]:
+    url = f"{prom}/api/v1/label/{label}/values?{urllib.parse.urlencode({'match[]': selector})}"
+    return list(http_json(url)["data"])
+
+
+def variable_values(prom: str, board: dict[str, Any], fixed: dict[str, str]) -> dict[str, list[str]]:
+    """Each query variable's values as Grafana would list them, in the dashboard's order (a later
+    variable's query may use an earlier one)."""
+    values: dict[str, list[str]] = {}
+    for name, q in variable_queries(board):
+        selector, label = q.removeprefix("label_values(").removesuffix(")").rsplit(", ", 1)
+        for var, chosen in fixed.items():
+            selector = selector.replace(f"${var}", chosen)
+        values[name] = label_values(prom, selector, label)
+        if values[name]:
+            fixed = fixed | {name: values[name][0]}
+    return values
+
+
+def empty_panels(prom: str) -> tuple[dict[str, list[str]], list[str]]:
+    """(variable values, the 'board / panel: query' of every query that returned nothing)."""
+    empty: list[str] = []
+    seen: dict[str, list[str]] = {}
+    for name, text in render_dashboards().items():
+        board = json.loads(text)
+        values = variable_values(prom, board, {"sigma": "3"})
+        seen |= values
+        # a repeated row runs once per value of its variable: every node must show data
+        runs = [{"namespace": ns, "training_job": job, "node": node, "sigma": "3"}
+                for ns in values.get("namespace", ["-"]) for job in values.get("training_job", ["-"])
+                for node in values.get("node", ["-"])]  # fmt: skip
+        for title, expr in panel_queries(board):
+            for run in runs:
+                q = expr.replace("$__rate_interval", "1m").replace("$__range", "1h")
+                for var, value in run.items():
+                    q = q.replace(f"${var}", value)
+                if not query(prom, q):
+                    empty.append(f"{name} / {title}: {q}")
+    return seen, empty
+
+
+def panel_of(line: str) -> str:
+    """The panel title of an empty_panels line."""
+    return line.split(" / ", 1)[1].split(": ", 1)[0]
+
+
+def test_every_panel_shows_data(stack: dict[str, Any]) -> None:
+    prom = stack["prometheus"]
+    # long enough for the baseline (window 1m, offset 10s) to have samples, and the p99's rate window
+    deadline = time.monotonic() + 90
+    values: dict[str, list[str]] = {}
+    empty: list[str] = []
+    while time.monotonic() < deadline:
+        values, empty = empty_panels(prom)
+        if all(values.values()) and {panel_of(p) for p in empty} <= set(NEEDS_A_FAULT):
+            break
+        time.sleep(3)
+    logs = "\n".join(p.read_text()[-1500:] for p in stack["dir"].glob("*.log"))
+    assert values == {"node": sorted(NODES), "namespace": ["ml"], "training_job": ["llama-pretrain"]}, values
+    unexplained = [p for p in empty if panel_of(p) not in NEEDS_A_FAULT]
+    assert not unexplained, f"panels without data on a healthy job: {unexplained}\n{logs}"
+
+    for fault in FAULTS:
+        for exporter in stack["exporters"]:
+            http_json(f"{exporter}/v1/faults", {"fault": fault, "gpu": 1})
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            _, empty = empty_panels(prom)
+            if not empty:
+                break
+            time.sleep(2)
+        assert not empty, f"panels without data with {FAULTS} injected: {empty}\n{logs}"
+        severities = {
+            r["metric"]["severity"] for r in query(prom, 'count by (severity) (ALERTS{alertstate="firing"})')
+        }
+        assert {"P0", "P3"} <= severities, severities
+    finally:
+        for exporter in stack["exporters"]:
+            http_json(f"{exporter}/v1/faults", method="DELETE")
+
+
+def test_every_fault_listed_is_a_real_fault_kind() -> None:
+    assert set(FAULTS) <= set(KINDS)

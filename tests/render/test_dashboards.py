@@ -1,0 +1,178 @@
+"""The Grafana dashboards: every query is PromQL over series something produces, the committed JSON is
+what the catalogue generates today, and the output does not change between runs."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import promql_parser
+import pytest
+import yaml
+
+from tests.render.test_rule_inputs_exist import EXTERNAL as RULE_EXTERNAL
+from trainguard.catalog import METRICS, SEVERITIES
+from trainguard.cli import main
+from trainguard.remediation.cluster import FAULTY_TAINT as OPERATOR_TAINT
+from trainguard.render.dashboards import (
+    EXTERNAL_SERIES,
+    FAULTY_TAINT,
+    UnknownSeries,
+    panel_queries,
+    recorded_series,
+    render_dashboards,
+    series,
+    variable_queries,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMITTED = ROOT / "charts" / "trainguard" / "dashboards"
+VARIABLES = {
+    "$namespace": "ml",
+    "$training_job": "llama-pretrain",
+    "$node": "gpu-node-1",
+    "$sigma": "3",
+    "$__rate_interval": "1m",
+    "$__range": "1h",
+}
+"""What Grafana substitutes before it sends a query: a value of each template variable."""
+
+
+def substituted(expr: str) -> str:
+    for name, value in sorted(VARIABLES.items(), key=lambda kv: -len(kv[0])):
+        expr = expr.replace(name, value)
+    assert "$" not in expr, f"a template variable the tests do not substitute: {expr}"
+    return expr
+
+
+def boards() -> dict[str, dict[str, Any]]:
+    return {name: json.loads(text) for name, text in render_dashboards().items()}
+
+
+def all_queries() -> list[tuple[str, str, str]]:
+    out = []
+    for name, board in boards().items():
+        out += [(name, title, expr) for title, expr in panel_queries(board)]
+        for var, query in variable_queries(board):
+            inner = re.fullmatch(r"label_values\((.*), \w+\)", query)
+            assert inner, f"{name}: variable {var} is not a label_values query: {query}"
+            out.append((name, f"variable {var}", inner.group(1)))
+    return out
+
+
+def selected_names(expr: str) -> set[str]:
+    names: set[str] = set()
+
+    def visit(node: object) -> bool:
+        if isinstance(node, promql_parser.VectorSelector) and node.name:
+            names.add(node.name)
+        return True
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return names
+
+
+@pytest.mark.parametrize(("board", "panel", "expr"), all_queries(), ids=lambda x: str(x)[:60])
+def test_every_query_parses_and_reads_only_produced_series(board: str, panel: str, expr: str) -> None:
+    names = selected_names(substituted(expr))
+    exported = {m.name for m in METRICS} | {f"{m.name}_bucket" for m in METRICS if m.type == "histogram"}
+    unknown = names - exported - recorded_series() - set(EXTERNAL_SERIES)
+    assert not unknown, f"{board} / {panel} reads series nothing produces: {unknown}"
+    assert names, f"{board} / {panel} selects no series at all"
+
+
+def test_every_query_passes_promtool(tmp_path: Path, promtool: str) -> None:
+    """Prometheus' own parser agrees with promql-parser on every query (as rules, which promtool checks)."""
+    rules = [
+        {"record": f"dashboard:q{i}", "expr": substituted(e)} for i, (_, _, e) in enumerate(all_queries())
+    ]
+    path = tmp_path / "queries.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
+    proc = subprocess.run(
+        [promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_external_series_are_the_rules_own_or_named() -> None:
+    """The dashboards read no more outside series than the rules do, plus ALERTS and the cordon taint."""
+    assert set(EXTERNAL_SERIES) - set(RULE_EXTERNAL) == {"ALERTS", "kube_node_spec_taint"}
+
+
+def test_a_name_outside_the_contract_is_refused() -> None:
+    with pytest.raises(UnknownSeries, match="trainguard_train_tokens_per_second"):
+        series("trainguard_train_tokens_per_second", 'namespace="ml"')
+    with pytest.raises(UnknownSeries):
+        series("trainguard:train_tokens_per_second_per_gpu:avg:baseline_median")
+    assert series("trainguard_train_loss", 'pod="a"') == 'trainguard_train_loss{pod="a"}'
+
+
+def test_the_baseline_band_reads_the_recorded_baseline() -> None:
+    assert {
+        "trainguard:train_tokens_per_second_per_gpu:avg:baseline_mean",
+        "trainguard:train_tokens_per_second_per_gpu:avg:baseline_stddev",
+        "trainguard:train_collective_seconds:p99",
+    } <= recorded_series()
+    board = boards()["training-job.json"]
+    (panel,) = [p for p in board["panels"] if p["title"] == "Throughput and baseline band"]
+    legends = {t["legendFormat"] for t in panel["targets"]}
+    fill = [
+        (o["matcher"]["options"], prop["value"])
+        for o in panel["fieldConfig"]["overrides"]
+        for prop in o["properties"]
+        if prop["id"] == "custom.fillBelowTo"
+    ]
+    assert fill == [("band upper", "band lower")]
+    assert {"band upper", "band lower"} <= legends
+
+
+def test_active_alerts_show_every_severity_p3_included() -> None:
+    exprs = [e for t, e in panel_queries(boards()["cluster-health.json"]) if t == "Firing alerts by severity"]
+    assert exprs and all(f"{s}" in exprs[0] for s in SEVERITIES) and "P3" in SEVERITIES
+
+
+def test_the_cordon_taint_is_the_operators() -> None:
+    assert FAULTY_TAINT == OPERATOR_TAINT
+
+
+def test_panels_use_the_datasource_variable_and_have_distinct_ids() -> None:
+    for name, board in boards().items():
+        ids = [p["id"] for p in board["panels"]]
+        assert len(ids) == len(set(ids)), name
+        for p in board["panels"]:
+            if p["type"] != "row":
+                assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, (name, p["title"])
+
+
+def test_the_per_node_row_repeats_over_the_node_variable() -> None:
+    board = boards()["cluster-health.json"]
+    rows = [p for p in board["panels"] if p["type"] == "row" and p.get("repeat")]
+    assert [r["repeat"] for r in rows] == ["node"]
+    after = board["panels"][board["panels"].index(rows[0]) + 1 :][:3]
+    assert [p["title"] for p in after] == ["Temperature", "Utilisation", "Power"]
+
+
+def test_output_is_byte_identical_between_runs() -> None:
+    assert render_dashboards() == render_dashboards()
+
+
+def test_the_committed_dashboards_are_what_the_catalogue_generates() -> None:
+    """Like crds/: a metric renamed in the catalogue changes (or breaks) the generated JSON, and this
+    fails until `make dashboards` is run and the result committed."""
+    expected = render_dashboards()
+    committed = {p.name: p.read_text() for p in COMMITTED.glob("*.json")}
+    assert committed == expected, "charts/trainguard/dashboards is out of date: run `make dashboards`"
+
+
+def test_the_cli_writes_and_checks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dashboards", "-o", str(tmp_path)]) == 0
+    assert {p.name for p in tmp_path.iterdir()} == set(render_dashboards())
+    assert main(["dashboards", "-o", str(tmp_path), "--check"]) == 0
+    (tmp_path / "training-job.json").write_text("{}\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["dashboards", "-o", str(tmp_path), "--check"])
+    assert exc.value.code != 0
+    assert "make dashboards" in capsys.readouterr().err
