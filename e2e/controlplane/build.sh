@@ -12,6 +12,8 @@ ETCD_VERSION="${ETCD_VERSION:-3.6.16}"
 HELM_VERSION="${HELM_VERSION:-3.22.0}"
 PROM_OPERATOR_VERSION="${PROM_OPERATOR_VERSION:-0.95.2}"
 CONTROLLER_TOOLS_VERSION="${CONTROLLER_TOOLS_VERSION:-0.20.1}"
+# the newest release whose module Go 1.26 accepts (later ones need a newer Go)
+VICTORIA_METRICS_VERSION="${VICTORIA_METRICS_VERSION:-1.151.0}"
 
 CACHE="${TRAINGUARD_E2E_CACHE:-$HOME/.cache/trainguard-e2e}"
 BIN="$CACHE/bin"
@@ -129,6 +131,28 @@ build_helm() {
   link_current helm "$v"
 }
 
+build_victoria_metrics() {
+  # VictoriaMetrics single node, the long-term store of tests/integration/test_longterm_storage.py
+  local v="$VICTORIA_METRICS_VERSION"
+  if have victoria-metrics "$v"; then log "victoria-metrics v$v: cached"; else
+    local start=$SECONDS dir="$WORK/victoria-metrics-$v"
+    mkdir -p "$dir"
+    printf 'module trainguard.io/e2e/victoriametrics\n\ngo 1.26.0\n' > "$dir/go.mod"
+    printf 'package main\n' > "$dir/main.go"
+    (
+      cd "$dir"
+      log "victoria-metrics v$v: downloading modules"
+      go get "github.com/VictoriaMetrics/VictoriaMetrics/app/victoria-metrics@v$v"
+      log "victoria-metrics v$v: compiling"
+      go build -trimpath \
+        -ldflags "-s -w -X github.com/VictoriaMetrics/VictoriaMetrics/lib/buildinfo.Version=victoria-metrics-v$v" \
+        -o "$BIN/victoria-metrics-$v" github.com/VictoriaMetrics/VictoriaMetrics/app/victoria-metrics
+    )
+    log "victoria-metrics v$v: built in $((SECONDS - start))s"
+  fi
+  link_current victoria-metrics "$v"
+}
+
 fetch_prometheus_operator_crds() {
   # The proxy serves prometheus-operator's API module (pkg/apis/monitoring) but not the root module
   # that holds the YAML, so the CRDs are generated from the pinned Go types with controller-gen,
@@ -167,5 +191,6 @@ case "$what" in
   etcd) build_etcd ;;
   helm) build_helm ;;
   crds) fetch_prometheus_operator_crds ;;
-  *) echo "usage: $0 [all|kubernetes|etcd|helm|crds]" >&2; exit 2 ;;
+  victoria-metrics) build_victoria_metrics ;;
+  *) echo "usage: $0 [all|kubernetes|etcd|helm|crds|victoria-metrics]" >&2; exit 2 ;;
 esac

@@ -71,7 +71,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     if not docs.monitors:
         _fail("no TrainingJobMonitor in the input: rules and routes are rendered per monitor")
     if args.format == "kubernetes":
-        text = dump_stream(render_kubernetes(docs))
+        text = dump_stream(render_kubernetes(docs, args.aggregate_interval))
         if args.output:
             out = Path(args.output)
             out.mkdir(parents=True, exist_ok=True)
@@ -80,9 +80,11 @@ def cmd_render(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(text)
         return 0
-    files = render_prometheus(docs)
+    files = render_prometheus(
+        docs, args.aggregate_interval, args.remote_write_url, args.remote_write_events_url
+    )
     if not args.output:
-        _fail("--format prometheus writes two files: give a directory with -o DIR", EXIT_USAGE)
+        _fail("--format prometheus writes several files: give a directory with -o DIR", EXIT_USAGE)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     for name, content in files.items():
@@ -307,6 +309,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     render.add_argument(
         "-o", "--output", metavar="DIR", help="write files into DIR instead of standard output"
+    )
+    render.add_argument(
+        "--aggregate-interval",
+        default="5m",
+        metavar="DURATION",
+        help="how often the long-term aggregate groups are evaluated (default 5m; tests shorten it)",
+    )
+    render.add_argument(
+        "--remote-write-url",
+        metavar="URL",
+        help="--format prometheus: also write remote_write.yml, shipping only the aggregates and the "
+        "alert history to this long-term store (docs/long-term-storage.md)",
+    )
+    render.add_argument(
+        "--remote-write-events-url",
+        metavar="URL",
+        help="with --remote-write-url: send the alert history (ALERTS, ALERTS_FOR_STATE) here instead, "
+        "to a store with a longer retention than the aggregates' 6 months",
     )
     render.set_defaults(func=cmd_render)
 

@@ -12,6 +12,7 @@ import yaml
 from trainguard.api.load import Documents
 from trainguard.render.alertmanager import alertmanager_yml
 from trainguard.render.kubernetes import monitor_objects
+from trainguard.render.longterm import DEFAULT_INTERVAL, aggregate_group, remote_write
 from trainguard.render.policy import EffectivePolicy, effective_policy
 from trainguard.render.prometheus import rule_group
 
@@ -29,21 +30,37 @@ def _sorted_monitors(docs: Documents) -> list[Any]:
     return sorted(docs.monitors, key=lambda m: (m.namespace, m.name))
 
 
-def render_kubernetes(docs: Documents) -> list[dict[str, Any]]:
-    """The objects for every monitor, ordered by namespace and name."""
+def render_kubernetes(docs: Documents, aggregate_interval: str = DEFAULT_INTERVAL) -> list[dict[str, Any]]:
+    """The objects for every monitor, ordered by namespace and name. Each PrometheusRule also holds
+    the monitor's long-term aggregate group (render.longterm), evaluated every `aggregate_interval`."""
     out: list[dict[str, Any]] = []
     for m in _sorted_monitors(docs):
-        out += monitor_objects(m, effective_policy(m, docs.policies_for(m)))
+        for obj in monitor_objects(m, effective_policy(m, docs.policies_for(m))):
+            if obj["kind"] == "PrometheusRule":
+                obj["spec"]["groups"].append(aggregate_group(m, aggregate_interval))
+            out.append(obj)
     return out
 
 
-def render_prometheus(docs: Documents) -> dict[str, dict[str, Any]]:
-    """`rules.yml` and `alertmanager.yml` for a plain Prometheus and Alertmanager."""
+def render_prometheus(
+    docs: Documents,
+    aggregate_interval: str = DEFAULT_INTERVAL,
+    remote_write_url: str | None = None,
+    remote_write_events_url: str | None = None,
+) -> dict[str, dict[str, Any]]:
+    """`rules.yml` and `alertmanager.yml` for a plain Prometheus and Alertmanager, `aggregates.yml`
+    (a second rule file: the long-term aggregates) and, given a URL, `remote_write.yml`: the
+    remote_write section for prometheus.yml that ships only the aggregates and the alert history
+    (the history to `remote_write_events_url` instead, when given, for a store that keeps it longer)."""
     pairs = [(m, effective_policy(m, docs.policies_for(m))) for m in _sorted_monitors(docs)]
-    return {
+    files = {
         "rules.yml": {"groups": [rule_group(m, p) for m, p in pairs]},
+        "aggregates.yml": {"groups": [aggregate_group(m, aggregate_interval) for m, _ in pairs]},
         "alertmanager.yml": alertmanager_yml(pairs),
     }
+    if remote_write_url:
+        files["remote_write.yml"] = remote_write(remote_write_url, remote_write_events_url)
+    return files
 
 
 class _Dumper(yaml.SafeDumper):
