@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 
-.PHONY: help bootstrap demo test lint unit e2e bench bench-pipeline crds chart helm docs dashboards check-generated controlplane clean
+.PHONY: help bootstrap demo test lint unit e2e bench bench-pipeline crds chart helm victoria-metrics docs dashboards check-generated controlplane clean
 
 help:
 	@echo "make demo   - render the quickstart and check it with promtool and amtool"
@@ -25,7 +25,7 @@ lint: bootstrap
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-unit: bootstrap helm
+unit: bootstrap helm victoria-metrics
 	$(PY) -m pytest --cov=trainguard.render --cov=trainguard.catalog --cov=trainguard.api --cov-report=term
 
 e2e: bootstrap
@@ -47,6 +47,12 @@ chart: crds
 helm:
 	@if command -v go >/dev/null 2>&1; then e2e/controlplane/build.sh helm; \
 	else echo "go is not installed: no helm, the chart tests will not run"; fi
+
+# VictoriaMetrics single node for tests/integration/test_longterm_storage.py, built the same way
+# (about a minute on 2 cores, cached by version); without Go that test skips (fails in CI)
+victoria-metrics:
+	@if command -v go >/dev/null 2>&1; then e2e/controlplane/build.sh victoria-metrics; \
+	else echo "go is not installed: no victoria-metrics, the long-term storage test will not run"; fi
 
 docs: bootstrap
 	$(BIN)/trainguard docs -o docs/alerts.md
