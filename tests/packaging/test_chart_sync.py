@@ -47,10 +47,15 @@ def test_the_chart_rbac_is_deploy_rbac() -> None:
 
 
 def _comparable(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
-    """The object as deploy/ would have it: the install namespace back to trainguard-system, no labels."""
+    """The object as deploy/ would have it: the install namespace back to trainguard-system, no labels
+    and no Argo CD sync wave (the chart's own)."""
     out: dict[str, Any] = yaml.safe_load(yaml.safe_dump(obj))
     meta = out["metadata"]
     meta.pop("labels", None)
+    annotations = meta.pop("annotations", None) or {}
+    annotations.pop("argocd.argoproj.io/sync-wave", None)
+    if annotations:
+        meta["annotations"] = annotations
     if meta.get("namespace") == namespace:
         meta["namespace"] = DEPLOY_NAMESPACE
     for subject in out.get("subjects") or []:

@@ -34,3 +34,11 @@ app.kubernetes.io/part-of: trainguard
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 {{- end -}}
+
+{{/*
+Argo CD sync waves: the CRDs (crds/, no annotation: wave 0) apply first, then RBAC (1), then the
+operator and what it needs (2), then the policies that use the CRDs (3). Helm ignores them.
+*/}}
+{{- define "trainguard.syncWave" -}}
+argocd.argoproj.io/sync-wave: {{ . | quote }}
+{{- end -}}
