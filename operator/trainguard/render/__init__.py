@@ -35,10 +35,9 @@ def render_kubernetes(docs: Documents, aggregate_interval: str = DEFAULT_INTERVA
     the monitor's long-term aggregate group (render.longterm), evaluated every `aggregate_interval`."""
     out: list[dict[str, Any]] = []
     for m in _sorted_monitors(docs):
-        for obj in monitor_objects(m, effective_policy(m, docs.policies_for(m))):
-            if obj["kind"] == "PrometheusRule":
-                obj["spec"]["groups"].append(aggregate_group(m, aggregate_interval))
-            out.append(obj)
+        out += monitor_objects(
+            m, effective_policy(m, docs.policies_for(m)), aggregate_interval=aggregate_interval
+        )
     return out
 
 

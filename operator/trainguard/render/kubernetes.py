@@ -8,6 +8,7 @@ from typing import Any
 
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.render.alertmanager import OperatorReceiver, alertmanager_config_spec
+from trainguard.render.longterm import DEFAULT_INTERVAL, aggregate_group
 from trainguard.render.policy import EffectivePolicy
 from trainguard.render.prometheus import rule_group
 from trainguard.render.receivers import inline_secret_data
@@ -42,12 +43,16 @@ def _metadata(monitor: TrainingJobMonitor, name: str | None = None) -> Obj:
     return meta
 
 
-def prometheus_rule(monitor: TrainingJobMonitor, policy: EffectivePolicy) -> Obj:
+def prometheus_rule(
+    monitor: TrainingJobMonitor, policy: EffectivePolicy, aggregate_interval: str = DEFAULT_INTERVAL
+) -> Obj:
+    """The monitor's alerting group and its long-term aggregate group (render.longterm), so that what the
+    operator applies and what `trainguard render` prints are the same object."""
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
         "metadata": _metadata(monitor),
-        "spec": {"groups": [rule_group(monitor, policy)]},
+        "spec": {"groups": [rule_group(monitor, policy), aggregate_group(monitor, aggregate_interval)]},
     }
 
 
@@ -168,10 +173,11 @@ def monitor_objects(
     policy: EffectivePolicy,
     resolved_nodes: dict[str, list[str]] | None = None,
     operator: OperatorReceiver | None = None,
+    aggregate_interval: str = DEFAULT_INTERVAL,
 ) -> list[Obj]:
     """Everything one monitor owns, in apply order (the Secret before the config that reads it). With
     `operator`, Alertmanager also posts the job's P0 and P1 alerts to the operator's receiver."""
-    objs = [prometheus_rule(monitor, policy)]
+    objs = [prometheus_rule(monitor, policy, aggregate_interval)]
     secret = receiver_secret(monitor, policy)
     if secret is not None:
         objs.append(secret)
