@@ -50,3 +50,14 @@ if [ "${#missing[@]}" -gt 0 ]; then
     log "install them with: sudo apt-get install prometheus prometheus-alertmanager"
   fi
 fi
+
+# headless Chromium for the diagnostic report's page test (tests/diagnosis/test_report_chromium.py)
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing chromium (headless, for the report's page test)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+  else
+    log "chromium is missing: the report's page test will be skipped (sudo apt-get install chromium)"
+  fi
+fi

@@ -281,6 +281,61 @@ def cmd_uncordon(args: argparse.Namespace) -> int:
     return 0
 
 
+def _when(text: str | None) -> float:
+    """--at: unix seconds or an RFC 3339 time; now when absent."""
+    import time
+    from datetime import UTC, datetime
+
+    if not text:
+        return time.time()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        _fail(f"--at takes unix seconds or an RFC 3339 time, got {text!r}", EXIT_USAGE)
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """A diagnostic report of one monitor's job around an alert (or a time): causes, plots and logs."""
+    _need("operator", "kubernetes", "prometheus_api_client")
+    import os
+    import time
+
+    from kubernetes import client, config
+
+    from trainguard.controller.report import build_report, prometheus_client
+    from trainguard.controller.run import client_configuration
+
+    namespace, name = _monitor_ref(args.monitor)
+    url = args.prometheus or os.environ.get("TRAINGUARD_PROMETHEUS_URL")
+    if not url:
+        _fail("give Prometheus's URL with --prometheus URL (or $TRAINGUARD_PROMETHEUS_URL)", EXIT_USAGE)
+    at = _when(args.at)
+    try:
+        api = client.ApiClient(client_configuration(args.kubeconfig))
+    except (config.ConfigException, OSError) as exc:
+        _fail(f"no Kubernetes credentials: {exc}")
+    from trainguard.controller.kube import Kube
+
+    try:
+        report = build_report(
+            Kube(api), prometheus_client(url), namespace, name, alert=args.alert, at=at, now=time.time()
+        )
+    except LookupError as exc:
+        _fail(str(exc))
+    except Exception as exc:
+        _fail(f"could not build the report: {exc}")
+    Path(args.output).write_text(report.html, encoding="utf-8")
+    if args.markdown:
+        Path(args.markdown).write_text(report.markdown, encoding="utf-8")
+    print(args.output)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from trainguard import __version__
 
@@ -458,6 +513,18 @@ def build_parser() -> argparse.ArgumentParser:
     docs.add_argument("-o", "--output", default="docs/alerts.md", metavar="FILE")
     docs.add_argument("--check", action="store_true", help="fail if FILE differs from the catalogue")
     docs.set_defaults(func=cmd_docs)
+
+    rep = sub.add_parser("report", help="a diagnostic report (HTML, Markdown) of a job around an alert")
+    rep.add_argument("--monitor", required=True, metavar="NS/NAME", help="the TrainingJobMonitor")
+    rep.add_argument("--alert", help="the alert to report on (default: the job's most severe firing at --at)")
+    rep.add_argument("--at", metavar="TIME", help="unix seconds or RFC 3339 (default: now)")
+    rep.add_argument("-o", "--output", default="trainguard-report.html", metavar="FILE.html")
+    rep.add_argument("--markdown", metavar="FILE.md", help="also write the Markdown version")
+    rep.add_argument(
+        "--prometheus", metavar="URL", help="Prometheus's base URL (default: $TRAINGUARD_PROMETHEUS_URL)"
+    )
+    rep.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    rep.set_defaults(func=cmd_report)
     return parser
 
 

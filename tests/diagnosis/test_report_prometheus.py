@@ -1,0 +1,133 @@
+"""The report's edge (controller/report.py) against a real Prometheus: a seeded trace backfilled with
+`promtool tsdb create-blocks-from openmetrics`, its ALERTS and the exporter's trace id beside it,
+fetched through prometheus-api-client, diagnosed and built into the report.
+
+Stand-ins, because no apiserver runs in this tier: the monitor, its policy and its pods (a plain object
+with the Kube methods the edge calls) and the pod-log call (`read_namespaced_pod_log`, which records
+its arguments and returns the timestamped text the API would). The e2e tier's fake kubelet does not
+serve container logs yet (see the issue note), so the API path of the logs is not exercised here."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import MONITOR, POLICY, merged
+from tests.diagnosis.report_inputs import RECORD, TRACE_ID
+from tests.diagnosis.traces import AT, JOB, NS, trace
+from tests.processes import free_port, wait_http
+from trainguard.controller.report import LOG_LIMIT_BYTES, build_report, prometheus_client
+
+pytestmark = pytest.mark.tools
+
+
+def _openmetrics() -> str:
+    families: dict[str, list[str]] = {}
+    for s in trace("throughput-data", 0).snapshot.series:
+        labels = ",".join(f'{k}="{v}"' for k, v in s.labels)
+        families.setdefault(s.metric, []).extend(f"{s.metric}{{{labels}}} {v!r} {t:.3f}" for t, v in s.points)
+    job = f'namespace="{NS}",training_job="{JOB}"'
+    families["trainguard_exporter_info"] = [
+        f'trainguard_exporter_info{{{job},pod="{JOB}-worker-0",trace_id="{TRACE_ID}"}} 1 {AT - 60 + 15 * i:.3f}'
+        for i in range(8)
+    ]
+    alert = f'{job},alertname="TrainingThroughputDrop",alertstate="firing",severity="P1",node="gpu-node-0"'
+    families["ALERTS"] = [f"ALERTS{{{alert}}} 1 {AT - 300 + 30 * i:.3f}" for i in range(15)]
+    return "\n".join([line for lines in families.values() for line in lines] + ["# EOF", ""])
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    binary, promtool = shutil.which("prometheus"), shutil.which("promtool")
+    if binary is None or promtool is None:
+        pytest.skip("Prometheus is not installed (.ci/run installs prometheus)")
+    d = tmp_path_factory.mktemp("prometheus")
+    (d / "trace.om").write_text(_openmetrics())
+    backfill = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(d / "trace.om"),
+                               str(d / "data")], capture_output=True, text=True, check=False)  # fmt: skip
+    assert backfill.returncode == 0, backfill.stdout + backfill.stderr
+    (d / "prometheus.yml").write_text("global: {}\n")
+    port = free_port()
+    with (d / "prometheus.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [binary, f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={d / 'data'}",
+             "--storage.tsdb.retention.time=20y", f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_http(f"{url}/-/ready", proc=proc)
+            yield url
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+def _stamp(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f000Z")
+
+
+class _Core:
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def read_namespaced_pod_log(self, name: str, namespace: str, **kw: Any) -> str:
+        self.calls.append({"name": name, "namespace": namespace, **kw})
+        return (
+            f"{_stamp(AT - 90)} step 1190 long before\n"
+            f"{_stamp(AT - 10)} [rank1]: NCCL WARN Timeout waiting for connection\n"
+            f"{_stamp(AT + 5)} step 1215 loss 2.28\n"
+        )
+
+
+class _Kube:
+    def __init__(self) -> None:
+        self.core = _Core()
+        self.monitor = merged(MONITOR, **{"metadata.name": JOB, "metadata.namespace": NS})
+        self.monitor["status"] = {"remediations": [RECORD]}
+
+    def get_monitor(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.monitor if (namespace, name) == (NS, JOB) else None
+
+    def get_policy(self, namespace: str, name: str) -> dict[str, Any]:
+        return merged(
+            POLICY, **{"metadata.namespace": NS, "spec.runbookBaseUrl": "https://runbooks.example/tg"}
+        )
+
+    def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        assert selector == "app=llama-pretrain"
+        return [
+            {
+                "metadata": {"name": f"{JOB}-worker-1"},
+                "spec": {"nodeName": "gpu-node-0", "containers": [{"name": "trainer"}, {"name": "trainguard-exporter"}]},
+                "status": {"containerStatuses": [
+                    {"name": "trainer", "lastState": {"terminated": {"reason": "OOMKilled", "finishedAt": _stamp(AT - 200)}}}
+                ]},
+            }
+        ]  # fmt: skip
+
+
+def test_the_report_is_built_from_prometheus_and_the_pods(prometheus: str, tmp_path: Path) -> None:
+    kube = _Kube()
+    report = build_report(kube, prometheus_client(prometheus), NS, JOB, alert=None, at=AT, now=AT + 600)
+    md = report.markdown
+    assert "# P1 TrainingThroughputDrop" in md and "node gpu-node-0" in md
+    assert "### throughput-data-loading" in md
+    assert TRACE_ID in md
+    assert "https://runbooks.example/tg#trainingthroughputdrop" in md
+    assert "[nccl-timeout]" in md and "step 1215" in md and "long before" not in md
+    assert "notify: Succeeded" in md
+    assert {"throughput", "loss", "data-wait", "allreduce", "gpu-memory"} <= set(report.plots)
+    [call] = kube.core.calls  # the exporter's container is not read
+    assert call["container"] == "trainer" and call["timestamps"] is True
+    assert call["limit_bytes"] == LOG_LIMIT_BYTES and call["since_seconds"] == 630
+
+
+def test_an_unknown_monitor_is_a_lookup_error(prometheus: str) -> None:
+    with pytest.raises(LookupError):
+        build_report(_Kube(), prometheus_client(prometheus), NS, "nope", alert=None, at=AT, now=AT)
