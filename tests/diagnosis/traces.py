@@ -19,6 +19,9 @@ Faults, one per scenario:
                      fails (an event) and training stops (the training series end)
   mixed-data-gpu     d += 0.3..0.5 s and c x1.3..1.6 with the clock down: both shares are expected
   straggler          one rank's c x1.15..2.0 (with its SM clock down, or CPU-bound with the clock normal)
+Edge scenarios, faults near or under the rules' thresholds (EDGE): straggler-slight (one rank's c
+x1.03..1.15), gpu-slight (c x1.1..1.3 with a power cap: a drop of 7-19% around the 15% threshold),
+data-pipeline-faint (d += 0.2..0.4 s, a loss wave of 2-8x its noise; the rule wants 3x its baseline stddev).
 Must-not-fire scenarios (expected: no cause): healthy; noisy (2.5x noise, one grad-norm spike, one loss
 spike); loss-oscillation-only (no data wait); hardware-without-fault (a pending row remap or a few SBEs,
 training fine); fault-without-hardware (an OOM-killed pod, training stops); benign-xid (XID 13 or 31 and
@@ -401,6 +404,39 @@ def _straggler(rng: random.Random) -> _Plan:
     return _Plan(_onset(rng), apply, expected=_exp(Cause.STRAGGLER, **where), alert="TrainingThroughputDrop")
 
 
+def _straggler_slight(rng: random.Random) -> _Plan:
+    rank, factor = rng.randrange(RANKS), rng.uniform(1.03, 1.15)
+
+    def apply(r: int, s: _Rank, t: float) -> None:
+        if r == rank:
+            s.c *= factor
+
+    where = {"pod": pod_name(rank), "node": node_name(rank)}
+    return _Plan(_onset(rng), apply, expected=_exp(Cause.STRAGGLER, **where))
+
+
+def _gpu_slight(rng: random.Random) -> _Plan:
+    factor = rng.uniform(1.1, 1.3)
+
+    def apply(r: int, s: _Rank, t: float) -> None:
+        s.c *= factor
+        s.clock /= factor
+        s.throttle = 0x4
+
+    return _Plan(_onset(rng), apply, expected=_exp(Cause.THROUGHPUT_GPU), alert="TrainingThroughputDeviation")
+
+
+def _data_pipeline_faint(rng: random.Random) -> _Plan:
+    extra, wave = rng.uniform(0.2, 0.4), rng.uniform(0.02, 0.08)
+
+    def apply(r: int, s: _Rank, t: float) -> None:
+        s.d += extra
+        s.loss_wave = wave
+
+    both = _exp(Cause.DATA_PIPELINE, Cause.THROUGHPUT_DATA)
+    return _Plan(_onset(rng), apply, expected=both, alert="TrainingLossOscillation")
+
+
 def _uneven_ranks(rng: random.Random) -> _Plan:
     spread = [rng.uniform(0.95, 1.05) for _ in range(RANKS)]
 
@@ -429,7 +465,14 @@ SCENARIOS: dict[str, Callable[[random.Random], _Plan]] = {
     "benign-xid": _benign_xid,
     "straggler": _straggler,
     "uneven-ranks": _uneven_ranks,
+    "straggler-slight": _straggler_slight,
+    "gpu-slight": _gpu_slight,
+    "data-pipeline-faint": _data_pipeline_faint,
 }
+
+EDGE: frozenset[str] = frozenset({"straggler-slight", "gpu-slight", "data-pipeline-faint"})
+"""Faults at or below what the rules are meant to see: they measure where recall ends, so the accuracy
+test leaves them out and `python -m tests.diagnosis.accuracy` reports them apart."""
 
 
 @functools.lru_cache(maxsize=512)
