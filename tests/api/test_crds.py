@@ -68,6 +68,16 @@ def test_alert_names_are_an_enum_in_the_policy_crd() -> None:
     assert "GPUCriticalXid" in names and names == list(ALERT_NAMES)
 
 
+def test_every_crd_applies_before_the_objects_of_its_argo_cd_application() -> None:
+    """Argo CD applies lower waves first; the chart's objects sit at 1-3 and a user's own, unannotated
+    TrainingJobMonitor at 0, so the CRD needs a wave below them all, written by the generator."""
+    for name, crd in crds().items():
+        wave = crd["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"]
+        assert int(wave) < 0, f"{name}: sync wave {wave}"
+        committed = yaml.safe_load((ROOT / "crds" / name).read_text())
+        assert committed["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"] == wave
+
+
 def test_crd_yaml_round_trips() -> None:
     for name in crds():
         assert yaml.safe_load((ROOT / "crds" / name).read_text())["kind"] == "CustomResourceDefinition"

@@ -166,7 +166,10 @@ def test_sync_waves_apply_the_crds_then_rbac_then_the_operator_then_policies(hel
     docs = objects(argocd_render(helm, GOLDEN_VALUES / "secret-certs.values.yaml"))
     crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
     assert {c["spec"]["names"]["kind"] for c in crds} >= {*KINDS, "ClusterKopfPeering"}
+    for c in crds:  # an explicit wave below 0: before a user's own unannotated monitors too
+        assert WAVE in (c["metadata"].get("annotations") or {}), f"{c['metadata']['name']} has no wave"
     first = max(wave(c) for c in crds)
+    assert first < 0
     served = {(c["spec"]["group"], c["spec"]["names"]["kind"]) for c in crds}
     rbac = [d for d in docs if d["kind"] in RBAC_KINDS]
     operator = [d for d in docs if d["kind"] in ("Deployment", "Service", "MutatingWebhookConfiguration")]

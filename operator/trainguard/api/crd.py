@@ -33,6 +33,11 @@ _KEEP = {
     "x-kubernetes-validations",
 }
 
+SYNC_WAVE_ANNOTATION = "argocd.argoproj.io/sync-wave"
+CRD_SYNC_WAVE = "-1"
+"""Argo CD applies a CRD before everything else of its Application: the chart's own objects sit at
+waves 1-3, and a TrainingJobMonitor or AlertPolicy a user adds without a wave (0) still comes after."""
+
 
 def _resolve(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     if "$ref" in schema:
@@ -147,7 +152,11 @@ def _crd(
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{GROUP}", "labels": {"app.kubernetes.io/part-of": "trainguard"}},
+        "metadata": {
+            "name": f"{plural}.{GROUP}",
+            "labels": {"app.kubernetes.io/part-of": "trainguard"},
+            "annotations": {SYNC_WAVE_ANNOTATION: CRD_SYNC_WAVE},
+        },
         "spec": {
             "group": GROUP,
             "names": {
