@@ -1,4 +1,4 @@
-"""Installing with Argo CD (deploy/argocd/): the Application renders the chart, the chart's sync waves
+"""Installing with Argo CD (examples/argocd/): the Application renders the chart, the chart's sync waves
 put the CRDs before the RBAC, the operator and the policies, every CRD fits client-side apply's
 annotation, and the health check for argocd-cm, run by a real Lua interpreter (Lua 5.1, as Argo CD's
 gopher-lua, and 5.4) on statuses the operator's own status code writes, reads trainguard's conditions."""
@@ -17,7 +17,7 @@ import yaml
 from tests.packaging.chart import CHART, GOLDEN_VALUES, REPO, objects, run_helm, template_args
 from trainguard.controller.status import Outcome, monitor_status
 
-ARGOCD = REPO / "deploy" / "argocd"
+ARGOCD = REPO / "examples" / "argocd"
 HEALTH = ARGOCD / "health.lua"
 KINDS = ("TrainingJobMonitor", "AlertPolicy")
 WAVE = "argocd.argoproj.io/sync-wave"
@@ -122,7 +122,7 @@ def test_argocd_cm_holds_the_health_check_for_both_kinds() -> None:
     assert set(cm["data"]) == keys
     for key in keys:
         assert cm["data"][key] == HEALTH.read_text(), (
-            f"{key} differs from deploy/argocd/health.lua: copy it in"
+            f"{key} differs from examples/argocd/health.lua: copy it in"
         )
 
 
