@@ -22,7 +22,7 @@ from tests.conftest import MONITOR, POLICY, merged
 from tests.diagnosis.report_inputs import RECORD, TRACE_ID
 from tests.diagnosis.traces import AT, JOB, NS, trace
 from tests.processes import free_port, wait_http
-from trainguard.controller.report import LOG_LIMIT_BYTES, build_report, prometheus_client
+from trainguard.controller.report import LOG_LIMIT_BYTES, DiagnosticReports, build_report, prometheus_client
 
 pytestmark = pytest.mark.tools
 
@@ -38,7 +38,12 @@ def _openmetrics() -> str:
         for i in range(8)
     ]
     alert = f'{job},alertname="TrainingThroughputDrop",alertstate="firing",severity="P1",node="gpu-node-0"'
-    families["ALERTS"] = [f"ALERTS{{{alert}}} 1 {AT - 300 + 30 * i:.3f}" for i in range(15)]
+    p2 = f'{job},alertname="DataLoaderSlow",alertstate="firing",severity="P2"'
+    families["ALERTS"] = [f"ALERTS{{{a}}} 1 {AT - 300 + 30 * i:.3f}" for a in (alert, p2) for i in range(15)]
+    p2_state = f'{job},alertname="DataLoaderSlow",severity="P2"'
+    families["ALERTS_FOR_STATE"] = [
+        f"ALERTS_FOR_STATE{{{p2_state}}} {AT - 400:.3f} {AT - 300 + 30 * i:.3f}" for i in range(15)
+    ]
     return "\n".join([line for lines in families.values() for line in lines] + ["# EOF", ""])
 
 
@@ -90,6 +95,21 @@ class _Kube:
         self.core = _Core()
         self.monitor = merged(MONITOR, **{"metadata.name": JOB, "metadata.namespace": NS})
         self.monitor["status"] = {"remediations": [RECORD]}
+        self.monitor["metadata"]["uid"] = "uid-1"
+        self.created: list[dict[str, Any]] = []
+        self.events: list[tuple[str, str]] = []
+
+    def list_monitors(self) -> list[dict[str, Any]]:
+        return [self.monitor]
+
+    def create_if_absent(self, obj: dict[str, Any]) -> bool:
+        if any(o["metadata"]["name"] == obj["metadata"]["name"] for o in self.created):
+            return False
+        self.created.append(obj)
+        return True
+
+    def post_event(self, regarding: dict[str, Any], reason: str, message: str) -> None:
+        self.events.append((reason, message))
 
     def get_monitor(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.monitor if (namespace, name) == (NS, JOB) else None
@@ -116,7 +136,7 @@ def test_the_report_is_built_from_prometheus_and_the_pods(prometheus: str, tmp_p
     kube = _Kube()
     report = build_report(kube, prometheus_client(prometheus), NS, JOB, alert=None, at=AT, now=AT + 600)
     md = report.markdown
-    assert "# P1 TrainingThroughputDrop" in md and "node gpu-node-0" in md
+    assert "# P1 TrainingThroughputDrop" in md and "node gpu-node-0" in md  # the most severe firing
     assert "### throughput-data-loading" in md
     assert TRACE_ID in md
     assert "https://runbooks.example/tg#trainingthroughputdrop" in md
@@ -131,3 +151,30 @@ def test_the_report_is_built_from_prometheus_and_the_pods(prometheus: str, tmp_p
 def test_an_unknown_monitor_is_a_lookup_error(prometheus: str) -> None:
     with pytest.raises(LookupError):
         build_report(_Kube(), prometheus_client(prometheus), NS, "nope", alert=None, at=AT, now=AT)
+
+
+def test_each_firing_p2_is_reported_once_into_a_configmap_owned_by_the_monitor(prometheus: str) -> None:
+    kube = _Kube()
+    clock = [AT]
+    passes = DiagnosticReports(
+        kube, lambda: True, prometheus_client(prometheus), clock=lambda: clock[0], check_s=0
+    )
+    assert passes.run() == 1
+    [cm] = kube.created
+    assert cm["metadata"]["ownerReferences"] == [
+        {"apiVersion": "trainguard.io/v1alpha1", "kind": "TrainingJobMonitor", "name": JOB, "uid": "uid-1"}
+    ]
+    assert cm["metadata"]["labels"]["trainguard.io/alert"] == "DataLoaderSlow"  # the P1 is not reported
+    assert "# P2 DataLoaderSlow" in cm["data"]["report.md"]
+    assert "2025-10-09 08:46:40 UTC" in cm["data"]["report.md"]  # centred on ALERTS_FOR_STATE's activeAt
+    assert "<svg" in cm["data"]["report.html"]
+    [(reason, message)] = kube.events
+    assert (
+        reason == "DiagnosticReport"
+        and cm["metadata"]["name"] in message
+        and "kubectl -n research" in message
+    )
+    clock[0] += 60
+    assert passes.run() == 0 and len(kube.created) == 1
+    restarted = DiagnosticReports(kube, lambda: True, prometheus_client(prometheus), clock=lambda: AT)
+    assert restarted.run() == 0 and len(kube.events) == 1  # the ConfigMap is there: no second Event

@@ -10,9 +10,12 @@ catalogue's joined recording rules (`trainguard_dcgm:<name>`) when the plain nam
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -176,17 +179,29 @@ def runbook_url(kube: Any, monitor: TrainingJobMonitor, alert: str) -> str:
 
 
 def build_report(
-    kube: Any, prom: RangeQuery, namespace: str, name: str, *, alert: str | None, at: float, now: float
+    kube: Any,
+    prom: RangeQuery,
+    namespace: str,
+    name: str,
+    *,
+    alert: str | None,
+    at: float,
+    now: float,
+    labels: dict[str, str] | None = None,
 ) -> Report:
-    """Everything fetched for one monitor's job around `at`, then the pure builder."""
+    """Everything fetched for one monitor's job around `at`, then the pure builder. The alert's labels are
+    those firing at `at` (the most severe when `alert` is None) unless given."""
     body = kube.get_monitor(namespace, name)
     if body is None:
         raise LookupError(f"no TrainingJobMonitor {namespace}/{name}")
     monitor = parse_object({k: v for k, v in body.items() if k != "status"})
     if not isinstance(monitor, TrainingJobMonitor):
         raise LookupError(f"{namespace}/{name} is not a TrainingJobMonitor")
-    fired = firing(prom, namespace, name, at)
-    labels = next((f for f in fired if f.get("alertname") == alert), fired[0] if fired and not alert else {})
+    if labels is None:
+        fired = firing(prom, namespace, name, at)
+        labels = next(
+            (f for f in fired if f.get("alertname") == alert), fired[0] if fired and not alert else {}
+        )
     alert_name = alert or labels.get("alertname", "") or "on demand"
     snap_series = fetch_series(prom, namespace, name, at, before=1800, after=150)
     pods = kube.list_pods(namespace, monitor.spec.selector.to_selector_string())
@@ -207,3 +222,129 @@ def build_report(
     records = list(((body.get("status") or {}).get("remediations")) or [])
     logs = pod_logs(kube.core, namespace, pods, at, now)
     return build(ReportInput(info, snapshot, diagnose(snapshot), logs, records))
+
+
+# ---- the P2 pass: a report per firing P2, in a ConfigMap owned by the monitor, linked from an Event ----
+
+REPORT_SEVERITY = "P2"
+CONFIGMAP_LIMIT = 900 * 1024
+"""Under a ConfigMap's 1 MiB: past it the HTML (with its plots) is left out and the Markdown kept."""
+
+
+def report_name(monitor: str, alert: dict[str, str]) -> str:
+    """One ConfigMap per firing alert (its labels), stable across passes and operator restarts: its
+    existence is the record that the report was written."""
+    key = ",".join(f"{k}={v}" for k, v in sorted(alert.items()) if k not in ("alertstate", "__name__"))
+    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
+    return f"trainguard-report-{monitor[:200]}-{digest}"
+
+
+def report_configmap(
+    body: dict[str, Any], name: str, alert: dict[str, str], report: Report
+) -> dict[str, Any]:
+    meta = body["metadata"]
+    data = {"report.md": report.markdown}
+    if len(report.markdown) + len(report.html) < CONFIGMAP_LIMIT:
+        data["report.html"] = report.html
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": meta["namespace"],
+            "labels": {
+                "app.kubernetes.io/managed-by": "trainguard",
+                "trainguard.io/monitor": meta["name"],
+                "trainguard.io/alert": alert.get("alertname", "")[:63],
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": body["apiVersion"],
+                    "kind": body["kind"],
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                }
+            ],
+        },
+        "data": data,
+    }
+
+
+def active_at(prom: RangeQuery, namespace: str, job: str, alert: dict[str, str], now: float) -> float:
+    """When the alert became active (ALERTS_FOR_STATE's value), so the report centres on the onset;
+    now when Prometheus does not say."""
+    want = {k: v for k, v in alert.items() if k not in ("alertstate", "__name__")}
+    name = _quoted(alert.get("alertname", ""))
+    for item in _instant(prom, f"ALERTS_FOR_STATE{{alertname={name},{_job(namespace, job)}}}", now):
+        labels = {k: str(v) for k, v in (item.get("metric") or {}).items() if k != "__name__"}
+        if labels == want:
+            return float(item["value"][1])
+    return now
+
+
+def open_command(namespace: str, name: str) -> str:
+    """What a person runs to open a report (the Event says it)."""
+    return f"kubectl -n {namespace} get configmap {name} -o jsonpath='{{.data.report\\.html}}' > {name}.html"
+
+
+@dataclass
+class DiagnosticReports:
+    """On the leader's periodic pass: every monitor's firing P2 alerts (Prometheus' ALERTS), each
+    reported once into a ConfigMap owned by the monitor (so it goes with it) and an Event on the monitor
+    naming it. create-if-absent is the once: a ConfigMap already there means already reported."""
+
+    kube: Any
+    leader: Callable[[], bool]
+    prometheus: RangeQuery | None
+    clock: Callable[[], float] = time.time
+    check_s: float = 60.0
+    _next: float = 0.0
+    _done: set[tuple[str, str]] = field(default_factory=set)
+
+    def run(self) -> int:
+        now = self.clock()
+        if self.prometheus is None or now < self._next or not self.leader():
+            return 0
+        self._next = now + self.check_s
+        written = 0
+        for body in self.kube.list_monitors():
+            meta = body.get("metadata") or {}
+            ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+            try:
+                written += self._one(body, ns, name, now)
+            except Exception as exc:
+                log.warning("diagnostic reports of %s/%s failed: %s", ns, name, exc)
+        return written
+
+    def _one(self, body: dict[str, Any], ns: str, name: str, now: float) -> int:
+        assert self.prometheus is not None
+        written = 0
+        for alert in firing(self.prometheus, ns, name, now):
+            if alert.get("severity") != REPORT_SEVERITY:
+                continue
+            cm_name = report_name(name, alert)
+            if (ns, cm_name) in self._done:
+                continue
+            at = active_at(self.prometheus, ns, name, alert, now)
+            report = build_report(
+                self.kube,
+                self.prometheus,
+                ns,
+                name,
+                alert=alert.get("alertname"),
+                at=at,
+                now=now,
+                labels=alert,
+            )
+            created = self.kube.create_if_absent(report_configmap(body, cm_name, alert, report))
+            self._done.add((ns, cm_name))
+            if not created:
+                continue
+            self.kube.post_event(
+                body,
+                "DiagnosticReport",
+                f"{alert.get('alertname')} ({REPORT_SEVERITY}): report in ConfigMap {cm_name}; open it with: "
+                + open_command(ns, cm_name),
+            )
+            written += 1
+        return written
