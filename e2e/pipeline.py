@@ -253,13 +253,14 @@ class Monitoring:
 
 
 def objects(ns: str, sink: Sink, remediation: dict[str, Any] | None = None, gpus: int = 8, *,
-            policy: dict[str, Any] | None = None, baseline: dict[str, Any] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+            policy: dict[str, Any] | None = None, baseline: dict[str, Any] | None = None,
+            scrape_interval: str = "1s") -> list[dict[str, Any]]:  # fmt: skip
     monitor = {
         "apiVersion": "trainguard.io/v1alpha1", "kind": "TrainingJobMonitor",
         "metadata": {"name": JOB, "namespace": ns},
         "spec": {
             "selector": {"matchLabels": {"app": JOB}}, "workloadRef": {"kind": "Job", "name": JOB},
-            "gpusPerPod": gpus, "exporter": {"gpuBackend": "simulated", "scrapeInterval": "1s"},
+            "gpusPerPod": gpus, "exporter": {"gpuBackend": "simulated", "scrapeInterval": scrape_interval},
             # no baseline alert may fire by chance during these short runs
             "baseline": baseline or {"warmupSteps": 100_000_000},
             "checkpoint": {"incrementalEverySteps": 20, "fullEverySteps": 100},

@@ -203,6 +203,8 @@ def scrape_targets(podmonitors: list[Obj], pods: list[Obj]) -> list[Obj]:
                     sd = {"__meta_kubernetes_pod_node_name": spec.get("nodeName", "")}
                     labels = {"namespace": ns, "pod": meta["name"], "container": c["name"],
                               "endpoint": endpoint["port"], "job": f"{ns}/{name}"}  # fmt: skip
+                    if endpoint.get("interval"):  # prometheus-operator writes one scrape job per interval
+                        labels["__scrape_interval__"] = endpoint["interval"]
                     for i, rule in enumerate(endpoint.get("relabelings") or []):
                         _relabel(rule, sd, labels, f"{where}.relabelings[{i}]")
                     groups.append(
