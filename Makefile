@@ -64,6 +64,7 @@ dashboards: bootstrap
 check-generated: bootstrap
 	$(BIN)/trainguard crds -o crds --check
 	$(BIN)/trainguard docs -o docs/alerts.md --check
+	$(BIN)/trainguard reference -o docs/reference --check
 	$(BIN)/trainguard dashboards -o charts/trainguard/dashboards --check
 
 bench: bootstrap

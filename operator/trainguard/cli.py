@@ -142,6 +142,16 @@ def cmd_docs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reference(args: argparse.Namespace) -> int:
+    _need("render")
+    from trainguard.api.reference import reference_markdown
+
+    regenerate = "trainguard reference -o docs/reference"
+    for name, text in reference_markdown().items():
+        _write_or_check(Path(args.output) / name, text, args.check, regenerate)
+    return 0
+
+
 def cmd_operator(args: argparse.Namespace) -> int:
     _need("operator", "kopf", "kubernetes", "pydantic", "yaml", "promql_parser")
     import logging
@@ -513,6 +523,11 @@ def build_parser() -> argparse.ArgumentParser:
     docs.add_argument("-o", "--output", default="docs/alerts.md", metavar="FILE")
     docs.add_argument("--check", action="store_true", help="fail if FILE differs from the catalogue")
     docs.set_defaults(func=cmd_docs)
+
+    ref = sub.add_parser("reference", help="write docs/reference/, the CR reference, from the models")
+    ref.add_argument("-o", "--output", default="docs/reference", metavar="DIR")
+    ref.add_argument("--check", action="store_true", help="fail if DIR differs from the models")
+    ref.set_defaults(func=cmd_reference)
 
     rep = sub.add_parser("report", help="a diagnostic report (HTML, Markdown) of a job around an alert")
     rep.add_argument("--monitor", required=True, metavar="NS/NAME", help="the TrainingJobMonitor")
