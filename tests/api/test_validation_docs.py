@@ -67,6 +67,10 @@ CEL_TWINS: dict[str, tuple[dict[str, Any], str]] = {
         merged(MONITOR, **{"spec.policyRefs": [{"name": "default"}, {"name": "default"}]}),
         "spec",
     ),
+    "costLabels keys must be Prometheus label names": (
+        merged(MONITOR, **{"spec.costLabels": {"node": "x"}}),
+        "spec.costLabels",
+    ),
     "values must be non-empty for In and NotIn": (
         merged(MONITOR, **{"spec.selector": {"matchExpressions": [{"key": "app", "operator": "In"}]}}),
         "spec.selector.matchExpressions[0]",

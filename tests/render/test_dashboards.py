@@ -14,10 +14,12 @@ import pytest
 import yaml
 
 from tests.render.test_rule_inputs_exist import EXTERNAL as RULE_EXTERNAL
+from trainguard.api.monitor import COST_LABELS_RESERVED
 from trainguard.catalog import METRICS, SEVERITIES
 from trainguard.cli import main
 from trainguard.remediation.cluster import FAULTY_TAINT as OPERATOR_TAINT
 from trainguard.render.dashboards import (
+    COST_LABELS,
     EXTERNAL_SERIES,
     FAULTY_TAINT,
     UnknownSeries,
@@ -27,6 +29,7 @@ from trainguard.render.dashboards import (
     series,
     variable_queries,
 )
+from trainguard.render.longterm import GPU_HOURS, PEAK_MEMORY
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "charts" / "trainguard" / "dashboards"
@@ -35,6 +38,7 @@ VARIABLES = {
     "$training_job": "llama-pretrain",
     "$node": "gpu-node-1",
     "$sigma": "3",
+    "$cost_label": "team",
     "$__rate_interval": "1m",
     "$__range": "1h",
 }
@@ -176,3 +180,21 @@ def test_the_cli_writes_and_checks(tmp_path: Path, capsys: pytest.CaptureFixture
         main(["dashboards", "-o", str(tmp_path), "--check"])
     assert exc.value.code != 0
     assert "make dashboards" in capsys.readouterr().err
+
+
+def test_the_cost_dashboard_charges_gpu_hours_and_peak_memory_over_its_range() -> None:
+    board = boards()["cost.json"]
+    queries = dict(panel_queries(board))
+    by = {
+        "GPU-hours by namespace": "sum by (namespace)",
+        "GPU-hours by job": "sum by (namespace, training_job)",
+        "GPU-hours by $cost_label": "sum by ($cost_label)",
+    }
+    for title, grouping in by.items():
+        assert f"{grouping} (sum_over_time({GPU_HOURS}[$__range]))" in queries[title], queries[title]
+    peak = queries["Peak GPU memory by job"]
+    assert f"max by (namespace, training_job) (max_over_time({PEAK_MEMORY.record}[$__range]))" in peak
+    (var,) = [v for v in board["templating"]["list"] if v["name"] == "cost_label"]
+    offered = var["query"].split(",")
+    assert offered == list(COST_LABELS) and not set(offered) & set(COST_LABELS_RESERVED), var
+    assert board["time"]["from"] == "now-30d"

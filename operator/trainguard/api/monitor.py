@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from trainguard.api.common import (
     API_VERSION,
@@ -12,13 +13,15 @@ from trainguard.api.common import (
     Duration,
     K8sName,
     LabelSelector,
+    LabelValue,
     Metadata,
     Model,
     cel,
     cel_rules,
+    cel_string,
     duration_seconds,
 )
-from trainguard.catalog import Mode
+from trainguard.catalog import COMMON_LABELS, DCGM_LABELS, Mode
 
 DEFAULT_EXPORTER_IMAGE = "ghcr.io/trainguard/trainguard:0.1.0"
 
@@ -227,6 +230,29 @@ class Topology(Model):
         return "label_" + "".join(c if c.isalnum() else "_" for c in self.rack_label)
 
 
+COST_LABELS_MAX = 8
+COST_LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+COST_LABELS_RESERVED: tuple[str, ...] = (
+    *COMMON_LABELS,
+    *DCGM_LABELS,
+    *("job", "instance", "le", "quantile", "alertname", "alertstate", "severity", "kind", "rack"),
+)
+"""Labels the cost series, the raw series they come from or Prometheus already give a meaning; a cost
+label of that name would overwrite or shadow them."""
+
+
+def cost_label_problem(name: str) -> str | None:
+    """Why `name` cannot be a spec.costLabels key, or None when it can."""
+    if not re.fullmatch(COST_LABEL_NAME, name) or name.startswith("__"):
+        return (
+            f"{name!r} is not a Prometheus label name "
+            "(letters, digits and _, not starting with a digit or __)"
+        )
+    if name in COST_LABELS_RESERVED:
+        return f"{name!r} is reserved (it would overwrite a label trainguard's series carry)"
+    return None
+
+
 class TrainingJobMonitorSpec(Model):
     selector: LabelSelector = Field(description="The job's pods, in the monitor's namespace.")
     workload_ref: WorkloadRef | None = None
@@ -242,6 +268,20 @@ class TrainingJobMonitorSpec(Model):
         max_length=8,
         description="AlertPolicies in the same namespace, applied in order (later ones override earlier).",
     )
+    cost_labels: dict[str, LabelValue] = Field(
+        default_factory=dict,
+        max_length=COST_LABELS_MAX,
+        description="Labels stamped onto the job's cost series (GPU-hours, peak GPU memory) for charge-back, "
+        "e.g. {team: ml-infra, model: llama-70b}: Prometheus label names, not one a series already carries.",
+    )
+
+    @field_validator("cost_labels")
+    @classmethod
+    def _cost_label_names(cls, v: dict[str, str]) -> dict[str, str]:
+        problems = [p for p in map(cost_label_problem, v) if p]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return v
 
     @model_validator(mode="after")
     def _selector_not_empty(self) -> TrainingJobMonitorSpec:
@@ -267,6 +307,13 @@ class TrainingJobMonitorSpec(Model):
             "self.policyRefs.all(p, self.policyRefs.exists_one(x, x.name == p.name))",
             "policyRefs must not name the same policy twice",
             ".policyRefs",
+        ),
+        cel(
+            f"self.costLabels.all(k, k.matches({cel_string(COST_LABEL_NAME)}) && !k.startsWith('__') && "
+            f"!(k in {list(COST_LABELS_RESERVED)}))",
+            "costLabels keys must be Prometheus label names (letters, digits and _, not starting with a digit "
+            f"or __) and none of {', '.join(COST_LABELS_RESERVED)}",
+            ".costLabels",
         ),
     )
 

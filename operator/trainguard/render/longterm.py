@@ -9,6 +9,10 @@ Each monitor gets its own group, evaluated every 5 minutes: an aggregate reads t
 its own 5-minute window, so it depends on no other group's evaluation order. Record names follow
 Prometheus' level:metric:operation convention and are built from the catalogue's metric names, so a
 renamed metric fails at import instead of leaving a dead aggregate.
+
+Cost attribution rides in the same group: GPU-hours and peak GPU memory per job, stamped with the
+monitor's spec.costLabels (team, model, ...), so that `sum by (team)` charges usage back across
+monitors; they are shipped like every other aggregate.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from trainguard.api.common import duration_seconds
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog import METRICS_BY_NAME, Metric
 from trainguard.render.prometheus import JOB, Context
@@ -73,6 +78,18 @@ CHECKPOINT_AGE = f"job:{_CHECKPOINT.name}:age"
 ALERT_COUNT = f"job:{ALERT_HISTORY[0]}:count{WINDOW}"
 """Alert series that fired during the window, per alert name and severity."""
 
+_FB_USED = _metric("DCGM_FI_DEV_FB_USED")
+GPU_HOURS = f"job:trainguard_gpu_hours:increase{WINDOW}"
+"""GPU-hours the job held during the window, so that sum_over_time of it over a month is the month's
+GPU-hours when the group runs every WINDOW (the default). A GPU counts while its series
+(DCGM_FI_DEV_FB_USED, one per GPU of the job's pods, in every backend) is fresh."""
+PEAK_MEMORY = Aggregate("job", _FB_USED, "max")
+"""The most framebuffer memory (MiB) any one GPU of the job used during the window."""
+COST_RECORDS: tuple[str, ...] = (GPU_HOURS, PEAK_MEMORY.record)
+"""The records that carry the monitor's costLabels."""
+PRESENCE_STEP = "1m"
+"""How finely GPU-hours sample whether a GPU is held: the error is under one step per pod start or stop."""
+
 
 def _expr(ctx: Context, agg: Aggregate) -> str:
     by = JOB if agg.level == "job" else NODE
@@ -81,6 +98,33 @@ def _expr(ctx: Context, agg: Aggregate) -> str:
         # a step counter is a gauge (it restarts from a checkpoint's step, not from zero): deriv, not rate
         return f"max by ({by}) (deriv({series}[{WINDOW}]))"
     return f"{agg.op} by ({by}) ({agg.op}_over_time({series}[{WINDOW}]))"
+
+
+def gpu_hours_expr(ctx: Context) -> str:
+    """GPUs held x the window in hours. A GPU held for part of the window counts for that part: the
+    share of PRESENCE_STEP steps at which its series is fresh, over every step of the window (5 on
+    Prometheus 3, whose windows are left-open, 6 on Prometheus 2; the ratio is the same on both)."""
+    steps = f"[{WINDOW}:{PRESENCE_STEP}]"
+    held = f"sum by ({JOB}) (count_over_time({ctx.gpu(_FB_USED.name)}{steps}))"
+    return f"{held} / scalar(count_over_time(vector(1){steps})) * {int(duration_seconds(WINDOW))} / 3600"
+
+
+def stamped(expr: str, labels: dict[str, str]) -> str:
+    """`expr` with each of `labels` set to its value (label_replace from no source label always sets it).
+    The API allows only label-value characters in the values, so they need no escaping."""
+    for name, value in sorted(labels.items()):
+        expr = f'label_replace({expr}, "{name}", "{value}", "", "")'
+    return expr
+
+
+def cost_rules(monitor: TrainingJobMonitor) -> list[Rule]:
+    """GPU-hours and peak GPU memory per job, each carrying the monitor's costLabels."""
+    ctx = Context(monitor)
+    labels = monitor.spec.cost_labels
+    return [
+        {"record": GPU_HOURS, "expr": stamped(gpu_hours_expr(ctx), labels)},
+        {"record": PEAK_MEMORY.record, "expr": stamped(_expr(ctx, PEAK_MEMORY), labels)},
+    ]
 
 
 def aggregate_rules(monitor: TrainingJobMonitor) -> list[Rule]:
@@ -99,7 +143,7 @@ def aggregate_rules(monitor: TrainingJobMonitor) -> list[Rule]:
             "expr": f"count by ({JOB}, alertname, severity) (max_over_time({firing}[{WINDOW}]))",
         }
     )
-    return rules
+    return rules + cost_rules(monitor)
 
 
 def aggregate_group(monitor: TrainingJobMonitor, interval: str = DEFAULT_INTERVAL) -> dict[str, Any]:
@@ -117,6 +161,7 @@ def aggregate_names() -> tuple[str, ...]:
         *(a.record for a in JOB_AGGREGATES + NODE_AGGREGATES),
         CHECKPOINT_AGE,
         ALERT_COUNT,
+        *COST_RECORDS,
     )
 
 
