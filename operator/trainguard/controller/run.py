@@ -24,6 +24,7 @@ from trainguard.controller.metrics import DEFAULT_METRICS_ADDR, OperatorMetrics,
 from trainguard.controller.morning_report import MorningReports, prometheus_client
 from trainguard.controller.periodic import Periodic
 from trainguard.controller.reconcile import ReceiverSettings
+from trainguard.controller.report import DiagnosticReports
 from trainguard.controller.response import Responder
 from trainguard.remediation import tokens
 from trainguard.remediation.cluster import Cluster
@@ -155,17 +156,19 @@ def run(opts: OperatorOptions) -> None:
     )
 
     prometheus_url = opts.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV) or None
+    prometheus = prometheus_client(prometheus_url) if prometheus_url else None
     reports = MorningReports(
         kube,
         leader=leader,
         alertmanager_url=opts.alertmanager_url,
-        prometheus=prometheus_client(prometheus_url) if prometheus_url else None,
+        prometheus=prometheus,
     )
+    diagnostics = DiagnosticReports(kube, leader=leader, prometheus=prometheus)  # type: ignore[arg-type]
 
     periodic = Periodic(
         kube,
         leader=leader,
-        on_pass=functools.partial(leader_pass, responder, reports),
+        on_pass=functools.partial(leader_pass, responder, reports, diagnostics),
         reconcile=lambda ns, name: reconcile(kube, ns, name, shared.get("receiver"), metrics),
         lock=LOCKS,
         resync_s=opts.resync_seconds,
@@ -239,16 +242,23 @@ def _run_kopf(registry: kopf.OperatorRegistry, opts: OperatorOptions, identity: 
     )
 
 
-def leader_pass(responder: Responder, reports: MorningReports) -> None:
-    """The leader's periodic work beyond reconciling: the P0 loop's passes, then the morning reports,
-    which run even when a P0 pass failed (Alertmanager down, say: the report is retried on its own)."""
+def leader_pass(
+    responder: Responder, reports: MorningReports, diagnostics: DiagnosticReports | None = None
+) -> None:
+    """The leader's periodic work beyond reconciling: the P0 loop's passes, then the morning reports
+    and the P2 diagnostic reports, which run even when a P0 pass failed (Alertmanager down, say: each
+    report is retried on its own)."""
     try:
         responder.resume()
         responder.watch()
         responder.escalate()
         responder.cordon_notices()
     finally:
-        reports.run()
+        try:
+            reports.run()
+        finally:
+            if diagnostics is not None:
+                diagnostics.run()
 
 
 def start_receiver(
