@@ -11,6 +11,8 @@ after a remediation; the operator itself is not run here).
 Each panel's query is sent as Grafana sends it (template variables substituted with the values the
 dashboard's own variable queries return) and must return at least one series: first with no fault,
 where only the panels listed in NEEDS_A_FAULT may be empty, then with those faults injected.
+The long-term aggregates (aggregates.yml, the cost records the Cost dashboard reads among them) run
+every 5 seconds instead of 5 minutes, render's own --aggregate-interval, so that they have data in time.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ spec:
   baseline: {warmupSteps: 0, window: 1m, offset: 10s, sigma: 3}
   checkpoint: {timeout: 5s}
   policyRefs: [{name: fast}]
+  costLabels: {team: ml-infra, model: llama-70b}
 ---
 apiVersion: trainguard.io/v1alpha1
 kind: AlertPolicy
@@ -112,9 +115,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     if prometheus is None:
         pytest.skip("prometheus is not installed (.ci/run installs it)")
     d = tmp_path_factory.mktemp("dashboards")
-    (d / "rules.yml").write_text(
-        dump_yaml(render_prometheus(load_documents([("m.yaml", DOCS)]))["rules.yml"])
-    )
+    files = render_prometheus(load_documents([("m.yaml", DOCS)]), aggregate_interval="5s")
+    for name in ("rules.yml", "aggregates.yml"):
+        (d / name).write_text(dump_yaml(files[name]))
     ksm = ThreadingHTTPServer(("127.0.0.1", free_port()), KubeStateMetrics)
     threading.Thread(target=ksm.serve_forever, daemon=True).start()
     ports = {node: free_port() for node in NODES}
@@ -126,7 +129,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     ]  # fmt: skip
     (d / "prometheus.yml").write_text(dump_yaml({
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(d / "rules.yml")],
+        "rule_files": [str(d / "rules.yml"), str(d / "aggregates.yml")],
         "scrape_configs": [
             {"job_name": "trainguard", "honor_labels": True, "static_configs": targets},
             {"job_name": "kube-state-metrics", "honor_labels": True,
@@ -203,10 +206,10 @@ def empty_panels(prom: str) -> tuple[dict[str, list[str]], list[str]]:
     seen: dict[str, list[str]] = {}
     for name, text in render_dashboards().items():
         board = json.loads(text)
-        values = variable_values(prom, board, {"sigma": "3"})
+        values = variable_values(prom, board, {"sigma": "3", "cost_label": "team"})
         seen |= values
         # a repeated row runs once per value of its variable: every node must show data
-        runs = [{"namespace": ns, "training_job": job, "node": node, "sigma": "3"}
+        runs = [{"namespace": ns, "training_job": job, "node": node, "sigma": "3", "cost_label": "team"}
                 for ns in values.get("namespace", ["-"]) for job in values.get("training_job", ["-"])
                 for node in values.get("node", ["-"])]  # fmt: skip
         for title, expr in panel_queries(board):
@@ -262,3 +265,28 @@ def test_every_panel_shows_data(stack: dict[str, Any]) -> None:
 
 def test_every_fault_listed_is_a_real_fault_kind() -> None:
     assert set(FAULTS) <= set(KINDS)
+
+
+def test_the_cost_panels_charge_the_job_to_its_cost_labels(stack: dict[str, Any]) -> None:
+    """The Cost dashboard's queries, as Grafana sends them, attribute the job's GPUs to the team and
+    model of its monitor's costLabels: 2 simulated GPUs on each of 2 pods."""
+    prom = stack["prometheus"]
+    board = json.loads(render_dashboards()["cost.json"])
+    queries = {t: e.replace("$__range", "1h") for t, e in panel_queries(board)}
+    deadline = time.monotonic() + 120
+    by_team: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        by_team = query(prom, queries["GPU-hours by $cost_label"].replace("$cost_label", "team"))
+        if by_team:
+            break
+        time.sleep(2)
+    assert [r["metric"] for r in by_team] == [{"team": "ml-infra"}], by_team
+    assert float(by_team[0]["value"][1]) > 0, by_team
+    by_model = query(prom, queries["GPU-hours by $cost_label"].replace("$cost_label", "model"))
+    assert [r["metric"] for r in by_model] == [{"model": "llama-70b"}], by_model
+    held = query(prom, queries["GPUs held by namespace"])
+    # 4 GPUs once a whole window has passed; fewer while the first window fills
+    assert [r["metric"] for r in held] == [{"namespace": "ml"}] and 0 < float(held[0]["value"][1]) <= 4, held
+    (peak,) = query(prom, queries["Peak GPU memory by job"])
+    assert peak["metric"] == {"namespace": "ml", "training_job": "llama-pretrain"}, peak
+    assert float(peak["value"][1]) > 0, peak

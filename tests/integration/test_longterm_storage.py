@@ -6,6 +6,7 @@ that loads the files `trainguard render --format prometheus` writes: rules.yml, 
 remote_write.yml, the last merged into prometheus.yml as it is. examples/train_tiny.py trains
 through the SDK. The only change from production is the aggregate group's interval, 5s instead of
 5m, through render's own parameter (`--aggregate-interval`); the aggregates' window stays 5 minutes.
+The monitor sets costLabels, so the cost records arrive stamped with its team and model.
 
 VictoriaMetrics single node is built from its Go module by `e2e/controlplane/build.sh
 victoria-metrics` (`make victoria-metrics`); without it the test skips, or fails under
@@ -29,7 +30,15 @@ import pytest
 from tests.processes import free_port, http_json, wait_http
 from trainguard.api import load_documents
 from trainguard.render import dump_yaml, render_prometheus
-from trainguard.render.longterm import ALERT_COUNT, ALERT_HISTORY, NODE_AGGREGATES, aggregate_names
+from trainguard.render.longterm import (
+    ALERT_COUNT,
+    ALERT_HISTORY,
+    COST_RECORDS,
+    GPU_HOURS,
+    NODE_AGGREGATES,
+    PEAK_MEMORY,
+    aggregate_names,
+)
 
 pytestmark = pytest.mark.tools
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,6 +52,7 @@ spec:
   exporter: {gpuBackend: simulated, scrapeInterval: 1s}
   checkpoint: {timeout: 5s}
   policyRefs: [{name: fast}]
+  costLabels: {team: ml-infra, model: llama-70b}
 ---
 apiVersion: trainguard.io/v1alpha1
 kind: AlertPolicy
@@ -199,3 +209,33 @@ def test_no_raw_series_reaches_the_long_term_store(stack: dict[str, Any]) -> Non
     assert names <= {*aggregate_names(), *ALERT_HISTORY}, names - {*aggregate_names(), *ALERT_HISTORY}
     for raw in ("DCGM_FI_DEV_GPU_TEMP", "trainguard_train_step", "up", "trainguard:train_step:max"):
         assert not vm_query(vm, raw), raw
+
+
+def test_the_cost_records_arrive_with_the_monitors_cost_labels(stack: dict[str, Any]) -> None:
+    """GPU-hours and peak memory reach the long-term store stamped with team and model, so a month's
+    charge-back can be summed there by either: 2 simulated GPUs held for at most one 5-minute window
+    each record, and a framebuffer in use."""
+    vm = stack["vm"]
+    deadline = time.monotonic() + 120
+    while not all(vm_query(vm, name) for name in COST_RECORDS) and time.monotonic() < deadline:
+        time.sleep(2)
+    for name in COST_RECORDS:
+        (series,) = vm_query(vm, name)
+        assert series["metric"] == {
+            "__name__": name,
+            "namespace": "ml",
+            "training_job": "llama-pretrain",
+            "team": "ml-infra",
+            "model": "llama-70b",
+        }, series
+    hours = float(vm_query(vm, GPU_HOURS)[0]["value"][1])
+    assert 0 < hours <= 2 * 5 / 60 + 1e-9, hours
+    (by_team,) = vm_query(vm, f"sum by (team) (sum_over_time({GPU_HOURS}[1h]))")
+    assert by_team["metric"] == {"team": "ml-infra"} and float(by_team["value"][1]) > 0, by_team
+    peak = float(vm_query(vm, PEAK_MEMORY.record)[0]["value"][1])
+    raw = float(
+        vm_query(
+            stack["prometheus"], 'max(max_over_time(DCGM_FI_DEV_FB_USED{training_job="llama-pretrain"}[10m]))'
+        )[0]["value"][1]
+    )
+    assert 0 < peak <= raw, (peak, raw)
