@@ -15,11 +15,13 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import monitor
+from tests.conftest import monitor, policy
 from trainguard.api.load import InvalidInput
 from trainguard.api.monitor import COST_LABELS_MAX
 from trainguard.render import dump_yaml
 from trainguard.render.longterm import GPU_HOURS, PEAK_MEMORY, aggregate_group, aggregate_names, keep_regex
+from trainguard.render.policy import effective_policy
+from trainguard.render.prometheus import rule_group
 
 LABELS = {"team": "ml-infra", "model": "llama-70b"}
 
@@ -38,9 +40,17 @@ def gpu_series(job: str, pod: str, gpus: int, minutes: int, mib: str = "1000+0x{
 
 
 def run_promtool(
-    promtool: str, tmp: Path, monitors: list[Any], series: list[dict[str, str]], tests: list[dict[str, Any]]
+    promtool: str,
+    tmp: Path,
+    monitors: list[Any],
+    series: list[dict[str, str]],
+    tests: list[dict[str, Any]],
+    *,
+    groups: list[dict[str, Any]] | None = None,
 ) -> None:
-    (tmp / "rules.yml").write_text(dump_yaml({"groups": [aggregate_group(m) for m in monitors]}))
+    """`groups` (default: the monitors' aggregate groups) run every 5 minutes on 1-minute series."""
+    groups = groups if groups is not None else [aggregate_group(m) for m in monitors]
+    (tmp / "rules.yml").write_text(dump_yaml({"groups": groups}))
     (tmp / "test.yml").write_text(
         dump_yaml(
             {
@@ -195,6 +205,38 @@ def test_peak_memory_is_the_most_any_one_gpu_used_in_the_window(promtool: str, t
                 "exp_samples": [{"labels": job_labels(**LABELS), "value": 25900}],
             },
         ],
+    )
+
+
+def test_with_dcgm_exporter_only_the_jobs_pods_gpus_are_charged(promtool: str, tmp_path: Path) -> None:
+    """gpuBackend dcgm: dcgm-exporter's series carry namespace and pod, the alerting group joins them to
+    the job through the sidecars' info series, and GPU-hours count the joined series: the 4 GPUs of
+    llama-0 for an hour, not the 4 of an unrelated pod on the same node."""
+    m = monitor(**{"spec.exporter.gpuBackend": "dcgm", "spec.costLabels": LABELS})
+    info = (
+        'trainguard_exporter_info{namespace="ml",training_job="llama-pretrain",pod="llama-0",node="n1",'
+        'driver_version="550.54"}'
+    )
+
+    def dcgm(pod: str, gpu: int) -> dict[str, str]:
+        labels = f'namespace="ml",pod="{pod}",gpu="{gpu}",UUID="GPU-{pod}-{gpu}",Hostname="n1"'
+        return {"series": f"DCGM_FI_DEV_FB_USED{{{labels}}}", "values": "1000+0x59 stale"}
+
+    series = [dcgm(pod, g) for pod in ("llama-0", "unrelated-0") for g in range(4)]
+    series.append({"series": info, "values": "1+0x59 stale"})
+    run_promtool(
+        promtool,
+        tmp_path,
+        [m],
+        series,
+        [
+            {
+                "expr": total(GPU_HOURS),
+                "eval_time": "90m",
+                "exp_samples": [{"labels": job_labels(**LABELS), "value": 4}],
+            }
+        ],
+        groups=[rule_group(m, effective_policy(m, [policy()])), aggregate_group(m)],
     )
 
 
