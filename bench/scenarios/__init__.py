@@ -1,0 +1,1 @@
+"""Synthetic metric targets and the real Prometheus and Alertmanager processes the benchmarks feed."""
