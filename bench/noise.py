@@ -512,6 +512,8 @@ def print_table(r: dict[str, Any]) -> None:
     )
     print(f"compression: trainguard {tg['compression']:.1%} (P0-P2 raw only: {tg['compression_p0_p2']:.1%}), "
           f"naive {nv['compression']:.1%}; trainguard notifications vs naive raw alerts {r['compression_vs_naive_raw']:.1%}")  # fmt: skip
+    print(f"firing notifications only: trainguard {tg['firing_notifications']} ({tg['compression_firing_only']:.1%}), "
+          f"naive {nv['firing_notifications']} ({nv['compression_firing_only']:.1%})")  # fmt: skip
     print(
         f"every incident notified to the right receiver, maintenance and night muted: {r['all_incidents_notified']}"
     )
