@@ -16,6 +16,7 @@ from tests.render.amconfig import write_config
 from trainguard.controller.response import Responder
 from trainguard.remediation.escalation import parse_time
 from trainguard.remediation.model import Signal, Source
+from trainguard.remediation.notices import NODE_CORDONED
 from trainguard.remediation.paging import HOLD_S, page_alert
 from trainguard.remediation.signals import signal_fingerprint
 
@@ -107,3 +108,36 @@ def test_the_operator_pages_a_sidecar_p0_as_soon_as_the_receiver_takes_it(tmp_pa
             responder.stop()
         assert [a["labels"]["alertname"] for a in paged] == ["GPUDoubleBitECCError"]
         assert http_json(f"{url}/api/v2/alerts?filter=alertname%3D%22GPUThermalThrottling%22") == []
+
+
+@pytest.mark.tools
+def test_the_cordon_notice_is_not_muted_by_the_p0_that_made_it(tmp_path: Path) -> None:
+    """A job's P0 mutes its P1-P3, but not the operator's notice that it cordoned a node: that notice
+    follows the P0 by design, and the fast path's page holds five minutes."""
+    binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    if binary is None:
+        pytest.skip("Alertmanager is not installed (.ci/run installs it)")
+    with alertmanager(binary, write_config(tmp_path), tmp_path) as url:
+        now = time.time()
+        fast = page_alert(signal(at=now, UUID="GPU-1"), now)
+        assert fast is not None
+        job = {"namespace": "ml", "training_job": "llama-pretrain"}
+        notice = {"labels": {"alertname": NODE_CORDONED, "severity": "P2", **job, "node": "gpu-node-1",
+                             "remediation": "r1"}}  # fmt: skip
+        other = {
+            "labels": {
+                "alertname": "DataLoaderSlow",
+                "severity": "P2",
+                **job,
+                "pod": "llama-0",
+                "node": "gpu-node-1",
+            }
+        }
+        http_json(f"{url}/api/v2/alerts", [fast, notice, other])
+        alerts = http_json(f"{url}/api/v2/alerts")
+        state = {a["labels"]["alertname"]: a["status"]["state"] for a in alerts}
+        assert state == {
+            "GPUDoubleBitECCError": "active",
+            NODE_CORDONED: "active",
+            "DataLoaderSlow": "suppressed",
+        }

@@ -10,6 +10,8 @@ from trainguard.catalog import ALERTS
 from trainguard.render.matchers import Matcher, eq, ne, one_of
 from trainguard.render.policy import EffectivePolicy
 
+NODE_CORDONED = "TrainguardNodeCordoned"
+"""remediation/notices.py's notice (render may not import remediation; a test pins the two)."""
 PATH_LABEL = "trainguard_path"
 FASTPATH = "fastpath"
 """The label the operator puts on a P0 it pages from the sidecar's fast path (remediation/paging.py)."""
@@ -64,7 +66,9 @@ def inhibit_rules(
             InhibitRule(
                 # an operator-escalated copy of a P1 must not mute the job's other alerts
                 source=(*job, eq("severity", "P0"), eq("escalated_from", "")),
-                target=(*job, one_of("severity", ["P1", "P2", "P3"])),
+                # the operator's notice that it cordoned a node follows the P0 that made it: held back
+                # for as long as that P0 fires (the fast path's page holds five minutes) it came too late
+                target=(*job, one_of("severity", ["P1", "P2", "P3"]), ne("alertname", NODE_CORDONED)),
                 equal=("namespace", "training_job"),
             )
         )
