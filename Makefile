@@ -70,6 +70,8 @@ check-generated: bootstrap
 bench: bootstrap
 	$(PY) bench/exporter.py
 	$(PY) bench/sdk_overhead.py
+	$(PY) bench/noise.py
+	$(PY) bench/detection.py
 
 # fault to cordon and to training resumed through the whole pipeline (about 30 minutes on 2 cores)
 bench-pipeline: bootstrap
