@@ -158,9 +158,9 @@ def test_a_node_fault_is_checkpointed_cordoned_and_the_gang_resumes_on_a_healthy
         assert not missing, f"never: {missing}; {stages.report()}\n" + diagnostics(
             cluster, mon, pods, ns, sink
         )
-        # The fault's P0 pages no one: it resolves with the faulty pod's exporter within seconds, before the P0
-        # group_wait (5s) is over, and Alertmanager never notifies a group that only ever held a resolved
-        # alert. What reaches people is the operator's TrainguardNodeCordoned (P2: e-mail and ticket).
+        # The fault pages by the fast path (the operator posts it into Alertmanager, held five minutes); the
+        # rule's own copy resolves with the faulty pod's exporter within seconds and stays muted. The node
+        # stays broken: the operator's TrainguardNodeCordoned (P2: e-mail and ticket) says so.
         (record,) = records(cluster, ns)
         kinds = [s["kind"] for s in record["steps"]]
         assert kinds == ["RequestCheckpoint", "Cordon", "Taint", "RestartGang", "ConfirmPlacement"], record
@@ -175,6 +175,7 @@ def test_a_node_fault_is_checkpointed_cordoned_and_the_gang_resumes_on_a_healthy
         assert len(steps) == 1 and min(steps) >= saved, (
             f"both ranks resume from one checkpoint at or past {saved}: {steps}"
         )
+        assert sink.received("phone", "GPULost", namespace=ns, node=a.node), "the fault paged"
         wait_for("TrainguardNodeCordoned e-mailed (P2 group_wait 1m)", lambda: sink.received(
             "email", "TrainguardNodeCordoned", namespace=ns, node=a.node), timeout=120)  # fmt: skip
         wait_for("training going on past the checkpoint", lambda: min(exporter_step(r) for r in pods.running()) > saved,
