@@ -17,6 +17,7 @@ every 5 seconds instead of 5 minutes, render's own --aggregate-interval, so that
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
@@ -24,13 +25,11 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
-from tests.integration.test_prometheus_faults import start, stop
-from tests.processes import free_port, http_json, wait_http
+from tests.processes import free_port, http_json, serve_text, start, stop, wait_http
 from trainguard.api import load_documents
 from trainguard.exporter.faults import KINDS
 from trainguard.render import dump_yaml, render_prometheus
@@ -82,18 +81,6 @@ NEEDS_A_FAULT: dict[str, tuple[str, str]] = {
 FAULTS = sorted({fault for fault, _ in NEEDS_A_FAULT.values()})
 
 
-class KubeStateMetrics(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = KSM.encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 def mixed_precision_rank(endpoint: str, stop_event: threading.Event) -> None:
     """Rank 1 of the job: steps with a loss scale that a grad scaler halves now and then, and the
     allocator's fragmentation, reported through the SDK."""
@@ -118,8 +105,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     files = render_prometheus(load_documents([("m.yaml", DOCS)]), aggregate_interval="5s")
     for name in ("rules.yml", "aggregates.yml"):
         (d / name).write_text(dump_yaml(files[name]))
-    ksm = ThreadingHTTPServer(("127.0.0.1", free_port()), KubeStateMetrics)
-    threading.Thread(target=ksm.serve_forever, daemon=True).start()
+    served = contextlib.ExitStack()
+    ksm = served.enter_context(serve_text(KSM))
     ports = {node: free_port() for node in NODES}
     prom_port = free_port()
     targets = [
@@ -133,7 +120,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         "scrape_configs": [
             {"job_name": "trainguard", "honor_labels": True, "static_configs": targets},
             {"job_name": "kube-state-metrics", "honor_labels": True,
-             "static_configs": [{"targets": [f"127.0.0.1:{ksm.server_address[1]}"]}]},
+             "static_configs": [{"targets": [ksm]}]},
         ],
     }))  # fmt: skip
     procs = [
@@ -170,7 +157,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         if rank is not None:
             rank.join(timeout=5)
         stop(procs)
-        ksm.shutdown()
+        served.close()
 
 
 def query(prom: str, expr: str) -> list[dict[str, Any]]:

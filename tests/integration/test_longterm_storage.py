@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import time
 import urllib.parse
@@ -27,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.processes import free_port, http_json, wait_http
+from tests.processes import free_port, http_json, start, stop, wait_http
 from trainguard.api import load_documents
 from trainguard.render import dump_yaml, render_prometheus
 from trainguard.render.longterm import (
@@ -72,20 +71,6 @@ def find_victoria_metrics() -> str | None:
     if built.exists():
         return str(built)
     return shutil.which("victoria-metrics")
-
-
-def start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=ROOT)
-
-
-def stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for p in procs:
-        p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
 
 
 @pytest.fixture(scope="module")

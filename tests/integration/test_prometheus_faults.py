@@ -9,7 +9,6 @@ minute, so the whole run takes about two minutes.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 from prometheus_api_client import PrometheusConnect
 
-from tests.processes import free_port, http_json, wait_http
+from tests.processes import free_port, http_json, start, stop, wait_http
 from trainguard.api import load_documents
 from trainguard.exporter.faults import KINDS
 from trainguard.render import dump_yaml, render_prometheus
@@ -91,20 +90,6 @@ def policy_text() -> str:
     lines = [f"    - {{name: {n}, for: 0s}}" for n in names if n != "TrainingJobStalled"]
     lines.append("    - {name: TrainingJobStalled, for: 0s, threshold: 5}")
     return MONITOR + "\n".join(lines) + "\n"
-
-
-def start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=ROOT)
-
-
-def stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for p in procs:
-        p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
 
 
 @pytest.fixture(scope="module")

@@ -6,19 +6,17 @@ rack, not one per GPU; four hot GPUs on one node are that node's, not the rack's
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from prometheus_api_client import PrometheusConnect
 
-from tests.integration.test_prometheus_faults import start, stop
-from tests.processes import free_port, http_json, wait_http
+from tests.processes import free_port, http_json, serve_text, start, stop, wait_http
 from trainguard.api import load_documents
 from trainguard.render import dump_yaml, render_prometheus
 
@@ -57,19 +55,8 @@ def racks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         dump_yaml(render_prometheus(load_documents([("m.yaml", DOCS)]))["rules.yml"])
     )
 
-    class KubeStateMetrics(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = KSM.encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    ksm = ThreadingHTTPServer(("127.0.0.1", free_port()), KubeStateMetrics)
-    threading.Thread(target=ksm.serve_forever, daemon=True).start()
+    served = contextlib.ExitStack()
+    ksm = served.enter_context(serve_text(KSM))
     ports = {node: free_port() for node in NODES}
     prom_port = free_port()
     targets = [{"targets": [f"127.0.0.1:{port}"], "labels": {"namespace": "ml", "training_job": "llama-pretrain",
@@ -80,7 +67,7 @@ def racks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         "scrape_configs": [
             {"job_name": "trainguard", "honor_labels": True, "static_configs": targets},
             {"job_name": "kube-state-metrics", "honor_labels": True,
-             "static_configs": [{"targets": [f"127.0.0.1:{ksm.server_address[1]}"]}]},
+             "static_configs": [{"targets": [ksm]}]},
         ],
     }))  # fmt: skip
     procs = [
@@ -100,7 +87,7 @@ def racks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                "exporters": {node: f"http://127.0.0.1:{port}" for node, port in ports.items()}}  # fmt: skip
     finally:
         stop(procs)
-        ksm.shutdown()
+        served.close()
 
 
 def rack_alerts(prom: str) -> list[dict[str, str]]:

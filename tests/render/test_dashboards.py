@@ -9,10 +9,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import promql_parser
 import pytest
 import yaml
 
+from tests.promql import selected_names
 from tests.render.test_rule_inputs_exist import EXTERNAL as RULE_EXTERNAL
 from trainguard.api.monitor import COST_LABELS_RESERVED
 from trainguard.catalog import METRICS, SEVERITIES
@@ -65,18 +65,6 @@ def all_queries() -> list[tuple[str, str, str]]:
             assert inner, f"{name}: variable {var} is not a label_values query: {query}"
             out.append((name, f"variable {var}", inner.group(1)))
     return out
-
-
-def selected_names(expr: str) -> set[str]:
-    names: set[str] = set()
-
-    def visit(node: object) -> bool:
-        if isinstance(node, promql_parser.VectorSelector) and node.name:
-            names.add(node.name)
-        return True
-
-    promql_parser.walk(promql_parser.parse(expr), visit)
-    return names
 
 
 @pytest.mark.parametrize(("board", "panel", "expr"), all_queries(), ids=lambda x: str(x)[:60])

@@ -6,11 +6,11 @@ import re
 import subprocess
 from pathlib import Path
 
-import promql_parser
 import pytest
 import yaml
 
 from tests.conftest import monitor, policy
+from tests.promql import selected_names
 from trainguard.catalog import METRICS
 from trainguard.cli import main
 from trainguard.render.longterm import (
@@ -25,18 +25,6 @@ from trainguard.render.policy import effective_policy
 from trainguard.render.prometheus import rule_group
 
 QUICKSTART = str(Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml")
-
-
-def selected_names(expr: str) -> set[str]:
-    names: set[str] = set()
-
-    def visit(node: object) -> bool:
-        if isinstance(node, promql_parser.VectorSelector) and node.name:
-            names.add(node.name)
-        return True
-
-    promql_parser.walk(promql_parser.parse(expr), visit)
-    return names
 
 
 @pytest.mark.parametrize("backend", ["nvml", "simulated", "dcgm"])

@@ -4,10 +4,10 @@ of the few external series named here. A rule on a series nothing exports never 
 
 from __future__ import annotations
 
-import promql_parser
 import pytest
 
 from tests.conftest import monitor, policy
+from tests.promql import selected_names
 from trainguard.catalog import METRICS
 from trainguard.render.policy import effective_policy
 from trainguard.render.prometheus import rule_group
@@ -19,18 +19,6 @@ EXTERNAL = {
     "kube_pod_status_phase": "kube-state-metrics",
 }
 """Series trainguard reads but neither exports nor records; each needs its source named."""
-
-
-def selected_names(expr: str) -> set[str]:
-    names: set[str] = set()
-
-    def visit(node: object) -> bool:
-        if isinstance(node, promql_parser.VectorSelector) and node.name:
-            names.add(node.name)
-        return True
-
-    promql_parser.walk(promql_parser.parse(expr), visit)
-    return names
 
 
 @pytest.mark.parametrize("backend", ["nvml", "simulated", "dcgm"])
