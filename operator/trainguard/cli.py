@@ -346,6 +346,48 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    """Each monitored job: health, alerts by severity, throughput against baseline, checkpoint, last
+    remediation, training time lost. Plain for pipes, live (ANSI, redrawn with --watch) on a terminal."""
+    _need("operator", "kubernetes", "prometheus_api_client")
+    import os
+    import time
+
+    from kubernetes import client, config
+
+    from trainguard.controller.job_status import Sources, fetch, render_live, render_plain
+    from trainguard.controller.kube import Kube
+    from trainguard.controller.report import prometheus_client
+    from trainguard.controller.run import client_configuration
+
+    url = args.prometheus or os.environ.get("TRAINGUARD_PROMETHEUS_URL")
+    try:
+        api = client.ApiClient(client_configuration(args.kubeconfig))
+    except (config.ConfigException, OSError) as exc:
+        _fail(f"no Kubernetes credentials: {exc}")
+    sources = Sources(Kube(api), prometheus_client(url) if url else None, args.alertmanager)
+    live = sys.stdout.isatty() and not args.plain
+    while True:
+        now = time.time()
+        try:
+            statuses = fetch(sources, args.namespace, args.monitor, now)
+        except Exception as exc:
+            if not args.watch:
+                _fail(f"could not read the monitors: {exc}")
+            statuses, sources.errors[:] = [], [f"Kubernetes: {exc}"]
+        if live:
+            text = render_live(statuses, now_text=time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)),
+                               every_s=args.interval if args.watch else None)  # fmt: skip
+        else:
+            text = render_plain(statuses)
+        notes = [*sources.errors, *([] if url else ["no --prometheus: alerts and series not shown"])]
+        sys.stdout.write(text + "".join(f"trainguard: {n}\n" for n in notes))
+        sys.stdout.flush()
+        if not args.watch:
+            return 0
+        time.sleep(args.interval)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from trainguard import __version__
 
@@ -540,6 +582,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
     rep.set_defaults(func=cmd_report)
+
+    st = sub.add_parser(
+        "status", help="each monitored job's health, alerts, throughput, checkpoint and time lost"
+    )
+    st.add_argument("-n", "--namespace", help="only this namespace's monitors (default: all)")
+    st.add_argument("--monitor", metavar="NAME", help="only this monitor (in -n, default 'default')")
+    st.add_argument("--watch", action="store_true", help="redraw every --interval seconds until Ctrl-C")
+    st.add_argument("--interval", type=float, default=5.0, metavar="SECONDS", help="with --watch (default 5)")
+    st.add_argument("--plain", action="store_true", help="the plain layout even on a terminal")
+    st.add_argument(
+        "--prometheus", metavar="URL", help="Prometheus's base URL (default: $TRAINGUARD_PROMETHEUS_URL)"
+    )
+    st.add_argument(
+        "--alertmanager", metavar="URL", help="read the active alerts from Alertmanager instead of ALERTS"
+    )
+    st.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    st.set_defaults(func=cmd_status)
     return parser
 
 
