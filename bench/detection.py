@@ -58,9 +58,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 sys.path.insert(0, str(ROOT))
 
-from bench.scenarios.live import Targets, line, prometheus_cmd, scrape_config, serve_targets, start, stop  # noqa: E402
+from bench.scenarios.live import Targets, line, prometheus_cmd, scrape_config, serve_targets  # noqa: E402
 
-from tests.processes import free_port, http_json, wait_http  # noqa: E402
+from tests.processes import free_port, http_json, start, stop, wait_http  # noqa: E402
 from trainguard.api import load_documents  # noqa: E402
 from trainguard.render import render_prometheus  # noqa: E402
 
@@ -212,7 +212,7 @@ class Trace:
 
 def traces(seeds: int, quick: bool, onset: float) -> list[Trace]:
     kinds = [k for k in FAULTS if not (quick and k == "stall")] + list(NORMAL)
-    out = []
+    out: list[Trace] = []
     for seed in range(seeds):
         for k in kinds:
             jitter = random.Random(f"onset-{seed}-{k}").uniform(0, 15)

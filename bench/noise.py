@@ -54,11 +54,9 @@ from bench.scenarios.live import (  # noqa: E402
     prometheus_cmd,
     scrape_config,
     serve_targets,
-    start,
-    stop,
 )
 
-from tests.processes import free_port, http_json, wait_http  # noqa: E402
+from tests.processes import free_port, http_json, start, stop, wait_http  # noqa: E402
 from tests.render.notification_sink import Sink, serve  # noqa: E402
 from trainguard.api import load_documents  # noqa: E402
 from trainguard.api.common import duration_seconds  # noqa: E402
@@ -198,7 +196,7 @@ def documents(sink: Sink, scen: list[Scenario], scale: float, naive: bool) -> st
                      "policyRefs": [{"name": s.policy}]},
         })  # fmt: skip
     for name in ("standard", "maint", "night"):
-        alerts = [
+        alerts: list[dict[str, Any]] = [
             {"name": a.name, "for": "0s" if naive else scaled(a.for_, scale)}
             for a in ALERTS
             if a.name != "TrainingJobStalled"

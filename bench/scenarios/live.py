@@ -9,7 +9,6 @@ stands in for every node of every scenario.
 from __future__ import annotations
 
 import contextlib
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -86,20 +85,6 @@ def scrape_config(targets: Targets, identities: dict[str, dict[str, str]], inter
             for name, labels in sorted(identities.items())
         ],
     }
-
-
-def start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-
-
-def stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for p in procs:
-        p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
 
 
 def prometheus_cmd(binary: str, workdir: Path, port: int, config: dict[str, Any]) -> list[str]:
