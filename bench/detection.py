@@ -22,8 +22,9 @@ normal events (nothing should fire):
   eval-pause           the step stops for 90 s, GPUs at 5%, no tokens
   checkpoint-pause     the step stops for 45 s, disk writes at 500 ms for 30 s
   epoch-boundary       dataloader wait at 60% and throughput halved for 20 s
-  planned-restart      the exporter is gone for 40 s (the Node stays Ready), counters restart from
-                       zero, an XID 43 from the killed process, a loss spike on resume
+  planned-restart      the exporter is gone for 40 s (the Node stays Ready), training resumes from
+                       the checkpoint (the step goes back), an XID 43 from the killed process for
+                       30 s, a loss and gradient spike on resume
 
 The catalogue rules are those `trainguard render --format prometheus` produces for one monitor per
 trace at default settings (scrape and evaluation every 15 s, the catalogue's `for`, thresholds and
