@@ -115,7 +115,8 @@ def test_every_alert_has_an_expression_and_valid_fields() -> None:
         assert a.severity in SEVERITIES
         assert a.summary and a.probable_cause and a.condition
         for target in a.supersedes:
-            assert ALERTS_BY_NAME[target].scope == a.scope or a.scope == Scope.JOB
+            # the same scope, or a wider one that shares the job (a job or rack alert over per-GPU ones)
+            assert ALERTS_BY_NAME[target].scope == a.scope or a.scope in (Scope.JOB, Scope.RACK)
 
 
 def test_p0_alerts_name_their_response() -> None:

@@ -52,6 +52,10 @@ def test_inhibition_on_a_real_alertmanager(am_binary: str, tmp_path: Path) -> No
         alert("DiskWriteLatencyHigh", "P2", **B, pod="b-2", node="n3", device="nvme0n1"),
         # an alert without a node is not "on" the down node
         alert("TrainingThroughputDeviation", "P2", **B),
+        # a rack event (job B) silences that job's per-GPU heat alerts
+        alert("RackThermalEvent", "P1", **B, rack="rack-a"),
+        alert("GPUThermalThrottling", "P1", **B, pod="b-4", node="n6", gpu="0"),
+        alert("GPUMemoryTemperatureHigh", "P1", **B, pod="b-4", node="n6", gpu="1"),
         # a stronger alert of the same signal silences the milder one on the same GPU only
         alert("GPUMemoryCritical", "P1", **B, pod="b-1", node="n4", gpu="0"),
         alert("GPUMemoryPressure", "P2", **B, pod="b-1", node="n4", gpu="0"),
@@ -64,6 +68,10 @@ def test_inhibition_on_a_real_alertmanager(am_binary: str, tmp_path: Path) -> No
         ("DataLoaderSlow", "llama-pretrain", "n1", ""),
         ("DiskWriteLatencyHigh", "bert-finetune", "n2", ""),
         ("GPUMemoryPressure", "bert-finetune", "n4", "0"),
+        ("GPUThermalThrottling", "bert-finetune", "n6", "0"),
+        ("GPUMemoryTemperatureHigh", "bert-finetune", "n6", "1"),
+        # the escalated copy of a heat alert is heat too: the rack event is the page
+        ("GPUThermalThrottling", "bert-finetune", "n5", "2"),
     }
     with alertmanager(am_binary, config, tmp_path) as url:
         http_json(f"{url}/api/v2/alerts", alerts)

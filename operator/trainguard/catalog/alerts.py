@@ -397,6 +397,8 @@ ALERTS: tuple[Alert, ...] = (
             _p("gpus", 4, "hot GPUs in one rack"),
             _p("celsius", 80, "GPU temperature in C"),
         ),
+        # one alert for the rack: while it fires, the job's per-GPU heat alerts are its detail
+        supersedes=("GPUThermalThrottling", "GPUMemoryTemperatureHigh"),
     ),
     Alert(
         "MonitoringDataMissing",

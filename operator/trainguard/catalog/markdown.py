@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainguard.catalog.alerts import ALERTS, FATAL_XIDS, MODE_PROFILES, Alert, Mode
+from trainguard.catalog.alerts import ALERTS, ALERTS_BY_NAME, FATAL_XIDS, MODE_PROFILES, Alert, Mode
 from trainguard.catalog.metrics import COMMON_LABELS, DCGM_LABELS, METRICS
 
 
@@ -54,9 +54,9 @@ def alerts_markdown() -> str:
         if a.without_response:
             lines.append(f"- No automatic response of its own: {a.without_response}.")
         if a.supersedes:
-            lines.append(
-                f"- While firing, it silences {', '.join(a.supersedes)} of the same {a.scope.value}."
-            )
+            # a rack alert silences per-GPU alerts, which carry no rack: the job is what they share
+            same = a.scope.value if all(ALERTS_BY_NAME[t].scope == a.scope for t in a.supersedes) else "job"
+            lines.append(f"- While firing, it silences {', '.join(a.supersedes)} of the same {same}.")
         if a.name == "GPUCriticalXid":
             lines.append(f"- Fatal XIDs: {', '.join(str(x) for x in FATAL_XIDS)}.")
         lines.append("")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainguard.api.monitor import TrainingJobMonitor
-from trainguard.catalog import ALERTS
+from trainguard.catalog import ALERTS, ALERTS_BY_NAME
 from trainguard.render.matchers import Matcher, eq, ne, one_of
 from trainguard.render.policy import EffectivePolicy
 
@@ -83,13 +83,20 @@ def inhibit_rules(
     if policy.inhibition.supersede:
         enabled = {a.name for a in policy.enabled_alerts()}
         for a in ALERTS:
-            targets = [t for t in a.supersedes if t in enabled]
-            if a.name in enabled and targets:
+            # equal on the labels both scopes identify by: a rack event carries no node or gpu, and
+            # silences the job's per-GPU heat alerts (Alertmanager counts a label missing on one side as
+            # unequal, so `rack` cannot be among them)
+            by_equal: dict[tuple[str, ...], list[str]] = {}
+            for t in a.supersedes:
+                if t in enabled and a.name in enabled:
+                    shared = tuple(x for x in a.scope.labels if x in ALERTS_BY_NAME[t].scope.labels)
+                    by_equal.setdefault(shared, []).append(t)
+            for equal, targets in by_equal.items():
                 rules.append(
                     InhibitRule(
                         source=(*job, eq("alertname", a.name)),
                         target=(*job, one_of("alertname", targets)),
-                        equal=tuple(a.scope.labels),
+                        equal=equal,
                     )
                 )
     return rules
