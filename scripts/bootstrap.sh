@@ -61,3 +61,14 @@ if ! command -v chromium >/dev/null 2>&1; then
     log "chromium is missing: the report's page test will be skipped (sudo apt-get install chromium)"
   fi
 fi
+
+# tmux for `trainguard status --watch`'s terminal test (e2e/test_status_tmux.py)
+if ! command -v tmux >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing tmux (for the status command's terminal test)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tmux >/dev/null
+  else
+    log "tmux is missing: the status command's terminal test will be skipped (sudo apt-get install tmux)"
+  fi
+fi

@@ -230,9 +230,9 @@ def test_fetch_reads_each_monitors_alerts_series_and_the_redo_at_each_restart() 
         "ALERTS": [{"metric": alert("GPULost", "P0", namespace="ml", training_job="llama"), "value": [NOW, "1"]}],
         "trainguard:train_tokens_per_second_per_gpu:avg{": [{"metric": {}, "value": [NOW, "2400"]}],
         "trainguard_checkpoint_last_step{": [{"metric": {"kind": "full"}, "value": [NOW, "800"]}],
-        "max(trainguard_train_step": [{"metric": {}, "value": [NOW, "900"]}],
-        "max(trainguard_checkpoint_last_step": [{"metric": {}, "value": [NOW, "700"]}],
-        "max(rate(trainguard_train_step": [{"metric": {}, "value": [NOW, "4"]}],
+        "max(max_over_time(trainguard_train_step": [{"metric": {}, "value": [NOW, "900"]}],
+        "max(max_over_time(trainguard_checkpoint_last_step": [{"metric": {}, "value": [NOW, "700"]}],
+        "max(deriv(trainguard_train_step": [{"metric": {}, "value": [NOW, "4"]}],
     })  # fmt: skip
     (got,) = fetch(Sources(Kube(bodies), prom), "ml", None, NOW)
     assert (got.name, got.health, got.series.throughput, got.series.checkpoint_step) == (

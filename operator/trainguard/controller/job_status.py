@@ -11,8 +11,11 @@ records that stopped training (not a dry run, a Pause or RestartGang step that s
     last step done: the gang restarted and placed), a lower bound of fault-to-resume, since the pods
     still load the checkpoint after it;
   - the redo, for a record whose RestartGang succeeded: the steps since the last full checkpoint at the
-    record's creation (trainguard_train_step - trainguard_checkpoint_last_step{kind="full"}) divided by
-    the job's step rate then (rate of trainguard_train_step over 5m), the work the gang does again.
+    record's creation (the highest trainguard_train_step minus the highest
+    trainguard_checkpoint_last_step{kind="full"} of the 5 minutes before it) divided by the job's step
+    rate then (deriv of trainguard_train_step over those 5 minutes: the slope of its samples, right for
+    a job younger than the window, where rate() would divide by all 5 minutes), the work the gang does
+    again.
 A redo Prometheus cannot tell (the series gone past retention) counts 0 and the total is marked "+?".
 Records beyond the 50 the status keeps are not counted.
 """
@@ -35,6 +38,9 @@ CHECKPOINT_TIME = "trainguard_checkpoint_last_success_timestamp_seconds"
 TRAIN_STEP = "trainguard_train_step"
 STOPPING_STEPS = frozenset({"Pause", "RestartGang"})
 RESTART = "RestartGang"
+REDO_WINDOW = "5m"
+"""The redo is read over the window before a record's creation, not at that instant: by then the failed
+pod's target may be gone and its series marked stale."""
 
 
 # ---- the model (pure) ----
@@ -387,9 +393,9 @@ def fetch_redo(
             continue
         at = unix(str(r.get("created", "")))
         out[str(r.get("id", ""))] = Redo(
-            step=_value(prom, f"max({TRAIN_STEP}{sel})", at),
-            checkpoint_step=_value(prom, f"max({CHECKPOINT_STEP}{full})", at),
-            rate=_value(prom, f"max(rate({TRAIN_STEP}{sel}[5m]))", at),
+            step=_value(prom, f"max(max_over_time({TRAIN_STEP}{sel}[{REDO_WINDOW}]))", at),
+            checkpoint_step=_value(prom, f"max(max_over_time({CHECKPOINT_STEP}{full}[{REDO_WINDOW}]))", at),
+            rate=_value(prom, f"max(deriv({TRAIN_STEP}{sel}[{REDO_WINDOW}]))", at),
         )
     return out
 
