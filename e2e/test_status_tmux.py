@@ -147,6 +147,12 @@ def test_status_watch_in_a_terminal_shows_the_job_then_a_fault_then_its_remediat
         lost = re.search(r"time lost   (\S+)", screen)
         assert lost and lost.group(1) not in ("0s", "-"), screen
         assert "+?" not in lost.group(1), f"the steps redone since the checkpoint were not told:\n{screen}"
+        # the operator's own detection went to Alertmanager, not into ALERTS: --alertmanager shows it
+        am = subprocess.run([TRAINGUARD, "status", "-n", ns, "--prometheus", mon.prometheus, "--alertmanager",
+                             mon.alertmanager, "--kubeconfig", str(cluster.kubeconfig)], check=True,
+                            capture_output=True, text=True, timeout=60).stdout  # fmt: skip
+        print(f"\nwith --alertmanager:\n{am}")
+        assert "  P0 TrainingInterrupted" in am and "Critical" in am.splitlines()[1], am
         (rec,) = finished(cluster, ns)
         redo = fetch_redo(prometheus_client(mon.prometheus), ns, JOB, [rec])
         print(
