@@ -21,7 +21,7 @@ import yaml
 from kubernetes import client, config
 
 from e2e.cluster import load_all
-from e2e.controlplane.local import LocalControlPlane, local_control_plane
+from e2e.controlplane.local import LocalControlPlane, local_control_plane, prometheus_operator_crds
 
 pytestmark = pytest.mark.e2e
 
@@ -60,6 +60,18 @@ def installed() -> Iterator[Installed]:
         values = yaml.safe_load(VALUES.read_text())
         for ns in values["defaultPolicy"]["namespaces"]:  # the default AlertPolicies go there
             core.create_namespace({"metadata": {"name": ns}})
+        # the values turn on the ServiceMonitor and PrometheusRule: prometheus-operator's CRDs come first, as
+        # on a cluster with kube-prometheus-stack
+        kubectl = [str(plane.bin / "kubectl"), "--kubeconfig", str(plane.kubeconfig)]
+        _run(
+            [
+                *kubectl,
+                "apply",
+                "--server-side",
+                *(x for p in prometheus_operator_crds() for x in ("-f", str(p))),
+            ]
+        )
+        _run([*kubectl, "wait", "--for", "condition=established", "--timeout", "60s", "crd", "--all"])
         helm = _helm(plane)
         _run([*helm, "install", "trainguard", str(CHART), "--namespace", NS, "--create-namespace",
               "--values", str(VALUES), "--timeout", "120s"])  # fmt: skip
@@ -78,8 +90,11 @@ def test_the_release_is_deployed_with_everything_the_chart_renders(installed: In
     ports = {
         p.name: p.port for p in client.CoreV1Api(installed.api).read_namespaced_service(SA, NS).spec.ports
     }
-    assert ports == {"webhook": 443, "receiver": 8443}
+    assert ports == {"webhook": 443, "receiver": 8443, "metrics": 8081}
     custom = client.CustomObjectsApi(installed.api)
+    # the values turn self-monitoring on: its ServiceMonitor and PrometheusRule passed their CRDs' schemas
+    assert custom.get_namespaced_custom_object("monitoring.coreos.com", "v1", NS, "servicemonitors", SA)
+    assert custom.get_namespaced_custom_object("monitoring.coreos.com", "v1", NS, "prometheusrules", SA)
     # the chart's CRDs were installed first, so its custom objects were accepted by their schemas
     assert custom.get_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", "trainguard")
     for ns in ("ml", "research"):

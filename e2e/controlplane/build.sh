@@ -11,6 +11,7 @@ K8S_VERSION="${K8S_VERSION:-1.36.3}"
 ETCD_VERSION="${ETCD_VERSION:-3.6.16}"
 HELM_VERSION="${HELM_VERSION:-3.22.0}"
 PROM_OPERATOR_VERSION="${PROM_OPERATOR_VERSION:-0.95.2}"
+PROM_OPERATOR_KINDS_REV=2  # which CRDs are kept (r2: servicemonitors, for the chart's ServiceMonitor)
 CONTROLLER_TOOLS_VERSION="${CONTROLLER_TOOLS_VERSION:-0.20.1}"
 # the newest release whose module Go 1.26 accepts (later ones need a newer Go)
 VICTORIA_METRICS_VERSION="${VICTORIA_METRICS_VERSION:-1.151.0}"
@@ -158,7 +159,8 @@ fetch_prometheus_operator_crds() {
   # that holds the YAML, so the CRDs are generated from the pinned Go types with controller-gen,
   # which is how prometheus-operator makes them itself.
   local v="$PROM_OPERATOR_VERSION"
-  local dest="$CACHE/crds/prometheus-operator-$v"
+  # keyed by what is kept too: a cache made before servicemonitors joined lacks it
+  local dest="$CACHE/crds/prometheus-operator-$v-$PROM_OPERATOR_KINDS_REV"
   if [ -d "$dest" ]; then log "prometheus-operator v$v CRDs: cached"; return; fi
   local start=$SECONDS dir="$WORK/prometheus-operator-crds-$v"
   mkdir -p "$dir"
@@ -177,7 +179,7 @@ fetch_prometheus_operator_crds() {
     (cd "$api" && "$dir/controller-gen" crd:crdVersions=v1,maxDescLen=0 paths=./v1 paths=./v1alpha1 output:crd:dir="$dir/out")
   )
   mkdir -p "$dest.tmp"
-  for kind in prometheusrules alertmanagerconfigs podmonitors; do
+  for kind in prometheusrules alertmanagerconfigs podmonitors servicemonitors; do
     cp "$dir/out/monitoring.coreos.com_$kind.yaml" "$dest.tmp/"
   done
   mv "$dest.tmp" "$dest"
