@@ -471,8 +471,29 @@ def _alert_rule(ctx: Context, a: EffectiveAlert, policy: EffectivePolicy) -> Rul
             "probable_cause": a.alert.probable_cause,
             "runbook_url": f"{policy.runbook_base_url}#{_anchor(a.name)}",
         }
-        | _correlation(ctx, a),
+        | _correlation(ctx, a)
+        | _report(a),
     }
+
+
+REPORT_SEVERITY = "P2"
+"""The severity the operator writes a diagnostic report for (controller/report.py; a test pins the two)."""
+
+
+def _report(a: EffectiveAlert) -> dict[str, str]:
+    """How to open the diagnostic report the operator writes for a P2 into a ConfigMap labelled with its
+    monitor and alert, and how to build one on demand for any alert."""
+    on_demand = (
+        f"trainguard report --monitor {{{{ $labels.namespace }}}}/{{{{ $labels.training_job }}}} "
+        f"--alert {a.name} -o report.html"
+    )
+    if a.severity != REPORT_SEVERITY:
+        return {"report_command": on_demand}
+    stored = (
+        f"kubectl get configmaps -n {{{{ $labels.namespace }}}} -l trainguard.io/monitor="
+        f"{{{{ $labels.training_job }}}},trainguard.io/alert={a.name} -o jsonpath='{{.items[*].data.report\\.md}}'"
+    )
+    return {"report_command": f"{stored} (or: {on_demand})"}
 
 
 SIDECAR_NVML_ONLY: dict[str, str] = {
