@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from trainguard.exporter.readings import HostReading
@@ -216,30 +216,24 @@ class HostReader:
         return out
 
     def _infiniband(self) -> dict[tuple[str, str, str], float]:
-        out: dict[tuple[str, str, str], float] = {}
-        base = self.root / "sys/class/infiniband"
-        if not base.is_dir():
-            return out
-        for dev in sorted(base.iterdir()):
-            for port in sorted((dev / "ports").glob("*")):
-                for name in IB_COUNTERS:
-                    try:
-                        out[(dev.name, port.name, name)] = float((port / "counters" / name).read_text())
-                    except (OSError, ValueError):
-                        continue
-        return out
+        return self._port_counters("counters", IB_COUNTERS)
 
     def _roce(self) -> dict[tuple[str, str, str], float]:
         """The RoCE congestion counters each port has; a NIC or kernel without them gives nothing."""
+        return self._port_counters("hw_counters", ROCE_COUNTERS)
+
+    def _port_counters(self, folder: str, names: Iterable[str]) -> dict[tuple[str, str, str], float]:
+        """(device, port, counter) -> value from /sys/class/infiniband/<dev>/ports/<port>/<folder>/; a
+        counter that is missing or unreadable is left out."""
         out: dict[tuple[str, str, str], float] = {}
         base = self.root / "sys/class/infiniband"
         if not base.is_dir():
             return out
         for dev in sorted(base.iterdir()):
             for port in sorted((dev / "ports").glob("*")):
-                for name in ROCE_COUNTERS:
+                for name in names:
                     try:
-                        out[(dev.name, port.name, name)] = float((port / "hw_counters" / name).read_text())
+                        out[(dev.name, port.name, name)] = float((port / folder / name).read_text())
                     except (OSError, ValueError):
                         continue
         return out
