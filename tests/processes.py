@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import socket
 import subprocess
 import threading
@@ -99,6 +100,32 @@ def http_json(url: str, body: Any = None, method: str | None = None) -> Any:
     with urllib.request.urlopen(req, timeout=10) as resp:
         raw = resp.read()
     return json.loads(raw) if raw else None
+
+
+@contextlib.contextmanager
+def backfilled_prometheus(openmetrics: str, workdir: Path, *flags: str) -> Iterator[str]:
+    """A real Prometheus over a history written with `promtool tsdb create-blocks-from openmetrics` (how
+    a test gets hours of past samples, alert history included); yields its base URL. Skips without the
+    binaries."""
+    import pytest  # noqa: PLC0415 - this module is imported by benchmarks too, which need no pytest
+
+    binary, promtool = shutil.which("prometheus"), shutil.which("promtool")
+    if binary is None or promtool is None:
+        pytest.skip("Prometheus is not installed (.ci/run installs prometheus)")
+    (workdir / "history.om").write_text(openmetrics)
+    backfill = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(workdir / "history.om"),
+                               str(workdir / "data")], capture_output=True, text=True, check=False)  # fmt: skip
+    assert backfill.returncode == 0, backfill.stdout + backfill.stderr
+    (workdir / "prometheus.yml").write_text("global: {}\n")
+    port = free_port()
+    proc = start([binary, f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'data'}",
+                  f"--web.listen-address=127.0.0.1:{port}", *flags], workdir / "prometheus.log")  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{url}/-/ready", proc=proc)
+        yield url
+    finally:
+        stop([proc])
 
 
 @contextlib.contextmanager

@@ -9,8 +9,6 @@ serve container logs yet (see the issue note), so the API path of the logs is no
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,7 +19,7 @@ import pytest
 from tests.conftest import MONITOR, POLICY, merged
 from tests.diagnosis.report_inputs import RECORD, TRACE_ID
 from tests.diagnosis.traces import AT, JOB, NS, trace
-from tests.processes import free_port, wait_http
+from tests.processes import backfilled_prometheus
 from trainguard.controller.report import LOG_LIMIT_BYTES, DiagnosticReports, build_report, prometheus_client
 
 pytestmark = pytest.mark.tools
@@ -49,28 +47,9 @@ def _openmetrics() -> str:
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    binary, promtool = shutil.which("prometheus"), shutil.which("promtool")
-    if binary is None or promtool is None:
-        pytest.skip("Prometheus is not installed (.ci/run installs prometheus)")
-    d = tmp_path_factory.mktemp("prometheus")
-    (d / "trace.om").write_text(_openmetrics())
-    backfill = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(d / "trace.om"),
-                               str(d / "data")], capture_output=True, text=True, check=False)  # fmt: skip
-    assert backfill.returncode == 0, backfill.stdout + backfill.stderr
-    (d / "prometheus.yml").write_text("global: {}\n")
-    port = free_port()
-    with (d / "prometheus.log").open("wb") as log:
-        proc = subprocess.Popen(
-            [binary, f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={d / 'data'}",
-             "--storage.tsdb.retention.time=20y", f"--web.listen-address=127.0.0.1:{port}"],
-            stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-        url = f"http://127.0.0.1:{port}"
-        try:
-            wait_http(f"{url}/-/ready", proc=proc)
-            yield url
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+    with backfilled_prometheus(_openmetrics(), tmp_path_factory.mktemp("prometheus"),
+                               "--storage.tsdb.retention.time=20y") as url:  # fmt: skip
+        yield url
 
 
 def _stamp(ts: float) -> str:

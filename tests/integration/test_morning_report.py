@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import shutil
-import subprocess
 import time
 import zoneinfo
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ import yaml
 
 from tests.conftest import MONITOR, POLICY, merged
 from tests.controller.test_morning_report_pass import FakeKube
-from tests.processes import alertmanager, free_port, wait_http
+from tests.processes import alertmanager, backfilled_prometheus
 from tests.render.amconfig import write_config
 from tests.render.notification_sink import Sink, serve
 from trainguard.controller.morning_report import MARKER, MorningReports, prometheus_client
@@ -97,27 +96,8 @@ def night_history() -> str:
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    binary, promtool = shutil.which("prometheus"), shutil.which("promtool")
-    if binary is None or promtool is None:
-        pytest.skip("Prometheus is not installed (.ci/run installs prometheus)")
-    d = tmp_path_factory.mktemp("prometheus")
-    (d / "night.om").write_text(night_history())
-    backfill = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(d / "night.om"),
-                               str(d / "data")], capture_output=True, text=True, check=False)  # fmt: skip
-    assert backfill.returncode == 0, backfill.stdout + backfill.stderr
-    (d / "prometheus.yml").write_text("global: {}\n")
-    port = free_port()
-    with (d / "prometheus.log").open("wb") as log:
-        proc = subprocess.Popen(
-            [binary, f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={d / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-        url = f"http://127.0.0.1:{port}"
-        try:
-            wait_http(f"{url}/-/ready", proc=proc)
-            yield url
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+    with backfilled_prometheus(night_history(), tmp_path_factory.mktemp("prometheus")) as url:
+        yield url
 
 
 @pytest.fixture
