@@ -153,10 +153,13 @@ def cmd_reference(args: argparse.Namespace) -> int:
 
 
 def cmd_operator(args: argparse.Namespace) -> int:
-    _need("operator", "kopf", "kubernetes", "pydantic", "yaml", "promql_parser")
+    _need("operator", "kopf", "kubernetes", "pydantic", "yaml", "promql_parser", "cryptography")
+    import datetime as dt
     import logging
 
+    from trainguard.api.common import duration_seconds
     from trainguard.controller.run import OperatorOptions, run
+    from trainguard.controller.webhook_certs import CertPolicy
 
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
@@ -190,6 +193,12 @@ def cmd_operator(args: argparse.Namespace) -> int:
             metrics_addr=args.metrics_addr,
             resync_seconds=args.resync_seconds,
             pods_seconds=args.pods_seconds,
+            self_managed_certs=args.self_managed_certs,
+            cert_policy=CertPolicy(
+                serving_lifetime=dt.timedelta(seconds=duration_seconds(args.cert_duration)),
+                renew_before=dt.timedelta(seconds=duration_seconds(args.cert_renew_before)),
+                ca_lifetime=dt.timedelta(seconds=duration_seconds(args.ca_duration)),
+            ),
         )
     )
     return 0
@@ -493,6 +502,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--receiver-ca",
         help="the CA that signed it, given to sidecars and Alertmanager (default: --webhook-ca)",
     )
+    op.add_argument(
+        "--self-managed-certs",
+        action="store_true",
+        help="no cert-manager: keep a CA and the serving certificate of the webhook and the receiver in "
+        "Secret trainguard-operator-webhook-tls (created and rotated by the operator, reloaded without a "
+        "restart), with the CA bundle in the webhook configuration; replaces --webhook-cert/-key/-ca",
+    )
+    op.add_argument("--cert-duration", default="90d", help="self-managed serving certificate's lifetime")
+    op.add_argument(
+        "--cert-renew-before",
+        default="30d",
+        help="renew it this long before it expires (at most a third of its lifetime)",
+    )
+    op.add_argument("--ca-duration", default="3650d", help="self-managed CA's lifetime (renewed at 2/3)")
     op.add_argument(
         "--alertmanager-url",
         help="Alertmanager's base URL: the operator posts the faults it detects itself (OOMKilled or failed pods, "

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import os
 import random
 import secrets
 import socket
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -26,6 +28,13 @@ from trainguard.controller.periodic import Periodic
 from trainguard.controller.reconcile import ReceiverSettings
 from trainguard.controller.report import DiagnosticReports
 from trainguard.controller.response import Responder
+from trainguard.controller.webhook_certs import (
+    WEBHOOK_CERT_SECRET,
+    CertPolicy,
+    ReloadableTLS,
+    SelfManagedCerts,
+    serving_names,
+)
 from trainguard.remediation import tokens
 from trainguard.remediation.cluster import Cluster
 from trainguard.remediation.receiver import Receiver, ReceiverConfig
@@ -82,6 +91,12 @@ class OperatorOptions:
     resync_seconds: float = 120.0
     """How often every monitor is re-applied (repairs hand edits of the objects it owns)."""
     pods_seconds: float = 15.0
+    self_managed_certs: bool = False
+    """Keep the webhook's and receiver's certificates in a Secret of our own (controller/webhook_certs.py)
+    instead of --webhook-cert/--webhook-key/--webhook-ca files."""
+    cert_policy: CertPolicy = field(default_factory=CertPolicy)
+    cert_dir: str | None = None
+    """Where the self-managed certificate files are written for the servers (default: a private tmp dir)."""
 
 
 def client_configuration(kubeconfig: str | None) -> client.Configuration:
@@ -176,12 +191,17 @@ def run(opts: OperatorOptions) -> None:
     )
 
     shared: dict[str, Any] = {}
+    certs = self_managed_certs(kube, opts, leader, shared) if opts.self_managed_certs else None
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+        nonlocal opts
         memo["kube"] = kube
         memo["metrics"] = metrics
         memo["native_sidecar"] = native_sidecar(kube)
+        shared["memo"] = memo
+        if certs is not None:
+            opts = start_self_managed_certs(certs, opts)
         memo["receiver"] = shared["receiver"] = receiver_settings(kube, opts, base)
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="trainguard.io")
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -198,17 +218,35 @@ def run(opts: OperatorOptions) -> None:
                 certfile=opts.webhook_cert,
                 pkeyfile=opts.webhook_key,
                 cafile=opts.webhook_ca,
+                # self-managed: the context follows each rotation itself (kopf's file watch would
+                # close the listener and open a new one)
+                context=certs.tls.server_context() if certs is not None else None,
+                file_check_interval=86400.0 if certs is not None else 60.0,
             )
             settings.admission.managed = None  # we manage the configuration: Ignore, 5s, selectors
-        if opts.manage_webhook and opts.webhook_ca and (opts.webhook_url or opts.webhook_service):
+        if (
+            certs is None
+            and opts.manage_webhook
+            and opts.webhook_ca
+            and (opts.webhook_url or opts.webhook_service)
+        ):
             ensure_webhook_configuration(kube, opts)
-        shared["server"] = start_receiver(opts, shared.get("receiver"), responder, leader, metrics)
+        shared["server"] = start_receiver(
+            opts,
+            shared.get("receiver"),
+            responder,
+            leader,
+            metrics,
+            tls=certs.tls if certs is not None else None,
+        )
         responder.start()
         periodic.start()
 
     @kopf.on.cleanup(registry=registry)
     def stop_periodic(**_: Any) -> None:
         periodic.stop()
+        if certs is not None:
+            certs.stop()
         responder.stop()
         if shared.get("server") is not None:
             shared["server"].stop()
@@ -261,12 +299,80 @@ def leader_pass(
                 diagnostics.run()
 
 
+class _ReloadingReceiver(Receiver):
+    """The receiver on self-managed certificates: its socket's context follows each rotation."""
+
+    tls: ReloadableTLS
+
+    def tls_context(self) -> Any:
+        return self.tls.server_context()
+
+
+def self_managed_certs(
+    kube: Kube, opts: OperatorOptions, leader: Leadership, shared: dict[str, Any]
+) -> SelfManagedCerts:
+    """The Secret-backed certificates for the webhook Service's names and the receiver's host."""
+    service = opts.webhook_service.partition(":")[0] if opts.webhook_service else None
+    names = serving_names(opts.namespace, service, [opts.webhook_url, opts.receiver_url])
+    directory = Path(opts.cert_dir) if opts.cert_dir else Path(tempfile.mkdtemp(prefix="trainguard-certs-"))
+
+    def apply_bundle(bundle: bytes) -> None:
+        ensure_webhook_configuration(kube, opts, ca=bundle)
+
+    def on_bundle(bundle: bytes) -> None:
+        # the sidecars and Alertmanager get the new bundle at the next reconcile of each monitor
+        settings = shared.get("receiver")
+        if settings is not None:
+            shared["receiver"] = dataclasses.replace(settings, ca=bundle.decode())
+            if shared.get("memo") is not None:
+                shared["memo"]["receiver"] = shared["receiver"]
+
+    return SelfManagedCerts(
+        core=kube.core,
+        namespace=opts.namespace,
+        names=names,
+        policy=opts.cert_policy,
+        tls=ReloadableTLS(directory),
+        leader=leader,
+        apply_bundle=apply_bundle
+        if opts.manage_webhook and (opts.webhook_url or opts.webhook_service)
+        else None,
+        on_bundle=on_bundle,
+    )
+
+
+def start_self_managed_certs(certs: SelfManagedCerts, opts: OperatorOptions) -> OperatorOptions:
+    """First sync before the servers start (they need a certificate), then the rotation loop. The
+    options returned point the servers and the receiver's CA at the files the certificates are in."""
+    try:
+        certs.sync()
+    except Exception as exc:
+        log.error("no self-managed certificates (%s): the webhook and the receiver stay off; grant get, create "
+                  "and update on Secret %s/%s (deploy/rbac.yaml)", exc, opts.namespace, WEBHOOK_CERT_SECRET)  # fmt: skip
+        return opts
+    log.info("self-managed certificates for %s (renewal checked every %.0fs)",
+             ", ".join([*certs.names.dns, *map(str, certs.names.ips)]), certs.policy.check_interval)  # fmt: skip
+    certs.start()
+    tls = certs.tls
+    return dataclasses.replace(
+        opts,
+        webhook_cert=str(tls.cert_file),
+        webhook_key=str(tls.key_file),
+        webhook_ca=str(tls.ca_file),
+        receiver_cert=None,
+        receiver_key=None,
+        receiver_ca=None,
+    )
+
+
 def start_receiver(
     opts: OperatorOptions,
     settings: ReceiverSettings | None,
     responder: Responder,
     leader: Leadership,
     metrics: OperatorMetrics | None = None,
+    *,
+    tls: ReloadableTLS | None = None,
 ) -> Receiver | None:
     """The remediation receiver (TLS, /v1/alerts and /v1/events); every replica serves it, a standby
     answers 503 so that Alertmanager and the sidecars retry until they reach the leader."""
@@ -275,7 +381,7 @@ def start_receiver(
         log.error("the remediation receiver is off: %s", "no operator key" if settings is None else
                   "no TLS certificate (--receiver-cert/--receiver-key or the webhook's)")  # fmt: skip
         return None
-    server = Receiver(
+    server = (Receiver if tls is None else _ReloadingReceiver)(
         ReceiverConfig(
             host=opts.receiver_addr, port=opts.receiver_port, certfile=cert, keyfile=key, key=settings.key
         ),
@@ -283,6 +389,8 @@ def start_receiver(
         accepting=leader,
         observe=metrics.signal if metrics is not None else lambda source, result: None,
     )
+    if isinstance(server, _ReloadingReceiver) and tls is not None:
+        server.tls = tls
     try:
         server.start()
     except OSError as exc:
@@ -325,8 +433,9 @@ def native_sidecar(kube: Kube) -> bool:
     return supported
 
 
-def ensure_webhook_configuration(kube: Kube, opts: OperatorOptions) -> None:
-    ca = Path(opts.webhook_ca or "").read_bytes()
+def ensure_webhook_configuration(kube: Kube, opts: OperatorOptions, ca: bytes | None = None) -> None:
+    """Apply the MutatingWebhookConfiguration with `ca` (default: the --webhook-ca file) as its caBundle."""
+    ca = ca if ca is not None else Path(opts.webhook_ca or "").read_bytes()
     service = None
     if opts.webhook_service:
         name, _, port = opts.webhook_service.partition(":")
