@@ -1,0 +1,191 @@
+"""The drill's edges: the apiserver (the monitor, its pods, the nodes), the sidecars and Alertmanager.
+
+Sidecars are reached through the apiserver's pod proxy by default
+(`/api/v1/namespaces/NS/pods/NAME:PORT/proxy/v1/faults`): it needs nothing but the kubeconfig the
+drill already uses (and RBAC `get`/`create` on `pods/proxy`), works from a laptop outside the
+cluster, and works on the local e2e control plane, where the apiserver dials the fake pods' IPs.
+`direct` (http://POD_IP:PORT) is for a drill run inside the cluster network where the apiserver
+cannot reach pods (some managed control planes).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from trainguard.api import GROUP, VERSION
+from trainguard.drill.scenarios import PodView
+from trainguard.remediation import alertmanager as am
+from trainguard.render.alertmanager import OPERATOR_RECEIVER
+from trainguard.render.sidecar import EXPORTER
+
+PLURAL = "trainingjobmonitors"
+TIMEOUT_S = 10.0
+
+
+def api_client(kubeconfig: str | None) -> client.ApiClient:
+    """In-cluster credentials, else the kubeconfig (as controller.run does, without importing kopf)."""
+    cfg = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
+    else:
+        try:
+            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        except config.ConfigException:
+            config.load_kube_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    return client.ApiClient(cfg)
+
+
+class KubeCluster:
+    def __init__(self, api: client.ApiClient, namespace: str, name: str) -> None:
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.namespace, self.name = namespace, name
+
+    def monitor(self) -> dict[str, Any]:
+        obj: Any = self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name)
+        return {str(k): v for k, v in obj.items()}
+
+    def patch_dry_run(self, value: bool | None) -> None:
+        """A JSON merge patch: null removes the field, as it was before the drill set it."""
+        self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, self.name, {"spec": {"remediation": {"dryRun": value}}}
+        )
+
+    def pods(self, selector: str) -> list[PodView]:
+        out = []
+        items: list[Any] = self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
+        for p in items:
+            if p.metadata.deletion_timestamp is not None or p.status.phase != "Running":
+                continue
+            port = 0
+            for c in [*(p.spec.init_containers or []), *(p.spec.containers or [])]:
+                if c.name == EXPORTER and c.ports:
+                    port = int(c.ports[0].container_port)
+            out.append(
+                PodView(str(p.metadata.name), str(p.spec.node_name or ""), str(p.status.pod_ip or ""), port)
+            )
+        return out
+
+    def cordoned(self) -> set[str]:
+        nodes: list[Any] = self.core.list_node().items
+        return {str(n.metadata.name) for n in nodes if n.spec.unschedulable}
+
+
+class SidecarHTTP:
+    """The exporter's /v1/faults and /metrics, through the pod proxy or at the pod's IP."""
+
+    def __init__(self, api: client.ApiClient, namespace: str, access: str = "proxy") -> None:
+        self.api, self.namespace, self.access = api, namespace, access
+
+    def _call(self, pod: PodView, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
+        data = None if body is None else json.dumps(body).encode()
+        if self.access == "direct":
+            req = urllib.request.Request(f"http://{pod.ip}:{pod.port}{path}", data=data, method=method)
+            if data is not None:
+                req.add_header("Content-Type", "application/json")
+            try:
+                with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
+                    return int(resp.status), bytes(resp.read())
+            except urllib.error.HTTPError as exc:
+                return int(exc.code), bytes(exc.read())
+        path = f"/api/v1/namespaces/{self.namespace}/pods/{pod.name}:{pod.port}/proxy{path}"
+        headers = {"Content-Type": "application/json", "Accept": "*/*"}
+        try:
+            # the client's own request building (server, credentials, TLS), then the raw response: the
+            # sidecar answers JSON or text, not a Kubernetes object
+            method_, url, headers_, body_, _ = self.api.param_serialize(
+                method, path, header_params=headers, body=body, auth_settings=["BearerToken"]
+            )
+            answer: Any = self.api.call_api(method_, url, header_params=headers_, body=body_,
+                                          _request_timeout=TIMEOUT_S)  # fmt: skip
+            return int(answer.status), bytes(answer.read() or b"")
+        except ApiException as exc:
+            return int(exc.status or 0), str(exc.body or "").encode()
+
+    def _ok(self, pod: PodView, method: str, path: str, body: Any = None) -> bytes:
+        status, data = self._call(pod, method, path, body)
+        if status // 100 != 2:
+            raise RuntimeError(
+                f"{method} {path} on {pod.name}: HTTP {status} {data[:200].decode(errors='replace')}"
+            )
+        return data
+
+    def injection_on(self, pod: PodView) -> bool:
+        try:
+            return self._call(pod, "GET", "/v1/faults")[0] == 200
+        except OSError:
+            return False
+
+    def inject(self, pod: PodView, body: dict[str, Any]) -> None:
+        self._ok(pod, "POST", "/v1/faults", body)
+
+    def clear(self, pod: PodView) -> None:
+        self._ok(pod, "DELETE", "/v1/faults")
+
+    def active(self, pod: PodView) -> dict[str, Any]:
+        return dict(json.loads(self._ok(pod, "GET", "/v1/faults") or b"{}"))
+
+    def step(self, pod: PodView) -> float | None:
+        try:
+            text = self._ok(pod, "GET", "/metrics").decode(errors="replace")
+        except (RuntimeError, OSError):
+            return None
+        return train_step(text)
+
+
+def train_step(exposition: str) -> float | None:
+    """trainguard_train_step from an exporter's /metrics (the highest, if several series)."""
+    values = [
+        float(line.rsplit(" ", 1)[1])
+        for line in exposition.splitlines()
+        if line.startswith(("trainguard_train_step{", "trainguard_train_step "))
+    ]
+    return max(values) if values else None
+
+
+def delivered(exposition: str) -> float:
+    """Notifications Alertmanager delivered (attempts less failures), from its /metrics. Alertmanager
+    0.27 and later label them by receiver_name, and the operator's receiver is left out; older ones
+    count by integration only, the operator's webhook included."""
+
+    def total(metric: str) -> float:
+        out = 0.0
+        for line in exposition.splitlines():
+            if not line.startswith(metric + "{") and not line.startswith(metric + " "):
+                continue
+            head, _, value = line.rpartition(" ")
+            if 'receiver_name="' in head and head.split('receiver_name="', 1)[1].split('"', 1)[0].endswith(
+                OPERATOR_RECEIVER
+            ):
+                continue
+            out += float(value)
+        return out
+
+    return total("alertmanager_notifications_total") - total("alertmanager_notifications_failed_total")
+
+
+class AlertmanagerHTTP:
+    def __init__(self, base_url: str) -> None:
+        self.base = base_url.rstrip("/")
+
+    def alerts(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        return am.raw_alerts(self.base, {"namespace": namespace, "training_job": job})[1]
+
+    def post(self, alerts: list[dict[str, Any]]) -> None:
+        am.post_alerts(self.base, alerts)
+
+    def delivered(self) -> float:
+        with urllib.request.urlopen(f"{self.base}/metrics", timeout=TIMEOUT_S) as resp:
+            return delivered(resp.read().decode(errors="replace"))
+
+    def silence(self, labels: dict[str, str], ends: float, comment: str) -> str:
+        return am.create_silence(
+            self.base, labels, time.time(), ends, created_by="trainguard drill", comment=comment
+        )

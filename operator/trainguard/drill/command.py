@@ -1,0 +1,140 @@
+"""`trainguard drill`: run a fault scenario against a live installation and report how fast it was seen,
+notified and acted on. The parser is built with the standard library only (`trainguard --help` stays
+instant); the Kubernetes client is imported when the command runs."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import uuid
+from types import FrameType
+
+from trainguard.drill import SCENARIO_NAMES
+
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--monitor", required=True, metavar="NS/NAME", help="the TrainingJobMonitor whose job to drill"
+    )
+    p.add_argument("--scenario", required=True, choices=SCENARIO_NAMES, help="the fault to play")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and touch nothing")
+    p.add_argument(
+        "--allow-actions", action="store_true",
+        help="let remediation act for real (it may cordon nodes and restart the job); by default the drill "
+        "sets spec.remediation.dryRun for its duration and restores it",
+    )  # fmt: skip
+    p.add_argument(
+        "--target",
+        default="30s",
+        metavar="DURATION",
+        help="alert, notification and action within this (default 30s)",
+    )
+    p.add_argument(
+        "--resume-target", default="5m", metavar="DURATION", help="training resumed within this (default 5m)"
+    )
+    p.add_argument(
+        "--timeout", default="3m", metavar="DURATION", help="how long to wait for the stages (default 3m)"
+    )
+    p.add_argument(
+        "--settle", default="90s", metavar="DURATION",
+        help="after cleanup, how long to wait for the drill's alerts to resolve before dry run is restored "
+        "(those still active get a 10m guard silence; default 90s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--alertmanager", metavar="URL", help="Alertmanager's base URL (default: $TRAINGUARD_ALERTMANAGER)"
+    )
+    p.add_argument(
+        "--sidecar-access", choices=["proxy", "direct"], default="proxy",
+        help="reach sidecars through the apiserver's pod proxy (default) or at the pod IP (in-cluster)",
+    )  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
+    p.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    p.add_argument("--poll", type=float, default=0.5, help=argparse.SUPPRESS)
+
+
+def _seconds(flag: str, text: str) -> float:
+    from trainguard.api import duration_seconds  # noqa: PLC0415
+
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return duration_seconds(text)
+    except ValueError as exc:
+        raise SystemExit(_usage(f"{flag}: {exc}")) from None
+
+
+def _usage(message: str) -> int:
+    print(f"trainguard drill: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def run(args: argparse.Namespace) -> int:
+    namespace, _, name = str(args.monitor).partition("/")
+    if not namespace or not name or "/" in name:
+        return _usage(f"--monitor takes NAMESPACE/NAME, got {args.monitor!r}")
+    base = args.alertmanager or os.environ.get("TRAINGUARD_ALERTMANAGER")
+    if not base and not args.dry_run:
+        return _usage("give Alertmanager's URL with --alertmanager URL (or $TRAINGUARD_ALERTMANAGER)")
+
+    try:
+        from kubernetes import client, config  # noqa: PLC0415
+    except ImportError:
+        return _usage("this command needs the 'operator' extra: pip install 'trainguard[operator]'")
+    from trainguard.drill.clients import AlertmanagerHTTP, KubeCluster, SidecarHTTP, api_client  # noqa: PLC0415
+    from trainguard.drill.results import render_json, render_table  # noqa: PLC0415
+    from trainguard.drill.run import Drill, Options, make_plan  # noqa: PLC0415
+    from trainguard.drill.scenarios import DrillError, scenario  # noqa: PLC0415
+
+    o = Options(
+        scenario(args.scenario), namespace, name, target_s=_seconds("--target", args.target),
+        resume_target_s=_seconds("--resume-target", args.resume_target),
+        timeout_s=_seconds("--timeout", args.timeout), settle_s=_seconds("--settle", args.settle),
+        allow_actions=args.allow_actions, poll_s=args.poll, drill_id=f"{args.scenario}-{uuid.uuid4().hex[:8]}",
+    )  # fmt: skip
+    try:
+        api = api_client(args.kubeconfig)
+    except (config.ConfigException, OSError) as exc:
+        print(f"trainguard drill: no Kubernetes credentials: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    cluster = KubeCluster(api, namespace, name)
+    sidecars = SidecarHTTP(api, namespace, args.sidecar_access)
+    try:
+        plan = make_plan(o, cluster, sidecars)
+    except (DrillError, ValueError) as exc:
+        print(f"trainguard drill: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    except client.exceptions.ApiException as exc:
+        print(f"trainguard drill: the apiserver answered HTTP {exc.status} {exc.reason}", file=sys.stderr)
+        return EXIT_FAIL
+    if args.dry_run:
+        sys.stdout.write("".join(f"{line}\n" for line in plan.lines(o)))
+        return EXIT_PASS
+    for line in plan.lines(o):
+        print(f"drill plan: {line}", file=sys.stderr)
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _interrupt)  # a killed drill cleans up as on Ctrl-C
+    try:
+        drill = Drill(
+            o,
+            cluster,
+            sidecars,
+            AlertmanagerHTTP(str(base)),
+            log=lambda m: print(m, file=sys.stderr, flush=True),
+        )
+        outcome = drill.run(plan)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    sys.stdout.write(render_json(outcome) if args.json else render_table(outcome))
+    if outcome.interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_PASS if outcome.passed else EXIT_FAIL
