@@ -559,6 +559,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(exp)
     exp.set_defaults(func=cmd_exporter)
 
+    drill = sub.add_parser(
+        "drill", help="play a fault scenario on a live installation: time to alert, notice, action, resume"
+    )
+    from trainguard.drill.command import add_arguments as add_drill_arguments
+    from trainguard.drill.command import run as run_drill
+
+    add_drill_arguments(drill)
+    drill.set_defaults(func=run_drill)
+
     ack = sub.add_parser(
         "ack", help="acknowledge an alert: an Alertmanager silence that also stops its escalation"
     )
