@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import urllib.parse
 from typing import Any
 
 from trainguard.exporter.checkpoints import RESUME_FROM_ENV, resume_pointer
@@ -16,6 +17,36 @@ def _resume_pointer(text: str) -> dict[str, Any] | None:
         raise argparse.ArgumentTypeError(
             f"{exc} (--resume-from or {RESUME_FROM_ENV}: {text[:200]!r})"
         ) from None
+
+
+def otlp_header(text: str) -> tuple[str, str]:
+    """--otlp-header KEY=VALUE. The message never repeats the text: a header is often a token."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(
+            "--otlp-header wants KEY=VALUE (the value is not shown: it may be a token)"
+        )
+    return key.strip(), value
+
+
+def otlp_endpoint(text: str) -> str:
+    url = urllib.parse.urlsplit(text)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise argparse.ArgumentTypeError(
+            "--otlp-endpoint wants the full http:// or https:// URL of an OTLP/HTTP metrics endpoint, e.g. "
+            "http://victoria-metrics:8428/opentelemetry/v1/metrics"
+        )
+    return text
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0 seconds: {text!r}")
+    return value
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -99,6 +130,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the checkpoint this pod resumes from, as the operator wrote it on the workload after a gang "
         "restart (trainguard.io/resume-from: {step, path, kind?, ts?}): the SDK's resume_from() answers "
         "it, pinned, until a trainer saves past it; an invalid pointer stops the exporter",
+    )
+    otlp = p.add_argument_group(
+        "OTLP export (optional, needs the otlp extra: pip install 'trainguard[exporter,otlp]')"
+    )
+    otlp.add_argument(
+        "--otlp-endpoint",
+        type=otlp_endpoint,
+        default=env("TRAINGUARD_OTLP_ENDPOINT"),
+        metavar="URL",
+        help="also push every metric over OTLP/HTTP (protobuf) to this full metrics URL, e.g. "
+        "http://victoria-metrics:8428/opentelemetry/v1/metrics; /metrics keeps serving (default: off)",
+    )
+    otlp.add_argument(
+        "--otlp-interval",
+        type=positive_seconds,
+        default=15.0,
+        metavar="SECONDS",
+        help="seconds between pushes",
+    )
+    otlp.add_argument(
+        "--otlp-header",
+        type=otlp_header,
+        action="append",
+        metavar="KEY=VALUE",
+        help="a header on every push (repeatable; values are never logged). A token is better given as "
+        "OTEL_EXPORTER_OTLP_HEADERS from a Secret, which is used when no --otlp-header is: the command "
+        "line shows in the pod spec",
     )
     p.add_argument("--enable-fault-injection", action="store_true",
                    help="serve POST/DELETE /v1/faults (never in production)")  # fmt: skip

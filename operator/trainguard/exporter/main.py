@@ -6,6 +6,9 @@ import argparse
 import logging
 import signal
 import threading
+import urllib.parse
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
@@ -16,6 +19,9 @@ from trainguard.exporter.host import HostReader
 from trainguard.exporter.server import serve
 from trainguard.exporter.simulated import SimulatedBackend
 from trainguard.exporter.training import TrainingState
+
+if TYPE_CHECKING:
+    from trainguard.exporter.otlp import OTLPPusher
 
 log = logging.getLogger("trainguard.exporter")
 
@@ -71,7 +77,9 @@ def run(args: argparse.Namespace) -> int:
     )
     host, _, port = args.listen.rpartition(":")
     exporter = build(args)
+    otlp = otlp_module() if args.otlp_endpoint else None  # before anything starts: a missing extra stops it
     exporter.start()
+    pusher = start_otlp(otlp, args, exporter) if otlp is not None else None
     servers = serve(exporter, host or "0.0.0.0", int(port), socket_path=args.sdk_socket,
                     fault_injection=args.enable_fault_injection, token_file=args.fastpath_token_file,
                     sdk_tcp=args.sdk_tcp)  # fmt: skip
@@ -93,8 +101,37 @@ def run(args: argparse.Namespace) -> int:
     for s in servers:
         s.shutdown()
         s.server_close()
+    if pusher is not None:
+        pusher.stop()
     exporter.stop()
     return 0
+
+
+def otlp_module() -> ModuleType:
+    """trainguard.exporter.otlp, or a clear exit when the otlp extra is not installed."""
+    try:
+        from trainguard.exporter import otlp  # noqa: PLC0415 - the SDK only when --otlp-endpoint is set
+    except ImportError as exc:
+        raise SystemExit(
+            f"--otlp-endpoint needs the otlp extra, which is not installed ({exc.name or exc} is missing): "
+            "pip install 'trainguard[exporter,otlp]'"
+        ) from None
+    return otlp
+
+
+def start_otlp(otlp: ModuleType, args: argparse.Namespace, exporter: Exporter) -> OTLPPusher:
+    """Push the exporter's registry over OTLP as well. The log names the endpoint without its
+    credentials, and the headers by key only: their values are often tokens."""
+    headers = dict(args.otlp_header) if args.otlp_header else None
+    settings = otlp.OTLPSettings(args.otlp_endpoint, args.otlp_interval, headers)
+    pusher: OTLPPusher = otlp.start_pusher(exporter.registry, exporter.config.identity, settings)
+    url = urllib.parse.urlsplit(args.otlp_endpoint)
+    shown = url._replace(
+        netloc=(url.hostname or "") + (f":{url.port}" if url.port else ""), query=""
+    ).geturl()
+    log.info("pushing metrics over OTLP to %s every %gs (headers: %s)", shown, args.otlp_interval,
+             ", ".join(sorted(headers)) if headers else "none, or OTEL_EXPORTER_OTLP_HEADERS")  # fmt: skip
+    return pusher
 
 
 def wait_for_trainers(
