@@ -72,8 +72,10 @@ bench: bootstrap
 	$(PY) bench/sdk_overhead.py
 	$(PY) bench/noise.py
 	$(PY) bench/detection.py
+	$(PY) bench/ettr.py
 
-# fault to cordon and to training resumed through the whole pipeline (about 30 minutes on 2 cores)
+# fault to cordon and to training resumed through the whole pipeline, by path and fault class (about 45
+# minutes on 2 cores at the defaults; bench/ettr.py reads its results)
 bench-pipeline: bootstrap
 	$(PY) bench/pipeline.py
 
