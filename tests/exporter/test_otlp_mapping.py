@@ -15,13 +15,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-
-from tests.exporter.running import running_exporter
-from trainguard.exporter.flags import add_arguments
-
-pytest.importorskip("opentelemetry.sdk.metrics", reason="the otlp extra is not installed")
-
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
     Gauge,
@@ -31,8 +24,11 @@ from opentelemetry.sdk.metrics.export import (
     MetricsData,
     Sum,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from tests.exporter.running import running_exporter
 from trainguard.exporter import otlp
+from trainguard.exporter.flags import add_arguments
 
 START, NOW = 1_000_000_000, 5_000_000_000
 

@@ -28,8 +28,6 @@ from trainguard.api import load_documents
 from trainguard.catalog import METRICS, MetricType
 from trainguard.render import render_prometheus
 
-pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="the otlp extra is not installed")
-
 pytestmark = pytest.mark.tools
 
 TOKEN = "s3cret-otlp-token-value"
