@@ -1,11 +1,11 @@
 """The drill's edges: the apiserver (the monitor, its pods, the nodes), the sidecars and Alertmanager.
 
-Sidecars are reached through the apiserver's pod proxy by default
+Sidecars are reached through the apiserver's pod proxy first
 (`/api/v1/namespaces/NS/pods/NAME:PORT/proxy/v1/faults`): it needs nothing but the kubeconfig the
-drill already uses (and RBAC `get`/`create` on `pods/proxy`), works from a laptop outside the
-cluster, and works on the local e2e control plane, where the apiserver dials the fake pods' IPs.
-`direct` (http://POD_IP:PORT) is for a drill run inside the cluster network where the apiserver
-cannot reach pods (some managed control planes).
+drill already uses (and RBAC `get`/`create` on `pods/proxy`) and works from a laptop outside the
+cluster network. Where the proxy does not reach a sidecar, the drill talks to it at its pod IP
+(http://POD_IP:PORT), which needs the drill to run inside the cluster network (or on the e2e harness's
+host: the apiserver refuses to proxy to the harness's loopback pod IPs). --sidecar-access forces one.
 """
 
 from __future__ import annotations
@@ -79,14 +79,34 @@ class KubeCluster:
 
 
 class SidecarHTTP:
-    """The exporter's /v1/faults and /metrics, through the pod proxy or at the pod's IP."""
+    """The exporter's /v1/faults and /metrics, through the pod proxy or at the pod's IP. `auto` tries the
+    proxy first and falls back to the pod IP for a pod whose /healthz the proxy does not return (the
+    apiserver refuses to proxy to loopback pod IPs, as the e2e harness's are); what worked is kept."""
 
-    def __init__(self, api: client.ApiClient, namespace: str, access: str = "proxy") -> None:
+    def __init__(self, api: client.ApiClient, namespace: str, access: str = "auto") -> None:
         self.api, self.namespace, self.access = api, namespace, access
+        self.modes: dict[str, str] = {}
+        """Pod name -> "proxy" or "direct", as decided for it."""
+
+    def _mode(self, pod: PodView) -> str:
+        if self.access != "auto":
+            return self.access
+        if pod.name not in self.modes:
+            self.modes[pod.name] = "proxy"
+            if self._via(pod, "proxy", "GET", "/healthz", None)[0] != 200:
+                try:
+                    if self._via(pod, "direct", "GET", "/healthz", None)[0] == 200:
+                        self.modes[pod.name] = "direct"
+                except OSError:
+                    pass
+        return self.modes[pod.name]
 
     def _call(self, pod: PodView, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
-        data = None if body is None else json.dumps(body).encode()
-        if self.access == "direct":
+        return self._via(pod, self._mode(pod), method, path, body)
+
+    def _via(self, pod: PodView, mode: str, method: str, path: str, body: Any) -> tuple[int, bytes]:
+        if mode == "direct":
+            data = None if body is None else json.dumps(body).encode()
             req = urllib.request.Request(f"http://{pod.ip}:{pod.port}{path}", data=data, method=method)
             if data is not None:
                 req.add_header("Content-Type", "application/json")

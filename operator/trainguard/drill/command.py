@@ -48,8 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--alertmanager", metavar="URL", help="Alertmanager's base URL (default: $TRAINGUARD_ALERTMANAGER)"
     )
     p.add_argument(
-        "--sidecar-access", choices=["proxy", "direct"], default="proxy",
-        help="reach sidecars through the apiserver's pod proxy (default) or at the pod IP (in-cluster)",
+        "--sidecar-access", choices=["auto", "proxy", "direct"], default="auto",
+        help="reach sidecars through the apiserver's pod proxy or at the pod IP (in-cluster); auto (default): "
+        "the proxy, else the pod IP",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     p.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, then ~/.kube/config)")

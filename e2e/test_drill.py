@@ -1,0 +1,142 @@
+"""`trainguard drill` against the full pipeline on the local control plane (e2e/test_pipeline.py's stack:
+real Prometheus and Alertmanager, the operator, sidecars with fault injection on running as processes).
+
+On one running job, through the CLI as an operator would run it: the plan of `multi-node` (--dry-run,
+which touches nothing), then two drills: `nan`, injected through a sidecar, and `node-down`, posted to Alertmanager as synthetic alerts. Each must pass at the default
+30 s target with remediation in dry run; afterwards no node is cordoned, no fault is active, no
+synthetic alert is left and spec.remediation.dryRun is back to what it was. The sidecars' pod IPs are
+loopback addresses, which the apiserver refuses to proxy to, so the drill falls back to the pod IPs
+(its `auto` access); a real cluster takes the pod proxy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.cluster import REPO, Cluster, wait_for
+from e2e.pipeline import JOB, SELECTOR, Monitoring, Sink, exporter_step, http_text, job, objects
+from e2e.podprocesses import PodProcesses
+from e2e.test_operator import MON, ready
+from e2e.test_p0_loop import records
+from e2e.test_pipeline import diagnostics, stack  # noqa: F401 - the module's fixture
+from trainguard.drill.scenarios import DRILL_LABEL
+
+pytestmark = pytest.mark.e2e
+TARGET_S = 30.0
+
+
+@pytest.fixture
+def running(stack: tuple[Cluster, Monitoring, Sink], ns: str, tmp_path: Path) -> Iterator[PodProcesses]:  # noqa: F811
+    cluster, mon, sink = stack
+    cluster.apply(objects(ns, sink))  # remediation acting (dryRun unset): the drill must make it dry
+    wait_for("monitor Ready", lambda: ready(cluster, ns), timeout=60)
+    cluster.apply([job(ns, 2, 8)])
+    with PodProcesses(cluster.api, ns, SELECTOR, tmp_path) as pods:
+        try:
+            wait_for("2 trainers past their first checkpoint", lambda: len(r := pods.running()) == 2
+                     and all(exporter_step(x) >= 120 for x in r), timeout=120)  # fmt: skip
+            wait_for("Prometheus scraping both exporters", lambda: len(mon.query(
+                f'up{{namespace="{ns}", container="trainguard-exporter"}} == 1')) == 2, timeout=30)  # fmt: skip
+            wait_for("Prometheus settled after its last reload", mon.settled, timeout=30)
+        except AssertionError:
+            raise AssertionError(diagnostics(cluster, mon, pods, ns)) from None
+        yield pods
+
+
+def drill(cluster: Cluster, mon: Monitoring, ns: str, scenario: str) -> tuple[int, dict[str, Any], str]:
+    """Run the CLI; its exit status, its JSON report and its progress lines (stderr)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainguard.cli", "drill", "--monitor", f"{ns}/{JOB}", "--scenario", scenario,
+         "--alertmanager", mon.alertmanager, "--kubeconfig", str(cluster.kubeconfig), "--json",
+         "--timeout", "60s", "--settle", "15s"],
+        check=False, capture_output=True, text=True, cwd=REPO, timeout=150, env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    try:
+        report = json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError(
+            f"no JSON report (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        ) from None
+    return proc.returncode, report, proc.stderr
+
+
+def stage(report: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(s for s in report["stages"] if s["stage"] == name)
+
+
+def dry_run(cluster: Cluster, ns: str) -> Any:
+    return ((cluster.get(*MON, ns, JOB) or {}).get("spec") or {}).get("remediation", {}).get("dryRun")
+
+
+def assert_clean(cluster: Cluster, mon: Monitoring, pods: PodProcesses, ns: str, before: Any) -> None:
+    assert not [n.metadata.name for n in cluster.core.list_node().items if n.spec.unschedulable], (
+        "a node cordoned"
+    )
+    for r in pods.running():
+        assert json.loads(http_text(f"{r.url}/v1/faults")) == {}, f"a fault left on {r.name}"
+    assert dry_run(cluster, ns) == before, "spec.remediation.dryRun restored"
+    assert not [a for a in mon.alerts(namespace=ns) if DRILL_LABEL in a["labels"]], "a synthetic alert left"
+
+
+def test_a_sidecar_drill_and_a_synthetic_drill_pass_and_leave_nothing_behind(
+    stack: tuple[Cluster, Monitoring, Sink],  # noqa: F811
+    ns: str,
+    clean_nodes: None,
+    running: PodProcesses,
+) -> None:
+    cluster, mon, sink = stack
+    before = dry_run(cluster, ns)
+    assert before is False, "the CRD's default: remediation acts"
+    plan = subprocess.run(
+        [sys.executable, "-m", "trainguard.cli", "drill", "--monitor", f"{ns}/{JOB}", "--scenario", "multi-node",
+         "--kubeconfig", str(cluster.kubeconfig), "--dry-run"],
+        check=False, capture_output=True, text=True, cwd=REPO, timeout=60,
+    )  # fmt: skip
+    assert plan.returncode == 0, plan.stderr
+    assert "inject xid-79 (GPU 0) through sidecars" in plan.stdout, plan.stdout
+    assert "set spec.remediation.dryRun: true for the drill, then restore it (false)" in plan.stdout
+    assert_clean(cluster, mon, running, ns, before)
+    assert not records(cluster, ns)
+
+    t0 = time.time()
+    rc, nan, progress = drill(cluster, mon, ns, "nan")
+    assert rc == 0, json.dumps(nan, indent=1) + progress + diagnostics(cluster, mon, running, ns, sink)
+    assert nan["mode"] == "sidecar injection" and nan["dry_run"] is True
+    for name in ("alert", "notification", "action"):
+        s = stage(nan, name)
+        assert s["verdict"] == "pass" and 0 < s["seconds"] <= TARGET_S, s
+    assert stage(nan, "resumed")["verdict"] == "n/a"
+    assert "drill +" in progress and "injected nan-loss" in progress, progress
+    paged = [n.at for n in sink.got if n.receiver == "phone" and n.at >= t0 and any(
+        a["labels"].get("alertname") == "TrainingLossNonFinite" and a["labels"].get("namespace") == ns
+        for a in n.alerts)]  # fmt: skip
+    assert paged, "the phone got the page the drill timed"
+    acted = [r for r in records(cluster, ns) if r["alert"] == "TrainingLossNonFinite"]
+    assert acted and all(r["dryRun"] for r in acted), acted
+    # the NaN alert outlives the fault by the rule's 1m window: it was silenced before dry run went off
+    silences = json.loads(http_text(f"{mon.alertmanager}/api/v2/silences"))
+    guards = [s for s in silences if s["id"] in nan["cleanup"]["guard_silences"]]
+    assert guards and all(s["status"]["state"] == "active" for s in guards), nan["cleanup"]
+    assert_clean(cluster, mon, running, ns, before)
+
+    rc, down, progress = drill(cluster, mon, ns, "node-down")
+    assert rc == 0, json.dumps(down, indent=1) + progress + diagnostics(cluster, mon, running, ns, sink)
+    assert down["mode"] == "synthetic alerts" and down["cordoned"] == []
+    for name in ("alert", "notification", "action"):
+        s = stage(down, name)
+        assert s["verdict"] == "pass" and 0 < s["seconds"] <= TARGET_S, s
+    assert down["cleanup"]["expired"] == 1 and not down["cleanup"]["guard_silences"]
+    node_down = [r for r in records(cluster, ns) if r["alert"] == "GPUNodeDown"]
+    assert node_down and all(r["dryRun"] for r in node_down), node_down
+    assert_clean(cluster, mon, running, ns, before)
+    print(f"\ndrill nan: {[(s['stage'], s['seconds']) for s in nan['stages']]}"
+          f"\ndrill node-down: {[(s['stage'], s['seconds']) for s in down['stages']]}")  # fmt: skip
