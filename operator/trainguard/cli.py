@@ -211,6 +211,13 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def cmd_review(args: argparse.Namespace) -> int:
+    _need("operator", "prometheus_api_client", "pydantic", "yaml", "promql_parser")
+    from trainguard.review.command import run
+
+    return run(args)
+
+
 def _who(by: str | None) -> str:
     """Who ran the command, for the record: --by, else $USER@hostname."""
     if by:
@@ -567,6 +574,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_drill_arguments(drill)
     drill.set_defaults(func=run_drill)
+
+    rev = sub.add_parser(
+        "review", help="the two-weekly rule review: never fired, co-firing, flapping, alerts by receiver"
+    )
+    from trainguard.review.flags import add_arguments as review_arguments
+
+    review_arguments(rev)
+    rev.set_defaults(func=cmd_review)
 
     ack = sub.add_parser(
         "ack", help="acknowledge an alert: an Alertmanager silence that also stops its escalation"

@@ -1,9 +1,9 @@
 """Every alert says how to open its diagnostic report: a P2's is written by the operator into a ConfigMap
-(controller/report.py), found by the labels it carries; any alert's is built on demand by the CLI."""
+(controller/report.py) under the name its `report_configmap` annotation gives; any alert's is built on demand by the CLI."""
 
 from __future__ import annotations
 
-from tests.conftest import MONITOR, monitor, policy
+from tests.conftest import monitor, policy
 from trainguard.controller import report
 from trainguard.render.policy import effective_policy
 from trainguard.render.prometheus import REPORT_SEVERITY, rule_group
@@ -16,20 +16,20 @@ def annotations() -> dict[str, tuple[str, str]]:
             if "alert" in r}  # fmt: skip
 
 
-def test_a_p2_points_at_the_configmap_by_the_labels_the_operator_gives_it() -> None:
+def test_a_p2_points_at_the_configmap_by_the_name_the_operator_gives_it() -> None:
+    """The name's expansion is checked against controller/report.report_name by promtool in
+    tests/controller/test_report_name.py; here, that the command opens that ConfigMap."""
     assert REPORT_SEVERITY == report.REPORT_SEVERITY
-    severity, command = annotations()["DataLoaderSlow"]
-    assert severity == "P2"
-    body = MONITOR | {"metadata": MONITOR["metadata"] | {"uid": "u-1"}}
-    labels = report.report_configmap(
-        body, "cm", {"alertname": "DataLoaderSlow"}, report.Report("md", "html")
-    )["metadata"]["labels"]
-    # the template's label values, as Prometheus expands them for this monitor's alert
+    m = monitor()
+    group = rule_group(m, effective_policy(m, [policy()]))
+    [rule] = [r for r in group["rules"] if r.get("alert") == "DataLoaderSlow"]
+    assert rule["labels"]["severity"] == "P2"
+    name, command = rule["annotations"]["report_configmap"], rule["annotations"]["report_command"]
+    assert "training_job" in name and "DataLoaderSlow" in name
     expanded = command.replace("{{ $labels.training_job }}", "llama-pretrain").replace(
         "{{ $labels.namespace }}", "ml"
     )
-    selector = ",".join(f"{k}={v}" for k, v in labels.items() if k.startswith("trainguard.io/"))
-    assert f"kubectl get configmaps -n ml -l {selector} " in expanded
+    assert expanded.startswith(f"kubectl get configmap -n ml {name} -o jsonpath='{{.data.report\\.html}}'")
     assert "trainguard report --monitor ml/llama-pretrain --alert DataLoaderSlow -o report.html" in expanded
 
 

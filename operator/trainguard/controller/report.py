@@ -10,9 +10,9 @@ catalogue's joined recording rules (`trainguard_dcgm:<name>`) when the plain nam
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
+import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -22,13 +22,14 @@ from typing import Any, Protocol
 from prometheus_api_client import PrometheusConnect
 
 from trainguard.api import AlertPolicy, InvalidInput, TrainingJobMonitor, parse_object
-from trainguard.catalog import METRICS_BY_NAME
+from trainguard.catalog import ALERTS_BY_NAME, METRICS_BY_NAME
 from trainguard.diagnosis import JobEvent, Series, Snapshot, diagnose, labels_of
 from trainguard.diagnosis import signals as sig
 from trainguard.diagnosis.logs import WINDOW_S, LogLine, parse_timestamped
 from trainguard.diagnosis.report import AlertInfo, Report, ReportInput, build
 from trainguard.remediation.records import unix
 from trainguard.render.policy import effective_policy
+from trainguard.render.prometheus import REPORT_CONFIGMAP_PREFIX
 from trainguard.render.sidecar import EXPORTER
 
 log = logging.getLogger("trainguard.report")
@@ -232,11 +233,16 @@ CONFIGMAP_LIMIT = 900 * 1024
 
 
 def report_name(monitor: str, alert: dict[str, str]) -> str:
-    """One ConfigMap per firing alert (its labels), stable across passes and operator restarts: its
-    existence is the record that the report was written."""
-    key = ",".join(f"{k}={v}" for k, v in sorted(alert.items()) if k not in ("alertstate", "__name__"))
-    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
-    return f"trainguard-report-{monitor[:200]}-{digest}"
+    """One ConfigMap per firing alert, stable across passes and operator restarts (its existence is the
+    record that the report was written), named by the alert's identity: its name and its catalogue
+    scope's labels. The P2 rule's `report_configmap` annotation derives the same name in Prometheus
+    (render/prometheus.report_configmap_template), so the notification names the ConfigMap."""
+    alertname = alert.get("alertname", "")
+    spec = ALERTS_BY_NAME.get(alertname)
+    scope = spec.scope.labels if spec else ()
+    rest = [alert.get(k, "") for k in scope if k not in ("namespace", "training_job")]
+    joined = "-".join([REPORT_CONFIGMAP_PREFIX, monitor, alertname, *rest]).lower()
+    return re.sub("[^a-z0-9]+", "-", joined)[:253].rstrip("-")
 
 
 def report_configmap(

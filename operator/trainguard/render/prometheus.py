@@ -480,20 +480,35 @@ REPORT_SEVERITY = "P2"
 """The severity the operator writes a diagnostic report for (controller/report.py; a test pins the two)."""
 
 
+REPORT_CONFIGMAP_PREFIX = "trainguard-report"
+
+
+def report_configmap_template(alertname: str, scope: tuple[str, ...]) -> str:
+    """The name of the ConfigMap the operator writes a P2's report into, as an alert template: made of
+    the alert's identity (its name and scope labels), so Prometheus and the operator
+    (controller/report.report_name) derive the same name apart; `index` gives "" for an absent label."""
+    rest = [f'(index $labels "{k}")' for k in scope if k not in ("namespace", "training_job")]
+    args = [f'"{REPORT_CONFIGMAP_PREFIX}"', '(index $labels "training_job")', f'"{alertname}"', *rest]
+    return (
+        f'{{{{ printf "{"-".join(["%s"] * len(args))}" {" ".join(args)} | toLower'
+        f' | reReplaceAll "[^a-z0-9]+" "-" | printf "%.253s" | reReplaceAll "-+$" "" }}}}'
+    )
+
+
 def _report(a: EffectiveAlert) -> dict[str, str]:
-    """How to open the diagnostic report the operator writes for a P2 into a ConfigMap labelled with its
-    monitor and alert, and how to build one on demand for any alert."""
+    """How to open the diagnostic report the operator writes for a P2 into a ConfigMap (its name in
+    `report_configmap`, and so in every notification), and how to build one on demand for any alert."""
     on_demand = (
         f"trainguard report --monitor {{{{ $labels.namespace }}}}/{{{{ $labels.training_job }}}} "
         f"--alert {a.name} -o report.html"
     )
     if a.severity != REPORT_SEVERITY:
         return {"report_command": on_demand}
+    name = report_configmap_template(a.name, a.alert.scope.labels)
     stored = (
-        f"kubectl get configmaps -n {{{{ $labels.namespace }}}} -l trainguard.io/monitor="
-        f"{{{{ $labels.training_job }}}},trainguard.io/alert={a.name} -o jsonpath='{{.items[*].data.report\\.md}}'"
+        f"kubectl get configmap -n {{{{ $labels.namespace }}}} {name} -o jsonpath='{{.data.report\\.html}}'"
     )
-    return {"report_command": f"{stored} (or: {on_demand})"}
+    return {"report_configmap": name, "report_command": f"{stored} > report.html (or: {on_demand})"}
 
 
 SIDECAR_NVML_ONLY: dict[str, str] = {
