@@ -174,6 +174,24 @@ def test_ca_rotation_adds_the_new_ca_before_serving_from_it_then_drops_the_old()
     assert carry_out(m, p, NAMES, gone, policy).trusted == (new_ca,)
 
 
+def test_a_renewal_due_while_a_new_ca_propagates_waits_and_then_uses_the_new_ca() -> None:
+    policy = CertPolicy(serving_lifetime=90 * DAY, ca_lifetime=300 * DAY, propagation=dt.timedelta(hours=1))
+    # a serving certificate due for renewal 10 minutes after the CA's (day 201)
+    m = step(fresh(policy=policy), T0 + 141 * DAY + dt.timedelta(minutes=10), policy=policy)
+    at = T0 + 201 * DAY
+    p = plan(m, NAMES, at, policy)
+    assert p.new_ca and not p.new_serving
+    m = carry_out(m, p, NAMES, at, policy)
+    assert len(m.trusted) == 2, "the new CA joined"
+    assert renewal_due(m.cert, at + dt.timedelta(minutes=30), policy.renew_before)
+    assert not plan(m, NAMES, at + dt.timedelta(minutes=30), policy).changes, (
+        "not signed by an unpropagated CA"
+    )
+    later = at + dt.timedelta(minutes=61)
+    renewed = carry_out(m, plan(m, NAMES, later, policy), NAMES, later, policy)
+    assert signed_by(renewed.cert, m.ca_cert) and renewed.cert.not_valid_after_utc == later + 90 * DAY
+
+
 def test_an_expired_ca_starts_over() -> None:
     policy = CertPolicy(serving_lifetime=10 * DAY, ca_lifetime=30 * DAY)
     m = fresh(policy=policy)

@@ -15,6 +15,8 @@ from trainguard.api import AlertPolicy, parse_object
 from trainguard.cli import build_parser
 from trainguard.render.webhook import WEBHOOK_CONFIG_NAME, mutating_webhook_configuration
 
+CERT_MANAGER = "webhook.certificates.source=certManager"
+
 
 def operator_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
     pod = one(docs, "Deployment")["spec"]["template"]["spec"]
@@ -29,7 +31,7 @@ def parsed_args(container: dict[str, Any]) -> argparse.Namespace:
     return build_parser().parse_args([*container["command"][1:], *container["args"]])
 
 
-@pytest.fixture(scope="module", params=["default", "secret-certs"])
+@pytest.fixture(scope="module", params=["default", "cert-manager", "secret-certs"])
 def rendered(request: pytest.FixtureRequest, helm: str) -> list[dict[str, Any]]:
     return objects(template(helm, values=GOLDEN_VALUES / f"{request.param}.values.yaml"))
 
@@ -38,7 +40,7 @@ def test_the_operator_accepts_every_flag_the_chart_passes(rendered: list[dict[st
     args = parsed_args(operator_container(rendered))
     assert args.command == "operator"
     assert args.namespace == "trainguard-system"
-    assert args.webhook_cert and args.webhook_key and args.webhook_ca
+    assert args.self_managed_certs or (args.webhook_cert and args.webhook_key and args.webhook_ca)
 
 
 def test_deployment_is_hardened_and_replicated(helm: str) -> None:
@@ -94,7 +96,7 @@ def test_service_routes_webhook_and_receiver_to_the_operator(rendered: list[dict
 
 
 def test_cert_manager_certificate_covers_the_service_and_is_mounted(helm: str) -> None:
-    docs = objects(template(helm))
+    docs = objects(template(helm, CERT_MANAGER))
     svc = one(docs, "Service")
     name, ns = svc["metadata"]["name"], svc["metadata"]["namespace"]
     certs = {c["metadata"]["name"]: c for c in by_kind(docs, "Certificate")}
@@ -110,7 +112,7 @@ def test_cert_manager_certificate_covers_the_service_and_is_mounted(helm: str) -
 def test_cert_manager_mode_the_chart_owns_the_webhook_configuration(helm: str) -> None:
     """The operator would apply its own configuration at startup and fight the chart's (and
     cert-manager's injected caBundle): with the chart's, it runs with --no-manage-webhook."""
-    docs = objects(template(helm))
+    docs = objects(template(helm, CERT_MANAGER))
     args = parsed_args(operator_container(docs))
     assert args.no_manage_webhook is True
     mwc = one(docs, "MutatingWebhookConfiguration")
@@ -131,7 +133,7 @@ def test_cert_manager_mode_the_chart_owns_the_webhook_configuration(helm: str) -
 
 
 def test_webhook_configuration_spares_the_install_namespace(helm: str) -> None:
-    mwc = one(objects(template(helm, namespace="gpu-ops")), "MutatingWebhookConfiguration")
+    mwc = one(objects(template(helm, CERT_MANAGER, namespace="gpu-ops")), "MutatingWebhookConfiguration")
     own = mutating_webhook_configuration(
         b"ca", service=("gpu-ops", "trainguard-operator", 443), operator_namespace="gpu-ops"
     )

@@ -4,8 +4,21 @@ configuration by these names.
 */}}
 {{- define "trainguard.name" -}}trainguard-operator{{- end -}}
 
+{{/*
+Where the certificates come from: webhook.certificates.source, with auto resolved to certManager
+when the cluster serves cert-manager.io/v1 (helm install, Argo CD) and to selfManaged otherwise.
+*/}}
+{{- define "trainguard.certSource" -}}
+{{- $source := .Values.webhook.certificates.source -}}
+{{- if eq $source "auto" -}}
+{{- if .Capabilities.APIVersions.Has "cert-manager.io/v1" }}certManager{{ else }}selfManaged{{ end -}}
+{{- else -}}
+{{ $source }}
+{{- end -}}
+{{- end -}}
+
 {{- define "trainguard.tlsSecret" -}}
-{{- if eq .Values.webhook.certificates.source "certManager" -}}
+{{- if eq (include "trainguard.certSource" .) "certManager" -}}
 trainguard-operator-tls
 {{- else -}}
 {{ required "webhook.certificates.secretName is required with source: secret" .Values.webhook.certificates.secretName }}

@@ -218,11 +218,15 @@ def plan(material: Material | None, names: Names, now: dt.datetime, policy: Cert
     elif not any(signed_by(cert, c) for c in material.trusted):
         reasons.append("the serving certificate chains to no CA in the bundle")
     else:
-        if renewal_due(cert, now, policy.renew_before):
+        # while the serving certificate still chains to the old CA and the new one is younger than
+        # `propagation`, nothing is reissued: the new CA may not be in the apiserver's caBundle yet
+        moving = not signed_by(cert, ca)
+        settled = not moving or now - issued(ca) >= policy.ca_propagation
+        if settled and renewal_due(cert, now, policy.renew_before):
             reasons.append("the serving certificate is due for renewal")
-        if cert_names(cert) != names:
+        if settled and cert_names(cert) != names:
             reasons.append("the serving certificate's names changed")
-        if not signed_by(cert, ca) and now - ca.not_valid_before_utc >= policy.ca_propagation:
+        if settled and moving:
             reasons.append("the serving certificate moves to the new CA")
     new_serving = len(reasons) > int(new_ca)
     drop = tuple(c for c in material.trusted if c != ca and now >= c.not_valid_after_utc)
@@ -234,6 +238,13 @@ def plan(material: Material | None, names: Names, now: dt.datetime, policy: Cert
 def _backdate(lifetime: dt.timedelta) -> dt.timedelta:
     """Valid from a little before now, for nodes whose clocks are behind ours."""
     return min(dt.timedelta(minutes=5), lifetime / 10)
+
+
+def issued(cert: x509.Certificate) -> dt.datetime:
+    """When a certificate made here was issued: its notBefore undone of _backdate (lifetime / 10 of
+    the lifetime, so window / 11, at most 5 minutes)."""
+    start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
+    return start + min(dt.timedelta(minutes=5), (end - start) / 11)
 
 
 def _usage(*, ca: bool) -> x509.KeyUsage:
