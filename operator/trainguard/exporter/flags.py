@@ -155,8 +155,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         metavar="KEY=VALUE",
         help="a header on every push (repeatable; values are never logged). A token is better given as "
-        "OTEL_EXPORTER_OTLP_HEADERS from a Secret, which is used when no --otlp-header is: the command "
-        "line shows in the pod spec",
+        "OTEL_EXPORTER_OTLP_HEADERS from a Secret, which the SDK adds to these (a flag wins on the same "
+        "key): the command line shows in the pod spec",
     )
     p.add_argument("--enable-fault-injection", action="store_true",
                    help="serve POST/DELETE /v1/faults (never in production)")  # fmt: skip

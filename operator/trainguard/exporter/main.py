@@ -129,8 +129,10 @@ def start_otlp(otlp: ModuleType, args: argparse.Namespace, exporter: Exporter) -
     shown = url._replace(
         netloc=(url.hostname or "") + (f":{url.port}" if url.port else ""), query=""
     ).geturl()
-    log.info("pushing metrics over OTLP to %s every %gs (headers: %s)", shown, args.otlp_interval,
-             ", ".join(sorted(headers)) if headers else "none, or OTEL_EXPORTER_OTLP_HEADERS")  # fmt: skip
+    keys = ", ".join(sorted(headers)) if headers else "none"
+    log.info(
+        "pushing metrics over OTLP to %s every %gs (--otlp-header keys: %s)", shown, args.otlp_interval, keys
+    )
     return pusher
 
 

@@ -69,7 +69,8 @@ class OTLPSettings:
     """The full OTLP/HTTP metrics URL, e.g. http://vm:8428/opentelemetry/v1/metrics."""
     interval_s: float = 15.0
     headers: Mapping[str, str] | None = None
-    """None: the SDK reads OTEL_EXPORTER_OTLP_METRICS_HEADERS / OTEL_EXPORTER_OTLP_HEADERS."""
+    """--otlp-header. The SDK adds OTEL_EXPORTER_OTLP_METRICS_HEADERS (else OTEL_EXPORTER_OTLP_HEADERS)
+    to these; a key given here wins."""
     timeout_s: float = 10.0
 
 
