@@ -1,11 +1,13 @@
 """`trainguard operator --self-managed-certs` against the real apiserver, with no certificate flags
-and under deploy/rbac.yaml's ServiceAccount: it creates its Secret, puts the CA in the webhook
-configuration, the apiserver calls the webhook through that CA (a pod gets its sidecar), and a
-rotation (a 30-second serving certificate) is served by the same process without a restart."""
+and under deploy/rbac.yaml's ServiceAccount, two replicas: the first creates its Secret and puts the
+CA in the webhook configuration, the apiserver calls the webhook through that CA (a pod gets its
+sidecar), both replicas serve the same certificate, and a rotation (a 30-second serving
+certificate), written by the leader alone, is served by the same processes without a restart."""
 
 from __future__ import annotations
 
 import base64
+import functools
 import os
 import signal
 import socket
@@ -15,6 +17,7 @@ import sys
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -64,10 +67,56 @@ def ca_bundle(cluster: Cluster) -> bytes:
     return base64.b64decode(mwc.webhooks[0].client_config.ca_bundle)
 
 
+@dataclass
+class Replica:
+    proc: subprocess.Popen[bytes]
+    webhook: int
+    receiver: int
+
+
+def start_replica(cluster: Cluster, name: str, priority: int, *extra: str) -> Replica:
+    webhook, receiver, health = free_port(), free_port(), free_port()
+    log = (cluster.workdir / f"operator-{name}.log").open("ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainguard.cli", "operator",
+         "--kubeconfig", str(cluster.operator_kubeconfig()), "--priority", str(priority),
+         "--webhook-addr", HOST, "--webhook-port", str(webhook), "--webhook-url", f"https://{HOST}:{webhook}",
+         "--receiver-url", f"https://{HOST}:{receiver}", "--receiver-addr", HOST, "--receiver-port", str(receiver),
+         "--liveness", f"http://{HOST}:{health}/healthz", "--metrics-addr", "",
+         "--resync-seconds", "10", "--pods-seconds", "2",
+         "--self-managed-certs", "--cert-duration", "30s", *extra],
+        stdout=log, stderr=subprocess.STDOUT, env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+
+    def alive() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"operator exited with {proc.returncode}:\n{cluster.operator_logs()}")
+        with urllib.request.urlopen(f"http://{HOST}:{health}/healthz", timeout=2) as resp:
+            return bool(resp.status == 200)
+
+    try:
+        wait_for(f"{name}'s liveness endpoint", alive, timeout=60)
+    except BaseException:
+        stop(proc)
+        raise
+    return Replica(proc, webhook, receiver)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.fixture
-def self_managed(cluster: Cluster) -> Iterator[dict[str, Any]]:
-    """The operator in self-managed mode, leading the peering (so it may rotate); the session's
-    webhook configuration and a fresh Secret restored afterwards."""
+def replicas(cluster: Cluster) -> Iterator[tuple[Replica, Replica]]:
+    """Two self-managed replicas: one leading the peering (so it may rotate), started first, and a
+    standby (which leaves the webhook configuration to the leader, as a second e2e replica on
+    another port must). The session's webhook configuration is restored and the Secret deleted
+    afterwards."""
     admission = client.AdmissionregistrationV1Api(cluster.api)
     try:
         saved: Any = admission.read_mutating_webhook_configuration(WEBHOOK_CONFIG_NAME)
@@ -80,35 +129,15 @@ def self_managed(cluster: Cluster) -> Iterator[dict[str, Any]]:
     except ApiException as exc:
         if exc.status != 404:
             raise
-    webhook, receiver, health = free_port(), free_port(), free_port()
-    log = (cluster.workdir / "operator-self-managed-certs.log").open("ab")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "trainguard.cli", "operator",
-         "--kubeconfig", str(cluster.operator_kubeconfig()), "--priority", "1000",
-         "--webhook-addr", HOST, "--webhook-port", str(webhook), "--webhook-url", f"https://{HOST}:{webhook}",
-         "--receiver-url", f"https://{HOST}:{receiver}", "--receiver-addr", HOST, "--receiver-port", str(receiver),
-         "--liveness", f"http://{HOST}:{health}/healthz", "--metrics-addr", "",
-         "--resync-seconds", "10", "--pods-seconds", "2",
-         "--self-managed-certs", "--cert-duration", "30s"],
-        stdout=log, stderr=subprocess.STDOUT, env=os.environ | {"PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
-
-    def alive() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(f"operator exited with {proc.returncode}:\n{cluster.operator_logs()}")
-        with urllib.request.urlopen(f"http://{HOST}:{health}/healthz", timeout=2) as resp:
-            return bool(resp.status == 200)
-
+    started: list[Replica] = []
     try:
-        wait_for("the self-managed operator's liveness endpoint", alive, timeout=60)
-        yield {"proc": proc, "webhook": webhook, "receiver": receiver}
+        started.append(start_replica(cluster, "certs-leader", 1000))
+        wait_for("Secret " + WEBHOOK_CERT_SECRET, lambda: secret_data(cluster), timeout=30)
+        started.append(start_replica(cluster, "certs-standby", 999, "--no-manage-webhook"))
+        yield started[0], started[1]
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        for replica in started:
+            stop(replica.proc)
         if saved is not None:
             live: Any = admission.read_mutating_webhook_configuration(WEBHOOK_CONFIG_NAME)
             saved.metadata.resource_version = live.metadata.resource_version
@@ -130,17 +159,19 @@ def injected_pod(cluster: Cluster, ns: str, prefix: str) -> bool:
 
 
 def test_self_managed_certificates_are_created_trusted_and_rotated_without_restart(
-    cluster: Cluster, self_managed: dict[str, Any], ns: str
+    cluster: Cluster, replicas: tuple[Replica, Replica], ns: str
 ) -> None:
-    data = wait_for("Secret " + WEBHOOK_CERT_SECRET, lambda: secret_data(cluster), timeout=30)
-    assert set(data) == {"tls.crt", "tls.key", "ca.crt", "ca.key"}
+    leader, standby = replicas
+    data = secret_data(cluster)
+    assert data is not None and set(data) == {"tls.crt", "tls.key", "ca.crt", "ca.key"}
     bundle = data["ca.crt"]
     wait_for("the caBundle of the webhook configuration", lambda: ca_bundle(cluster) == bundle, timeout=30)
 
-    # both servers present the Secret's certificate, and the caBundle verifies it
-    first = served(self_managed["webhook"], bundle)
+    # every server of both replicas presents the Secret's certificate, and the caBundle verifies it
+    first = served(leader.webhook, bundle)
     assert first == x509.load_pem_x509_certificate(data["tls.crt"])
-    assert served(self_managed["receiver"], bundle) == first
+    for port in (leader.receiver, standby.webhook, standby.receiver):
+        assert served(port, bundle) == first
 
     # the apiserver calls the webhook through that caBundle: the pod gets its sidecar
     cluster.apply(quickstart(ns))
@@ -149,16 +180,27 @@ def test_self_managed_certificates_are_created_trusted_and_rotated_without_resta
         "sidecar injected", lambda: injected_pod(cluster, ns, "before-rotation") or None, timeout=30
     )
 
-    # a 30-second certificate is renewed after about 19 s; the same process serves the new one
-    def renewal() -> x509.Certificate | None:
-        cert = served(self_managed["webhook"], bundle)
+    # a 30-second certificate is renewed after about 19 s (by the leader); every replica serves the
+    # new one from the same process, without a restart
+    def renewed_on(port: int) -> x509.Certificate | None:
+        cert = served(port, bundle)
         return cert if cert != first else None
 
-    renewed = wait_for("the renewed certificate served", renewal, timeout=90, interval=1)
-    assert self_managed["proc"].poll() is None, "no restart"
-    assert renewed.serial_number != first.serial_number
-    assert served(self_managed["receiver"], bundle).serial_number != first.serial_number
+    renewed = wait_for(
+        "the renewed certificate served", lambda: renewed_on(leader.webhook), timeout=90, interval=1
+    )
+    assert leader.proc.poll() is None and standby.proc.poll() is None, "no restart"
     after = secret_data(cluster)
-    assert after is not None and after["ca.crt"] == bundle, "the same CA: the bundle is unchanged"
+    assert after is not None and x509.load_pem_x509_certificate(after["tls.crt"]) == renewed
+    assert after["ca.crt"] == bundle, "the same CA: the bundle is unchanged"
+    for port in (leader.receiver, standby.webhook, standby.receiver):
+        # renewed, and trusted through the bundle (a further rotation may have come since)
+        wait_for("every server on a renewed certificate", functools.partial(renewed_on, port), timeout=30)
     assert ca_bundle(cluster) == bundle
     assert injected_pod(cluster, ns, "after-rotation"), "the apiserver trusts the renewed certificate"
+    standby_log = (cluster.workdir / "operator-certs-standby.log").read_text()
+    assert f"Secret {OPERATOR_NS}/{WEBHOOK_CERT_SECRET} updated" not in standby_log, "only the leader rotates"
+    assert (
+        f"Secret {OPERATOR_NS}/{WEBHOOK_CERT_SECRET} updated"
+        in (cluster.workdir / "operator-certs-leader.log").read_text()
+    )
