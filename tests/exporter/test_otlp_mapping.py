@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -278,3 +279,22 @@ def test_an_endpoint_without_the_extra_is_a_clear_error(monkeypatch: pytest.Monk
         main.otlp_module()
     assert "pip install 'trainguard[exporter,otlp]'" in str(exc.value)
     assert "opentelemetry.exporter.otlp.proto.http.metric_exporter" in str(exc.value)
+
+
+def test_the_command_stops_at_start_without_the_extra() -> None:
+    """`trainguard exporter --otlp-endpoint` in a Python where the SDK cannot be imported (blocked in
+    sys.modules, as an install without the extra would fail it): exit 1 with the message, before the
+    exporter serves anything."""
+    code = (
+        "import sys; sys.modules['opentelemetry.sdk.metrics.export'] = None\n"
+        "from trainguard.cli import main\n"
+        "sys.exit(main(['exporter', '--backend', 'simulated', '--no-host', '--listen', '127.0.0.1:0',"
+        " '--otlp-endpoint', 'http://127.0.0.1:9/opentelemetry/v1/metrics']))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 1, done.stderr
+    assert "--otlp-endpoint needs the otlp extra" in done.stderr
+    assert "pip install 'trainguard[exporter,otlp]'" in done.stderr
+    assert "serving /metrics" not in done.stderr

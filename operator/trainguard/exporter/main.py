@@ -76,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     host, _, port = args.listen.rpartition(":")
-    exporter = build(args)
     otlp = otlp_module() if args.otlp_endpoint else None  # before anything starts: a missing extra stops it
+    exporter = build(args)
     exporter.start()
     pusher = start_otlp(otlp, args, exporter) if otlp is not None else None
     servers = serve(exporter, host or "0.0.0.0", int(port), socket_path=args.sdk_socket,
