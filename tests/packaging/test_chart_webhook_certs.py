@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import pytest
+
 from tests.packaging.chart import by_kind, objects, one, run_helm, template, template_args
 from trainguard.api.common import duration_seconds
 from trainguard.cli import build_parser
@@ -69,7 +71,16 @@ def test_the_operator_may_read_and_update_only_its_certificate_secret(helm: str)
     assert binding["subjects"][0]["name"] == "trainguard-operator"
 
 
-def test_an_unknown_source_is_refused(helm: str) -> None:
-    proc = run_helm(helm, *template_args("webhook.certificates.source=selfSigned"), check=False)
+@pytest.mark.parametrize(
+    ("value", "path"),
+    [
+        ("webhook.certificates.source=selfSigned", "/webhook/certificates/source"),
+        # Go reads 1.5h, the operator's parser does not: only forms both read pass
+        ("webhook.certificates.duration=1.5h", "/webhook/certificates/duration"),
+        ("webhook.certificates.caDuration=3650d", "/webhook/certificates/caDuration"),
+    ],
+)
+def test_values_the_operator_cannot_read_are_refused(helm: str, value: str, path: str) -> None:
+    proc = run_helm(helm, *template_args(value), check=False)
     assert proc.returncode != 0
-    assert "/webhook/certificates/source" in proc.stderr
+    assert path in proc.stderr
