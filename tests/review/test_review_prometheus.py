@@ -165,3 +165,15 @@ def test_markdown_to_stdout_by_default_and_progress_on_stderr(
     assert "| - | GPUThermalThrottling | 20 |" in out
     assert "| InferenceLatencyHigh | catalogue | not in the history |" in out  # without -f: the catalogue
     assert "read 7/7 chunks of ALERTS" in err
+
+
+def test_an_explicit_evaluation_interval_wins_over_the_monitors(
+    prometheus: str, monitors: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "review.json"
+    code = main(["review", "--until", str(END), "--prometheus", prometheus, "-f", str(monitors),
+                 "--eval-interval", "1m", "--json", str(out)])  # fmt: skip
+    assert code == 0
+    data = json.loads(out.read_text())
+    stalled = next(a for a in data["alerts"] if a["alertname"] == "TrainingJobStalled")
+    assert stalled["firing_s"] == 3 * (39 * STEP + 60)  # each ends a minute after its last sample

@@ -164,7 +164,8 @@ def _run(args: argparse.Namespace) -> int:
     if not url:
         raise UsageError("give Prometheus's URL with --prometheus URL (or $TRAINGUARD_PROMETHEUS_URL)")
     monitors = read_monitors(args)
-    config, intervals = monitors.config, monitors.intervals
+    config = monitors.config
+    intervals = {} if args.eval_interval else monitors.intervals  # the flag wins
     notes: list[str] = []
     if quiet > since:
         notes.append(
