@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 
 from e2e.cluster import REPO, Cluster, wait_for
+from e2e.controlplane.local import free_port
 from e2e.pipeline import JOB, SELECTOR, Monitoring, Sink, exporter_step, http_text, job, objects
 from e2e.podprocesses import PodProcesses
 from e2e.test_operator import MON, ready
@@ -37,7 +39,10 @@ TARGET_S = 30.0
 @pytest.fixture
 def running(stack: tuple[Cluster, Monitoring, Sink], ns: str, tmp_path: Path) -> Iterator[PodProcesses]:  # noqa: F811
     cluster, mon, sink = stack
-    cluster.apply(objects(ns, sink))  # remediation acting (dryRun unset): the drill must make it dry
+    monitor, policy = objects(ns, sink)  # remediation acting (dryRun unset): the drill must make it dry
+    # a port of its own: the fake pod IPs (127.1.0.x) are the same for every harness run on this host
+    monitor["spec"]["exporter"]["port"] = free_port()
+    cluster.apply([monitor, policy])
     wait_for("monitor Ready", lambda: ready(cluster, ns), timeout=60)
     cluster.apply([job(ns, 2, 8)])
     with PodProcesses(cluster.api, ns, SELECTOR, tmp_path) as pods:
@@ -137,6 +142,25 @@ def test_a_sidecar_drill_and_a_synthetic_drill_pass_and_leave_nothing_behind(
     assert down["cleanup"]["expired"] == 1 and not down["cleanup"]["guard_silences"]
     node_down = [r for r in records(cluster, ns) if r["alert"] == "GPUNodeDown"]
     assert node_down and all(r["dryRun"] for r in node_down), node_down
+    assert_clean(cluster, mon, running, ns, before)
+
+    # Ctrl-C halfway: the drill cleans up all the same and says it was interrupted
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainguard.cli", "drill", "--monitor", f"{ns}/{JOB}", "--scenario", "oom",
+         "--alertmanager", mon.alertmanager, "--kubeconfig", str(cluster.kubeconfig), "--timeout", "60s"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    assert proc.stderr is not None
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if "injected oom" in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, "".join(lines) + err + out
+    assert "problem: interrupted" in out and "dryRun restored (false)" in out, out
     assert_clean(cluster, mon, running, ns, before)
     print(f"\ndrill nan: {[(s['stage'], s['seconds']) for s in nan['stages']]}"
           f"\ndrill node-down: {[(s['stage'], s['seconds']) for s in down['stages']]}")  # fmt: skip
