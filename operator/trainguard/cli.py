@@ -157,7 +157,6 @@ def cmd_operator(args: argparse.Namespace) -> int:
     import datetime as dt
     import logging
 
-    from trainguard.api.common import duration_seconds
     from trainguard.controller.run import OperatorOptions, run
     from trainguard.controller.webhook_certs import CertPolicy
 
@@ -195,9 +194,9 @@ def cmd_operator(args: argparse.Namespace) -> int:
             pods_seconds=args.pods_seconds,
             self_managed_certs=args.self_managed_certs,
             cert_policy=CertPolicy(
-                serving_lifetime=dt.timedelta(seconds=duration_seconds(args.cert_duration)),
-                renew_before=dt.timedelta(seconds=duration_seconds(args.cert_renew_before)),
-                ca_lifetime=dt.timedelta(seconds=duration_seconds(args.ca_duration)),
+                serving_lifetime=dt.timedelta(seconds=args.cert_duration),
+                renew_before=dt.timedelta(seconds=args.cert_renew_before),
+                ca_lifetime=dt.timedelta(seconds=args.ca_duration),
             ),
         )
     )
@@ -404,6 +403,19 @@ def cmd_status(args: argparse.Namespace) -> int:
         time.sleep(args.interval)
 
 
+def _duration(text: str) -> float:
+    """Seconds in a duration flag, refused at parse time (exit 2, naming the flag) rather than at start-up."""
+    from trainguard.api.common import duration_seconds
+
+    try:
+        seconds = duration_seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be longer than zero")
+    return seconds
+
+
 def build_parser() -> argparse.ArgumentParser:
     from trainguard import __version__
 
@@ -516,13 +528,18 @@ def build_parser() -> argparse.ArgumentParser:
         "Secret trainguard-operator-webhook-tls (created and rotated by the operator, reloaded without a "
         "restart), with the CA bundle in the webhook configuration; replaces --webhook-cert/-key/-ca",
     )
-    op.add_argument("--cert-duration", default="90d", help="self-managed serving certificate's lifetime")
+    op.add_argument(
+        "--cert-duration", default="90d", type=_duration, help="self-managed serving certificate's lifetime"
+    )
     op.add_argument(
         "--cert-renew-before",
         default="30d",
+        type=_duration,
         help="renew it this long before it expires (at most a third of its lifetime)",
     )
-    op.add_argument("--ca-duration", default="3650d", help="self-managed CA's lifetime (renewed at 2/3)")
+    op.add_argument(
+        "--ca-duration", default="3650d", type=_duration, help="self-managed CA's lifetime (renewed at 2/3)"
+    )
     op.add_argument(
         "--alertmanager-url",
         help="Alertmanager's base URL: the operator posts the faults it detects itself (OOMKilled or failed pods, "

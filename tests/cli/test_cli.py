@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainguard.cli import main
+from trainguard.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = str(ROOT / "examples" / "quickstart.yaml")
@@ -106,3 +106,26 @@ def test_render_reads_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capt
     monkeypatch.setattr(sys, "stdin", io.StringIO(Path(QUICKSTART).read_text()))
     assert main(["render", "-f", "-"]) == 0
     assert "kind: PrometheusRule" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "why"),
+    [("--cert-duration", "90x", "is not a duration"), ("--ca-duration", "0s", "longer than zero")],
+)
+def test_a_bad_certificate_lifetime_is_refused_at_the_flag(
+    flag: str, value: str, why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["operator", flag, value])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}" in err and why in err
+
+
+def test_certificate_lifetimes_parse_to_seconds() -> None:
+    args = build_parser().parse_args(["operator", "--cert-duration", "2160h", "--cert-renew-before", "1d"])
+    assert (args.cert_duration, args.cert_renew_before, args.ca_duration) == (
+        2160 * 3600,
+        86400,
+        3650 * 86400,
+    )
