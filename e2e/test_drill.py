@@ -2,11 +2,13 @@
 real Prometheus and Alertmanager, the operator, sidecars with fault injection on running as processes).
 
 On one running job, through the CLI as an operator would run it: the plan of `multi-node` (--dry-run,
-which touches nothing), then two drills: `nan`, injected through a sidecar, and `node-down`, posted to Alertmanager as synthetic alerts. Each must pass at the default
-30 s target with remediation in dry run; afterwards no node is cordoned, no fault is active, no
-synthetic alert is left and spec.remediation.dryRun is back to what it was. The sidecars' pod IPs are
-loopback addresses, which the apiserver refuses to proxy to, so the drill falls back to the pod IPs
-(its `auto` access); a real cluster takes the pod proxy.
+which touches nothing); the drills `nan` (injected through a sidecar), `node-down` (posted to
+Alertmanager as synthetic alerts) and `multi-node` (XID 79 injected on two nodes at once), each of
+which must pass at the default 30 s target with remediation in dry run; then `oom`, interrupted by
+Ctrl-C. After each, no node is cordoned, no fault is active, no synthetic alert is left and
+spec.remediation.dryRun is back to what it was. The sidecars' pod IPs are loopback addresses, which
+the apiserver refuses to proxy to, so the drill falls back to the pod IPs (its `auto` access); a real
+cluster takes the pod proxy.
 """
 
 from __future__ import annotations
@@ -144,6 +146,19 @@ def test_a_sidecar_drill_and_a_synthetic_drill_pass_and_leave_nothing_behind(
     assert node_down and all(r["dryRun"] for r in node_down), node_down
     assert_clean(cluster, mon, running, ns, before)
 
+    rc, multi, progress = drill(cluster, mon, ns, "multi-node")
+    assert rc == 0, json.dumps(multi, indent=1) + progress + diagnostics(cluster, mon, running, ns, sink)
+    assert multi["mode"] == "sidecar injection" and multi["cordoned"] == []
+    assert sorted(multi["cleanup"]["cleared"]) == sorted(r.name for r in running.running()), (
+        "a pod on each node"
+    )
+    for name in ("alert", "notification", "action"):
+        s = stage(multi, name)
+        assert s["verdict"] == "pass" and 0 < s["seconds"] <= TARGET_S, s
+    lost = [r for r in records(cluster, ns) if r["alert"] in ("GPULost", "GPUCriticalXid")]
+    assert lost and all(r["dryRun"] for r in lost), lost
+    assert_clean(cluster, mon, running, ns, before)
+
     # Ctrl-C halfway: the drill cleans up all the same and says it was interrupted
     proc = subprocess.Popen(
         [sys.executable, "-m", "trainguard.cli", "drill", "--monitor", f"{ns}/{JOB}", "--scenario", "oom",
@@ -162,5 +177,5 @@ def test_a_sidecar_drill_and_a_synthetic_drill_pass_and_leave_nothing_behind(
     assert proc.returncode == 130, "".join(lines) + err + out
     assert "problem: interrupted" in out and "dryRun restored (false)" in out, out
     assert_clean(cluster, mon, running, ns, before)
-    print(f"\ndrill nan: {[(s['stage'], s['seconds']) for s in nan['stages']]}"
-          f"\ndrill node-down: {[(s['stage'], s['seconds']) for s in down['stages']]}")  # fmt: skip
+    for name, report in (("nan", nan), ("node-down", down), ("multi-node", multi)):
+        print(f"\ndrill {name}: " + ", ".join(f"{s['stage']} {s['seconds']}" for s in report["stages"]))

@@ -197,6 +197,7 @@ def test_a_synthetic_node_down_is_posted_then_expired_and_nothing_is_cordoned() 
     o = d.run(make_plan(d.o, d.cluster, d.sidecars))
     assert o.mode == "synthetic alerts" and o.passed, o.problems
     assert [s.seconds for s in o.stages] == [1.0, 6.0, 1.5, None]
+    assert "detection is not measured" in o.stages[0].note, "a posted alert says what its time means"
     (firing, expired) = am.posted
     assert firing[0]["labels"]["node"] == "node-a" and firing[0]["labels"]["trainguard_drill"] == "d1"
     assert expired[0]["endsAt"] < firing[0]["endsAt"]

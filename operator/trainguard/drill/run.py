@@ -244,7 +244,8 @@ class Drill:
             if names and first_alert is None:
                 first_alert = self.clock.monotonic()
             if names >= set(s.alerts):
-                self._mark(Stage.ALERT, ", ".join(s.alerts) + " active in Alertmanager")
+                posted = " (posted by the drill: detection is not measured)" if plan.targets.synthetic else ""
+                self._mark(Stage.ALERT, ", ".join(s.alerts) + " active in Alertmanager" + posted)
             if first_alert is not None and Stage.NOTIFICATION not in self.seen:
                 delivered = self.am.delivered()
                 if delivered > delivered0:
