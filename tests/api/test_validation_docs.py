@@ -25,6 +25,12 @@ PYTHON_ONLY: dict[str, tuple[dict[str, Any], str]] = {
         merged(MONITOR, **{"spec.exporter": {"scrapeInterval": "10m"}}),
         "spec.exporter",
     ),
+    "spec.exporter.otlp.interval": (
+        merged(
+            MONITOR, **{"spec.exporter": {"otlp": {"endpoint": "http://vm/v1/metrics", "interval": "2h"}}}
+        ),
+        "spec.exporter.otlp.interval",
+    ),
     "spec.baseline.window": (
         merged(MONITOR, **{"spec.baseline": {"window": "30s", "offset": "10s"}}),
         "spec.baseline",
@@ -78,6 +84,10 @@ CEL_TWINS: dict[str, tuple[dict[str, Any], str]] = {
     "a label key is an optional DNS-subdomain prefix": (
         merged(MONITOR, **{"spec.selector": {"matchLabels": {"bad key": "x"}}}),
         "spec.selector.matchLabels",
+    ),
+    "endpoint must be the full http:// or https:// URL of an OTLP/HTTP metrics endpoint": (
+        merged(MONITOR, **{"spec.exporter": {"otlp": {"endpoint": "vm:8428/opentelemetry/v1/metrics"}}}),
+        "spec.exporter.otlp.endpoint",
     ),
     "fullEverySteps must be a multiple of incrementalEverySteps": (
         merged(MONITOR, **{"spec.checkpoint": {"incrementalEverySteps": 300}}),

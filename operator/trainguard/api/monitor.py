@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, WithJsonSchema, field_validator, model_validator
 
 from trainguard.api.common import (
     API_VERSION,
@@ -16,6 +16,7 @@ from trainguard.api.common import (
     LabelValue,
     Metadata,
     Model,
+    SecretKeyRef,
     cel,
     cel_rules,
     cel_string,
@@ -49,6 +50,71 @@ class WorkloadRef(Model):
         )
 
 
+OTLP_ENDPOINT_PATTERN = (
+    r"^https?://([A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?([/?#]\S*)?$"
+)
+"""http or https, a host (a name or a bracketed IPv6 address), an optional port and path: what the
+exporter's --otlp-endpoint accepts, and no user:password@ (it would sit in the pod spec in clear)."""
+OTLP_ENDPOINT_ALLOWED = (
+    "endpoint must be the full http:// or https:// URL of an OTLP/HTTP metrics endpoint, path included, "
+    "such as http://victoria-metrics:8428/opentelemetry/v1/metrics; no user:password@ in it (the pod spec "
+    "shows it): put credentials in the headersSecretRef Secret as an Authorization header"
+)
+OTLP_INTERVAL_DEFAULT = "15s"
+"""The exporter's --otlp-interval default (15 seconds)."""
+
+
+def _check_otlp_endpoint(url: str) -> str:
+    if not re.fullmatch(OTLP_ENDPOINT_PATTERN, url):
+        raise ValueError(OTLP_ENDPOINT_ALLOWED)
+    return url
+
+
+OTLPEndpoint = Annotated[
+    str,
+    AfterValidator(_check_otlp_endpoint),
+    # the CRD checks the pattern with a CEL rule (OTLPExport), whose message says what to write; a schema
+    # pattern would add a second, bare "should match" error
+    WithJsonSchema({"type": "string", "minLength": 1, "maxLength": 2048}),
+]
+
+
+class OTLPExport(Model):
+    """The sidecar also pushes its metrics over OTLP/HTTP (the image needs the otlp extra, which
+    trainguard's own image has); /metrics keeps serving."""
+
+    endpoint: OTLPEndpoint = Field(
+        description="The full OTLP/HTTP metrics URL, e.g. http://victoria-metrics:8428/opentelemetry/v1/metrics "
+        "(the sidecar's TRAINGUARD_OTLP_ENDPOINT)."
+    )
+    interval: Duration = Field(
+        default=OTLP_INTERVAL_DEFAULT, description="Time between pushes, 1s to 1h (--otlp-interval)."
+    )
+    headers_secret_ref: SecretKeyRef | None = Field(
+        default=None,
+        description="A key of a Secret in the monitor's namespace holding headers for every push, as "
+        "OTEL_EXPORTER_OTLP_HEADERS reads them (key=value,key2=value2, e.g. Authorization=Bearer%20<token>); "
+        "the sidecar gets it from the Secret, so the pod spec never shows it. A missing Secret or key does "
+        "not hold the pod: the sidecar then pushes without these headers.",
+    )
+
+    @field_validator("interval")
+    @classmethod
+    def _interval_sane(cls, v: str) -> str:
+        if not 1 <= duration_seconds(v) <= 3600:
+            raise ValueError(f"interval {v!r} must be between 1s and 1h")
+        return v
+
+    def interval_seconds(self) -> float:
+        return duration_seconds(self.interval)
+
+    model_config = cel_rules(
+        cel(
+            f"self.endpoint.matches({cel_string(OTLP_ENDPOINT_PATTERN)})", OTLP_ENDPOINT_ALLOWED, ".endpoint"
+        ),
+    )
+
+
 class Exporter(Model):
     image: str = Field(default=DEFAULT_EXPORTER_IMAGE, min_length=1, max_length=512)
     port: int = Field(
@@ -66,6 +132,10 @@ class Exporter(Model):
         default="",
         max_length=128,
         description="With gpuBackend dcgm: the Prometheus `job` label of dcgm-exporter's series, if any.",
+    )
+    otlp: OTLPExport | None = Field(
+        default=None,
+        description="Also push the sidecar's metrics over OTLP, for a store without Prometheus (docs/otlp.md).",
     )
 
     @model_validator(mode="after")

@@ -30,6 +30,10 @@ SPARE_TAINT_KEY = "trainguard.io/spare"
 """Warm spare nodes carry this NoSchedule taint (and the label of the same key): ordinary work stays
 off them; a job's replacement pods tolerate it while trainguard restarts the job after a node fault."""
 RESUME_FROM_ENV = "TRAINGUARD_RESUME_FROM"
+OTLP_ENDPOINT_ENV = "TRAINGUARD_OTLP_ENDPOINT"
+"""The exporter's --otlp-endpoint default (exporter/flags.py)."""
+OTLP_HEADERS_ENV = "OTEL_EXPORTER_OTLP_HEADERS"
+"""Read by the OpenTelemetry SDK's OTLP exporter itself, added to any --otlp-header."""
 
 EXPORTER_BACKEND = {"nvml": "nvml", "simulated": "simulated", "dcgm": "none"}
 """The exporter's --backend for each gpuBackend: with dcgm the GPU series come from dcgm-exporter, and
@@ -124,7 +128,27 @@ def exporter_args(monitor: TrainingJobMonitor, gpus: int | None = None, *, nativ
         args += ["--gpus", str(per_pod or 1)]
     if not native:
         args.append("--exit-after-bye")
+    if exp.otlp is not None:
+        args += ["--otlp-interval", f"{exp.otlp.interval_seconds():g}"]
     return args
+
+
+def otlp_env(monitor: TrainingJobMonitor) -> list[dict[str, Any]]:
+    """spec.exporter.otlp as the sidecar's environment: the endpoint in clear, the headers (often a
+    token) only by reference to the Secret, read by the kubelet, so neither the pod spec nor the
+    webhook ever holds them. The reference is optional: a missing Secret must not keep a training pod
+    from starting; the sidecar then pushes without those headers and logs the store's refusals."""
+    otlp = monitor.spec.exporter.otlp
+    if otlp is None:
+        return []
+    env: list[dict[str, Any]] = [_env(OTLP_ENDPOINT_ENV, otlp.endpoint)]
+    ref = otlp.headers_secret_ref
+    if ref is not None:
+        env.append({
+            "name": OTLP_HEADERS_ENV,
+            "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key, "optional": True}},
+        })  # fmt: skip
+    return env
 
 
 def exporter_container(
@@ -146,6 +170,7 @@ def exporter_container(
         _env("TRAINGUARD_FASTPATH_URL", receiver_url),
         _env("TRAINGUARD_FASTPATH_TOKEN_FILE", f"{TOKEN_DIR}/token"),
         _env("TRAINGUARD_FASTPATH_CA_FILE", f"{TOKEN_DIR}/ca.crt"),
+        *otlp_env(monitor),
     ]
     if exp.gpu_backend == "nvml":
         # NVML sees the node's GPUs without allocating one (NVIDIA container runtime); the exporter
