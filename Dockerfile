@@ -2,7 +2,8 @@
 #   trainguard operator ...   (the chart's Deployment)
 #   trainguard exporter ...   (the sidecar the webhook injects)
 # The build stage makes the trainguard wheel and a virtualenv with it and its dependencies; the
-# final stage copies only that virtualenv onto the same slim base: no compiler, no source tree.
+# final stage copies only that virtualenv onto the same slim base: no compiler, no source tree. The
+# otlp extra is in, so a monitor's spec.exporter.otlp works with the default sidecar image.
 FROM python:3.11.14-slim-trixie AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
@@ -11,7 +12,7 @@ COPY operator ./operator
 RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
  && python -m venv /opt/trainguard \
  && wheel="$(echo /wheels/trainguard-*.whl)" \
- && /opt/trainguard/bin/pip install "${wheel}[operator,exporter]" \
+ && /opt/trainguard/bin/pip install "${wheel}[operator,exporter,otlp]" \
  && /opt/trainguard/bin/pip uninstall --yes pip
 
 FROM python:3.11.14-slim-trixie

@@ -70,13 +70,15 @@ def test_entrypoint_is_the_trainguard_cli() -> None:
         exec_form(cmd)
 
 
-def test_installs_the_operator_and_exporter_extras_of_pyproject() -> None:
+def test_installs_the_operator_exporter_and_otlp_extras_of_pyproject() -> None:
+    """otlp too: the injected sidecar runs this image, and spec.exporter.otlp sets --otlp-endpoint on it,
+    which stops an exporter without the extra at start."""
     build = stages(DOCKERFILE.read_text())[0]
     (install,) = [r for r in build.args("RUN") if "pip install" in r]
     extras = re.search(r"\[([a-z,]+)\]", install)
-    assert extras and set(extras.group(1).split(",")) == {"operator", "exporter"}
+    assert extras and set(extras.group(1).split(",")) == {"operator", "exporter", "otlp"}
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert {"operator", "exporter"} <= set(project["optional-dependencies"])
+    assert {"operator", "exporter", "otlp"} <= set(project["optional-dependencies"])
     scripts = project["scripts"]
     assert scripts["trainguard"] == "trainguard.cli:main"
 

@@ -48,11 +48,12 @@ def test_the_wheel_installs_into_a_clean_venv_and_both_entrypoints_run(tmp_path:
     assert version.strip() == "trainguard 0.1.0"
     assert "--webhook-service" in _run(trainguard, "operator", "--help").stdout
     assert "--backend" in _run(trainguard, "exporter", "--help").stdout
-    # the operator's and the exporter's modules import with what the extras installed
+    # the operator's and the exporter's modules import with what the extras installed, the OTLP push
+    # (spec.exporter.otlp on the injected sidecar) included
     _run(
         venv / "bin" / "python",
         "-c",
-        "import trainguard.controller.run, trainguard.exporter.main, pynvml, kopf; "
+        "import trainguard.controller.run, trainguard.exporter.main, trainguard.exporter.otlp, pynvml, kopf; "
         "import trainguard; assert 'site-packages' in trainguard.__file__, trainguard.__file__",
         cwd=tmp_path,
     )
