@@ -69,8 +69,10 @@ def test_two_ranks_report_through_their_sidecars_and_the_slow_rank_is_the_stragg
     # waits about 0.1 s for the straggler
     waited, total = slower_than(fast, "0.05")
     assert total == 3 * STEPS and waited >= STEPS - 2, (waited, total)
+    # the straggler seldom waits: a few of its collectives can stall on a loaded machine (3 of 90 seen in
+    # CI at load 11 on 2 cores), far from the fast rank's one a step
     waited, total = slower_than(slow, "0.05")
-    assert total == 3 * STEPS and waited <= 2, (waited, total)
+    assert total == 3 * STEPS and waited <= STEPS // 5, (waited, total)
 
 
 def test_ddp_gradient_all_reduces_are_timed_by_the_comm_hook(two_pods: list[Sidecar]) -> None:
