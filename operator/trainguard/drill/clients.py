@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -91,15 +92,18 @@ class SidecarHTTP:
     def _mode(self, pod: PodView) -> str:
         if self.access != "auto":
             return self.access
-        if pod.name not in self.modes:
+        if pod.name in self.modes:
+            return self.modes[pod.name]
+        if self._via(pod, "proxy", "GET", "/healthz", None)[0] == 200:
             self.modes[pod.name] = "proxy"
-            if self._via(pod, "proxy", "GET", "/healthz", None)[0] != 200:
-                try:
-                    if self._via(pod, "direct", "GET", "/healthz", None)[0] == 200:
-                        self.modes[pod.name] = "direct"
-                except OSError:
-                    pass
-        return self.modes[pod.name]
+            return "proxy"
+        try:
+            if self._via(pod, "direct", "GET", "/healthz", None)[0] == 200:
+                self.modes[pod.name] = "direct"
+                return "direct"
+        except OSError:
+            pass
+        return "proxy"  # neither answers yet (a new pod's sidecar starting): decided on a later call
 
     def _call(self, pod: PodView, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
         return self._via(pod, self._mode(pod), method, path, body)
@@ -128,6 +132,8 @@ class SidecarHTTP:
             return int(answer.status), bytes(answer.read() or b"")
         except ApiException as exc:
             return int(exc.status or 0), str(exc.body or "").encode()
+        except urllib3.exceptions.HTTPError as exc:  # the apiserver itself unreachable
+            return 0, str(exc).encode()
 
     def _ok(self, pod: PodView, method: str, path: str, body: Any = None) -> bytes:
         status, data = self._call(pod, method, path, body)
