@@ -8,6 +8,10 @@ written as files); the exporter listens on the pod IP the fake kubelet assigned 
 things are added for tests: fault injection on the exporter, and a checkpoint directory per rank
 shared across pod restarts, as a job's shared filesystem would be. A pod that is deleted has its
 processes stopped, as the kubelet would.
+
+Their output goes where a container runtime's would too: each line, timestamped as it is read, into a
+CRI log file under the directory the fake kubelet publishes on the node (POD_LOG_DIR), which it serves
+as the pod's container logs through the apiserver; and, as it is, into trainer.log / exporter.log.
 """
 
 from __future__ import annotations
@@ -22,10 +26,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from kubernetes import client
 
+from e2e.controlplane.fakekubelet import POD_LOG_DIR, cri_line, pod_log_dir
 from e2e.controlplane.local import _die_with_parent
 from trainguard.render.sidecar import EXPORTER, RUN_DIR, TOKEN_DIR, TOKEN_VOLUME
 
@@ -45,6 +50,9 @@ class PodRun:
     exporter: subprocess.Popen[bytes]
     trainer_env: dict[str, str]
     trainer: subprocess.Popen[bytes] | None = None
+    trainer_container: str = "trainer"
+    cri_dir: Path | None = None
+    """This pod's CRI log folder (namespace_pod_uid) when the node publishes one."""
     started: float = field(default_factory=time.time)
 
     @property
@@ -76,6 +84,42 @@ def _env_value(entry: dict[str, Any], pod: dict[str, Any]) -> str:
 
 def _local_path(value: str, run_dir: Path, token_dir: Path) -> str:
     return value.replace(TOKEN_DIR, str(token_dir)).replace(RUN_DIR, str(run_dir))
+
+
+def _pump(stream: IO[bytes], name: str, raw: IO[bytes], cri: IO[bytes] | None, lock: threading.Lock) -> None:
+    """One stream of a process, line by line, into its plain log and its CRI log file."""
+    for line in iter(stream.readline, b""):
+        with lock:
+            raw.write(line)
+            raw.flush()
+            if cri is not None:
+                cri.write(cri_line(time.time_ns(), name, line))
+                cri.flush()
+
+
+def _spawn_logged(cmd: list[str], raw: Path, cri: Path | None, **kw: Any) -> subprocess.Popen[bytes]:
+    """A process whose stdout and stderr are pumped into `raw` as they come and, timestamped, into `cri`."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+    raw_f = raw.open("ab")
+    cri_f = None
+    if cri is not None:
+        cri.parent.mkdir(parents=True, exist_ok=True)
+        cri_f = cri.open("ab")
+    lock = threading.Lock()
+    pumps = [threading.Thread(target=_pump, args=(s, n, raw_f, cri_f, lock), daemon=True)
+             for s, n in ((proc.stdout, "stdout"), (proc.stderr, "stderr"))]  # fmt: skip
+    for t in pumps:
+        t.start()
+
+    def close() -> None:
+        for t in pumps:
+            t.join()
+        for f in (raw_f, cri_f):
+            if f is not None:
+                f.close()
+
+    threading.Thread(target=close, daemon=True).start()
+    return proc
 
 
 class PodProcesses:
@@ -170,15 +214,27 @@ class PodProcesses:
         trainer_env = {
             e["name"]: _local_path(_env_value(e, pod), run_dir, token_dir) for e in trainer.get("env") or []
         }
-        proc = subprocess.Popen(
+        cri_dir = self._cri_dir(pod)
+        proc = _spawn_logged(
             [sys.executable, "-m", "trainguard.cli", *args, "--enable-fault-injection"],
-            stdout=(d / "exporter.log").open("ab"), stderr=subprocess.STDOUT, cwd=REPO,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 (the sync thread forks; it lives as long as the runner)
+            d / "exporter.log", cri_dir / EXPORTER / "0.log" if cri_dir else None, cwd=REPO,
+            preexec_fn=_die_with_parent,  # the sync thread forks; it lives as long as the runner
             env={k: v for k, v in os.environ.items() if not k.startswith("TRAINGUARD_")} | env,
         )  # fmt: skip
         return PodRun(
-            meta["name"], meta["uid"], spec.get("nodeName", ""), ip, port, rank, d, proc, trainer_env
-        )
+            meta["name"], meta["uid"], spec.get("nodeName", ""), ip, port, rank, d, proc, trainer_env,
+            trainer_container=trainer["name"], cri_dir=cri_dir,
+        )  # fmt: skip
+
+    def _cri_dir(self, pod: dict[str, Any]) -> Path | None:
+        """Where the node's kubelet reads this pod's container logs, if it serves any."""
+        try:
+            node = self.core.read_node(pod["spec"].get("nodeName", ""))
+        except client.exceptions.ApiException:
+            return None
+        root = (node.metadata.annotations or {}).get(POD_LOG_DIR)
+        meta = pod["metadata"]
+        return pod_log_dir(Path(root), meta["namespace"], meta["name"], meta["uid"]) if root else None
 
     def _secret_volume(self, pod: dict[str, Any], into: Path) -> None:
         volume = next((v for v in pod["spec"].get("volumes") or [] if v["name"] == TOKEN_VOLUME), None)
@@ -200,11 +256,11 @@ class PodProcesses:
         ckpt.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINGUARD_")} | run.trainer_env
         env["PYTHONUNBUFFERED"] = "1"
-        return subprocess.Popen(
+        return _spawn_logged(
             [sys.executable, "examples/train_tiny.py", "--steps", str(self.steps), "--step-delay",
              str(self.step_delay), "--checkpoint-dir", str(ckpt)],
-            stdout=(run.dir / "trainer.log").open("ab"), stderr=subprocess.STDOUT, cwd=REPO, env=env,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 (as above)
+            run.dir / "trainer.log", run.cri_dir / run.trainer_container / "0.log" if run.cri_dir else None,
+            cwd=REPO, env=env, preexec_fn=_die_with_parent,  # as above
         )  # fmt: skip
 
     def _stop(self, run: PodRun) -> None:

@@ -2,15 +2,31 @@
 heartbeats, marks pods bound to them Running, and finishes their deletion. No container runs;
 the scheduler, controllers and admission webhooks see what they would see on a real cluster. Each pod
 gets its own loopback IP (127.1.x.y), so that a test can run a pod's sidecar as a local process that
-listens where the pod's IP says (e2e/podprocesses.py)."""
+listens where the pod's IP says (e2e/podprocesses.py).
+
+Container logs: with a serving certificate, it serves the kubelet's `GET /containerLogs/{ns}/{pod}/{container}`
+over HTTPS on the port every node's status gives (daemonEndpoints.kubeletEndpoint), to clients with a
+certificate of the cluster CA (the apiserver's kubelet client), so `kubectl logs` and
+read_namespaced_pod_log go through the real apiserver. It reads what the container runtime would
+write: CRI log files under the directory it publishes in each node's POD_LOG_DIR annotation, which the
+local pod runner writes (e2e/podprocesses.py). The query is handled as the kubelet's kuberuntime logs
+do: since = the later of now - sinceSeconds and sinceTime, older lines skipped; tailLines; timestamps
+prefix each line with its RFC3339 time (nanoseconds, fixed width); limitBytes cuts the output, even
+mid-line. follow and previous are not served (a 400 says so)."""
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import re
+import ssl
 import sys
 import threading
 import time
+import urllib.parse
+from collections.abc import Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config, watch
@@ -18,6 +34,9 @@ from kubernetes.client.rest import ApiException
 
 GPU_RESOURCE = "nvidia.com/gpu"
 FAKE_LABEL = "trainguard.io/fake-node"
+POD_LOG_DIR = "trainguard.io/fake-pod-log-dir"
+"""Node annotation: where the container runtime (the local pod runner) writes CRI log files, as
+{dir}/{namespace}_{pod}_{uid}/{container}/0.log, the layout of /var/log/pods."""
 
 
 def now() -> dt.datetime:
@@ -28,13 +47,78 @@ def log(msg: str) -> None:
     print(f"[fake-kubelet {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+# ---- container logs: the CRI log format and the kubelet's reading of it ----------------------------
+
+
+def rfc3339_nano(ns: int) -> str:
+    """The kubelet's timestamp for output (RFC3339NanoFixed, UTC): nine fraction digits always."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 10**9)) + f".{ns % 10**9:09d}Z"
+
+
+_RFC3339 = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)")
+
+
+def parse_rfc3339_ns(text: str) -> int:
+    """RFC3339 with or without a fraction (the kubelet's lenient parse), as Unix nanoseconds."""
+    m = _RFC3339.fullmatch(text)
+    if m is None:
+        raise ValueError(f"not an RFC3339 time: {text!r}")
+    zone = dt.UTC if m[3] == "Z" else dt.datetime.strptime(m[3].replace(":", ""), "%z").tzinfo
+    base = dt.datetime.strptime(m[1], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=zone)
+    return int(base.timestamp()) * 10**9 + int((m[2] or "0").ljust(9, "0"))
+
+
+def cri_line(ns: int, stream: str, content: bytes) -> bytes:
+    """One line as a container runtime writes it: `<time> <stream> <F|P> <content>`; P marks a partial
+    line (content without its newline)."""
+    full = content.endswith(b"\n")
+    return f"{rfc3339_nano(ns)} {stream} {'F' if full else 'P'} ".encode() + content.rstrip(b"\n") + b"\n"
+
+
+def read_logs(
+    lines: Iterable[bytes], *, since_ns: int | None, timestamps: bool, tail: int | None, limit: int | None
+) -> bytes:
+    """What the kubelet serves from a CRI log file's lines."""
+    selected = list(lines)
+    if tail is not None and tail >= 0:
+        selected = selected[len(selected) - tail :] if tail else []
+    out = bytearray()
+    for raw in selected:
+        parts = raw.split(b" ", 3)
+        if len(parts) < 4 or parts[1] not in (b"stdout", b"stderr"):
+            continue  # the kubelet logs and skips a line it cannot parse
+        ts = parse_rfc3339_ns(parts[0].decode())
+        if since_ns is not None and ts < since_ns:
+            continue
+        content = parts[3][:-1] if parts[3].endswith(b"\n") else parts[3]
+        line = content + (b"\n" if parts[2].split(b":")[0] == b"F" else b"")
+        if timestamps:
+            line = rfc3339_nano(ts).encode() + b" " + line
+        if limit is not None and len(out) + len(line) >= limit:
+            out += line[: limit - len(out)]
+            break
+        out += line
+    return bytes(out)
+
+
+def pod_log_dir(root: Path, namespace: str, pod: str, uid: str) -> Path:
+    return root / f"{namespace}_{pod}_{uid}"
+
+
+def log_path(root: Path, namespace: str, pod: str, uid: str, container: str) -> Path:
+    return pod_log_dir(root, namespace, pod, uid) / container / "0.log"
+
+
 class FakeKubelet:
-    def __init__(self, api: client.ApiClient, names: list[str]) -> None:
+    def __init__(self, api: client.ApiClient, names: list[str], log_dir: Path | None = None) -> None:
         self.core = client.CoreV1Api(api)
         self.coord = client.CoordinationV1Api(api)
         self.names = set(names)
         self.stop = threading.Event()
         self.pod_ips: dict[str, str] = {}
+        self.log_dir = log_dir
+        self.port = 0
+        """The kubelet endpoint's port (0: no log server)."""
 
     # ---- nodes ----------------------------------------------------------------------------------
 
@@ -58,6 +142,7 @@ class FakeKubelet:
                                                           ("DiskPressure", "NoDiskPressure"), ("PIDPressure", "SufficientPID"))],
             ],
             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.port}},
             "nodeInfo": {"kubeletVersion": "v1.36.3-fake", "architecture": "amd64", "operatingSystem": "linux",
                          "containerRuntimeVersion": "fake://1.0", "kernelVersion": "6.0", "osImage": "fake",
                          "kubeProxyVersion": "", "machineID": "", "systemUUID": "", "bootID": ""},
@@ -77,6 +162,7 @@ class FakeKubelet:
                         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
                         FAKE_LABEL: "true",
                     },
+                    "annotations": {POD_LOG_DIR: str(self.log_dir)} if self.log_dir else {},
                 },
             }
             try:
@@ -84,6 +170,10 @@ class FakeKubelet:
             except ApiException as exc:
                 if exc.status != 409:
                     raise
+                if self.log_dir:
+                    self.core.patch_node(
+                        name, {"metadata": {"annotations": {POD_LOG_DIR: str(self.log_dir)}}}
+                    )
             self.core.patch_node_status(name, {"status": self._status()})
             log(f"node {name} registered with {GPU_RESOURCE}: 8")
 
@@ -189,15 +279,90 @@ class FakeKubelet:
                 log(f"pod watch restarted: {exc}")
                 time.sleep(1)
 
+    # ---- the kubelet API's container logs --------------------------------------------------------
+
+    def container_logs(self, path: str, query: str, now_ns: int) -> tuple[int, bytes]:
+        """(HTTP status, body) of GET /containerLogs/{ns}/{pod}/{container}?{query}."""
+        parts = path.strip("/").split("/")
+        if len(parts) != 4 or parts[0] != "containerLogs":
+            return 404, b"404 page not found\n"
+        ns, name, container = (urllib.parse.unquote(p) for p in parts[1:])
+        q = {k: v[-1] for k, v in urllib.parse.parse_qs(query).items()}
+        if q.get("follow") == "true" or q.get("previous") == "true":
+            return 400, b"follow and previous are not served by the fake kubelet\n"
+        try:
+            pod = self.core.read_namespaced_pod(name, ns)
+        except ApiException as exc:
+            return exc.status or 500, f"pod {ns}/{name}: {exc.reason}\n".encode()
+        if pod.spec.node_name not in self.names:
+            return 404, f"pod {ns}/{name} is not on this kubelet's nodes\n".encode()
+        names = [c.name for c in [*(pod.spec.init_containers or []), *pod.spec.containers]]
+        if container not in names:
+            return 400, f'container "{container}" in pod "{name}" is not valid\n'.encode()
+        since: int | None = None
+        try:
+            if "sinceSeconds" in q:
+                since = now_ns - int(q["sinceSeconds"]) * 10**9
+            if "sinceTime" in q:
+                since = max(since or 0, parse_rfc3339_ns(q["sinceTime"]))
+            tail = int(q["tailLines"]) if "tailLines" in q else None
+            limit = int(q["limitBytes"]) if "limitBytes" in q else None
+        except ValueError as exc:
+            return 400, f"{exc}\n".encode()
+        file = log_path(self.log_dir, ns, name, pod.metadata.uid, container) if self.log_dir else None
+        if file is None or not file.exists():
+            return 200, b""  # nothing written yet
+        with file.open("rb") as f:
+            lines = [ln for ln in f if ln.endswith(b"\n")]  # a line being written is left for next time
+        return 200, read_logs(lines, since_ns=since, timestamps=q.get("timestamps") == "true", tail=tail,
+                              limit=limit)  # fmt: skip
+
+    def serve_logs(self, cert: Path, key: Path, client_ca: Path) -> ThreadingHTTPServer:
+        """HTTPS on a free port of 127.0.0.1 (every node's InternalIP), client certificates of the CA only."""
+        kubelet = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                url = urllib.parse.urlsplit(self.path)
+                status, body = kubelet.container_logs(url.path, url.query, time.time_ns())
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, fmt: str, *args: object) -> None:
+                log("kubelet API: " + fmt % args)
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(str(cert), str(key))
+        ctx.load_verify_locations(str(client_ca))
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.socket = ctx.wrap_socket(server.socket, server_side=True)
+        self.port = int(server.server_address[1])
+        threading.Thread(target=server.serve_forever, name="kubelet-api", daemon=True).start()
+        log(f"kubelet API (container logs from {self.log_dir}) on https://127.0.0.1:{self.port}")
+        return server
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--prefix", default="gpu-node-")
+    parser.add_argument("--pod-log-dir", type=Path, help="where the pod runner writes CRI log files")
+    parser.add_argument(
+        "--tls-cert", type=Path, help="serving certificate: with it, container logs are served"
+    )
+    parser.add_argument("--tls-key", type=Path)
+    parser.add_argument("--client-ca", type=Path, help="the CA of the apiserver's kubelet client certificate")
     args = parser.parse_args()
     api = config.new_client_from_config(args.kubeconfig)
-    kubelet = FakeKubelet(api, [f"{args.prefix}{i}" for i in range(args.nodes)])
+    kubelet = FakeKubelet(api, [f"{args.prefix}{i}" for i in range(args.nodes)], args.pod_log_dir)
+    if args.tls_cert and args.tls_key and args.client_ca and args.pod_log_dir:
+        args.pod_log_dir.mkdir(parents=True, exist_ok=True)
+        kubelet.serve_logs(args.tls_cert, args.tls_key, args.client_ca)
     kubelet.register()
     threading.Thread(target=kubelet.heartbeat_loop, daemon=True).start()
     kubelet.pod_loop()

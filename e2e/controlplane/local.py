@@ -125,6 +125,7 @@ class LocalControlPlane:
         make_cert(
             d, "apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet-client", client=True
         )
+        make_cert(d, "kubelet", "/CN=fake-kubelet", ["IP:127.0.0.1", "DNS:localhost"])  # its log server
         make_keypair(d, "sa")
 
     def write_kubeconfig(self, path: Path, user: dict[str, str]) -> None:
@@ -184,6 +185,8 @@ class LocalControlPlane:
             f"--client-ca-file={d / 'ca.crt'}",
             f"--kubelet-client-certificate={d / 'apiserver-kubelet-client.crt'}",
             f"--kubelet-client-key={d / 'apiserver-kubelet-client.key'}",
+            # pods/log goes to the fake kubelet's log server, its certificate checked against the CA
+            f"--kubelet-certificate-authority={d / 'ca.crt'}", "--kubelet-preferred-address-types=InternalIP",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={d / 'sa.pub'}", f"--service-account-signing-key-file={d / 'sa.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
@@ -217,7 +220,8 @@ class LocalControlPlane:
         ])  # fmt: skip
         self._spawn("fake-kubelet", [
             sys.executable, "-m", "e2e.controlplane.fakekubelet", "--kubeconfig", str(self.kubeconfig),
-            "--nodes", str(self.nodes),
+            "--nodes", str(self.nodes), "--pod-log-dir", str(d / "pod-logs"), "--tls-cert", str(d / "kubelet.crt"),
+            "--tls-key", str(d / "kubelet.key"), "--client-ca", str(d / "ca.crt"),
         ])  # fmt: skip
         self._wait_cluster_usable()
         log(
