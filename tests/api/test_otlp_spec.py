@@ -150,3 +150,11 @@ def test_the_crd_rule_decides_like_the_model(endpoint: str) -> None:
 def test_every_endpoint_the_model_accepts_the_exporter_accepts(endpoint: str) -> None:
     """The sidecar would crash-loop on an endpoint its --otlp-endpoint parser refuses."""
     assert otlp_endpoint(endpoint) == endpoint
+
+
+def test_a_refused_endpoints_password_is_not_echoed() -> None:
+    """`trainguard validate` and the operator log the refusal; the password must not be in it."""
+    msg = problems(otlp(endpoint="http://user:s3cret@vm:8428/opentelemetry/v1/metrics"))
+    text = " ".join(msg.values())
+    assert "headersSecretRef" in text
+    assert "s3cret" not in text and "http://***@vm:8428" in text

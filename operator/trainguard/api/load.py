@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,8 +101,16 @@ def _message(err: Mapping[str, Any]) -> str:
         and value is not None
         and not isinstance(value, dict | list)
     ):
-        msg += f" (got {value!r})"
+        msg += f" (got {_without_credentials(value)!r})"
     return msg
+
+
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
+
+
+def _without_credentials(value: object) -> object:
+    """An echoed URL loses its `user:password@`: a refused endpoint's password must not reach a log."""
+    return _USERINFO.sub(r"\g<scheme>***@", value) if isinstance(value, str) else value
 
 
 def parse_object(doc: Mapping[str, Any], source: str = "input") -> TrainingJobMonitor | AlertPolicy:
