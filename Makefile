@@ -72,6 +72,7 @@ bench: bootstrap
 	$(PY) bench/sdk_overhead.py
 	$(PY) bench/noise.py
 	$(PY) bench/detection.py
+	$(PY) bench/scale.py
 	$(PY) bench/ettr.py
 
 # fault to cordon and to training resumed through the whole pipeline, by path and fault class (about 45

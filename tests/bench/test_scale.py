@@ -1,0 +1,103 @@
+"""bench/scale.py's pure parts: the per-monitor groups it expands from the CLI's output, the shared group
+it derives from them, the synthetic series, and how it counts requests around a P0."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import promql_parser
+import pytest
+from bench.scale import per_monitor_growth
+from bench.scenarios.scale_cluster import Counters
+from bench.scenarios.scale_rules import (
+    TEMPLATE_JOB,
+    TEMPLATE_NS,
+    groups,
+    identity,
+    job_exposition,
+    metric_names,
+    shared_group,
+)
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+
+@pytest.fixture(scope="module")
+def twelve(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    return groups(12, tmp_path_factory.mktemp("scale"))
+
+
+def test_each_expanded_group_selects_only_its_own_job(twelve: list[dict]) -> None:
+    assert len({g["name"] for g in twelve}) == 12
+    for i, group in enumerate(twelve):
+        ns, job = identity(i)
+        assert group["name"] == f"trainguard.{ns}.{job}"
+        for rule in group["rules"]:
+            assert set(re.findall(r'training_job="([^"]+)"', rule["expr"])) <= {job}
+            assert set(re.findall(r'namespace="([^"]+)"', rule["expr"])) <= {ns}
+
+
+def test_the_shared_group_drops_job_matchers_and_reads_thresholds_as_series(twelve: list[dict]) -> None:
+    shared, thresholds = shared_group(twelve[0])
+    assert len(shared["rules"]) == len(twelve[0]["rules"])
+    by_name = {r.get("alert") or r["record"]: r for r in shared["rules"]}
+    for rule in shared["rules"]:
+        promql_parser.parse(rule["expr"])  # still valid PromQL
+        assert TEMPLATE_NS not in str(rule) and TEMPLATE_JOB not in str(rule)
+    # GPUThermalThrottling is `DCGM_FI_DEV_GPU_TEMP{...} > 85` in the catalogue: a threshold series now
+    assert thresholds["GPUThermalThrottling"] == 85
+    assert by_name["GPUThermalThrottling"]["expr"] == (
+        'DCGM_FI_DEV_GPU_TEMP{training_job!=""} > on(namespace, training_job) group_left() '
+        'trainguard_alert_threshold{alertname="GPUThermalThrottling"}'
+    )
+    # a compound condition keeps its numbers
+    assert "GPUMemoryHang" not in thresholds
+    assert "0.9" in by_name["GPUMemoryHang"]["expr"]
+    assert "{{ $labels.training_job }}" in str(by_name["GPUThermalThrottling"].get("annotations"))
+
+
+def test_the_synthetic_job_series_cover_what_the_rules_read(twelve: list[dict]) -> None:
+    names = metric_names(twelve[0])
+    text = job_exposition(3, names, pods=8, gpus=2, nodes=500, thresholds={"GPUThermalThrottling": 85.0})
+    samples: dict[str, list[Sample]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append(sample)
+    temp = samples["DCGM_FI_DEV_GPU_TEMP"]
+    assert len(temp) == 16  # 8 pods x 2 GPUs
+    assert {s.labels["training_job"] for s in temp} == {"job-0003"}
+    assert len(samples["trainguard_train_step"]) == 8
+    assert [s.value for s in samples["trainguard_alert_threshold"]] == [85.0]
+    assert not [n for n in names if n.startswith("kube_") and n in samples]  # kube-state-metrics serves those
+
+
+def test_a_window_can_leave_out_the_p0s_own_requests() -> None:
+    c0 = Counters(
+        reads=100, writes=50, reconciles=10, reconcile_s=1, webhook_calls=0, injection_failures=0, at=0
+    )
+    c1 = Counters(
+        reads=200, writes=80, reconciles=20, reconcile_s=2, webhook_calls=0, injection_failures=0, at=30
+    )
+    c2 = Counters(
+        reads=260, writes=130, reconciles=22, reconcile_s=3, webhook_calls=2, injection_failures=0, at=50
+    )
+    c3 = Counters(
+        reads=360, writes=160, reconciles=32, reconcile_s=4, webhook_calls=2, injection_failures=0, at=80
+    )
+    window = c3.minus(c0.shifted(c2, c1))
+    assert window["seconds"] == 60
+    assert (window["reads"], window["writes"], window["reconciles"]) == (200, 60, 20)
+    assert window["requests_per_reconcile"] == 13.0
+    assert window["webhook_calls"] == 0
+
+
+def test_growth_per_monitor_is_one_when_linear() -> None:
+    assert per_monitor_growth([100, 500], [10.0, 50.0]) == 1.0
+    assert per_monitor_growth([100, 500], [10.0, 100.0]) == 2.0
+    assert per_monitor_growth([100], [10.0]) is None
+
+
+def test_rendered_groups_come_from_the_cli(tmp_path: Path) -> None:
+    groups(1, tmp_path)
+    assert (tmp_path / "rendered" / "rules.yml").exists()
