@@ -4,8 +4,8 @@ fetched through prometheus-api-client, diagnosed and built into the report.
 
 Stand-ins, because no apiserver runs in this tier: the monitor, its policy and its pods (a plain object
 with the Kube methods the edge calls) and the pod-log call (`read_namespaced_pod_log`, which records
-its arguments and returns the timestamped text the API would). The e2e tier's fake kubelet does not
-serve container logs yet (see the issue note), so the API path of the logs is not exercised here."""
+its arguments and returns the timestamped text the API would). The logs' path through a real apiserver
+and the fake kubelet's /containerLogs is e2e/test_report_pipeline.py's."""
 
 from __future__ import annotations
 
