@@ -267,3 +267,35 @@ def test_a_stall_is_released_after_its_alert_and_resumed_training_is_timed() -> 
     assert got[Stage.ALERT].seconds == 3.0 and not got[Stage.ACTION].applies
     assert got[Stage.RESUMED].seconds is not None and got[Stage.RESUMED].seconds > 3.0
     assert o.passed, o.problems
+
+
+def test_a_ctrl_c_while_settling_still_silences_what_fires_before_dry_run_is_restored() -> None:
+    w = World()
+    d, _ = drill(w, "nan", nan_installation(resolve_after_clear_s=1000.0), settle_s=30.0)
+    plan = make_plan(d.o, d.cluster, d.sidecars)
+    inner = d.clock.sleep
+
+    def sleep(s: float) -> None:
+        inner(s)
+        if any(e == "clear llama-0" for e in w.kinds()):
+            raise KeyboardInterrupt
+
+    d.clock = Clock(d.clock.monotonic, d.clock.wall, sleep)
+    o = d.run(plan)
+    assert o.cleanup.guard_silences == ["s1"] and w.dry_run is False
+    assert w.kinds().index("silence TrainingLossNonFinite") < w.kinds().index("dryRun=False")
+
+
+def test_when_a_still_firing_alert_cannot_be_silenced_dry_run_stays_on_and_the_fix_is_printed() -> None:
+    w = World()
+    d, am = drill(w, "nan", nan_installation(resolve_after_clear_s=1000.0), settle_s=2.0)
+
+    def refuse(labels: dict[str, str], ends: float, comment: str) -> str:
+        raise OSError("connection refused")
+
+    am.silence = refuse  # type: ignore[method-assign]
+    o = d.run(make_plan(d.o, d.cluster, d.sidecars))
+    assert w.dry_run is True and o.cleanup.dry_run == "left true" and not o.passed
+    (problem,) = o.cleanup.problems
+    assert "kubectl -n ml patch trainingjobmonitor llama-pretrain --type merge" in problem
+    assert """-p '{"spec":{"remediation":{"dryRun":false}}}'""" in problem

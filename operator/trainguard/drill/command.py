@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     from trainguard.drill.results import render_json, render_table  # noqa: PLC0415
     from trainguard.drill.run import Drill, Options, make_plan  # noqa: PLC0415
     from trainguard.drill.scenarios import DrillError, scenario  # noqa: PLC0415
+    from trainguard.remediation.alertmanager import AlertmanagerError  # noqa: PLC0415
 
     o = Options(
         scenario(args.scenario), namespace, name, target_s=_seconds("--target", args.target),
@@ -133,6 +134,9 @@ def run(args: argparse.Namespace) -> int:
             log=lambda m: print(m, file=sys.stderr, flush=True),
         )
         outcome = drill.run(plan)
+    except (AlertmanagerError, client.exceptions.ApiException, OSError) as exc:  # before anything changed
+        print(f"trainguard drill: could not read the installation's state: {exc}", file=sys.stderr)
+        return EXIT_FAIL
     finally:
         signal.signal(signal.SIGTERM, previous)
     sys.stdout.write(render_json(outcome) if args.json else render_table(outcome))

@@ -327,6 +327,7 @@ class Drill:
             )
         if not sets_dry:
             return
+        before = "unset" if plan.dry_run_before is None else str(plan.dry_run_before).lower()
         try:
             residue = self._settle(before_alerts)
             for a in residue:
@@ -341,11 +342,18 @@ class Drill:
                     f"{len(residue)} drill alert(s) still active: guard silence(s) for {GUARD_SILENCE_S:g}s"
                 )
         except (Exception, KeyboardInterrupt) as exc:
-            cleanup.problems.append(f"could not settle the drill's alerts before restoring dry run: {exc}")
+            # restoring now could act on a drill alert still firing: leave dry run on and say so
+            cleanup.dry_run = "left true"
+            cleanup.problems.append(
+                f"spec.remediation.dryRun left true: the drill's alerts could not be settled or silenced ({exc}); "
+                f"once they have resolved: kubectl -n {o.namespace} patch trainingjobmonitor {o.name} --type merge "
+                f'-p \'{{"spec":{{"remediation":{{"dryRun":{"null" if plan.dry_run_before is None else before}}}}}}}\''
+            )
+            self._say(cleanup.problems[-1])
+            return
         try:
             self.cluster.patch_dry_run(plan.dry_run_before)
             stored = ((self.cluster.monitor().get("spec") or {}).get("remediation") or {}).get("dryRun")
-            before = "unset" if plan.dry_run_before is None else str(plan.dry_run_before).lower()
             # unset reads back as the schema's default (false) where the CRD defaults it
             if stored != plan.dry_run_before and not (plan.dry_run_before is None and stored is False):
                 cleanup.problems.append(
@@ -355,12 +363,12 @@ class Drill:
             self._say(f"restored spec.remediation.dryRun ({before})")
         except (Exception, KeyboardInterrupt) as exc:
             cleanup.problems.append(
-                f"could not restore spec.remediation.dryRun ({plan.dry_run_before}): {exc}; restore it by hand"
+                f"could not restore spec.remediation.dryRun ({before}): {exc}; restore it by hand"
             )
 
     def _settle(self, before_alerts: set[str]) -> list[dict[str, Any]]:
-        """Wait up to settle_s for the alerts the drill raised that the operator may act on to resolve;
-        return those still active."""
+        """Wait up to settle_s (or a Ctrl-C) for the alerts the drill raised that the operator may act on
+        to resolve; return those still active."""
         o = self.o
         deadline = self.clock.monotonic() + o.settle_s
         while True:
@@ -371,4 +379,8 @@ class Drill:
             ]  # fmt: skip
             if not residue or self.clock.monotonic() >= deadline:
                 return residue
-            self.clock.sleep(min(1.0, max(o.poll_s, 0.01)))
+            try:
+                self.clock.sleep(min(1.0, max(o.poll_s, 0.01)))
+            except KeyboardInterrupt:  # impatience ends the wait; what still fires is silenced all the same
+                self._say("settle cut short: silencing what still fires")
+                return residue
