@@ -309,19 +309,15 @@ def cmd_uncordon(args: argparse.Namespace) -> int:
 def _when(text: str | None) -> float:
     """--at: unix seconds or an RFC 3339 time; now when absent."""
     import time
-    from datetime import UTC, datetime
+
+    from trainguard.api.common import instant
 
     if not text:
         return time.time()
     try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        _fail(f"--at takes unix seconds or an RFC 3339 time, got {text!r}", EXIT_USAGE)
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+        return instant(text)
+    except ValueError as exc:
+        _fail(f"--at {exc}", EXIT_USAGE)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from typing import Annotated, Any, Literal
 
@@ -276,3 +277,17 @@ class Metadata(Model):
     annotations: dict[str, str] = Field(default_factory=dict)
 
     model_config = ConfigDict(extra="ignore")
+
+
+def instant(text: str) -> float:
+    """Unix seconds from a flag that takes unix seconds or an RFC 3339 time (a naive one is UTC);
+    raises ValueError naming both forms."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"takes unix seconds or an RFC 3339 time, got {text!r}") from None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)).timestamp()

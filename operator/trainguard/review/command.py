@@ -4,7 +4,6 @@ review (history.py, findings.py, routes.py) and writes Markdown and JSON. Its fl
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import sys
@@ -17,7 +16,7 @@ from typing import Any
 import yaml
 
 from trainguard.api import InvalidInput, load_documents
-from trainguard.api.common import duration_seconds
+from trainguard.api.common import duration_seconds, instant
 from trainguard.api.monitor import Exporter
 from trainguard.catalog.alerts import ALERT_NAMES
 from trainguard.render import render_prometheus
@@ -45,14 +44,9 @@ def _when(text: str | None) -> float:
     if text is None:
         return time.time()
     try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(f"--until takes unix seconds or an RFC 3339 time, got {text!r}") from None
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)).timestamp()
+        return instant(text)
+    except ValueError as exc:
+        raise UsageError(f"--until {exc}") from None
 
 
 def _share(flag: str, value: float) -> float:
