@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -15,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -155,3 +157,16 @@ def alertmanager(binary: str, config: Path, workdir: Path) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+def victoria_metrics() -> str:
+    """The VictoriaMetrics binary e2e/controlplane/build.sh builds into the e2e cache, else one on PATH;
+    skips the test without one, or fails it where CI requires the tools (TRAINGUARD_REQUIRE_TOOLS)."""
+    cache = Path(os.environ.get("TRAINGUARD_E2E_CACHE", Path.home() / ".cache" / "trainguard-e2e"))
+    built = cache / "bin" / "current" / "victoria-metrics"
+    found = str(built) if built.exists() else shutil.which("victoria-metrics")
+    if found is None:
+        if os.environ.get("TRAINGUARD_REQUIRE_TOOLS"):
+            pytest.fail("victoria-metrics is required (TRAINGUARD_REQUIRE_TOOLS is set) but not built")
+        pytest.skip("victoria-metrics is not built: `make victoria-metrics` builds it from its Go module")
+    return found

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.processes import free_port, http_json, start, stop, wait_http
+from tests.processes import free_port, http_json, start, stop, victoria_metrics, wait_http
 from trainguard.api import load_documents
 from trainguard.render import dump_yaml, render_prometheus
 from trainguard.render.longterm import (
@@ -64,22 +64,9 @@ spec:
 IDENTITY = {"namespace": "ml", "training_job": "llama-pretrain", "node": "gpu-node-1", "pod": "llama-0"}
 
 
-def find_victoria_metrics() -> str | None:
-    """The binary e2e/controlplane/build.sh builds into the e2e cache, else one on PATH."""
-    cache = Path(os.environ.get("TRAINGUARD_E2E_CACHE", Path.home() / ".cache" / "trainguard-e2e"))
-    built = cache / "bin" / "current" / "victoria-metrics"
-    if built.exists():
-        return str(built)
-    return shutil.which("victoria-metrics")
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    vm = find_victoria_metrics()
-    if vm is None:
-        if os.environ.get("TRAINGUARD_REQUIRE_TOOLS"):
-            pytest.fail("victoria-metrics is required (TRAINGUARD_REQUIRE_TOOLS is set) but not built")
-        pytest.skip("victoria-metrics is not built: `make victoria-metrics` builds it from its Go module")
+    vm = victoria_metrics()
     prometheus = shutil.which("prometheus")
     if prometheus is None:
         if os.environ.get("TRAINGUARD_REQUIRE_TOOLS"):

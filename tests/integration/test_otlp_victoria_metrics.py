@@ -13,7 +13,6 @@ TRAINGUARD_REQUIRE_TOOLS=1 as in CI.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -22,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_longterm_storage import DOCS, IDENTITY, find_victoria_metrics, logs, vm_query
-from tests.processes import free_port, http_json, scrape, start, stop, wait_http
+from tests.integration.test_longterm_storage import DOCS, IDENTITY, logs, vm_query
+from tests.processes import free_port, http_json, scrape, start, stop, victoria_metrics, wait_http
 from trainguard.api import load_documents
 from trainguard.catalog import METRICS, MetricType
 from trainguard.render import render_prometheus
@@ -44,11 +43,7 @@ RESOURCE = {
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    vm = find_victoria_metrics()
-    if vm is None:
-        if os.environ.get("TRAINGUARD_REQUIRE_TOOLS"):
-            pytest.fail("victoria-metrics is required (TRAINGUARD_REQUIRE_TOOLS is set) but not built")
-        pytest.skip("victoria-metrics is not built: `make victoria-metrics` builds it from its Go module")
+    vm = victoria_metrics()
     d = tmp_path_factory.mktemp("otlp")
     exp_port, vm_port = free_port(), free_port()
     vm_url = f"http://127.0.0.1:{vm_port}"
