@@ -25,8 +25,11 @@ lint: bootstrap
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# the unit and integration tests in $(TEST_WORKERS) processes (pytest-xdist), a test file per process so
+# that module fixtures (a Prometheus, a VictoriaMetrics) start once; TEST_WORKERS=0 runs them in this one
+TEST_WORKERS ?= 4
 unit: bootstrap helm victoria-metrics
-	$(PY) -m pytest --cov=trainguard.render --cov=trainguard.catalog --cov=trainguard.api --cov-report=term
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --cov=trainguard.render --cov=trainguard.catalog --cov=trainguard.api --cov-report=term
 
 e2e: bootstrap
 	$(PY) -m pytest e2e -q
