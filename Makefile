@@ -41,9 +41,11 @@ crds: bootstrap
 	rm -f charts/trainguard/crds/*.yaml
 	cp crds/*.yaml deploy/peering-crd.yaml charts/trainguard/crds/
 
-# the chart: its CRDs (above) and its RBAC, copied from deploy/rbac.yaml (tests/packaging fails on drift)
+# the chart: its CRDs (above), its RBAC, copied from deploy/rbac.yaml (tests/packaging fails on drift),
+# and its remote_write keep-list, generated from render/longterm.py (check-generated fails on drift)
 chart: crds
 	cp deploy/rbac.yaml charts/trainguard/files/rbac.yaml
+	$(BIN)/trainguard keep-list -o charts/trainguard/files/remote-write-keep.yaml
 
 # helm for the chart tests (tests/packaging), built from its Go module into the e2e cache; without Go
 # those tests skip (or fail under TRAINGUARD_REQUIRE_TOOLS=1, as in CI)
@@ -69,6 +71,7 @@ check-generated: bootstrap
 	$(BIN)/trainguard docs -o docs/alerts.md --check
 	$(BIN)/trainguard reference -o docs/reference --check
 	$(BIN)/trainguard dashboards -o charts/trainguard/dashboards --check
+	$(BIN)/trainguard keep-list -o charts/trainguard/files/remote-write-keep.yaml --check
 
 bench: bootstrap
 	$(PY) bench/exporter.py

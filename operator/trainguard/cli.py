@@ -135,6 +135,19 @@ def cmd_dashboards(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_keep_list(args: argparse.Namespace) -> int:
+    """The chart's copy of the remote_write keep-list (files/remote-write-keep.yaml), so that the
+    chart's longTermStorage.remoteWrite ships what render.longterm ships, without a hand copy."""
+    _need("render")
+    from trainguard.render import dump_yaml
+    from trainguard.render.longterm import ALERT_HISTORY, aggregate_names
+
+    header = "# generated from trainguard.render.longterm by `make chart`: do not edit\n"
+    body = dump_yaml({"aggregates": list(aggregate_names()), "alertHistory": list(ALERT_HISTORY)})
+    _write_or_check(Path(args.output), header + body, args.check, "make chart")
+    return 0
+
+
 def cmd_docs(args: argparse.Namespace) -> int:
     from trainguard.catalog.markdown import alerts_markdown
 
@@ -478,6 +491,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--check", action="store_true", help="fail if the files in DIR differ from the catalogue"
     )
     boards.set_defaults(func=cmd_dashboards)
+
+    keep = sub.add_parser("keep-list", help="write the chart's remote_write keep-list from the aggregates")
+    keep.add_argument(
+        "-o", "--output", default="charts/trainguard/files/remote-write-keep.yaml", metavar="FILE"
+    )
+    keep.add_argument("--check", action="store_true", help="fail if FILE differs from the aggregates")
+    keep.set_defaults(func=cmd_keep_list)
 
     op = sub.add_parser(
         "operator", help="run the operator (kopf): reconcile monitors and policies, inject sidecars"
