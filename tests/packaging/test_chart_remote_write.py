@@ -5,6 +5,8 @@ accepts, nothing is rendered when it is unset, and a wrong URL stops the install
 
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -116,3 +118,31 @@ def test_the_drift_check_fails_on_a_hand_edited_keep_list(tmp_path: Path) -> Non
     assert exit_.value.code != 0
     assert main(["keep-list", "-o", str(edited)]) == 0
     assert edited.read_text() == KEEP_FILE.read_text()
+
+
+def rendered_notes(helm: str, tmp_path: Path, *sets: str) -> str:
+    """NOTES.txt as `helm install` prints it: helm template renders but never prints it, so a copy of
+    the chart carries it as a file that a ConfigMap template renders with `tpl`."""
+    chart = tmp_path / "trainguard"
+    shutil.copytree(CHART, chart)
+    shutil.copy(chart / "templates" / "NOTES.txt", chart / "files" / "notes.txt")
+    (chart / "templates" / "notes-under-test.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes-under-test}\n"
+        'data: {notes: {{ tpl (.Files.Get "files/notes.txt") . | toJson }}}\n'
+    )
+    args = ["template", "trainguard", str(chart), "--namespace", "ml-platform", "--show-only"]
+    args += ["templates/notes-under-test.yaml", *(a for s in sets for a in ("--set", s))]
+    notes = yaml.safe_load(run_helm(helm, *args).stdout)["data"]["notes"]
+    assert isinstance(notes, str)
+    return notes
+
+
+def test_the_install_notes_say_how_to_apply_it(helm: str, tmp_path: Path) -> None:
+    notes = rendered_notes(helm, tmp_path, *settings(URL, None))
+    cm = remote_write_configmap(helm, *settings(URL, None))
+    assert "helm upgrade kube-prometheus-stack" in notes
+    assert "kubectl -n ml-platform get configmap trainguard-remote-write" in notes
+    # each jsonpath names a key the ConfigMap has (dots escaped, as kubectl's jsonpath needs)
+    keys = [k.replace("\\.", ".") for k in re.findall(r"\{\.data\.([^}]+)\}", notes)]
+    assert sorted(keys) == sorted(cm["data"]), keys
+    assert "Long-term storage" not in rendered_notes(helm, tmp_path / "off")
