@@ -121,3 +121,12 @@ def test_alerts_by_receiver_count_each_episode_once_per_receiver() -> None:
     assert rows == {"email": (("Mail", 7),), "phone": (("Page", 3),), "im": (("Page", 3),)}
     assert by_receiver(history, router, top=10)[0].receiver == "email"
     assert by_receiver(history, None, top=1)[0].counts == (("Mail", 7),)
+
+
+def test_a_pair_of_tiers_names_the_stronger_and_an_unrelated_pair_names_none() -> None:
+    """Tiers (the catalogue's supersedes) fire together by design; the review says which one notifies."""
+    runs = [(i * 6 * HOUR, 40) for i in range(4)]
+    history = _episodes(series("Weak", runs), series("Strong", runs), series("Other", runs))
+    pairs = {p.alerts: p for p in co_firing(history, 0.5, 2, supersedes={"Strong": ("Weak",)})}
+    assert pairs[("Strong", "Weak")].stronger == "Strong"
+    assert pairs[("Other", "Strong")].stronger is None and pairs[("Other", "Weak")].stronger is None

@@ -113,9 +113,13 @@ def test_the_pair_that_fires_together(review: tuple[dict[str, Any], str]) -> Non
     data, markdown = review
     assert data["co_firing"] == [
         {"alerts": ["NetworkPacketLoss", "NetworkPacketLossHigh"], "share": 1.0, "episodes": [8, 8],
-         "together": [8, 8]}
+         "together": [8, 8], "stronger": "NetworkPacketLossHigh"}
     ]  # fmt: skip
-    assert "| NetworkPacketLoss + NetworkPacketLossHigh | 100% | 8/8 and 8/8 |" in markdown
+    # the two are tiers of one signal in the catalogue: the review says the inhibition already merges them
+    assert (
+        "| NetworkPacketLoss + NetworkPacketLossHigh | 100% | 8/8 and 8/8 | "
+        "tiers: NetworkPacketLossHigh supersedes the other |"
+    ) in markdown
 
 
 def test_the_flapper(review: tuple[dict[str, Any], str]) -> None:

@@ -18,7 +18,7 @@ import yaml
 from trainguard.api import InvalidInput, load_documents
 from trainguard.api.common import duration_seconds, instant
 from trainguard.api.monitor import Exporter
-from trainguard.catalog.alerts import ALERT_NAMES
+from trainguard.catalog.alerts import ALERT_NAMES, ALERTS
 from trainguard.render import render_prometheus
 from trainguard.review import fetch, findings, history, report, routes
 
@@ -202,6 +202,7 @@ def _run(args: argparse.Namespace) -> int:
         thresholds=thresholds,
         router=router,
         notes=notes,
+        supersedes={a.name: a.supersedes for a in ALERTS if a.supersedes},
     )
     markdown = report.to_markdown(result)
     as_json = json.dumps(report.to_json(result), indent=2) + "\n"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from trainguard.review.history import Episode
@@ -54,6 +54,9 @@ class Pair:
     episodes: tuple[int, int]
     together: tuple[int, int]
     """A's episodes that overlap some B of the same job, and B's that overlap some A."""
+    stronger: str | None = None
+    """The one of the two that supersedes the other in the catalogue (tiers of one signal): with the
+    policy's supersede inhibition (the default) only it notifies, so the pair costs one notification."""
 
     @property
     def share(self) -> float:
@@ -162,9 +165,15 @@ def _overlaps(union: tuple[list[float], list[float]], start: float, end: float) 
     return i >= 0 and ends[i] > start
 
 
-def co_firing(episodes: Sequence[Episode], threshold: float, min_episodes: int) -> list[Pair]:
+def co_firing(
+    episodes: Sequence[Episode],
+    threshold: float,
+    min_episodes: int,
+    supersedes: Mapping[str, Iterable[str]] | None = None,
+) -> list[Pair]:
     """Pairs of alerts whose co-firing share is above `threshold` (the module's definition), highest
-    share first."""
+    share first; `supersedes` (alert -> the alerts it supersedes) marks the pairs that are tiers."""
+    tiers = {(a, b) for a, weaker in (supersedes or {}).items() for b in weaker}
     by_name = _by_name(episodes)
     by_job: dict[tuple[str, str], dict[str, list[Episode]]] = {}
     for e in episodes:
@@ -181,7 +190,8 @@ def co_firing(episodes: Sequence[Episode], threshold: float, min_episodes: int) 
         na, nb = len(by_name[a]), len(by_name[b])
         if min(na, nb) < min_episodes:
             continue
-        pair = Pair((a, b), (na, nb), (ta, tb))
+        stronger = a if (a, b) in tiers else b if (b, a) in tiers else None
+        pair = Pair((a, b), (na, nb), (ta, tb), stronger)
         if pair.share > threshold:
             pairs.append(pair)
     return sorted(pairs, key=lambda p: (-p.share, p.alerts))
@@ -236,6 +246,7 @@ def review(
     thresholds: Thresholds,
     router: Router | None,
     notes: Sequence[str] = (),
+    supersedes: Mapping[str, Iterable[str]] | None = None,
 ) -> Findings:
     """All findings of one history [start, end]."""
     t = thresholds
@@ -247,7 +258,7 @@ def review(
         thresholds=t,
         alerts=tuple(alert_stats(episodes)),
         never_fired=tuple(never_fired(rules, episodes, end - quiet_window)),
-        co_firing=tuple(co_firing(episodes, t.co_firing, t.min_episodes)),
+        co_firing=tuple(co_firing(episodes, t.co_firing, t.min_episodes, supersedes)),
         flapping=tuple(flapping(episodes, t.short, t.min_episodes)),
         by_receiver=tuple(by_receiver(episodes, router, t.top)),
         routed=router is not None,

@@ -51,6 +51,7 @@ def to_json(f: Findings) -> dict[str, Any]:
                 "share": round(p.share, 4),
                 "episodes": list(p.episodes),
                 "together": list(p.together),
+                "stronger": p.stronger,
             }
             for p in f.co_firing
         ],
@@ -107,10 +108,11 @@ def to_markdown(f: Findings) -> str:
         "",
     ]
     if f.co_firing:
-        lines += ["| alerts | together | episodes |", "| --- | --- | --- |"]
+        lines += ["| alerts | together | episodes | already |", "| --- | --- | --- | --- |"]
         lines += [
             f"| {p.alerts[0]} + {p.alerts[1]} | {_pct(p.share)} | "
-            f"{p.together[0]}/{p.episodes[0]} and {p.together[1]}/{p.episodes[1]} |"
+            f"{p.together[0]}/{p.episodes[0]} and {p.together[1]}/{p.episodes[1]} | "
+            f"{f'tiers: {p.stronger} supersedes the other' if p.stronger else '-'} |"
             for p in f.co_firing
         ]
     else:
