@@ -5,7 +5,7 @@ On one running job, through the CLI as an operator would run it: the plan of `mu
 which touches nothing); the drills `nan` (injected through a sidecar), `node-down` (posted to
 Alertmanager as synthetic alerts) and `multi-node` (XID 79 injected on two nodes at once), each of
 which must pass at the default 30 s target with remediation in dry run and leave no node cordoned, no
-fault active, no synthetic alert and spec.remediation.dryRun as it was; `oom`, interrupted by Ctrl-C,
+fault active, no synthetic alert and spec.remediation.dryRun as it was; `stall`, interrupted by Ctrl-C,
 which cleans up all the same; and last `node-down --allow-actions`, where the operator really cordons
 the (fake) node and restarts the job, and the drill times its resumed training. The sidecars' pod IPs
 are loopback addresses, which the apiserver refuses to proxy to, so the drill falls back to the pod
@@ -162,9 +162,10 @@ def test_a_sidecar_drill_and_a_synthetic_drill_pass_and_leave_nothing_behind(
     assert lost and all(r["dryRun"] for r in lost), lost
     assert_clean(cluster, mon, running, ns, before)
 
-    # Ctrl-C halfway: the drill cleans up all the same and says it was interrupted
+    # Ctrl-C halfway: the drill cleans up all the same and says it was interrupted. A stall (five minutes
+    # without a step at defaults) keeps the drill waiting: an oom drill can pass before the signal lands
     proc = subprocess.Popen(
-        [sys.executable, "-m", "trainguard.cli", "drill", "--monitor", f"{ns}/{JOB}", "--scenario", "oom",
+        [sys.executable, "-m", "trainguard.cli", "drill", "--monitor", f"{ns}/{JOB}", "--scenario", "stall",
          "--alertmanager", mon.alertmanager, "--kubeconfig", str(cluster.kubeconfig), "--timeout", "60s"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
         env=os.environ | {"PYTHONUNBUFFERED": "1"},
@@ -173,7 +174,7 @@ def test_a_sidecar_drill_and_a_synthetic_drill_pass_and_leave_nothing_behind(
     lines = []
     for line in proc.stderr:
         lines.append(line)
-        if "injected oom" in line:
+        if "injected stall" in line:
             proc.send_signal(signal.SIGINT)
             break
     out, err = proc.communicate(timeout=60)
