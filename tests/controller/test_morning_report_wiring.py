@@ -1,5 +1,6 @@
-"""How the morning report is wired into the operator: on the leader's pass after the P0 loop's work
-(and despite its failure), and the Helm chart's prometheusUrl reaching the variable the operator reads."""
+"""How the morning report is wired into the operator: on the leader's report pass, beside the P0 loop's
+(tests/controller/test_periodic.py: neither holds the other back), and the Helm chart's prometheusUrl
+reaching the variable the operator reads."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.packaging.chart import find_helm, objects, run_helm, template, template_args
-from trainguard.controller.run import PROMETHEUS_URL_ENV, leader_pass
+from trainguard.controller.run import PROMETHEUS_URL_ENV, p0_pass, report_pass
 
 
 class Calls:
@@ -27,18 +28,17 @@ class Calls:
         return call
 
 
-def test_the_reports_run_after_the_p0_passes() -> None:
-    responder, reports = Calls(), Calls()
-    leader_pass(responder, reports)  # type: ignore[arg-type]
+def test_the_p0_pass_resumes_detects_escalates_and_announces_in_that_order() -> None:
+    responder = Calls()
+    p0_pass(responder)  # type: ignore[arg-type]
     assert responder.calls == ["resume", "watch", "escalate", "cordon_notices"]
-    assert reports.calls == ["run"]
 
 
-def test_a_failed_p0_pass_does_not_stop_the_reports() -> None:
-    responder, reports = Calls(fail="escalate"), Calls()
+def test_a_failed_morning_report_does_not_stop_the_diagnostic_reports() -> None:
+    reports, diagnostics = Calls(fail="run"), Calls()
     with pytest.raises(RuntimeError):
-        leader_pass(responder, reports)  # type: ignore[arg-type]
-    assert reports.calls == ["run"]
+        report_pass(reports, diagnostics)  # type: ignore[arg-type]
+    assert diagnostics.calls == ["run"]
 
 
 @pytest.fixture(scope="module")

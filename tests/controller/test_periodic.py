@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import kopf
 
 from tests.conftest import MONITOR
 from trainguard.controller.handlers import LOCKS, MonitorLocks, register
-from trainguard.controller.periodic import Periodic
+from trainguard.controller.periodic import Loop, Periodic
 
 
 class Clock:
@@ -113,3 +115,38 @@ def test_locks_of_gone_monitors_are_pruned() -> None:
     held = locks("ml", "kept")
     assert locks("ml", "kept") is held, "the same lock while someone holds it"
     assert len(locks) == 1
+
+
+def test_a_stuck_report_pass_does_not_hold_back_the_p0_loop() -> None:
+    """Each Loop is a thread: a report pass stuck on a slow Prometheus (here: until released) leaves the
+    P0 loop's passes running at their cadence."""
+    release, p0_passes = threading.Event(), []
+    reports = Loop("reports", 0.01, lambda: release.wait(10), leader=lambda: True, first_s=0)
+    p0 = Loop("p0", 0.01, lambda: p0_passes.append(time.monotonic()), leader=lambda: True, first_s=0)
+    reports.start(), p0.start()
+    try:
+        deadline = time.monotonic() + 5
+        while len(p0_passes) < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(p0_passes) >= 5, "the P0 loop waited for the report pass"
+        assert not release.is_set()
+    finally:
+        release.set()
+        reports.stop(), p0.stop()
+
+
+def test_a_loop_acts_on_the_leader_only_and_survives_a_failed_pass() -> None:
+    calls: list[str] = []
+    leading = False
+
+    def work() -> None:
+        calls.append("pass")
+        raise RuntimeError("Alertmanager down")
+
+    loop = Loop("p0", 15.0, work, leader=lambda: leading)
+    loop.tick()
+    assert calls == []
+    leading = True
+    loop.tick()
+    loop.tick()  # the failure is logged, and the next pass runs all the same
+    assert calls == ["pass", "pass"]

@@ -103,3 +103,40 @@ class Periodic:
 def _key(monitor: dict[str, Any]) -> tuple[str, str]:
     meta = monitor.get("metadata") or {}
     return str(meta.get("namespace") or "default"), str(meta.get("name") or "?")
+
+
+@dataclass
+class Loop:
+    """One piece of the leader's periodic work on a thread of its own, so that no other piece delays it:
+    a resync pass over hundreds of monitors (a minute at 500) or a report stuck on a slow Prometheus must
+    not hold back the P0 loop's detection of a node that went down."""
+
+    name: str
+    every_s: float
+    work: Callable[[], object]
+    leader: Callable[[], bool]
+    first_s: float = 5.0
+    """The first pass comes sooner: a new leader resumes the records its predecessor left unfinished."""
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def tick(self) -> None:
+        if not self.leader():
+            return
+        try:
+            self.work()
+        except Exception:
+            log.exception("%s pass failed; retried next time", self.name)
+
+    def run(self) -> None:
+        wait = min(self.first_s, self.every_s)
+        while not self._stop.wait(wait):
+            self.tick()
+            wait = self.every_s
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.run, name=f"trainguard-{self.name}", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        self._stop.set()

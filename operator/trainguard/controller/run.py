@@ -24,7 +24,7 @@ from trainguard.controller.kube import Kube
 from trainguard.controller.leadership import Leadership
 from trainguard.controller.metrics import DEFAULT_METRICS_ADDR, OperatorMetrics, serve
 from trainguard.controller.morning_report import MorningReports, prometheus_client
-from trainguard.controller.periodic import Periodic
+from trainguard.controller.periodic import Loop, Periodic
 from trainguard.controller.reconcile import ReceiverSettings
 from trainguard.controller.report import DiagnosticReports
 from trainguard.controller.response import Responder
@@ -180,10 +180,15 @@ def run(opts: OperatorOptions) -> None:
     )
     diagnostics = DiagnosticReports(kube, leader=leader, prometheus=prometheus)  # type: ignore[arg-type]
 
+    # three threads, so that none holds another back: the resync and pod counts, the P0 loop's passes,
+    # and the reports
+    p0_loop = Loop("p0", opts.pods_seconds, functools.partial(p0_pass, responder), leader)
+    report_loop = Loop(
+        "reports", opts.pods_seconds, functools.partial(report_pass, reports, diagnostics), leader
+    )
     periodic = Periodic(
         kube,
         leader=leader,
-        on_pass=functools.partial(leader_pass, responder, reports, diagnostics),
         reconcile=lambda ns, name: reconcile(kube, ns, name, shared.get("receiver"), metrics),
         lock=LOCKS,
         resync_s=opts.resync_seconds,
@@ -241,10 +246,14 @@ def run(opts: OperatorOptions) -> None:
         )
         responder.start()
         periodic.start()
+        p0_loop.start()
+        report_loop.start()
 
     @kopf.on.cleanup(registry=registry)
     def stop_periodic(**_: Any) -> None:
         periodic.stop()
+        p0_loop.stop()
+        report_loop.stop()
         if certs is not None:
             certs.stop()
         responder.stop()
@@ -280,23 +289,23 @@ def _run_kopf(registry: kopf.OperatorRegistry, opts: OperatorOptions, identity: 
     )
 
 
-def leader_pass(
-    responder: Responder, reports: MorningReports, diagnostics: DiagnosticReports | None = None
-) -> None:
-    """The leader's periodic work beyond reconciling: the P0 loop's passes, then the morning reports
-    and the P2 diagnostic reports, which run even when a P0 pass failed (Alertmanager down, say: each
-    report is retried on its own)."""
+def p0_pass(responder: Responder) -> None:
+    """The P0 loop's periodic work on the leader: resume unfinished records, detect the faults no exporter
+    reports (nodes down, pods OOMKilled), escalate, and announce cordons."""
+    responder.resume()
+    responder.watch()
+    responder.escalate()
+    responder.cordon_notices()
+
+
+def report_pass(reports: MorningReports, diagnostics: DiagnosticReports | None = None) -> None:
+    """The morning reports, then the P2 diagnostic reports, which run even when a morning report
+    failed (Alertmanager down, say: each report is retried on its own)."""
     try:
-        responder.resume()
-        responder.watch()
-        responder.escalate()
-        responder.cordon_notices()
+        reports.run()
     finally:
-        try:
-            reports.run()
-        finally:
-            if diagnostics is not None:
-                diagnostics.run()
+        if diagnostics is not None:
+            diagnostics.run()
 
 
 class _ReloadingReceiver(Receiver):
