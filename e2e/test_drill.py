@@ -166,7 +166,8 @@ def test_a_sidecar_drill_and_a_synthetic_drill_pass_and_leave_nothing_behind(
     # without a step at defaults) keeps the drill waiting: an oom drill can pass before the signal lands
     proc = subprocess.Popen(
         [sys.executable, "-m", "trainguard.cli", "drill", "--monitor", f"{ns}/{JOB}", "--scenario", "stall",
-         "--alertmanager", mon.alertmanager, "--kubeconfig", str(cluster.kubeconfig), "--timeout", "60s"],
+         "--alertmanager", mon.alertmanager, "--kubeconfig", str(cluster.kubeconfig), "--timeout", "60s",
+         "--settle", "20s"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
         env=os.environ | {"PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
@@ -177,7 +178,12 @@ def test_a_sidecar_drill_and_a_synthetic_drill_pass_and_leave_nothing_behind(
         if "injected stall" in line:
             proc.send_signal(signal.SIGINT)
             break
-    out, err = proc.communicate(timeout=60)
+    try:  # clean-up waits up to --settle for what the drill raised to resolve, then silences the rest
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError("the interrupted drill did not end:\n" + "".join(lines) + err + out) from None
     assert proc.returncode == 130, "".join(lines) + err + out
     assert "problem: interrupted" in out and "dryRun restored (false)" in out, out
     assert_clean(cluster, mon, running, ns, before)
