@@ -170,6 +170,9 @@ def test_a_sidecar_drill_and_a_synthetic_drill_pass_and_leave_nothing_behind(
          "--settle", "20s"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
         env=os.environ | {"PYTHONUNBUFFERED": "1"},
+        # a terminal's foreground drill: a shell's background job (CI's, say) starts with SIGINT ignored,
+        # which Python keeps, and the Ctrl-C below would then be lost
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
     )  # fmt: skip
     assert proc.stderr is not None
     lines = []
