@@ -210,7 +210,7 @@ def test_nan_loss_pauses_training_and_pins_the_good_checkpoint_without_cordoning
 def test_an_oom_killed_trainer_pages_training_interrupted_and_the_gang_restarts_from_the_checkpoint(
     stack: tuple[Cluster, Monitoring, Sink], ns: str, clean_nodes: None, tmp_path: Path
 ) -> None:
-    cluster, _mon, sink = stack
+    cluster, mon, sink = stack
     with start(stack, ns, tmp_path) as pods:
         victim = pods.running()[0]
         old = {r.name for r in pods.running()}
@@ -223,9 +223,12 @@ def test_an_oom_killed_trainer_pages_training_interrupted_and_the_gang_restarts_
         assert [s["kind"] for s in record["steps"]] == ["RestartGang", "ConfirmPlacement"], record
         wait_for("TrainingInterrupted paged", lambda: sink.received("phone", "TrainingInterrupted", namespace=ns),
                  timeout=30)  # fmt: skip
-        lines = wait_for(
-            "both new trainers resumed", lambda: len(x := resumed_from(pods, old)) == 2 and x, timeout=60
-        )
+        try:  # two exporters and two trainers start from cold Python: slow on a loaded two-core CI machine
+            lines = wait_for(
+                "both new trainers resumed", lambda: len(x := resumed_from(pods, old)) == 2 and x, timeout=120
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n" + diagnostics(cluster, mon, pods, ns, sink)) from None
         assert (
             "resume-from" in record["steps"][0]["detail"] or "checkpoint" in record["steps"][0]["detail"]
         ), record
