@@ -9,7 +9,9 @@ help:
 	@echo "make demo   - render the quickstart and check it with promtool and amtool"
 	@echo "make test   - everything CI runs: lint, types, layer contracts, unit, integration and e2e tests"
 	@echo "make e2e    - the e2e suite on a local control plane built from Go modules (cached)"
-	@echo "make bench  - exporter scrape cost next to node_exporter, memory, SDK log_step cost, SDK overhead in a real Trainer"
+	@echo "make bench  - every benchmark, one after the other (about 45 minutes on 2 cores): exporter cost, SDK overhead,"
+	@echo "              alert noise, detection quality, operator and rule scale, fault to action, training time lost (ETTR)"
+	@echo "make bench-pipeline - fault to action alone at its full defaults (about 45 minutes)"
 	@echo "make crds   - regenerate crds/ from the models; make docs - docs/alerts.md from the catalogue; make dashboards - the chart's Grafana dashboards"
 	@echo "make controlplane - build (or reuse) the local Kubernetes control plane binaries"
 
@@ -79,10 +81,12 @@ bench: bootstrap
 	$(PY) bench/noise.py
 	$(PY) bench/detection.py
 	$(PY) bench/scale.py
+	$(PY) bench/pipeline.py --injections 4 --per-class 3
 	$(PY) bench/ettr.py
 
-# fault to cordon and to training resumed through the whole pipeline, by path and fault class (about 45
-# minutes on 2 cores at the defaults; bench/ettr.py reads its results)
+# fault to cordon and to training resumed through the whole pipeline, by path and fault class, at its full
+# defaults (about 45 minutes on 2 cores; make bench runs it with fewer injections; bench/ettr.py reads its
+# results)
 bench-pipeline: bootstrap
 	$(PY) bench/pipeline.py
 
