@@ -150,29 +150,3 @@ def test_a_loop_acts_on_the_leader_only_and_survives_a_failed_pass() -> None:
     loop.tick()
     loop.tick()  # the failure is logged, and the next pass runs all the same
     assert calls == ["pass", "pass"]
-
-
-def test_a_resync_pass_reconciles_monitors_side_by_side_and_returns_when_all_are_done() -> None:
-    """A reconcile mostly waits on the apiserver: one after the other, 500 monitors took longer than
-    the resync period. Each reconcile here waits for the others to start, which only works side by side."""
-    clock, kube = Clock(), FakeKube()
-    names = [f"m{i}" for i in range(8)]
-    kube.list_monitors = lambda namespace=None: [  # type: ignore[method-assign]
-        MONITOR | {"metadata": {"name": n, "namespace": "ml"}} for n in names
-    ]
-    started = threading.Barrier(4, timeout=5)
-    done: list[str] = []
-    threads: set[str] = set()
-
-    def reconcile(ns: str, name: str) -> None:
-        started.wait()
-        threads.add(threading.current_thread().name)
-        time.sleep(0.05)
-        done.append(name)
-
-    p = Periodic(kube, leader=lambda: True, reconcile=reconcile, lock=LOCKS, resync_s=1, pods_s=100,
-                 clock=clock, workers=4)  # fmt: skip
-    clock.t += 1
-    p.tick()
-    assert sorted(done) == names, "every monitor, and all of them before tick() returns"
-    assert len(threads) == 4 and all(t.startswith("trainguard-resync") for t in threads), threads

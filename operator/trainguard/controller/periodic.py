@@ -13,7 +13,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,9 +34,6 @@ class Periodic:
     pods_s: float = 15.0
     on_pass: Callable[[], object] | None = None
     """Also run on the leader at the pod-count cadence (the P0 loop resumes unfinished records)."""
-    workers: int = 4
-    """Monitors reconciled (or counted) at once. A reconcile is a dozen API round trips, mostly waiting:
-    one after the other, a resync pass over 500 monitors took longer than its 120 s period."""
     clock: Callable[[], float] = time.monotonic
     _next_resync: float = 0.0
     _next_pods: float = 0.0
@@ -57,32 +53,16 @@ class Periodic:
         monitors = self.kube.list_monitors()
         if resync:
             self._next_resync = now + self.resync_s
-            self._each("resync", monitors, lambda ns, name, m: self.reconcile(ns, name))
+            for m in monitors:
+                ns, name = _key(m)
+                self._guarded("resync", ns, name, functools.partial(self.reconcile, ns, name))
         if pods:
             self._next_pods = now + self.pods_s
             if self.on_pass is not None:
                 self._guarded("resume", "*", "*", self.on_pass)
-            self._each("pod count", monitors, self._count_pods)
-
-    def _each(
-        self, what: str, monitors: list[dict[str, Any]], fn: Callable[[str, str, dict[str, Any]], object]
-    ) -> None:
-        """fn for every monitor, `workers` at a time, and back when all are done (the next pass must not
-        overlap this one). A monitor's own lock keeps it from racing its kopf handlers."""
-        calls = [
-            functools.partial(self._guarded, what, ns, name, functools.partial(fn, ns, name, m))
-            for m in monitors
-            for ns, name in [_key(m)]
-        ]
-        if self.workers <= 1 or len(calls) <= 1:
-            for call in calls:
-                call()
-            return
-        with ThreadPoolExecutor(
-            self.workers, thread_name_prefix=f"trainguard-{what.replace(' ', '-')}"
-        ) as pool:
-            for future in [pool.submit(call) for call in calls]:
-                future.result()
+            for m in monitors:
+                ns, name = _key(m)
+                self._guarded("pod count", ns, name, functools.partial(self._count_pods, ns, name, m))
 
     @staticmethod
     def _guarded(what: str, ns: str, name: str, fn: Callable[[], object]) -> None:
