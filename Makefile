@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 
-.PHONY: help bootstrap demo test lint unit e2e bench bench-pipeline crds chart helm victoria-metrics docs dashboards check-generated controlplane clean
+.PHONY: help bootstrap demo test lint unit e2e bench bench-pipeline crds chart helm victoria-metrics node-exporter docs dashboards check-generated controlplane clean
 
 help:
 	@echo "make demo   - render the quickstart and check it with promtool and amtool"
@@ -57,6 +57,10 @@ helm:
 
 # VictoriaMetrics single node for tests/integration/test_longterm_storage.py, built the same way
 # (about a minute on 2 cores, cached by version); without Go that test skips (fails in CI)
+node-exporter:
+	@if command -v go >/dev/null 2>&1; then e2e/controlplane/build.sh node-exporter; \
+	else echo "go is not installed: no node_exporter, bench/exporter.py will use one on PATH if any"; fi
+
 victoria-metrics:
 	@if command -v go >/dev/null 2>&1; then e2e/controlplane/build.sh victoria-metrics; \
 	else echo "go is not installed: no victoria-metrics, the long-term storage test will not run"; fi
@@ -75,7 +79,7 @@ check-generated: bootstrap
 	$(BIN)/trainguard dashboards -o charts/trainguard/dashboards --check
 	$(BIN)/trainguard keep-list -o charts/trainguard/files/remote-write-keep.yaml --check
 
-bench: bootstrap
+bench: bootstrap node-exporter
 	$(PY) bench/exporter.py
 	$(PY) bench/sdk_overhead.py
 	$(PY) bench/noise.py

@@ -78,6 +78,22 @@ def log_step_cost(endpoint: str, calls: int) -> float:
     return per_call * 1e6
 
 
+def find_node_exporter() -> str | None:
+    """The one `make node-exporter` builds into the e2e cache (e2e/controlplane/build.sh), else Debian's or
+    one on PATH."""
+    cache = Path(os.environ.get("TRAINGUARD_E2E_CACHE", Path.home() / ".cache" / "trainguard-e2e"))
+    built = cache / "bin" / "current" / "node_exporter"
+    if built.exists():
+        return str(built)
+    return shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+
+
+def version(binary: str) -> str:
+    out = subprocess.run([binary, "--version"], check=False, capture_output=True, text=True, timeout=10)
+    first = (out.stdout or out.stderr).splitlines()[:1]
+    return f"{binary} ({first[0].strip() if first else 'version unknown'})"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--scrapes", type=int, default=500)
@@ -85,7 +101,7 @@ def main() -> int:
     p.add_argument("--log-step-calls", type=int, default=200_000)
     args = p.parse_args()
 
-    node_exporter = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+    node_exporter = find_node_exporter()
     work = Path(tempfile.mkdtemp(prefix="trainguard-bench-"))
     ports = {"trainguard": free_port(), "node_exporter": free_port(), "client_default": free_port()}
     procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -145,7 +161,7 @@ def main() -> int:
 
     print(f"conditions: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
           f"{args.scrapes} interleaved scrapes per target over {wall:.1f}s, trainguard with {args.gpus} simulated GPUs, "
-          f"host and training collectors on; node_exporter {'found: ' + node_exporter if node_exporter else 'NOT FOUND'}")  # fmt: skip
+          f"host and training collectors on; node_exporter {version(node_exporter) if node_exporter else 'NOT FOUND (make node-exporter builds it)'}")  # fmt: skip
     print()
     print(
         f"{'target':<16} {'median ms':>10} {'p99 ms':>10} {'CPU ms/scrape':>14} {'RSS MiB':>9} {'bytes':>8}"

@@ -15,6 +15,7 @@ PROM_OPERATOR_KINDS_REV=2  # which CRDs are kept (r2: servicemonitors, for the c
 CONTROLLER_TOOLS_VERSION="${CONTROLLER_TOOLS_VERSION:-0.20.1}"
 # the newest release whose module Go 1.26 accepts (later ones need a newer Go)
 VICTORIA_METRICS_VERSION="${VICTORIA_METRICS_VERSION:-1.151.0}"
+NODE_EXPORTER_VERSION="${NODE_EXPORTER_VERSION:-1.12.1}"
 
 CACHE="${TRAINGUARD_E2E_CACHE:-$HOME/.cache/trainguard-e2e}"
 BIN="$CACHE/bin"
@@ -113,45 +114,39 @@ GO
   link_current etcd "$v"
 }
 
-build_helm() {
-  local v="$HELM_VERSION"
-  if have helm "$v"; then log "helm v$v: cached"; else
-    local start=$SECONDS dir="$WORK/helm-$v"
+go_tool() {  # go_tool NAME VERSION PACKAGE LDFLAGS: `go build` one command of a Go module, in a module of its own
+  local name="$1" v="$2" pkg="$3" ldflags="$4"
+  if have "$name" "$v"; then log "$name v$v: cached"; else
+    local start=$SECONDS dir="$WORK/$name-$v"
     mkdir -p "$dir"
-    printf 'module trainguard.io/e2e/helm\n\ngo 1.26.0\n' > "$dir/go.mod"
+    printf 'module trainguard.io/e2e/%s\n\ngo 1.26.0\n' "${name//[-_]/}" > "$dir/go.mod"
     printf 'package main\n' > "$dir/main.go"
     (
       cd "$dir"
-      log "helm v$v: downloading modules"
-      go get "helm.sh/helm/v3/cmd/helm@v$v"
-      log "helm v$v: compiling"
-      go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v$v" -o "$BIN/helm-$v" helm.sh/helm/v3/cmd/helm
+      log "$name v$v: downloading modules"
+      go get "$pkg@v$v"
+      log "$name v$v: compiling"
+      go build -trimpath -ldflags "-s -w $ldflags" -o "$BIN/$name-$v" "$pkg"
     )
-    log "helm v$v: built in $((SECONDS - start))s"
+    log "$name v$v: built in $((SECONDS - start))s"
   fi
-  link_current helm "$v"
+  link_current "$name" "$v"
+}
+
+build_helm() {
+  go_tool helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm "-X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
 }
 
 build_victoria_metrics() {
   # VictoriaMetrics single node, the long-term store of tests/integration/test_longterm_storage.py
-  local v="$VICTORIA_METRICS_VERSION"
-  if have victoria-metrics "$v"; then log "victoria-metrics v$v: cached"; else
-    local start=$SECONDS dir="$WORK/victoria-metrics-$v"
-    mkdir -p "$dir"
-    printf 'module trainguard.io/e2e/victoriametrics\n\ngo 1.26.0\n' > "$dir/go.mod"
-    printf 'package main\n' > "$dir/main.go"
-    (
-      cd "$dir"
-      log "victoria-metrics v$v: downloading modules"
-      go get "github.com/VictoriaMetrics/VictoriaMetrics/app/victoria-metrics@v$v"
-      log "victoria-metrics v$v: compiling"
-      go build -trimpath \
-        -ldflags "-s -w -X github.com/VictoriaMetrics/VictoriaMetrics/lib/buildinfo.Version=victoria-metrics-v$v" \
-        -o "$BIN/victoria-metrics-$v" github.com/VictoriaMetrics/VictoriaMetrics/app/victoria-metrics
-    )
-    log "victoria-metrics v$v: built in $((SECONDS - start))s"
-  fi
-  link_current victoria-metrics "$v"
+  go_tool victoria-metrics "$VICTORIA_METRICS_VERSION" github.com/VictoriaMetrics/VictoriaMetrics/app/victoria-metrics \
+    "-X github.com/VictoriaMetrics/VictoriaMetrics/lib/buildinfo.Version=victoria-metrics-v$VICTORIA_METRICS_VERSION"
+}
+
+build_node_exporter() {
+  # node_exporter, what bench/exporter.py compares the trainguard exporter's scrape cost with
+  go_tool node_exporter "$NODE_EXPORTER_VERSION" github.com/prometheus/node_exporter \
+    "-X github.com/prometheus/common/version.Version=$NODE_EXPORTER_VERSION"
 }
 
 fetch_prometheus_operator_crds() {
@@ -194,5 +189,6 @@ case "$what" in
   helm) build_helm ;;
   crds) fetch_prometheus_operator_crds ;;
   victoria-metrics) build_victoria_metrics ;;
-  *) echo "usage: $0 [all|kubernetes|etcd|helm|crds|victoria-metrics]" >&2; exit 2 ;;
+  node-exporter) build_node_exporter ;;
+  *) echo "usage: $0 [all|kubernetes|etcd|helm|crds|victoria-metrics|node-exporter]" >&2; exit 2 ;;
 esac
