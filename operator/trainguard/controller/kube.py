@@ -47,6 +47,9 @@ class Kube:
         self.custom = client.CustomObjectsApi(api)
         self._dynamic: DynamicClient | None = None
         self._written: dict[tuple[str, str, str], str] = {}
+        self._applied: dict[tuple[str, str, str], tuple[str, str]] = {}
+        """(resourceVersion, content hash) of what this process last applied, per object: while the live
+        object is still at that version and the desired content the same, there is nothing to repair."""
 
     @property
     def dynamic(self) -> DynamicClient:
@@ -87,12 +90,18 @@ class Kube:
 
     def apply(self, obj: dict[str, Any]) -> bool | None:
         """Server-side apply, taking ownership of the fields trainguard renders. Returns whether the
-        object changed: applying every time repairs hand edits, and an unchanged object is not written
-        again, so its resourceVersion tells. None for a Secret this process has not written before
-        (the operator cannot read Secrets, so it cannot tell)."""
+        object changed: an unchanged object is not written again, so its resourceVersion tells. None for
+        a Secret this process has not written before (the operator cannot read Secrets, so it cannot
+        tell). The apply is skipped when the live object is still at the version this process last
+        applied and the content is the same: nobody has touched it since, so there is nothing to repair
+        (a hand edit, a deletion or a restart of the operator makes it apply again). Secrets, which it
+        cannot read, are applied every time."""
         meta = obj["metadata"]
         key = (obj["kind"], meta.get("namespace") or "", meta["name"])
         before = self._live_version(obj)
+        digest = content_hash(obj)
+        if obj["kind"] != "Secret" and before is not None and self._applied.get(key) == (before, digest):
+            return False
         result = self.dynamic.server_side_apply(
             self._resource(obj),
             body=obj,
@@ -104,6 +113,7 @@ class Kube:
         )
         after = str(result.metadata.resourceVersion)
         self._written[key] = after
+        self._applied[key] = (after, digest)
         if before is None and obj["kind"] == "Secret":
             return None
         return before != after

@@ -133,7 +133,8 @@ def reconcile_monitor(
         for obj in desired:
             label = f"{obj['kind']} {obj['metadata']['namespace']}/{obj['metadata']['name']}"
             stamped, _ = with_hash(obj)
-            # applied every time: an unchanged object costs the API no write, a hand edit is repaired
+            # applied unless untouched since this process applied the same content (Kube.apply): a hand
+            # edit or a deletion is repaired at the next reconcile
             changed = kube.apply(stamped)
             if changed is None:  # a Secret first written by this process: changed if the input did
                 changed = not same_input
