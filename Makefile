@@ -55,12 +55,13 @@ helm:
 	@if command -v go >/dev/null 2>&1; then e2e/controlplane/build.sh helm; \
 	else echo "go is not installed: no helm, the chart tests will not run"; fi
 
-# VictoriaMetrics single node for tests/integration/test_longterm_storage.py, built the same way
-# (about a minute on 2 cores, cached by version); without Go that test skips (fails in CI)
+# node_exporter for bench/exporter.py's side-by-side, built the same way (about 30 s, cached by version)
 node-exporter:
 	@if command -v go >/dev/null 2>&1; then e2e/controlplane/build.sh node-exporter; \
 	else echo "go is not installed: no node_exporter, bench/exporter.py will use one on PATH if any"; fi
 
+# VictoriaMetrics single node for tests/integration/test_longterm_storage.py, built the same way
+# (about a minute on 2 cores, cached by version); without Go that test skips (fails in CI)
 victoria-metrics:
 	@if command -v go >/dev/null 2>&1; then e2e/controlplane/build.sh victoria-metrics; \
 	else echo "go is not installed: no victoria-metrics, the long-term storage test will not run"; fi

@@ -31,6 +31,18 @@ have() {  # have NAME VERSION: the cached binary exists
   [ -x "$BIN/$1-$2" ]
 }
 
+locked() {  # locked NAME FUNCTION: one build of NAME at a time on this machine. .ci/run builds in the
+  # background while make test runs, and make test asks for the same binaries: it waits for them here.
+  local fd
+  exec {fd}>"$BIN/.$1.lock"
+  if ! flock -n "$fd"; then
+    log "$1: another build of it is running; waiting for it"
+    flock "$fd"
+  fi
+  "$2"
+  exec {fd}>&-
+}
+
 link_current() {  # stable names for the harness: bin/current/<name> -> ../<name>-<version>
   mkdir -p "$BIN/current"
   ln -sfn "../$1-$2" "$BIN/current/$1"
@@ -183,12 +195,17 @@ fetch_prometheus_operator_crds() {
 
 what="${1:-all}"
 case "$what" in
-  all) fetch_prometheus_operator_crds; build_etcd; build_kubernetes; build_helm ;;
-  kubernetes) build_kubernetes ;;
-  etcd) build_etcd ;;
-  helm) build_helm ;;
-  crds) fetch_prometheus_operator_crds ;;
-  victoria-metrics) build_victoria_metrics ;;
-  node-exporter) build_node_exporter ;;
+  all)
+    locked crds fetch_prometheus_operator_crds
+    locked etcd build_etcd
+    locked kubernetes build_kubernetes
+    locked helm build_helm
+    ;;
+  kubernetes) locked kubernetes build_kubernetes ;;
+  etcd) locked etcd build_etcd ;;
+  helm) locked helm build_helm ;;
+  crds) locked crds fetch_prometheus_operator_crds ;;
+  victoria-metrics) locked victoria-metrics build_victoria_metrics ;;
+  node-exporter) locked node_exporter build_node_exporter ;;
   *) echo "usage: $0 [all|kubernetes|etcd|helm|crds|victoria-metrics|node-exporter]" >&2; exit 2 ;;
 esac
