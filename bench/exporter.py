@@ -22,8 +22,9 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "operator"))
+sys.path[:0] = [str(ROOT), str(ROOT / "operator")]
 
+from e2e.controlplane.local import cache_dir  # noqa: E402
 from trainguard.sdk import Reporter  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -81,8 +82,7 @@ def log_step_cost(endpoint: str, calls: int) -> float:
 def find_node_exporter() -> str | None:
     """The one `make node-exporter` builds into the e2e cache (e2e/controlplane/build.sh), else Debian's or
     one on PATH."""
-    cache = Path(os.environ.get("TRAINGUARD_E2E_CACHE", Path.home() / ".cache" / "trainguard-e2e"))
-    built = cache / "bin" / "current" / "node_exporter"
+    built = cache_dir() / "bin" / "current" / "node_exporter"
     if built.exists():
         return str(built)
     return shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
