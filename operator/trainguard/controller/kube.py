@@ -46,7 +46,6 @@ class Kube:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self._dynamic: DynamicClient | None = None
-        self._written: dict[tuple[str, str, str], str] = {}
         self._applied: dict[tuple[str, str, str], tuple[str, str]] = {}
         """(resourceVersion, content hash) of what this process last applied, per object: while the live
         object is still at that version and the desired content the same, there is nothing to repair."""
@@ -76,7 +75,8 @@ class Kube:
         meta = obj["metadata"]
         key = (obj["kind"], meta.get("namespace") or "", meta["name"])
         if obj["kind"] == "Secret":
-            return self._written.get(key)
+            applied = self._applied.get(key)
+            return applied[0] if applied else None
         try:
             live = self.dynamic.get(
                 self._resource(obj),
@@ -99,7 +99,8 @@ class Kube:
         meta = obj["metadata"]
         key = (obj["kind"], meta.get("namespace") or "", meta["name"])
         before = self._live_version(obj)
-        digest = content_hash(obj)
+        # a reconciled object carries its content's hash already (with_hash); others are hashed here
+        digest = (meta.get("annotations") or {}).get(HASH_ANNOTATION) or content_hash(obj)
         if obj["kind"] != "Secret" and before is not None and self._applied.get(key) == (before, digest):
             return False
         result = self.dynamic.server_side_apply(
@@ -112,7 +113,6 @@ class Kube:
             _request_timeout=self.timeout,
         )
         after = str(result.metadata.resourceVersion)
-        self._written[key] = after
         self._applied[key] = (after, digest)
         if before is None and obj["kind"] == "Secret":
             return None
