@@ -389,7 +389,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         api = client.ApiClient(client_configuration(args.kubeconfig))
     except (config.ConfigException, OSError) as exc:
         _fail(f"no Kubernetes credentials: {exc}")
-    sources = Sources(Kube(api), prometheus_client(url) if url else None, args.alertmanager)
+    am_url = args.alertmanager or os.environ.get("TRAINGUARD_ALERTMANAGER")
+    sources = Sources(Kube(api), prometheus_client(url) if url else None, am_url)
     live = sys.stdout.isatty() and not args.plain
     while True:
         now = time.time()
@@ -404,12 +405,22 @@ def cmd_status(args: argparse.Namespace) -> int:
                                every_s=args.interval if args.watch else None)  # fmt: skip
         else:
             text = render_plain(statuses)
-        notes = [*sources.errors, *([] if url else ["no --prometheus: alerts and series not shown"])]
+        notes = [*sources.errors, *status_notes(url, am_url)]
         sys.stdout.write(text + "".join(f"trainguard: {n}\n" for n in notes))
         sys.stdout.flush()
         if not args.watch:
             return 0
         time.sleep(args.interval)
+
+
+def status_notes(prometheus: str | None, alertmanager: str | None) -> list[str]:
+    """What `trainguard status` could not show, so a blank column is not read as "nothing wrong"."""
+    if alertmanager:
+        return [] if prometheus else ["no --prometheus: throughput, checkpoint and time lost not shown"]
+    if not prometheus:
+        return ["no --prometheus or --alertmanager: alerts and series not shown"]
+    return ["alerts from Prometheus' ALERTS: the faults the operator detects and the sidecars' fast-path "
+            "pages are in Alertmanager only; give --alertmanager to see them"]  # fmt: skip
 
 
 def _duration(text: str) -> float:
@@ -675,7 +686,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--prometheus", metavar="URL", help="Prometheus's base URL (default: $TRAINGUARD_PROMETHEUS_URL)"
     )
     st.add_argument(
-        "--alertmanager", metavar="URL", help="read the active alerts from Alertmanager instead of ALERTS"
+        "--alertmanager",
+        metavar="URL",
+        help="read the active alerts from Alertmanager instead of ALERTS (default: $TRAINGUARD_ALERTMANAGER)",
     )
     st.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
     st.set_defaults(func=cmd_status)

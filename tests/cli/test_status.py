@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from trainguard.cli import build_parser
+from trainguard.cli import build_parser, status_notes
 from trainguard.controller.job_status import (
     JobStatus,
     Redo,
@@ -191,6 +191,18 @@ def test_status_parses_its_flags() -> None:
         False,
     )
     assert args.prometheus == "http://p:9090" and args.alertmanager is None
+
+
+def test_the_notes_say_what_the_sources_given_cannot_show() -> None:
+    """Without Alertmanager the operator's own detections and the fast-path pages are missing from
+    the alerts column: a job that looks Healthy must say so, not look like nothing happened."""
+    (only_prom,) = status_notes("http://p:9090", None)
+    assert "--alertmanager" in only_prom and "fast-path" in only_prom
+    assert status_notes("http://p:9090", "http://am:9093") == []
+    (only_am,) = status_notes(None, "http://am:9093")
+    assert "--prometheus" in only_am and "alerts" not in only_am
+    (neither,) = status_notes(None, None)
+    assert "--prometheus" in neither and "--alertmanager" in neither
 
 
 class Kube:
