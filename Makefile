@@ -33,8 +33,9 @@ TEST_WORKERS ?= 4
 unit: bootstrap helm victoria-metrics
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --cov=trainguard.render --cov=trainguard.catalog --cov=trainguard.api --cov-report=term
 
+# the 15 slowest e2e tests are listed at the end, so a run that creeps towards CI's time says where
 e2e: bootstrap
-	$(PY) -m pytest e2e -q
+	$(PY) -m pytest e2e -q --durations=15
 
 test: lint check-generated unit e2e
 
