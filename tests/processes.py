@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from e2e.controlplane.local import cache_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -162,8 +164,7 @@ def alertmanager(binary: str, config: Path, workdir: Path) -> Iterator[str]:
 def victoria_metrics() -> str:
     """The VictoriaMetrics binary e2e/controlplane/build.sh builds into the e2e cache, else one on PATH;
     skips the test without one, or fails it where CI requires the tools (TRAINGUARD_REQUIRE_TOOLS)."""
-    cache = Path(os.environ.get("TRAINGUARD_E2E_CACHE", Path.home() / ".cache" / "trainguard-e2e"))
-    built = cache / "bin" / "current" / "victoria-metrics"
+    built = cache_dir() / "bin" / "current" / "victoria-metrics"
     found = str(built) if built.exists() else shutil.which("victoria-metrics")
     if found is None:
         if os.environ.get("TRAINGUARD_REQUIRE_TOOLS"):

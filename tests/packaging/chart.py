@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from e2e.controlplane.local import cache_dir
+
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "trainguard"
 NAMESPACE = "trainguard-system"
@@ -19,8 +21,7 @@ GOLDEN_VALUES = Path(__file__).parent / "golden"
 
 def find_helm() -> str | None:
     """The helm that e2e/controlplane/build.sh builds (`make helm`), else one on PATH."""
-    cache = Path(os.environ.get("TRAINGUARD_E2E_CACHE", Path.home() / ".cache" / "trainguard-e2e"))
-    built = cache / "bin" / "current" / "helm"
+    built = cache_dir() / "bin" / "current" / "helm"
     if built.is_file() and os.access(built, os.X_OK):
         return str(built)
     return shutil.which("helm")
