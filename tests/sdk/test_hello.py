@@ -130,3 +130,21 @@ def test_a_restarted_exporter_knows_the_last_step_before_the_next_one(tmp_path: 
             assert exp.value("trainguard_train_last_step_timestamp_seconds") == stepped
     finally:
         tg.close()
+
+
+def test_a_sidecar_that_restarts_right_after_taking_the_first_hello_gets_another() -> None:
+    """The sidecar took the hello and restarted before the Reporter ever asked for its control: the
+    Reporter must have learnt which sidecar took the hello before sending it, or the restarted one
+    never hears who this trainer is (the Reporter asks before it sends)."""
+    with running_sidecar(control("a")) as (sidecar, url):
+
+        def restart_after_the_hello() -> None:
+            if not sidecar.batches:  # the first report: the sidecar restarts once it has taken it
+                sidecar.control = control("b")
+
+        sidecar.on_report = restart_after_the_hello
+        tg = Reporter(url, clock=Clock(), flush_interval_s=0.02, control_interval_s=0.02)
+        try:
+            wait(lambda: len(sidecar.hellos()) == 2)
+        finally:
+            tg.close()

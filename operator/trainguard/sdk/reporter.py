@@ -487,8 +487,11 @@ class Reporter:
             for r in restores:
                 if r.progress_due(now):
                     r.progress()
-            self.flush()
+            # ask before sending: the first hello then goes to a sidecar whose instance is known, so one
+            # that restarts right after taking it is told again (asked after, the restarted one's
+            # instance would be the first seen, and taken for the one that had the hello)
             self._refresh_control()
+            self.flush()
 
     def close(self, timeout_s: float = 2.0) -> None:
         """Say bye, flush and stop the background thread. Skipping it is safe: the thread is a
