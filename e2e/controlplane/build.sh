@@ -11,7 +11,8 @@ K8S_VERSION="${K8S_VERSION:-1.36.3}"
 ETCD_VERSION="${ETCD_VERSION:-3.6.16}"
 HELM_VERSION="${HELM_VERSION:-3.22.0}"
 PROM_OPERATOR_VERSION="${PROM_OPERATOR_VERSION:-0.95.2}"
-PROM_OPERATOR_KINDS_REV=2  # which CRDs are kept (r2: servicemonitors, for the chart's ServiceMonitor)
+PROM_OPERATOR_KINDS_REV=3  # which CRDs are kept (r2: servicemonitors, for the chart's ServiceMonitor;
+                           # r3: prometheuses, for the kube-prometheus-stack remoteWrite values)
 CONTROLLER_TOOLS_VERSION="${CONTROLLER_TOOLS_VERSION:-0.20.1}"
 # the newest release whose module Go 1.26 accepts (later ones need a newer Go)
 VICTORIA_METRICS_VERSION="${VICTORIA_METRICS_VERSION:-1.151.0}"
@@ -186,7 +187,7 @@ fetch_prometheus_operator_crds() {
     (cd "$api" && "$dir/controller-gen" crd:crdVersions=v1,maxDescLen=0 paths=./v1 paths=./v1alpha1 output:crd:dir="$dir/out")
   )
   mkdir -p "$dest.tmp"
-  for kind in prometheusrules alertmanagerconfigs podmonitors servicemonitors; do
+  for kind in prometheusrules alertmanagerconfigs podmonitors servicemonitors prometheuses; do
     cp "$dir/out/monitoring.coreos.com_$kind.yaml" "$dest.tmp/"
   done
   mv "$dest.tmp" "$dest"

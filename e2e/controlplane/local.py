@@ -48,7 +48,7 @@ def ensure_binaries() -> Path:
 def prometheus_operator_crds() -> list[Path]:
     version = os.environ.get("PROM_OPERATOR_VERSION", "0.95.2")
     # PROM_OPERATOR_KINDS_REV in build.sh: which of its CRDs are kept
-    return sorted((cache_dir() / "crds" / f"prometheus-operator-{version}-2").glob("*.yaml"))
+    return sorted((cache_dir() / "crds" / f"prometheus-operator-{version}-3").glob("*.yaml"))
 
 
 def free_port() -> int:
