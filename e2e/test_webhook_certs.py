@@ -7,6 +7,7 @@ certificate), written by the leader alone, is served by the same processes witho
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import os
 import signal
@@ -14,6 +15,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ from typing import Any
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -111,8 +114,8 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-@pytest.fixture
-def replicas(cluster: Cluster) -> Iterator[tuple[Replica, Replica]]:
+@contextlib.contextmanager
+def self_managed_pair(cluster: Cluster, *extra: str) -> Iterator[tuple[Replica, Replica]]:
     """Two self-managed replicas: one leading the peering (so it may rotate), started first, and a
     standby (which leaves the webhook configuration to the leader, as a second e2e replica on
     another port must). The session's webhook configuration is restored and the Secret deleted
@@ -131,9 +134,9 @@ def replicas(cluster: Cluster) -> Iterator[tuple[Replica, Replica]]:
             raise
     started: list[Replica] = []
     try:
-        started.append(start_replica(cluster, "certs-leader", 1000))
+        started.append(start_replica(cluster, "certs-leader", 1000, *extra))
         wait_for("Secret " + WEBHOOK_CERT_SECRET, lambda: secret_data(cluster), timeout=30)
-        started.append(start_replica(cluster, "certs-standby", 999, "--no-manage-webhook"))
+        started.append(start_replica(cluster, "certs-standby", 999, "--no-manage-webhook", *extra))
         yield started[0], started[1]
     finally:
         for replica in started:
@@ -145,6 +148,12 @@ def replicas(cluster: Cluster) -> Iterator[tuple[Replica, Replica]]:
         else:
             admission.delete_mutating_webhook_configuration(WEBHOOK_CONFIG_NAME)
         cluster.core.delete_namespaced_secret(WEBHOOK_CERT_SECRET, OPERATOR_NS)
+
+
+@pytest.fixture
+def replicas(cluster: Cluster) -> Iterator[tuple[Replica, Replica]]:
+    with self_managed_pair(cluster) as pair:
+        yield pair
 
 
 def injected_pod(cluster: Cluster, ns: str, prefix: str) -> bool:
@@ -204,3 +213,61 @@ def test_self_managed_certificates_are_created_trusted_and_rotated_without_resta
         f"Secret {OPERATOR_NS}/{WEBHOOK_CERT_SECRET} updated"
         in (cluster.workdir / "operator-certs-leader.log").read_text()
     )
+
+
+def cas(bundle: bytes) -> list[x509.Certificate]:
+    return x509.load_pem_x509_certificates(bundle)
+
+
+def test_a_ca_rotation_keeps_the_webhook_trusted_throughout(cluster: Cluster, ns: str) -> None:
+    """The CA itself renews (a 60-second CA, renewed with 20 s left): the new CA joins the caBundle,
+    the serving certificate moves to it a propagation delay later (3 s here), and the old CA leaves
+    the bundle when it expires. Pods created all along get their sidecar: at no moment does the
+    apiserver call a webhook whose certificate its caBundle does not trust."""
+    with self_managed_pair(cluster, "--ca-duration", "60s") as (leader, standby):
+        cluster.apply(quickstart(ns))
+        wait_for("monitor Ready", lambda: ready(cluster, ns))
+        data = secret_data(cluster)
+        assert data is not None
+        (first_ca,) = cas(data["ca.crt"])
+        renewal_at = first_ca.not_valid_after_utc.timestamp() - 20
+
+        def bundle_cas() -> list[x509.Certificate]:
+            return cas(ca_bundle(cluster))
+
+        created = injected = 0
+        two: list[x509.Certificate] = []
+        moved: x509.Certificate | None = None
+        deadline = first_ca.not_valid_after_utc.timestamp() + 45
+        # from before the renewal until the old CA has left the bundle, a pod every ~2 s
+        while time.time() < deadline:
+            created += 1
+            injected += injected_pod(cluster, ns, "rotating")
+            now_cas = bundle_cas()
+            if len(now_cas) == 2 and not two:
+                two = now_cas
+                assert time.time() >= renewal_at - 5, "the CA renewed early"
+                assert now_cas[1] == first_ca and now_cas[0] != first_ca, (
+                    "the new CA signs; the old one stays"
+                )
+            if two and moved is None:
+                with contextlib.suppress(
+                    ssl.SSLCertVerificationError
+                ):  # a handshake trusting the new CA alone
+                    moved = served(leader.webhook, two[0].public_bytes(serialization.Encoding.PEM))
+            if moved is not None and now_cas == [two[0]]:
+                break
+            time.sleep(2)
+        assert two, "the CA was never renewed"
+        assert moved is not None, "the serving certificate never moved to the new CA"
+        assert bundle_cas() == [two[0]], "the expired CA did not leave the bundle"
+        assert injected == created, (
+            f"{created - injected} of {created} pods created during the rotation missed the sidecar"
+        )
+        only_new = two[0].public_bytes(serialization.Encoding.PEM)
+        for port in (leader.webhook, leader.receiver, standby.webhook, standby.receiver):
+            wait_for(
+                "every server on the new CA's certificate", lambda p=port: served(p, only_new), timeout=30
+            )
+        assert leader.proc.poll() is None and standby.proc.poll() is None, "no restart"
+        print(f"\n{created} pods created through the CA rotation, all injected")
