@@ -17,23 +17,18 @@ import yaml
 from kubernetes.dynamic.exceptions import DynamicApiError
 
 from e2e.cluster import Cluster
-from tests.packaging.chart import find_helm, objects, template
+from tests.packaging.chart import find_helm
+from tests.packaging.test_chart_remote_write import EVENTS_URL, URL, remote_write_configmap, settings
 from trainguard.render.longterm import keep_regex
 
 pytestmark = pytest.mark.e2e
-URL = "http://victoria-metrics.monitoring:8428/api/v1/write"
-EVENTS_URL = "https://vm-events.monitoring:8428/api/v1/write"
 
 
 def values_from_the_chart() -> dict[str, Any]:
     helm = find_helm()
     if helm is None:
         pytest.fail("helm is not built: `make helm` builds it from its Go module")
-    docs = objects(template(helm, f"longTermStorage.remoteWrite.url={URL}",
-                            f"longTermStorage.remoteWrite.eventsUrl={EVENTS_URL}"))  # fmt: skip
-    (cm,) = [
-        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "trainguard-remote-write"
-    ]
+    cm = remote_write_configmap(helm, *settings(URL, EVENTS_URL))
     values: dict[str, Any] = yaml.safe_load(cm["data"]["kube-prometheus-stack-values.yaml"])
     return values
 

@@ -251,9 +251,8 @@ def test_a_ca_rotation_keeps_the_webhook_trusted_throughout(cluster: Cluster, ns
                     "the new CA signs; the old one stays"
                 )
             if two and moved is None:
-                with contextlib.suppress(
-                    ssl.SSLCertVerificationError
-                ):  # a handshake trusting the new CA alone
+                # a handshake that trusts the new CA alone
+                with contextlib.suppress(ssl.SSLCertVerificationError):
                     moved = served(leader.webhook, two[0].public_bytes(serialization.Encoding.PEM))
             if moved is not None and now_cas == [two[0]]:
                 break

@@ -104,8 +104,8 @@ def test_a_restarted_sidecar_gets_the_newest_step_in_the_hello() -> None:
             tg.log_step(41, loss=1.0)
             tg.log_step(42, loss=1.0)
             wait(lambda: sum(e["type"] == "step" for e in sidecar.events) == 2)
-            # the Reporter must have seen instance "a" before it changes: its first control refresh
-            # comes after its first flush, and a loaded machine can let this thread switch in between
+            # the Reporter must have seen instance "a" before it changes: this test is about a sidecar
+            # that restarts after answering (one that restarts before is the last test's case)
             wait(lambda: sidecar.control_gets >= 1)
             sidecar.control = control("b")
             wait(lambda: len(sidecar.hellos()) == 2)
