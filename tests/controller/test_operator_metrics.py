@@ -6,6 +6,7 @@ of tests/controller (the real one is e2e/test_operator_metrics.py); the receiver
 from __future__ import annotations
 
 import copy
+import logging
 import socket
 import urllib.request
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import MONITOR, POLICY
-from tests.controller.test_reconcile import FakeKube, body, refused
+from tests.controller.test_reconcile import FakeKube, body, namespace_terminating, refused
 from tests.controller.test_response import rig
 from tests.remediation.test_executor import _signal
 from tests.remediation.test_receiver import (
@@ -145,13 +146,41 @@ def test_each_reconcile_counts_its_result_and_only_operator_failures_are_errors(
     down = MonitorKube(body(), policies={"default": POLICY}, refuse={"PrometheusRule": refused(503, "etcd")})
     with pytest.raises(Exception, match="503"):
         handlers.reconcile(down, ns, name, None, metrics)  # type: ignore[arg-type]
+    going = MonitorKube(
+        body(), policies={"default": POLICY}, refuse={"PodMonitor": namespace_terminating(ns)}
+    )
+    handlers.reconcile(going, ns, name, None, metrics)  # type: ignore[arg-type]  # returns: kopf does not retry
 
     reconciles = "trainguard_operator_reconcile_total"
     assert value(metrics, reconciles, result="success") == 1
     assert value(metrics, reconciles, result="rejected") == 1
     assert value(metrics, reconciles, result="error") == 2  # the refused apply and the one that raised
+    assert value(metrics, reconciles, result="skipped") == 1  # the namespace being deleted
     assert value(metrics, "trainguard_operator_reconcile_errors_total") == 2
-    assert value(metrics, "trainguard_operator_reconcile_duration_seconds_count") == 4
+    assert value(metrics, "trainguard_operator_reconcile_duration_seconds_count") == 5
+    assert going.status is None
+
+
+def test_an_event_refused_in_a_namespace_being_deleted_is_not_logged_as_an_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Refusing(MonitorKube):
+        def post_event(self, *args: Any, **kw: Any) -> None:
+            raise namespace_terminating(MONITOR["metadata"]["namespace"])
+
+    post = handlers.announcer(Refusing(body()), body())  # type: ignore[arg-type]
+    with caplog.at_level(logging.INFO):
+        post("Applied", "applied PodMonitor")
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+    class Broken(MonitorKube):
+        def post_event(self, *args: Any, **kw: Any) -> None:
+            raise refused(403, "events is forbidden: cannot create")
+
+    handlers.announcer(Broken(body()), body())("Applied", "applied PodMonitor")  # type: ignore[arg-type]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == [
+        "could not post the Applied Event"
+    ]
 
 
 def test_reconcile_result_reads_the_conditions() -> None:

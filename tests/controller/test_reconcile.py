@@ -12,7 +12,8 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.conftest import MONITOR, POLICY
 from trainguard.controller.kube import HASH_ANNOTATION, MissingAPI
-from trainguard.controller.reconcile import ReceiverSettings, reconcile_monitor
+from trainguard.controller.reconcile import NamespaceTerminating, ReceiverSettings, reconcile_monitor
+from trainguard.controller.reconcile import namespace_terminating as namespace_terminating_refusal
 from trainguard.remediation import tokens
 
 
@@ -82,6 +83,21 @@ def refused(code: int, message: str) -> ApiException:
     return exc
 
 
+def namespace_terminating(namespace: str = "ml") -> ApiException:
+    """What the apiserver's NamespaceLifecycle admission answers (k8s.io/apiserver, v0.36.3): a Forbidden
+    Status whose details carry the NamespaceTerminating cause."""
+    exc = ApiException(status=403, reason="Forbidden")
+    exc.body = json.dumps({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Forbidden", "code": 403,
+        "message": f'podmonitors.monitoring.coreos.com "trainguard-llama-pretrain" is forbidden: unable to create '
+                   f"new content in namespace {namespace} because it is being terminated",
+        "details": {"name": "trainguard-llama-pretrain", "group": "monitoring.coreos.com", "kind": "podmonitors",
+                    "causes": [{"reason": "NamespaceTerminating", "field": "metadata.namespace",
+                                "message": f"namespace {namespace} is being terminated"}]},
+    })  # fmt: skip
+    return exc
+
+
 def body(**spec: Any) -> dict[str, Any]:
     b = copy.deepcopy(MONITOR)
     b["metadata"].update(generation=1, uid="u-1")
@@ -145,6 +161,26 @@ def test_a_forbidden_apply_is_degraded_and_later_objects_say_what_was_applied() 
     assert c["reason"] == "ApplyFailed" and "PodMonitor" in c["message"] and "RBAC" in c["message"]
     assert cond(kube, "RulesApplied")["status"] == "True"
     assert cond(kube, "RoutesApplied")["status"] == "True"
+
+
+def test_a_namespace_being_deleted_is_neither_degraded_nor_announced() -> None:
+    kube = FakeKube(policies={"default": POLICY}, refuse={"PodMonitor": namespace_terminating()})
+    events: list[tuple[str, str]] = []
+    with pytest.raises(NamespaceTerminating, match="namespace ml is being deleted"):
+        reconcile_monitor(kube, body(), announce=lambda r, m: events.append((r, m)))
+    assert kube.status is None and events == []
+
+
+def test_only_the_namespace_lifecycle_refusal_counts_as_a_namespace_being_deleted() -> None:
+    assert namespace_terminating_refusal(namespace_terminating())
+    rbac = refused(
+        403, 'podmonitors.monitoring.coreos.com is forbidden: User "system:serviceaccount:x" cannot create'
+    )
+    assert not namespace_terminating_refusal(rbac)  # RBAC's 403 has no cause: Degraded, as before
+    assert not namespace_terminating_refusal(refused(409, "namespace ml is being terminated"))
+    garbled = ApiException(status=403)
+    garbled.body = "<html>proxy error</html>"
+    assert not namespace_terminating_refusal(garbled)
 
 
 def test_a_transient_api_failure_is_reported_and_raised_for_kopf_to_retry() -> None:

@@ -15,12 +15,19 @@ from collections.abc import Mapping
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 
 from trainguard.api import GROUP, VERSION, InvalidInput, TrainingJobMonitor, parse_object
 from trainguard.controller.admission import admit
 from trainguard.controller.kube import Kube
 from trainguard.controller.metrics import OperatorMetrics
-from trainguard.controller.reconcile import ReceiverSettings, reconcile_monitor, utcnow
+from trainguard.controller.reconcile import (
+    NamespaceTerminating,
+    ReceiverSettings,
+    namespace_terminating,
+    reconcile_monitor,
+    utcnow,
+)
 from trainguard.controller.status import Outcome, monitor_status
 
 log = logging.getLogger("trainguard.handlers")
@@ -63,6 +70,9 @@ def announcer(kube: Kube, body: Mapping[str, Any]) -> Any:
     def post(reason: str, message: str) -> None:
         try:
             kube.post_event(dict(body), reason, message, "Warning" if reason.endswith("Failed") else "Normal")
+        except ApiException as exc:
+            if not namespace_terminating(exc):
+                log.exception("could not post the %s Event", reason)
         except Exception:
             log.exception("could not post the %s Event", reason)
 
@@ -81,12 +91,15 @@ def reconcile(
         if fresh is None:
             return
         # read under the lock, so the status it starts from is current
-        started, status = time.monotonic(), None
+        started, status, result = time.monotonic(), None, None
         try:
             status = reconcile_monitor(kube, fresh, announce=announcer(kube, fresh), receiver=receiver)
+        except NamespaceTerminating as exc:
+            log.info("%s: nothing more is applied", exc)
+            result = "skipped"
         finally:
             if metrics is not None:  # a reconcile that raised leaves status None: an error
-                metrics.reconciled(status, time.monotonic() - started)
+                metrics.reconciled(status, time.monotonic() - started, result)
 
 
 def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:

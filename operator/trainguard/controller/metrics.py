@@ -23,7 +23,7 @@ USER_ERRORS = frozenset({"InvalidSpec", "PolicyNotFound", "InvalidPolicy"})
 """Degraded reasons that are the monitor's own input, not the operator failing: a reconcile that ends
 in one of them succeeded at saying so, and is not a reconcile error."""
 
-RECONCILE_RESULTS = ("success", "rejected", "error")
+RECONCILE_RESULTS = ("success", "rejected", "error", "skipped")
 SIGNAL_SOURCES = ("alertmanager", "fastpath")
 SIGNAL_RESULTS = ("accepted", "unauthorized", "invalid", "standby", "failed")
 
@@ -57,7 +57,8 @@ class OperatorMetrics:
         self.registry = registry
         self.reconciles = Counter(
             "trainguard_operator_reconcile",
-            "Monitor reconciles by result: success, rejected (the monitor's input is invalid), error",
+            "Monitor reconciles by result: success, rejected (the monitor's input is invalid), error, "
+            "skipped (its namespace is being deleted)",
             ["result"],
             registry=registry,
         )
@@ -107,8 +108,9 @@ class OperatorMetrics:
             for signal_result in SIGNAL_RESULTS:
                 self.signals.labels(source=source, result=signal_result)
 
-    def reconciled(self, status: Mapping[str, Any] | None, seconds: float) -> None:
-        result = reconcile_result(status)
+    def reconciled(self, status: Mapping[str, Any] | None, seconds: float, result: str | None = None) -> None:
+        """`result` when the status cannot say: "skipped" (the namespace is being deleted)."""
+        result = result or reconcile_result(status)
         self.reconciles.labels(result=result).inc()
         if result == "error":
             self.reconcile_errors.inc()

@@ -160,6 +160,8 @@ def reconcile_monitor(
         )
         return _write(kube, body, outcome, now, monitor)
     except ApiException as exc:
+        if namespace_terminating(exc):  # the monitor goes with its namespace: not a failure to report
+            raise NamespaceTerminating(f"{ns}/{name}: namespace {ns} is being deleted") from exc
         outcome.rules_applied = "PrometheusRule" in done
         outcome.routes_applied = "AlertmanagerConfig" in done
         outcome.error_reason = "ApplyFailed"
@@ -179,6 +181,25 @@ def reconcile_monitor(
         log.info("%s/%s: %s", ns, name, message)
         announce("Applied", message)
     return _write(kube, body, outcome, now, monitor)
+
+
+class NamespaceTerminating(Exception):
+    """The monitor's namespace is being deleted: the API refuses anything new in it (the apply of an
+    object not yet there, an Event), and the monitor is about to go too."""
+
+
+def namespace_terminating(exc: ApiException) -> bool:
+    """The refusal of the apiserver's NamespaceLifecycle admission: a 403 whose Status names the cause
+    NamespaceTerminating (a 403 of RBAC has no such cause)."""
+    if exc.status != 403:
+        return False
+    try:
+        causes = (json.loads(exc.body or "").get("details") or {}).get("causes") or []
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return any(
+        isinstance(c, dict) and c.get("reason") == "NamespaceTerminating" for c in causes
+    )  # StatusCause.Type
 
 
 def transient(exc: ApiException) -> bool:
