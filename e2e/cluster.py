@@ -197,6 +197,8 @@ class Cluster:
              "--receiver-addr", "127.0.0.1", "--receiver-port", str(receiver_port),
              # short periods, so the e2e tests see a resync and a pod count within seconds
              "--resync-seconds", str(RESYNC_SECONDS), "--pods-seconds", "2",
+             # a metrics port of its own (the default :8081 is one per host; `extra` may name another)
+             "--metrics-addr", f"127.0.0.1:{free_port()}",
              *([] if manage_webhook else ["--no-manage-webhook"]), *extra],
             stdout=log, stderr=subprocess.STDOUT, env=os.environ | {"PYTHONUNBUFFERED": "1"},
         )  # fmt: skip

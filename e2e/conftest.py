@@ -18,6 +18,18 @@ from e2e.controlplane.local import local_control_plane, prometheus_operator_crds
 from e2e.test_remediation_cluster import _restore
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """`make e2e` runs the suite in several processes, each starting a control plane of its own; a cluster
+    named by TRAINGUARD_E2E_KUBECONFIG would be shared by them (its nodes, cordons and cluster-wide
+    objects), so the tests would step on each other: refuse before anything starts."""
+    workers = getattr(config.option, "numprocesses", None)
+    if os.environ.get("TRAINGUARD_E2E_KUBECONFIG") and workers not in (None, 0):
+        raise pytest.UsageError(
+            f"TRAINGUARD_E2E_KUBECONFIG names one cluster, which the {workers} e2e processes (-n {workers}) "
+            "would share: run the suite in one process (`pytest e2e` without -n, or make e2e E2E_WORKERS=0)"
+        )
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     workdir = new_workdir()
@@ -35,7 +47,9 @@ def cluster() -> Iterator[Cluster]:
                 kubelet.terminate()
                 c.delete_fake_nodes()
         else:
-            with local_control_plane(nodes=3) as plane:
+            # pytest-xdist's gw0, gw1, ...: each process's pods get IPs of their own (127.N.x.y)
+            worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+            with local_control_plane(nodes=3, pod_network=1 + int(worker.removeprefix("gw"))) as plane:
                 c = Cluster(plane.kubeconfig, workdir)
                 c.install(prometheus_operator_crds())
                 try:

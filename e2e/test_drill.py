@@ -43,7 +43,7 @@ TARGET_S = 30.0
 def running(stack: tuple[Cluster, Monitoring, Sink], ns: str, tmp_path: Path) -> Iterator[PodProcesses]:  # noqa: F811
     cluster, mon, sink = stack
     monitor, policy = objects(ns, sink)  # remediation acting (dryRun unset): the drill must make it dry
-    # a port of its own: the fake pod IPs (127.1.0.x) are the same for every harness run on this host
+    # a port of its own: the fake pod IPs (127.N.0.x) repeat in every harness run with the same pod network
     monitor["spec"]["exporter"]["port"] = free_port()
     cluster.apply([monitor, policy])
     wait_for("monitor Ready", lambda: ready(cluster, ns), timeout=60)

@@ -1,8 +1,8 @@
 """A small fake kubelet for the local control plane: registers GPU nodes, keeps their Lease
 heartbeats, marks pods bound to them Running, and finishes their deletion. No container runs;
 the scheduler, controllers and admission webhooks see what they would see on a real cluster. Each pod
-gets its own loopback IP (127.1.x.y), so that a test can run a pod's sidecar as a local process that
-listens where the pod's IP says (e2e/podprocesses.py).
+gets its own loopback IP (127.N.x.y, N the kubelet's --pod-network), so that a test can run a pod's
+sidecar as a local process that listens where the pod's IP says (e2e/podprocesses.py).
 
 Container logs: with a serving certificate, it serves the kubelet's `GET /containerLogs/{ns}/{pod}/{container}`
 over HTTPS on the port every node's status gives (daemonEndpoints.kubeletEndpoint), to clients with a
@@ -110,7 +110,14 @@ def log_path(root: Path, namespace: str, pod: str, uid: str, container: str) -> 
 
 
 class FakeKubelet:
-    def __init__(self, api: client.ApiClient, names: list[str], log_dir: Path | None = None) -> None:
+    def __init__(
+        self, api: client.ApiClient, names: list[str], log_dir: Path | None = None, pod_network: int = 1
+    ) -> None:
+        if not 1 <= pod_network <= 254:
+            raise ValueError(f"pod_network {pod_network}: pod IPs are 127.<pod_network>.x.y, so 1 to 254")
+        self.pod_network = pod_network
+        """The second octet of the pod IPs: one per kubelet running on this host, as their pods' sidecars
+        listen on their pod IP and the same port."""
         self.core = client.CoreV1Api(api)
         self.coord = client.CoordinationV1Api(api)
         self.names = set(names)
@@ -218,7 +225,7 @@ class FakeKubelet:
     def _pod_ip(self, uid: str) -> str:
         if uid not in self.pod_ips:
             n = len(self.pod_ips)
-            self.pod_ips[uid] = f"127.1.{n // 250}.{n % 250 + 1}"
+            self.pod_ips[uid] = f"127.{self.pod_network}.{n // 250}.{n % 250 + 1}"
         return self.pod_ips[uid]
 
     def _running_status(self, pod: client.V1Pod) -> dict[str, Any]:
@@ -357,9 +364,17 @@ def main() -> None:
     )
     parser.add_argument("--tls-key", type=Path)
     parser.add_argument("--client-ca", type=Path, help="the CA of the apiserver's kubelet client certificate")
+    parser.add_argument(
+        "--pod-network",
+        type=int,
+        default=1,
+        help="pod IPs are 127.N.x.y: a different N for each kubelet on a host",
+    )
     args = parser.parse_args()
     api = config.new_client_from_config(args.kubeconfig)
-    kubelet = FakeKubelet(api, [f"{args.prefix}{i}" for i in range(args.nodes)], args.pod_log_dir)
+    kubelet = FakeKubelet(
+        api, [f"{args.prefix}{i}" for i in range(args.nodes)], args.pod_log_dir, args.pod_network
+    )
     if args.tls_cert and args.tls_key and args.client_ca and args.pod_log_dir:
         args.pod_log_dir.mkdir(parents=True, exist_ok=True)
         kubelet.serve_logs(args.tls_cert, args.tls_key, args.client_ca)

@@ -69,6 +69,9 @@ class LocalControlPlane:
     workdir: Path
     bin: Path
     nodes: int = 3
+    pod_network: int = 1
+    """Pod IPs are 127.<pod_network>.x.y: control planes running side by side (make e2e's processes)
+    need different ones."""
     procs: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
     api_port: int = 0
 
@@ -222,6 +225,7 @@ class LocalControlPlane:
             sys.executable, "-m", "e2e.controlplane.fakekubelet", "--kubeconfig", str(self.kubeconfig),
             "--nodes", str(self.nodes), "--pod-log-dir", str(d / "pod-logs"), "--tls-cert", str(d / "kubelet.crt"),
             "--tls-key", str(d / "kubelet.key"), "--client-ca", str(d / "ca.crt"),
+            "--pod-network", str(self.pod_network),
         ])  # fmt: skip
         self._wait_cluster_usable()
         log(
@@ -255,13 +259,15 @@ class LocalControlPlane:
 
 
 @contextlib.contextmanager
-def local_control_plane(nodes: int = 3, keep: bool = False) -> Iterator[LocalControlPlane]:
+def local_control_plane(
+    nodes: int = 3, keep: bool = False, pod_network: int = 1
+) -> Iterator[LocalControlPlane]:
     """Build or reuse the binaries, start everything, and always tear it down."""
     t0 = time.monotonic()
     bin_dir = ensure_binaries()
     log(f"binaries ready in {time.monotonic() - t0:.1f}s")
     workdir = Path(tempfile.mkdtemp(prefix="trainguard-e2e-"))
-    plane = LocalControlPlane(workdir=workdir, bin=bin_dir, nodes=nodes)
+    plane = LocalControlPlane(workdir=workdir, bin=bin_dir, nodes=nodes, pod_network=pod_network)
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:

@@ -1,0 +1,109 @@
+"""The pipeline of e2e/test_pipeline.py where the alert, not a remediation, is the point: a P1 escalated
+unless acknowledged or inhibited, and training advice that reaches the trainer. A file of its own so that
+the e2e processes (make e2e: a control plane each) share the pipeline's tests out evenly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from e2e.cluster import REPO, Cluster, wait_for
+from e2e.pipeline import JOB, Monitoring, Sink, inject
+from e2e.test_pipeline import diagnostics, finished, stack, start  # noqa: F401 - the module's fixture
+
+pytestmark = pytest.mark.e2e
+
+
+def ack(mon: Monitoring, alert: str, ns: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "trainguard.cli", "ack", alert, "--monitor", f"{ns}/{JOB}",
+         "--alertmanager", mon.alertmanager, "--by", "e2e", "--for", "1h"],
+        check=False, capture_output=True, text=True, cwd=REPO, env=os.environ | {"PYTHONPATH": str(REPO / "operator")},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+
+
+def test_an_unacknowledged_p1_is_escalated_and_an_acknowledged_or_inhibited_one_is_not(
+    stack: tuple[Cluster, Monitoring, Sink],  # noqa: F811
+    ns: str,
+    clean_nodes: None,
+    tmp_path: Path,
+) -> None:
+    """Two one-pod jobs of four GPUs each, so that the inhibited P1 has a job of its own."""
+    cluster, mon, sink = stack
+    quiet = {"actions": {"nodeFault": "Notify"}}
+    escalation = {"escalation": {"after": "20s"}}
+    other = cluster.namespace(f"{ns}-y")
+    try:
+        with start(stack, ns, tmp_path / "x", quiet, policy=escalation, completions=1, gpus=4) as x, \
+                start(stack, other, tmp_path / "y", quiet, policy=escalation, completions=1, gpus=4) as y:  # fmt: skip
+            (px,), (py,) = x.running(), y.running()
+            inject(px, "thermal")
+            wait_for("GPUThermalThrottling active", lambda: mon.alerts(alertname="GPUThermalThrottling", namespace=ns),
+                     timeout=30)  # fmt: skip
+            ack(mon, "GPUThermalThrottling", ns)
+            inject(px, "packet-loss", gpu=None)
+            inject(py, "ecc-dbe")  # a P0 of job y: it inhibits y's P1s
+            wait_for(
+                "y's P0 active",
+                lambda: mon.alerts(alertname="GPUDoubleBitECCError", namespace=other),
+                timeout=30,
+            )
+            inject(py, "thermal")
+            wait_for("y's P1 inhibited", lambda: [a for a in mon.alerts(alertname="GPUThermalThrottling", namespace=other)
+                     if a["status"]["inhibitedBy"]], timeout=30)  # fmt: skip
+            escalated = wait_for("the unacknowledged P1 escalated", lambda: mon.alerts(
+                alertname="NetworkPacketLossHigh", namespace=ns, severity="P0", escalated_from="P1"), timeout=90)  # fmt: skip
+            assert escalated
+            wait_for("the escalated copy paged", lambda: sink.received(
+                "phone", "NetworkPacketLossHigh", namespace=ns, escalated_from="P1"), timeout=30)  # fmt: skip
+            time.sleep(10)  # well past the delay for the other two as well
+            assert not mon.alerts(alertname="GPUThermalThrottling", namespace=ns, escalated_from="P1"), (
+                "acknowledged"
+            )
+            assert not mon.alerts(alertname="GPUThermalThrottling", namespace=other, escalated_from="P1"), (
+                "inhibited"
+            )
+    finally:
+        cluster.core.delete_collection_namespaced_pod(other, grace_period_seconds=0)
+        cluster.core.delete_namespace(other, propagation_policy="Background")
+
+
+def test_gradient_explosion_advice_reaches_the_trainer_when_the_monitor_opts_in(
+    stack: tuple[Cluster, Monitoring, Sink],  # noqa: F811
+    ns: str,
+    clean_nodes: None,
+    tmp_path: Path,
+) -> None:
+    """GradientExplosion needs a baseline: a minute of it, ending 40 s back (the explosion enters the
+    baseline after that and the alert resolves: it must outlast the P1 group_wait of 30 s to reach the
+    operator). The first seconds of training have large gradients: the window has left them at 135 s."""
+    cluster, mon, _ = stack
+    policy = {"alerts": [{"name": "GradientExplosion", "for": "0s"}]}
+    baseline = {"warmupSteps": 0, "window": "1m", "offset": "40s", "sigma": 3}
+    with start(stack, ns, tmp_path, {"trainingAdvice": True}, policy=policy, baseline=baseline) as pods:
+        time.sleep(135)
+        assert not mon.firing("GradientExplosion", namespace=ns), "no explosion without the fault"
+        a = pods.running()[0]
+        inject(a, "grad-explosion", gpu=None)
+        try:
+            (record,) = finished(cluster, ns, timeout=90)
+        except AssertionError:
+            fired = [mon.firing("GradientExplosion", namespace=ns)] + [
+                (q, [x["value"][1] for x in mon.query(f'{q}{{namespace="{ns}"}}')])
+                for q in ("trainguard_train_grad_norm", "trainguard:train_grad_norm:max",
+                          "trainguard:train_grad_norm:max:upper_bound", "trainguard:train_step:max")
+            ]  # fmt: skip
+            raise AssertionError(f"fired: {fired}\n" + diagnostics(cluster, mon, pods, ns)) from None
+        assert record["alert"] == "GradientExplosion" and record["phase"] == "Succeeded", record
+        assert [s["kind"] for s in record["steps"]] == ["Advise"], record
+        assert "clip_gradients" in record["steps"][0]["detail"], record["steps"][0]
+        wait_for("the trainers took the advice", lambda: all(
+            "advice at step" in r.trainer_log() and "clip_gradients" in r.trainer_log() for r in pods.running()),
+            timeout=30)  # fmt: skip
+        assert not any(n.spec.unschedulable for n in cluster.core.list_node().items), "advice never cordons"
