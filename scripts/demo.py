@@ -30,8 +30,14 @@ RECEIVER_PORT = 9101  # the quickstart's receivers post to http://127.0.0.1:9101
 DEMO_FAULTS = [("thermal", "GPUThermalThrottling"), ("xid-79", "GPUCriticalXid")]
 
 
+_SAY = threading.Lock()
+
+
 def say(msg: str) -> None:
-    print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+    # the receivers' handler threads say things at once: one write per line, or their lines interleave
+    with _SAY:
+        sys.stdout.write(f"[demo {time.strftime('%H:%M:%S')}] {msg}\n")
+        sys.stdout.flush()
 
 
 def free_port() -> int:
