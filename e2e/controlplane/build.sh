@@ -169,7 +169,7 @@ fetch_prometheus_operator_crds() {
   local v="$PROM_OPERATOR_VERSION"
   # keyed by what is kept too: a cache made before servicemonitors joined lacks it
   local dest="$CACHE/crds/prometheus-operator-$v-$PROM_OPERATOR_KINDS_REV"
-  if [ -d "$dest" ]; then log "prometheus-operator v$v CRDs: cached"; return; fi
+  if [ -d "$dest" ]; then log "prometheus-operator v$v CRDs: cached"; ln -sfn "$(basename "$dest")" "$CACHE/crds/current"; return; fi
   local start=$SECONDS dir="$WORK/prometheus-operator-crds-$v"
   mkdir -p "$dir"
   printf 'module trainguard.io/e2e/promopcrds\n\ngo 1.26.0\n' > "$dir/go.mod"
@@ -191,6 +191,7 @@ fetch_prometheus_operator_crds() {
     cp "$dir/out/monitoring.coreos.com_$kind.yaml" "$dest.tmp/"
   done
   mv "$dest.tmp" "$dest"
+  ln -sfn "$(basename "$dest")" "$CACHE/crds/current"  # the harness's stable name (e2e/controlplane/local.py)
   log "prometheus-operator v$v CRDs: generated in $((SECONDS - start))s"
 }
 

@@ -46,9 +46,13 @@ def ensure_binaries() -> Path:
 
 
 def prometheus_operator_crds() -> list[Path]:
-    version = os.environ.get("PROM_OPERATOR_VERSION", "0.95.2")
-    # PROM_OPERATOR_KINDS_REV in build.sh: which of its CRDs are kept
-    return sorted((cache_dir() / "crds" / f"prometheus-operator-{version}-3").glob("*.yaml"))
+    """The CRDs build.sh generated last (crds/current: its version and kinds revision live there only)."""
+    found = sorted((cache_dir() / "crds" / "current").glob("*.yaml"))
+    if not found:
+        raise FileNotFoundError(
+            f"no CRDs in {cache_dir() / 'crds' / 'current'}: run e2e/controlplane/build.sh crds"
+        )
+    return found
 
 
 def free_port() -> int:
