@@ -70,11 +70,10 @@ def announcer(kube: Kube, body: Mapping[str, Any]) -> Any:
     def post(reason: str, message: str) -> None:
         try:
             kube.post_event(dict(body), reason, message, "Warning" if reason.endswith("Failed") else "Normal")
-        except ApiException as exc:
-            if not namespace_terminating(exc):
+        except Exception as exc:
+            # refused in a namespace being deleted: expected, and nothing to report
+            if not (isinstance(exc, ApiException) and namespace_terminating(exc)):
                 log.exception("could not post the %s Event", reason)
-        except Exception:
-            log.exception("could not post the %s Event", reason)
 
     return post
 

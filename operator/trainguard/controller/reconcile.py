@@ -188,18 +188,24 @@ class NamespaceTerminating(Exception):
     object not yet there, an Event), and the monitor is about to go too."""
 
 
+def api_status(exc: ApiException) -> dict[str, Any]:
+    """The metav1.Status the API answered with ({} when the body is not one: a proxy's page, nothing)."""
+    try:
+        status = json.loads(exc.body or "")
+    except (ValueError, TypeError):
+        return {}
+    return status if isinstance(status, dict) else {}
+
+
 def namespace_terminating(exc: ApiException) -> bool:
     """The refusal of the apiserver's NamespaceLifecycle admission: a 403 whose Status names the cause
     NamespaceTerminating (a 403 of RBAC has no such cause)."""
     if exc.status != 403:
         return False
-    try:
-        causes = (json.loads(exc.body or "").get("details") or {}).get("causes") or []
-    except (ValueError, TypeError, AttributeError):
-        return False
-    return any(
-        isinstance(c, dict) and c.get("reason") == "NamespaceTerminating" for c in causes
-    )  # StatusCause.Type
+    details = api_status(exc).get("details")
+    causes = (details.get("causes") if isinstance(details, dict) else None) or []
+    # a StatusCause's Type is serialised as "reason"
+    return any(isinstance(c, dict) and c.get("reason") == "NamespaceTerminating" for c in causes)
 
 
 def transient(exc: ApiException) -> bool:
@@ -209,12 +215,7 @@ def transient(exc: ApiException) -> bool:
 
 def apply_failure_message(label: str, exc: ApiException) -> str:
     """The object and the API's own message (its Status.message), which names the offending field."""
-    detail = str(exc.reason or "")
-    try:
-        status = json.loads(exc.body or "")
-        detail = str(status.get("message") or detail)
-    except (ValueError, TypeError, AttributeError):
-        pass
+    detail = str(api_status(exc).get("message") or exc.reason or "")
     hint = {
         403: "the operator's RBAC does not allow it (see deploy/rbac.yaml)",
         422: "the object was invalid for the cluster's schema",
