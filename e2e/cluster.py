@@ -62,10 +62,14 @@ def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 60, interva
 class Cluster:
     kubeconfig: Path
     workdir: Path
+    audit_log: Path | None = None
+    """The apiserver's audit log of the operator's LIST requests, where the harness started the apiserver
+    (the local control plane); None on a cluster named by TRAINGUARD_E2E_KUBECONFIG."""
     api: client.ApiClient = field(init=False)
     operators: list[subprocess.Popen[bytes]] = field(default_factory=list)
     webhook_ports: dict[str, int] = field(default_factory=dict)
     receiver_ports: dict[str, int] = field(default_factory=dict)
+    metrics_ports: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.api = config.new_client_from_config(str(self.kubeconfig))
@@ -186,6 +190,7 @@ class Cluster:
             port, receiver_port = free_port(), free_port()
         self.webhook_ports[name] = port
         self.receiver_ports[name] = receiver_port
+        self.metrics_ports[name] = free_port()
         log = (self.workdir / f"{name}.log").open("ab")
         proc = subprocess.Popen(
             [sys.executable, "-m", "trainguard.cli", "operator",
@@ -198,7 +203,7 @@ class Cluster:
              # short periods, so the e2e tests see a resync and a pod count within seconds
              "--resync-seconds", str(RESYNC_SECONDS), "--pods-seconds", "2",
              # a metrics port of its own (the default :8081 is one per host; `extra` may name another)
-             "--metrics-addr", f"127.0.0.1:{free_port()}",
+             "--metrics-addr", f"127.0.0.1:{self.metrics_ports[name]}",
              *([] if manage_webhook else ["--no-manage-webhook"]), *extra],
             stdout=log, stderr=subprocess.STDOUT, env=os.environ | {"PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
@@ -212,6 +217,10 @@ class Cluster:
 
         wait_for("the operator's liveness endpoint", alive, timeout=60)
         return proc
+
+    def metrics_url(self, name: str = "operator") -> str:
+        """The replica's own /metrics base URL (unless `extra` named another --metrics-addr)."""
+        return f"http://127.0.0.1:{self.metrics_ports[name]}"
 
     def receiver_url(self, name: str = "operator") -> str:
         host = os.environ.get("TRAINGUARD_E2E_WEBHOOK_HOST", "127.0.0.1")

@@ -50,7 +50,7 @@ def cluster() -> Iterator[Cluster]:
             # pytest-xdist's gw0, gw1, ...: each process's pods get IPs of their own (127.N.x.y)
             worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
             with local_control_plane(nodes=3, pod_network=1 + int(worker.removeprefix("gw"))) as plane:
-                c = Cluster(plane.kubeconfig, workdir)
+                c = Cluster(plane.kubeconfig, workdir, audit_log=plane.audit_log)
                 c.install(prometheus_operator_crds())
                 try:
                     yield c

@@ -23,9 +23,9 @@ from e2e.pipeline import JOB, SELECTOR, Sink, exporter_step, job, objects
 from e2e.podprocesses import PodProcesses
 from e2e.test_operator import ready
 from e2e.test_p0_loop import operator_key, post, records
+from trainguard.catalog.kubernetes import CORDONED_BY, FAULTY_TAINT
 from trainguard.remediation import tokens
-from trainguard.remediation.cluster import CORDONED_BY, FAULTY_TAINT
-from trainguard.remediation.records import unix
+from trainguard.times import unix
 
 pytestmark = pytest.mark.e2e
 SBE = "GPUSingleBitECCErrorsHigh"

@@ -1,6 +1,8 @@
-"""remediation.cluster against a real apiserver, Job controller and scheduler (the admin client: the
-operator's RBAC for these calls is wired with the executor). The fake GPU nodes are shared with other
-tests, so every test returns them as it found them."""
+"""remediation.cluster against a real apiserver, Job controller and scheduler, reading through real
+watch caches (kube.ClusterCache) as the operator does (the admin client: the operator's RBAC for these
+calls is wired with the executor). The fake GPU nodes are shared with other tests, so every test returns
+them as it found them. A read right after a write waits for the watch to bring it: the caches are
+eventually consistent, and the code that reads them (the planner, the executor's polls) is built so."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ import pytest
 from kubernetes import client
 
 from e2e.cluster import Cluster, wait_for
-from trainguard.remediation.cluster import (
+from trainguard.api.common import LabelSelector
+from trainguard.catalog.kubernetes import (
     CORDON_REASON,
     CORDONED_AT,
     CORDONED_BY,
@@ -21,6 +24,7 @@ from trainguard.remediation.cluster import (
     RESUME_FROM,
     SPARE_LABEL,
 )
+from trainguard.kube import ClusterCache, Kube
 from trainguard.remediation.cluster import Cluster as Edge
 
 pytestmark = pytest.mark.e2e
@@ -53,8 +57,12 @@ def _restore(core: client.CoreV1Api) -> None:
 @pytest.fixture
 def edge(cluster: Cluster) -> Iterator[Edge]:
     _restore(cluster.core)
-    yield Edge(cluster.api, timeout=10)
-    _restore(cluster.core)
+    cache = ClusterCache(cluster.api).start()
+    try:
+        yield Edge(Kube(cluster.api, timeout=10), cache)
+    finally:
+        cache.stop()
+        _restore(cluster.core)
 
 
 def _taints(cluster: Cluster, node: str) -> list[dict[str, Any]]:
@@ -97,7 +105,7 @@ def test_cordon_and_taint_are_idempotent_and_merge_with_existing_taints(cluster:
         ),
         timeout=20,
     )
-    history = edge.cordon_history()
+    history = wait_for("the cordon in the node cache", lambda: edge.cordon_history() or None, timeout=10)
     assert [n for n, _ in history] == [node]
     assert history[0][1] == float(annotations[CORDONED_AT])
 
@@ -117,8 +125,9 @@ def test_counts_gpu_nodes_and_finds_schedulable_spares(cluster: Cluster, edge: E
     assert edge.spares() == []
     for name in NODES[1:]:
         cluster.core.patch_node(name, {"metadata": {"labels": {SPARE_LABEL: "true"}}})
+    wait_for("both spares in the node cache", lambda: edge.spares() == list(NODES[1:]), timeout=10)
     edge.cordon(NODES[2], "GPULost", "rec-4")
-    assert edge.spares() == [NODES[1]], "a cordoned spare is no spare"
+    wait_for("a cordoned spare is no spare", lambda: edge.spares() == [NODES[1]], timeout=10)
 
 
 def _gang_job(ns: str, name: str, label: str) -> dict[str, Any]:
@@ -153,7 +162,7 @@ def test_a_deleted_gang_is_recreated_by_its_job_and_placed_away_from_the_cordone
     cluster: Cluster, edge: Edge, ns: str
 ) -> None:
     label = uuid.uuid4().hex[:8]
-    selector = f"gang={label}"
+    selector = LabelSelector.model_validate({"matchLabels": {"gang": label}})
     cluster.apply([_gang_job(ns, "gang", label)])
     first = wait_for(
         "2 gang pods Running on GPU nodes",

@@ -30,7 +30,7 @@ from e2e.pipeline import JOB, Monitoring, Sink, inject
 from e2e.podprocesses import PodRun
 from e2e.test_pipeline import diagnostics, start
 from tests.diagnosis.test_report_chromium import _Dom, _pixels, _run, chromium  # noqa: F401 - its fixture
-from trainguard.controller.report import report_name
+from trainguard.diagnosis.configmap import report_name
 
 pytestmark = pytest.mark.e2e
 OPERATOR = "reports"

@@ -21,8 +21,8 @@ import pytest
 from e2e.cluster import Cluster, wait_for
 from e2e.pipeline import JOB, Monitoring, Sink, inject
 from e2e.test_pipeline import diagnostics, finished, stack, start  # noqa: F401 - the module's fixture
-from trainguard.controller.job_status import fetch_redo
-from trainguard.controller.report import prometheus_client
+from trainguard.clients.prometheus import prometheus_client
+from trainguard.status.fetch import fetch_redo
 
 pytestmark = pytest.mark.e2e
 TRAINGUARD = str(Path(sys.executable).parent / "trainguard")

@@ -14,7 +14,8 @@ import pytest
 from kubernetes import client
 
 from e2e.cluster import Cluster, wait_for
-from trainguard.remediation.cluster import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT
+from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT
+from trainguard.kube import ClusterCache, Kube
 from trainguard.remediation.cluster import Cluster as Edge
 from trainguard.remediation.uncordon import UNCORDON_REASON, UNCORDONED_AT, UNCORDONED_BY
 
@@ -76,7 +77,8 @@ def test_uncordon_returns_a_node_trainguard_cordoned(cluster: Cluster, node: str
     cluster.core.patch_node(
         node, {"spec": {"taints": [OTHER_TAINT]}}, _content_type="application/merge-patch+json"
     )
-    edge = Edge(cluster.api, timeout=10)
+    cache = ClusterCache(cluster.api).start()
+    edge = Edge(Kube(cluster.api, timeout=10), cache)
     assert edge.cordon(node, "GPUCriticalXid", "rec-e2e-1") == "cordoned"
     assert edge.taint(node, "GPUCriticalXid").startswith("tainted")
     wait_for(
@@ -103,7 +105,9 @@ def test_uncordon_returns_a_node_trainguard_cordoned(cluster: Cluster, node: str
         lambda: "node.kubernetes.io/unschedulable" not in _taint_keys(cluster) or None,
         timeout=20,
     )
-    assert edge.cordon_history() == [], "the storm guard no longer counts a returned node"
+    # the storm guard no longer counts a returned node (its watch cache sees the annotations go)
+    wait_for("the uncordon in the node cache", lambda: edge.cordon_history() == [], timeout=10)
+    cache.stop()
     uncordoned: list[Any] = list(cluster.events("default", node, "Uncordoned"))
     events = [e for e in uncordoned if "alice@ops" in (e.message or "")]
     assert len(events) == 1, "one Event, naming who"

@@ -31,7 +31,7 @@ from kubernetes.client.exceptions import ApiException
 from e2e.cluster import OPERATOR_NS, Cluster, wait_for
 from e2e.controlplane.local import free_port
 from e2e.test_operator import quickstart, ready
-from trainguard.controller.webhook_certs import WEBHOOK_CERT_SECRET
+from trainguard.certs.ca import WEBHOOK_CERT_SECRET
 from trainguard.render.webhook import WEBHOOK_CONFIG_NAME
 
 pytestmark = pytest.mark.e2e

@@ -38,8 +38,8 @@ from e2e.controlplane.local import LocalControlPlane, free_port
 from e2e.test_operator import indexed_job, quickstart, ready
 from e2e.test_p0_loop import alert_payload, operator_key, post, records
 from tests.processes import scrape
+from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT
 from trainguard.remediation import tokens
-from trainguard.remediation.cluster import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT
 
 MON = ("trainguard.io", "v1alpha1", "trainingjobmonitors")
 BENCH_LABEL = "trainguard.io/scale-bench"

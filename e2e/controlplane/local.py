@@ -68,6 +68,19 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
     libc.prctl(1, signal.SIGKILL)
 
 
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  # the operator's LIST requests, and nothing else: the watch caches list once, then watch
+  - level: Metadata
+    verbs: [list]
+    users: ["system:serviceaccount:trainguard-system:trainguard-operator"]
+  - level: None
+"""
+
+
 @dataclass
 class LocalControlPlane:
     workdir: Path
@@ -86,6 +99,12 @@ class LocalControlPlane:
     @property
     def server(self) -> str:
         return f"https://127.0.0.1:{self.api_port}"
+
+    @property
+    def audit_log(self) -> Path:
+        """The apiserver's audit log of the operator's LIST requests (AUDIT_POLICY), JSON lines, written
+        before each request is answered: e2e/test_watch_caches.py counts them."""
+        return self.workdir / "audit.log"
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         out = (self.workdir / f"{name}.log").open("ab")
@@ -167,6 +186,7 @@ class LocalControlPlane:
         t0 = time.monotonic()
         d = self.workdir
         self._certs()
+        (d / "audit-policy.yaml").write_text(AUDIT_POLICY)
         etcd_port, etcd_peer = free_port(), free_port()
         self._spawn("etcd", [
             str(self.bin / "etcd"), "--data-dir", str(d / "etcd"), "--name", "e2e",
@@ -203,6 +223,8 @@ class LocalControlPlane:
             "MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy,"
             "OwnerReferencesPermissionEnforcement",
             "--allow-privileged=true", "--profiling=false", "--endpoint-reconciler-type=none",
+            f"--audit-policy-file={d / 'audit-policy.yaml'}", f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json", "--audit-log-mode=blocking",
         ])  # fmt: skip
         self.write_kubeconfig(
             self.kubeconfig, {"client-certificate": str(d / "admin.crt"), "client-key": str(d / "admin.key")}

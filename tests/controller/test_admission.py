@@ -29,7 +29,7 @@ POD: dict[str, Any] = {
 def run(list_monitors: Any, events: list[tuple[str, str, str]], native: bool = True) -> Any:
     return admit(
         copy.deepcopy(POD),
-        list_monitors=list_monitors,
+        monitors_in=list_monitors,
         post_event=lambda obj, reason, msg, type_: events.append((obj["kind"], reason, type_)),
         receiver_url="https://op:8443/v1/events",
         native_sidecar=native,
@@ -83,7 +83,7 @@ def test_an_event_that_cannot_be_posted_still_admits() -> None:
     def no_events(*args: Any) -> None:
         raise OSError("events are down too")
 
-    assert admit(copy.deepcopy(POD), list_monitors=broken, post_event=no_events, receiver_url="u",
+    assert admit(copy.deepcopy(POD), monitors_in=broken, post_event=no_events, receiver_url="u",
                  native_sidecar=True) is None  # fmt: skip
 
 
@@ -104,7 +104,7 @@ def test_during_a_gang_restart_new_pods_tolerate_spares_and_get_the_resume_point
     mon["status"] = {"remediations": [restart_record("InProgress", "Succeeded", "2026-12-01T03:00:00Z")]}
     changes = admit(
         copy.deepcopy(POD),
-        list_monitors=lambda ns: [copy.deepcopy(mon)],
+        monitors_in=lambda ns: [copy.deepcopy(mon)],
         post_event=lambda *a: None,
         receiver_url="u",
         native_sidecar=True,
@@ -125,7 +125,7 @@ def test_without_a_restart_no_spare_and_no_pointer() -> None:
     )  # long finished: > 10 minutes before now
     for records in ([], [old], [restart_record("InProgress", "Planned", "2027-01-15T08:00:00Z")]):
         mon = copy.deepcopy(MONITOR) | {"status": {"remediations": records}}
-        changes = admit(copy.deepcopy(POD), list_monitors=lambda ns, m=mon: [copy.deepcopy(m)],
+        changes = admit(copy.deepcopy(POD), monitors_in=lambda ns, m=mon: [copy.deepcopy(m)],
                         post_event=lambda *a: None, receiver_url="u", native_sidecar=True,
                         resume_pointer=lambda m: "never asked", clock=lambda: now)  # fmt: skip
         assert "tolerations" not in changes["spec"], records

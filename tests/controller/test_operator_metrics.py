@@ -19,8 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import MONITOR, POLICY
 from tests.controller.test_reconcile import FakeKube, body, namespace_terminating, refused
-from tests.controller.test_response import rig
 from tests.remediation.test_executor import _signal
+from tests.remediation.test_loop import rig
 from tests.remediation.test_receiver import (
     KEY,
     NOW,
@@ -138,18 +138,18 @@ def test_each_reconcile_counts_its_result_and_only_operator_failures_are_errors(
     metrics = OperatorMetrics(CollectorRegistry())
     ns, name = MONITOR["metadata"]["namespace"], MONITOR["metadata"]["name"]
     ok = MonitorKube(body(), policies={"default": POLICY})
-    handlers.reconcile(ok, ns, name, None, metrics)  # type: ignore[arg-type]
+    handlers.reconcile(ok, ok, ns, name, metrics=metrics)  # type: ignore[arg-type]
     no_policy = MonitorKube(body())  # the user's mistake: Degraded, not an operator error
-    handlers.reconcile(no_policy, ns, name, None, metrics)  # type: ignore[arg-type]
+    handlers.reconcile(no_policy, no_policy, ns, name, metrics=metrics)  # type: ignore[arg-type]
     forbidden = MonitorKube(body(), policies={"default": POLICY}, refuse={"PodMonitor": refused(403, "no")})
-    handlers.reconcile(forbidden, ns, name, None, metrics)  # type: ignore[arg-type]
+    handlers.reconcile(forbidden, forbidden, ns, name, metrics=metrics)  # type: ignore[arg-type]
     down = MonitorKube(body(), policies={"default": POLICY}, refuse={"PrometheusRule": refused(503, "etcd")})
     with pytest.raises(Exception, match="503"):
-        handlers.reconcile(down, ns, name, None, metrics)  # type: ignore[arg-type]
+        handlers.reconcile(down, down, ns, name, metrics=metrics)  # type: ignore[arg-type]
     going = MonitorKube(
         body(), policies={"default": POLICY}, refuse={"PodMonitor": namespace_terminating(ns)}
     )
-    handlers.reconcile(going, ns, name, None, metrics)  # type: ignore[arg-type]  # returns: kopf does not retry
+    handlers.reconcile(going, going, ns, name, metrics=metrics)  # type: ignore[arg-type]  # returns: kopf does not retry
 
     reconciles = "trainguard_operator_reconcile_total"
     assert value(metrics, reconciles, result="success") == 1
@@ -205,10 +205,10 @@ def test_only_a_failed_injection_is_counted_as_one() -> None:
 
     common: dict[str, Any] = {"post_event": lambda *a: None, "receiver_url": "https://op:8443/v1/events",
                               "native_sidecar": True, "failed": lambda: failures.append(None)}  # fmt: skip
-    assert admit(pod, list_monitors=lambda ns: [copy.deepcopy(MONITOR)], **common) is not None
-    assert admit(pod, list_monitors=lambda ns: [], **common) is None  # matched nothing: no failure
+    assert admit(pod, monitors_in=lambda ns: [copy.deepcopy(MONITOR)], **common) is not None
+    assert admit(pod, monitors_in=lambda ns: [], **common) is None  # matched nothing: no failure
     assert failures == []
-    assert admit(pod, list_monitors=broken, **common) is None
+    assert admit(pod, monitors_in=broken, **common) is None
     assert len(failures) == 1
 
 
@@ -218,7 +218,7 @@ def test_only_a_failed_injection_is_counted_as_one() -> None:
 def test_remediation_steps_are_counted_once_per_phase_they_enter() -> None:
     responder, kube, _ = rig()
     metrics = OperatorMetrics(CollectorRegistry())
-    responder.on_step = metrics.step
+    responder.store.on_step = metrics.step
     record = responder.handle(_signal("GPUCriticalXid"))
     assert record is not None and responder.idle()
     done = kube.records[0]

@@ -27,11 +27,11 @@ class FakeKube:
         self.status: dict[str, Any] = {}
         self.patches: list[dict[str, Any]] = []
 
-    def list_monitors(self, namespace: str | None = None) -> list[dict[str, Any]]:
+    def monitors(self) -> list[dict[str, Any]]:
         return [MONITOR | {"status": self.status}]
 
-    def count_pods(self, namespace: str, selector: str) -> int:
-        return 3
+    def pods(self, namespace: str, selector: Any) -> list[dict[str, Any]]:
+        return [{"spec": {"containers": [{"name": "trainguard-exporter"}]}}] * 3
 
     def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.patches.append(status)
@@ -39,7 +39,7 @@ class FakeKube:
 
 
 def periodic(leader: bool, clock: Clock, kube: FakeKube, done: list[str]) -> Periodic:
-    return Periodic(kube, leader=lambda: leader, reconcile=lambda ns, n: done.append(f"{ns}/{n}"),
+    return Periodic(kube, kube, leader=lambda: leader, reconcile=lambda ns, n: done.append(f"{ns}/{n}"),
                     lock=LOCKS, resync_s=120, pods_s=15, clock=clock)  # fmt: skip
 
 
@@ -77,7 +77,7 @@ def test_a_standby_does_nothing() -> None:
 
 def test_one_failing_monitor_does_not_stop_the_pass() -> None:
     clock, kube = Clock(), FakeKube()
-    kube.list_monitors = lambda namespace=None: [  # type: ignore[method-assign]
+    kube.monitors = lambda: [  # type: ignore[method-assign]
         MONITOR | {"metadata": {"name": "a", "namespace": "ml"}},
         MONITOR | {"metadata": {"name": "b", "namespace": "ml"}},
     ]
@@ -89,7 +89,7 @@ def test_one_failing_monitor_does_not_stop_the_pass() -> None:
         done.append(name)
 
     p = Periodic(
-        kube, leader=lambda: True, reconcile=reconcile, lock=LOCKS, resync_s=1, pods_s=100, clock=clock
+        kube, kube, leader=lambda: True, reconcile=reconcile, lock=LOCKS, resync_s=1, pods_s=100, clock=clock
     )
     clock.t += 1
     p.tick()

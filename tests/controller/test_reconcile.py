@@ -11,9 +11,9 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from tests.conftest import MONITOR, POLICY
-from trainguard.controller.kube import HASH_ANNOTATION, MissingAPI
 from trainguard.controller.reconcile import NamespaceTerminating, ReceiverSettings, reconcile_monitor
-from trainguard.controller.reconcile import namespace_terminating as namespace_terminating_refusal
+from trainguard.kube import HASH_ANNOTATION, MissingAPI
+from trainguard.kube import namespace_terminating as namespace_terminating_refusal
 from trainguard.remediation import tokens
 
 
@@ -66,12 +66,17 @@ class FakeKube:
         self.created.append(obj["metadata"]["name"])
         return True
 
-    def node_names(self, selector: str) -> list[str]:
-        return ["gpu-node-7"] if selector == "rack=r12" else []
+    # the watch caches' reads (kube.ClusterCache)
 
-    def count_pods(self, namespace: str, selector: str) -> int:
-        assert selector == "app=llama-pretrain"
-        return 2
+    def nodes(self) -> list[dict[str, Any]]:
+        return [{"metadata": {"name": "gpu-node-7", "labels": {"rack": "r12"}}},
+                {"metadata": {"name": "gpu-node-8", "labels": {"rack": "r13"}}}]  # fmt: skip
+
+    def pods(self, namespace: str, selector: Any) -> list[dict[str, Any]]:
+        assert selector.to_selector_string() == "app=llama-pretrain"
+        monitored = {"spec": {"containers": [{"name": "trainer"}, {"name": "trainguard-exporter"}]}}
+        plain = {"spec": {"containers": [{"name": "trainer"}]}}  # let through without the sidecar
+        return [monitored, copy.deepcopy(monitored), plain]
 
     def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.status = status
@@ -113,7 +118,7 @@ def cond(kube: FakeKube, type_: str) -> dict[str, Any]:
 def test_applies_everything_then_nothing_when_unchanged() -> None:
     kube = FakeKube({"default": POLICY})
     events: list[tuple[str, str]] = []
-    reconcile_monitor(kube, body(), announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
+    reconcile_monitor(kube, kube, body(), announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
     assert kube.applies == ["PrometheusRule", "AlertmanagerConfig", "PodMonitor"]
     assert kube.created == ["trainguard-llama-pretrain-fastpath"]
     assert cond(kube, "Ready")["status"] == "True"
@@ -121,7 +126,7 @@ def test_applies_everything_then_nothing_when_unchanged() -> None:
     assert events and events[0][0] == "Applied" and "generation 1" in events[0][1]
     kube.applies.clear()
     events.clear()
-    reconcile_monitor(kube, body(), announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
+    reconcile_monitor(kube, kube, body(), announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
     assert kube.calls[-3:] == ["PrometheusRule", "AlertmanagerConfig", "PodMonitor"], "applied every time"
     assert kube.applies == [] and events == [], "nothing changed, so nothing is announced"
     assert kube.objects[("PrometheusRule", "trainguard-llama-pretrain")]["metadata"]["annotations"][
@@ -131,12 +136,12 @@ def test_applies_everything_then_nothing_when_unchanged() -> None:
 
 def test_a_hand_edit_of_an_owned_object_is_repaired_by_the_next_reconcile() -> None:
     kube = FakeKube({"default": POLICY})
-    reconcile_monitor(kube, body())  # type: ignore[arg-type]
+    reconcile_monitor(kube, kube, body())  # type: ignore[arg-type]
     rule = kube.objects[("PrometheusRule", "trainguard-llama-pretrain")]
     rendered = copy.deepcopy(rule["spec"])
     rule["spec"]["groups"][0]["rules"] = []  # kubectl edit: every rule gone, the annotation kept
     kube.applies.clear()
-    reconcile_monitor(kube, body())  # type: ignore[arg-type]
+    reconcile_monitor(kube, kube, body())  # type: ignore[arg-type]
     assert kube.applies == ["PrometheusRule"]
     assert kube.objects[("PrometheusRule", "trainguard-llama-pretrain")]["spec"] == rendered
 
@@ -145,7 +150,7 @@ def test_an_apply_the_api_refuses_is_degraded_naming_the_object_and_the_message(
     message = 'admission webhook "prometheusrulevalidate.monitoring.coreos.com" denied the request: bad expr'
     kube = FakeKube({"default": POLICY}, refuse={"PrometheusRule": refused(422, message)})
     events: list[tuple[str, str]] = []
-    reconcile_monitor(kube, body(), announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
+    reconcile_monitor(kube, kube, body(), announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
     c = cond(kube, "Degraded")
     assert c["status"] == "True" and c["reason"] == "ApplyFailed"
     assert "PrometheusRule ml/trainguard-llama-pretrain" in c["message"] and message in c["message"]
@@ -156,7 +161,7 @@ def test_an_apply_the_api_refuses_is_degraded_naming_the_object_and_the_message(
 
 def test_a_forbidden_apply_is_degraded_and_later_objects_say_what_was_applied() -> None:
     kube = FakeKube({"default": POLICY}, refuse={"PodMonitor": refused(403, "podmonitors is forbidden")})
-    reconcile_monitor(kube, body())  # type: ignore[arg-type]
+    reconcile_monitor(kube, kube, body())  # type: ignore[arg-type]
     c = cond(kube, "Degraded")
     assert c["reason"] == "ApplyFailed" and "PodMonitor" in c["message"] and "RBAC" in c["message"]
     assert cond(kube, "RulesApplied")["status"] == "True"
@@ -167,7 +172,7 @@ def test_a_namespace_being_deleted_is_neither_degraded_nor_announced() -> None:
     kube = FakeKube(policies={"default": POLICY}, refuse={"PodMonitor": namespace_terminating()})
     events: list[tuple[str, str]] = []
     with pytest.raises(NamespaceTerminating, match="namespace ml is being deleted"):
-        reconcile_monitor(kube, body(), announce=lambda r, m: events.append((r, m)))
+        reconcile_monitor(kube, kube, body(), announce=lambda r, m: events.append((r, m)))
     assert kube.status is None and events == []
 
 
@@ -186,7 +191,7 @@ def test_only_the_namespace_lifecycle_refusal_counts_as_a_namespace_being_delete
 def test_a_transient_api_failure_is_reported_and_raised_for_kopf_to_retry() -> None:
     kube = FakeKube({"default": POLICY}, refuse={"PrometheusRule": refused(503, "etcd unavailable")})
     with pytest.raises(ApiException):
-        reconcile_monitor(kube, body())  # type: ignore[arg-type]
+        reconcile_monitor(kube, kube, body())  # type: ignore[arg-type]
     assert cond(kube, "Degraded")["reason"] == "ApplyFailed"
 
 
@@ -196,16 +201,16 @@ def test_the_receiver_secret_is_emptied_when_the_inline_url_goes() -> None:
         {"name": "chat", "type": "slack", "roles": ["im"], "url": "https://hooks.slack.invalid/T/B/x"}
     )
     kube = FakeKube({"default": slack})
-    status = reconcile_monitor(kube, body())  # type: ignore[arg-type]
+    status = reconcile_monitor(kube, kube, body())  # type: ignore[arg-type]
     assert status["receiverSecret"] == "trainguard-llama-pretrain-receivers"
     assert "data" in kube.objects[("Secret", "trainguard-llama-pretrain-receivers")]
     kube.policies["default"] = POLICY
-    status = reconcile_monitor(kube, body() | {"status": status})  # type: ignore[arg-type]
+    status = reconcile_monitor(kube, kube, body() | {"status": status})  # type: ignore[arg-type]
     assert kube.emptied == ["trainguard-llama-pretrain-receivers"], (
         "the webhook URL no longer sits in a Secret"
     )
     assert status["receiverSecret"] == ""
-    reconcile_monitor(kube, body() | {"status": status})  # type: ignore[arg-type]
+    reconcile_monitor(kube, kube, body() | {"status": status})  # type: ignore[arg-type]
     assert kube.emptied == ["trainguard-llama-pretrain-receivers"], "emptied once"
 
 
@@ -215,35 +220,35 @@ def test_a_secret_rewritten_after_a_restart_is_not_announced_when_the_input_is_t
         {"name": "chat", "type": "slack", "roles": ["im"], "url": "https://hooks.slack.invalid/T/B/x"}
     )
     kube = FakeKube({"default": slack})
-    status = reconcile_monitor(kube, body())  # type: ignore[arg-type]
+    status = reconcile_monitor(kube, kube, body())  # type: ignore[arg-type]
     kube.written.clear()  # a restarted operator: it never wrote the Secret in this process
     events: list[tuple[str, str]] = []
-    reconcile_monitor(kube, body() | {"status": status}, announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
+    reconcile_monitor(kube, kube, body() | {"status": status}, announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
     assert events == []
 
 
 def test_a_persisting_apply_failure_is_announced_once() -> None:
     kube = FakeKube({"default": POLICY}, refuse={"PrometheusRule": refused(422, "bad rule")})
     events: list[tuple[str, str]] = []
-    status = reconcile_monitor(kube, body(), announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
-    reconcile_monitor(kube, body() | {"status": status}, announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
+    status = reconcile_monitor(kube, kube, body(), announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
+    reconcile_monitor(kube, kube, body() | {"status": status}, announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
     assert [r for r, _ in events] == ["ApplyFailed"]
 
 
 def test_policy_change_reapplies_only_what_changed() -> None:
     kube = FakeKube({"default": POLICY})
-    reconcile_monitor(kube, body())  # type: ignore[arg-type]
+    reconcile_monitor(kube, kube, body())  # type: ignore[arg-type]
     kube.applies.clear()
     changed = copy.deepcopy(POLICY)
     changed["spec"]["alerts"] = [{"name": "GPUThermalThrottling", "threshold": 80}]
     kube.policies["default"] = changed
-    reconcile_monitor(kube, body())  # type: ignore[arg-type]
+    reconcile_monitor(kube, kube, body())  # type: ignore[arg-type]
     assert kube.applies == ["PrometheusRule"]
 
 
 def test_missing_policy_degrades_and_applies_nothing() -> None:
     kube = FakeKube()
-    reconcile_monitor(kube, body())  # type: ignore[arg-type]
+    reconcile_monitor(kube, kube, body())  # type: ignore[arg-type]
     assert kube.applies == []
     assert cond(kube, "Degraded")["reason"] == "PolicyNotFound"
     assert cond(kube, "Ready")["status"] == "False"
@@ -251,7 +256,7 @@ def test_missing_policy_degrades_and_applies_nothing() -> None:
 
 def test_invalid_spec_degrades_without_raising() -> None:
     kube = FakeKube({"default": POLICY})
-    reconcile_monitor(kube, body(baseline={"sigma": -1}))  # type: ignore[arg-type]
+    reconcile_monitor(kube, kube, body(baseline={"sigma": -1}))  # type: ignore[arg-type]
     c = cond(kube, "Degraded")
     assert c["reason"] == "InvalidSpec" and "spec.baseline.sigma" in c["message"]
 
@@ -260,14 +265,14 @@ def test_invalid_policy_degrades_naming_it() -> None:
     bad = copy.deepcopy(POLICY)
     bad["spec"]["alerts"] = [{"name": "GPUMemoryHang", "params": {"nope": 1}}]
     kube = FakeKube({"default": bad})
-    reconcile_monitor(kube, body())  # type: ignore[arg-type]
+    reconcile_monitor(kube, kube, body())  # type: ignore[arg-type]
     c = cond(kube, "Degraded")
     assert c["reason"] == "InvalidPolicy" and "AlertPolicy ml/default" in c["message"]
 
 
 def test_missing_prometheus_operator_crds_is_a_clear_condition() -> None:
     kube = FakeKube({"default": POLICY}, missing_kinds=("PrometheusRule",))
-    reconcile_monitor(kube, body())  # type: ignore[arg-type]
+    reconcile_monitor(kube, kube, body())  # type: ignore[arg-type]
     c = cond(kube, "Degraded")
     assert c["reason"] == "MissingCRDs" and "install prometheus-operator's CRDs" in c["message"]
 
@@ -279,7 +284,7 @@ def test_maintenance_window_node_selector_is_resolved_to_node_names() -> None:
          "nodeSelector": {"matchLabels": {"rack": "r12"}}}
     ]  # fmt: skip
     kube = FakeKube({"default": pol})
-    reconcile_monitor(kube, body())  # type: ignore[arg-type]
+    reconcile_monitor(kube, kube, body())  # type: ignore[arg-type]
     amc = kube.objects[("AlertmanagerConfig", "trainguard-llama-pretrain")]
     p0 = amc["spec"]["route"]["routes"][0]
     assert p0["routes"][0]["matchers"] == [{"name": "node", "matchType": "=~", "value": "gpu-node-7"}]
@@ -290,7 +295,7 @@ def test_with_a_receiver_the_credentials_are_derived_and_alertmanager_posts_to_t
     key = tokens.new_key()
     kube = FakeKube({"default": POLICY})
     settings = ReceiverSettings(key=key, url="https://op.trainguard-system.svc:8443", ca="CA PEM")
-    reconcile_monitor(kube, body(), receiver=settings)  # type: ignore[arg-type]
+    reconcile_monitor(kube, kube, body(), receiver=settings)  # type: ignore[arg-type]
     assert kube.created == [], "no random token: the operator derives it and can check it again"
     secret = kube.objects[("Secret", "trainguard-llama-pretrain-fastpath")]["stringData"]
     assert tokens.verify(key, tokens.EVENTS, "ml", "llama-pretrain", secret["token"])
@@ -299,5 +304,5 @@ def test_with_a_receiver_the_credentials_are_derived_and_alertmanager_posts_to_t
     amc = kube.objects[("AlertmanagerConfig", "trainguard-llama-pretrain")]["spec"]
     assert "trainguard-operator" in {r["name"] for r in amc["receivers"]}
     kube.applies.clear()
-    reconcile_monitor(kube, body(), receiver=settings)  # type: ignore[arg-type]
+    reconcile_monitor(kube, kube, body(), receiver=settings)  # type: ignore[arg-type]
     assert kube.applies == [], "the same key gives the same Secret"

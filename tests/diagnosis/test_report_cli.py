@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainguard.cli import EXIT_USAGE, _when, main
+from trainguard.args import EXIT_USAGE, when
+from trainguard.cli import main
 
 
 def test_needs_a_namespaced_monitor_and_a_prometheus(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -16,7 +17,7 @@ def test_needs_a_namespaced_monitor_and_a_prometheus(monkeypatch: pytest.MonkeyP
 
 
 def test_at_takes_unix_seconds_or_rfc3339() -> None:
-    assert _when("1760000000") == 1760000000.0
-    assert _when("2025-10-09T08:53:20Z") == 1760000000.0
+    assert when("1760000000") == 1760000000.0
+    assert when("2025-10-09T08:53:20Z") == 1760000000.0
     with pytest.raises(SystemExit):
-        _when("yesterday")
+        when("yesterday")

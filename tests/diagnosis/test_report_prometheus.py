@@ -20,7 +20,10 @@ from tests.conftest import MONITOR, POLICY, merged
 from tests.diagnosis.report_inputs import RECORD, TRACE_ID
 from tests.diagnosis.traces import AT, JOB, NS, trace
 from tests.processes import backfilled_prometheus
-from trainguard.controller.report import LOG_LIMIT_BYTES, DiagnosticReports, build_report, prometheus_client
+from trainguard.clients.prometheus import prometheus_client
+from trainguard.diagnosis.fetch import LOG_LIMIT_BYTES, build_report
+from trainguard.diagnosis.passes import DiagnosticReports
+from trainguard.kube import Kube
 
 pytestmark = pytest.mark.tools
 
@@ -69,16 +72,19 @@ class _Core:
         )
 
 
-class _Kube:
-    def __init__(self) -> None:
-        self.core = _Core()
+class _Kube(Kube):
+    """The real kube.Kube's pod_log over a stand-in CoreV1Api, and the watch caches' reads."""
+
+    def __init__(self) -> None:  # no client: every call below is answered here or by _Core
+        self.timeout = 30.0
+        self.core = _Core()  # type: ignore[assignment]
         self.monitor = merged(MONITOR, **{"metadata.name": JOB, "metadata.namespace": NS})
         self.monitor["status"] = {"remediations": [RECORD]}
         self.monitor["metadata"]["uid"] = "uid-1"
         self.created: list[dict[str, Any]] = []
         self.events: list[tuple[str, str]] = []
 
-    def list_monitors(self) -> list[dict[str, Any]]:
+    def monitors(self) -> list[dict[str, Any]]:
         return [self.monitor]
 
     def create_if_absent(self, obj: dict[str, Any]) -> bool:
@@ -87,19 +93,19 @@ class _Kube:
         self.created.append(obj)
         return True
 
-    def post_event(self, regarding: dict[str, Any], reason: str, message: str) -> None:
+    def post_event(self, regarding: dict[str, Any], reason: str, message: str, *_: Any, **__: Any) -> None:
         self.events.append((reason, message))
 
     def get_monitor(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.monitor if (namespace, name) == (NS, JOB) else None
 
-    def get_policy(self, namespace: str, name: str) -> dict[str, Any]:
+    def policy(self, namespace: str, name: str) -> dict[str, Any]:
         return merged(
             POLICY, **{"metadata.namespace": NS, "spec.runbookBaseUrl": "https://runbooks.example/tg"}
         )
 
-    def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        assert selector == "app=llama-pretrain"
+    def pods(self, namespace: str, selector: Any) -> list[dict[str, Any]]:
+        assert selector.to_selector_string() == "app=llama-pretrain"
         return [
             {
                 "metadata": {"name": f"{JOB}-worker-1"},
@@ -113,7 +119,7 @@ class _Kube:
 
 def test_the_report_is_built_from_prometheus_and_the_pods(prometheus: str, tmp_path: Path) -> None:
     kube = _Kube()
-    report = build_report(kube, prometheus_client(prometheus), NS, JOB, alert=None, at=AT, now=AT + 600)
+    report = build_report(kube, kube, prometheus_client(prometheus), NS, JOB, alert=None, at=AT, now=AT + 600)
     md = report.markdown
     assert "# P1 TrainingThroughputDrop" in md and "node gpu-node-0" in md  # the most severe firing
     assert "### throughput-data-loading" in md
@@ -129,14 +135,14 @@ def test_the_report_is_built_from_prometheus_and_the_pods(prometheus: str, tmp_p
 
 def test_an_unknown_monitor_is_a_lookup_error(prometheus: str) -> None:
     with pytest.raises(LookupError):
-        build_report(_Kube(), prometheus_client(prometheus), NS, "nope", alert=None, at=AT, now=AT)
+        build_report(_Kube(), _Kube(), prometheus_client(prometheus), NS, "nope", alert=None, at=AT, now=AT)
 
 
 def test_each_firing_p2_is_reported_once_into_a_configmap_owned_by_the_monitor(prometheus: str) -> None:
     kube = _Kube()
     clock = [AT]
     passes = DiagnosticReports(
-        kube, lambda: True, prometheus_client(prometheus), clock=lambda: clock[0], check_s=0
+        kube, kube, lambda: True, prometheus_client(prometheus), clock=lambda: clock[0], check_s=0
     )
     assert passes.run() == 1
     [cm] = kube.created
@@ -155,5 +161,5 @@ def test_each_firing_p2_is_reported_once_into_a_configmap_owned_by_the_monitor(p
     )
     clock[0] += 60
     assert passes.run() == 0 and len(kube.created) == 1
-    restarted = DiagnosticReports(kube, lambda: True, prometheus_client(prometheus), clock=lambda: AT)
+    restarted = DiagnosticReports(kube, kube, lambda: True, prometheus_client(prometheus), clock=lambda: AT)
     assert restarted.run() == 0 and len(kube.events) == 1  # the ConfigMap is there: no second Event

@@ -12,6 +12,7 @@ from kubernetes import client
 from tests.exporter.running import running_exporter
 from trainguard.drill.clients import SidecarHTTP
 from trainguard.drill.scenarios import PodView
+from trainguard.kube import Kube
 
 
 def pod_of(url: str) -> PodView:
@@ -19,11 +20,11 @@ def pod_of(url: str) -> PodView:
     return PodView("llama-0", "gpu-node-1", str(parts.hostname), int(parts.port or 0))
 
 
-def no_apiserver() -> client.ApiClient:
+def no_apiserver() -> Kube:
     cfg = client.Configuration()
     cfg.host = "http://127.0.0.1:9"  # the discard port: nothing answers
     cfg.retries = False
-    return client.ApiClient(cfg)
+    return Kube(client.ApiClient(cfg))
 
 
 def test_inject_read_clear_and_step_through_the_pod_ip() -> None:

@@ -1,6 +1,6 @@
 """Across the seam: the operator's executor carries out the planner's NaN-loss plan (pause, pin the
 newest checkpoint saved before the NaN) against a real exporter in this process, through the real
-remediation.cluster.Cluster control calls, while a real Reporter trains against that exporter on
+remediation.sidecars.SidecarControl calls, while a real Reporter trains against that exporter on
 its unix socket. Only the pod lookup is stood in for: the pod is this process."""
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from kubernetes import client
-
 from tests.conftest import monitor as make_monitor
 from tests.exporter.running import Running, running_exporter
 from tests.sdk.fakes import wait
-from trainguard.remediation.cluster import Cluster, Sidecar
+from trainguard.remediation.cluster import Cluster
 from trainguard.remediation.executor import Executor, choose_checkpoint
 from trainguard.remediation.model import ClusterState, Phase, Signal, Source, StepKind
+from trainguard.remediation.ops import Sidecar
 from trainguard.remediation.plan import plan
 from trainguard.remediation.records import new_record
+from trainguard.remediation.sidecars import SidecarControl
 from trainguard.sdk import Reporter
 
 TOKEN = "t0k3n"
@@ -39,7 +39,7 @@ class ThisPod(Cluster):
     """The real sidecar control calls; the one pod of the selector is the exporter in this process."""
 
     def __init__(self, url: str) -> None:
-        super().__init__(client.ApiClient(), control_timeout=2)
+        super().__init__(None, None, SidecarControl(timeout=2))  # type: ignore[arg-type]
         self.url = url
 
     def sidecars(self, namespace: str, label_selector: str, port: int) -> list[Sidecar]:

@@ -31,9 +31,10 @@ import pytest
 
 from tests.processes import free_port, http_json, serve_text, start, stop, wait_http
 from trainguard.api import load_documents
+from trainguard.catalog.kubernetes import FAULTY_TAINT
 from trainguard.exporter.faults import KINDS
 from trainguard.render import dump_yaml, render_prometheus
-from trainguard.render.dashboards import FAULTY_TAINT, panel_queries, render_dashboards, variable_queries
+from trainguard.render.dashboards import panel_queries, render_dashboards, variable_queries
 from trainguard.sdk import Reporter
 
 pytestmark = pytest.mark.tools

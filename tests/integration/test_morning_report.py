@@ -4,7 +4,7 @@ operator's pass querying it through prometheus-api-client, a real Alertmanager w
 configuration, and a notification sink behind its receivers. The quiet hours ended ten minutes ago
 by the real clock, which both processes keep.
 
-Stand-in: the Kubernetes API (tests/controller/test_morning_report_pass.FakeKube); no apiserver here.
+Stand-in: the Kubernetes API (tests.diagnosis.test_morning_pass.FakeKube); no apiserver here.
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ import pytest
 import yaml
 
 from tests.conftest import MONITOR, POLICY, merged
-from tests.controller.test_morning_report_pass import FakeKube
+from tests.diagnosis.test_morning_pass import FakeKube
 from tests.processes import alertmanager, backfilled_prometheus
 from tests.render.amconfig import write_config
 from tests.render.notification_sink import Sink, serve
-from trainguard.controller.morning_report import MARKER, MorningReports, prometheus_client
+from trainguard.clients.prometheus import prometheus_client
+from trainguard.diagnosis.passes import MARKER, MorningReports
 from trainguard.render.routing import MORNING_REPORT
 
 pytestmark = pytest.mark.tools
@@ -147,11 +148,11 @@ def local(offset_minutes: int) -> str:
 
 def test_the_night_is_reported_once_to_im_and_email(stack: tuple[str, str, Sink, FakeKube]) -> None:
     prom_url, am_url, sink, kube = stack
-    reports = MorningReports(kube, leader=lambda: True, alertmanager_url=am_url,
+    reports = MorningReports(kube, kube, leader=lambda: True, alertmanager_url=am_url,
                              prometheus=prometheus_client(prom_url), check_s=0)  # fmt: skip
     assert reports.run() == 1
     assert sink.wait(lambda s: {"im", "email"} <= set(reports_of(s)), timeout=20), sink.notifications()
-    assert kube.monitors[0]["metadata"]["annotations"][MARKER] == KEY
+    assert kube.bodies[0]["metadata"]["annotations"][MARKER] == KEY
 
     got = reports_of(sink)
     assert set(got) == {"im", "email"}, "phone and ticket get no report"
@@ -174,12 +175,12 @@ def test_the_night_is_reported_once_to_im_and_email(stack: tuple[str, str, Sink,
 
     # the same pass again, and a restarted operator: the marker stops both
     assert reports.run() == 0
-    again = MorningReports(kube, leader=lambda: True, alertmanager_url=am_url,
+    again = MorningReports(kube, kube, leader=lambda: True, alertmanager_url=am_url,
                            prometheus=prometheus_client(prom_url), check_s=0)  # fmt: skip
     assert again.run() == 0
     # an operator killed between the post and the marker posts the same report again: Alertmanager
     # holds it as the same alert and notifies no one twice
-    del kube.monitors[0]["metadata"]["annotations"][MARKER]
+    del kube.bodies[0]["metadata"]["annotations"][MARKER]
     assert again.run() == 1
     time.sleep(6)  # three report group_intervals
     assert {r: len(a) for r, a in reports_of(sink).items()} == {"im": 1, "email": 1}

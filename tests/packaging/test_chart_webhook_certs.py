@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from tests.packaging.chart import by_kind, objects, one, run_helm, template, template_args
+from trainguard.certs.ca import WEBHOOK_CERT_SECRET
 from trainguard.cli import build_parser
-from trainguard.controller.webhook_certs import WEBHOOK_CERT_SECRET
 
 
 def operator_args(docs: list[dict[str, Any]]) -> argparse.Namespace:

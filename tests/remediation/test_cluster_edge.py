@@ -1,6 +1,6 @@
-"""remediation.cluster without a cluster: sidecar control against a real exporter in this process, the
-taint's read-modify-write on a conflict against a stand-in CoreV1Api that answers as the apiserver
-does, and the pure helpers."""
+"""The remediation edge without a cluster: sidecar control against a real exporter in this process, the
+taint's read-modify-write on a conflict against a stand-in for kube.Kube's node calls that answers as
+the apiserver does, and the pure helpers."""
 
 from __future__ import annotations
 
@@ -9,20 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from tests.exporter.running import running_exporter
 from tests.processes import free_port
-from trainguard.remediation.cluster import (
-    FAULTY_TAINT,
-    MERGE_PATCH,
-    Cluster,
-    ControlError,
-    label_value,
-    new_pods_placement,
-    taints_with,
-)
+from trainguard.catalog.kubernetes import FAULTY_TAINT
+from trainguard.kube import ApiError
+from trainguard.kube.objects import label_value, new_pods_placement, taints_with
+from trainguard.remediation.cluster import Cluster
+from trainguard.remediation.sidecars import ControlError, SidecarControl
 
 TOKEN = "t0k3n"
 
@@ -38,7 +32,7 @@ def sidecar(tmp_path: Path) -> Any:
 
 
 def test_control_and_read_control_speak_the_exporters_protocol(sidecar: Any) -> None:
-    edge = Cluster(client.ApiClient(), control_timeout=2)
+    edge = SidecarControl(timeout=2)
     view = edge.control(sidecar.url, TOKEN, {"pause": True, "checkpoint": "full"})
     assert view["pause"] is True and view["checkpoint"] == "full"
     advice = [{"advice": "clip_gradients", "record": "r1"}]
@@ -50,7 +44,7 @@ def test_control_and_read_control_speak_the_exporters_protocol(sidecar: Any) -> 
 def test_the_sidecar_holds_a_pinned_resume_from(sidecar: Any) -> None:
     """The executor posts the pin and checks the answer: the sidecar holds it (pinned) and says so on
     a later read; a pin it cannot use is a 400, so the executor's detail names that sidecar."""
-    edge = Cluster(client.ApiClient())
+    edge = SidecarControl()
     pin = {"step": 900, "kind": "full", "path": "/ckpt/900", "ts": 1_700_000_000.0}
     view = edge.control(sidecar.url, TOKEN, {"resume_from": pin})
     assert view["resume_from"] == pin and view["pinned"] is True
@@ -63,7 +57,7 @@ def test_the_sidecar_holds_a_pinned_resume_from(sidecar: Any) -> None:
 
 
 def test_a_wrong_token_is_a_control_error(sidecar: Any) -> None:
-    edge = Cluster(client.ApiClient())
+    edge = SidecarControl()
     with pytest.raises(ControlError, match="HTTP 401"):
         edge.control(sidecar.url, "wrong", {"pause": True})
     with pytest.raises(ControlError, match="HTTP 401"):
@@ -72,7 +66,7 @@ def test_a_wrong_token_is_a_control_error(sidecar: Any) -> None:
 
 
 def test_an_unreachable_sidecar_is_a_control_error_within_the_timeout() -> None:
-    edge = Cluster(client.ApiClient(), control_timeout=1)
+    edge = SidecarControl(timeout=1)
     started = time.monotonic()
     with pytest.raises(ControlError):
         edge.read_control(f"http://127.0.0.1:{free_port()}", TOKEN)
@@ -80,44 +74,39 @@ def test_an_unreachable_sidecar_is_a_control_error_within_the_timeout() -> None:
 
 
 class Nodes:
-    """A CoreV1Api stand-in for one node: patches with a stale resourceVersion are a 409, as the
+    """kube.Kube's node calls for one node: patches with a stale resourceVersion are a 409, as the
     apiserver answers a merge patch that carries metadata.resourceVersion."""
 
     def __init__(self, taints: list[dict[str, str]], interloper: dict[str, str] | None = None) -> None:
         self.version = 1
         self.taints = taints
         self.interloper = interloper
-        self.patches: list[tuple[dict[str, Any], str | None]] = []
+        self.patches: list[dict[str, Any]] = []
 
-    def read_node(self, name: str, _request_timeout: float) -> client.V1Node:
-        return client.V1Node(
-            metadata=client.V1ObjectMeta(name=name, resource_version=str(self.version)),
-            spec=client.V1NodeSpec(taints=[client.V1Taint(**t) for t in self.taints]),
-        )
+    def read_node(self, name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "resourceVersion": str(self.version)},
+                "spec": {"taints": [dict(t) for t in self.taints]}}  # fmt: skip
 
-    def patch_node(
-        self, name: str, body: dict[str, Any], _content_type: str, _request_timeout: float
-    ) -> None:
-        self.patches.append((body, _content_type))
+    def patch_node(self, name: str, body: dict[str, Any]) -> None:
+        self.patches.append(body)
         if self.interloper is not None:  # someone else writes between our read and our patch
             self.taints = [*self.taints, self.interloper]
             self.version += 1
             self.interloper = None
         if body["metadata"]["resourceVersion"] != str(self.version):
-            raise ApiException(status=409, reason="Conflict")
+            raise ApiError(status=409, reason="Conflict")
         self.taints = body["spec"]["taints"]
         self.version += 1
 
 
 def test_taint_rereads_on_a_conflict_and_keeps_the_other_writers_taint() -> None:
-    edge = Cluster(client.ApiClient())
     other = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
     nodes = Nodes([], interloper=other)
-    edge.core = nodes  # type: ignore[assignment]
+    edge = Cluster(nodes, reads=None)  # type: ignore[arg-type]
 
     assert edge.taint("gpu-a", "GPULost") == f"tainted {FAULTY_TAINT}=GPULost:NoSchedule"
     assert nodes.taints == [other, {"key": FAULTY_TAINT, "value": "GPULost", "effect": "NoSchedule"}]
-    assert len(nodes.patches) == 2 and all(ct == MERGE_PATCH for _, ct in nodes.patches)
+    assert len(nodes.patches) == 2
     assert edge.taint("gpu-a", "GPULost").startswith("already tainted")
     assert len(nodes.patches) == 2
 

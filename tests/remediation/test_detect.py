@@ -14,11 +14,13 @@ import pytest
 from kubernetes import client
 
 from tests.conftest import monitor as make_monitor
+from trainguard.catalog.alerts import TRAINING_INTERRUPTED
 from trainguard.catalog.events import fingerprint
 from trainguard.remediation.detect import interruptions, node_faults
-from trainguard.remediation.model import TRAINING_INTERRUPTED, Signal, Source
+from trainguard.remediation.model import Signal, Source
 from trainguard.remediation.plan import record_id
-from trainguard.remediation.signals import parse_rfc3339, signal_fingerprint
+from trainguard.remediation.signals import signal_fingerprint
+from trainguard.times import parse_rfc3339
 
 NOW = parse_rfc3339("2023-11-14T22:20:00Z")
 JOB_LABELS = {"app": "llama-pretrain", "batch.kubernetes.io/job-name": "llama-pretrain"}

@@ -19,7 +19,7 @@ from tests.remediation.test_executor import (
 )
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog.events import fingerprint
-from trainguard.remediation.cluster import CORDON_REASON, CORDONED_BY, FAULTY_TAINT
+from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_BY, FAULTY_TAINT
 from trainguard.remediation.model import ClusterState, Phase, Signal, Source
 from trainguard.remediation.plan import ECC_DEGRADED, plan
 from trainguard.remediation.records import new_record

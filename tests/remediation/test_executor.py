@@ -22,22 +22,15 @@ import pytest
 from tests.conftest import monitor as make_monitor
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog.events import fingerprint
+from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT, RESUME_FROM
 from trainguard.exporter.checkpoints import checkpoint_ref, newer, resume_pointer
-from trainguard.remediation.cluster import (
-    CORDON_REASON,
-    CORDONED_AT,
-    CORDONED_BY,
-    FAULTY_TAINT,
-    RESUME_FROM,
-    ControlError,
-    Sidecar,
-    new_pods_placement,
-    taints_with,
-)
+from trainguard.kube.objects import new_pods_placement, taints_with
 from trainguard.remediation.executor import Executor, choose_checkpoint
 from trainguard.remediation.model import ClusterState, Phase, Plan, Signal, Source, Step, StepKind
+from trainguard.remediation.ops import Sidecar
 from trainguard.remediation.plan import plan
 from trainguard.remediation.records import new_record
+from trainguard.remediation.sidecars import ControlError
 
 T0 = 1_700_000_000.0
 TOKEN = "sidecar-token"
@@ -536,9 +529,41 @@ def test_a_resumed_restart_does_not_delete_the_replacements() -> None:
     assert interrupted["steps"][3]["phase"] == Phase.IN_PROGRESS
     done = rig.executor().run(interrupted, m)
     assert [e for e in rig.cluster.effects if e[0] == "delete"] == [("delete", "job-0"), ("delete", "job-1")]
-    assert done["steps"][3]["detail"].startswith(
-        "deleted 2 pod(s): job-0, job-1 (0 of them after the operator restarted)"
-    )
+    assert done["steps"][3]["detail"].startswith("deleted 2 pod(s) created up to ")
+    assert "(0 of them after the operator restarted)" in done["steps"][3]["detail"]
+    assert done["steps"][3]["progress"]["count"] == 2
+
+
+def _reworded(record: dict[str, Any]) -> dict[str, Any]:
+    """The record with every step's detail and the record's message in other words: what a new version of
+    the operator would find in the status after its messages changed."""
+    out = copy.deepcopy(record)
+    for step in out["steps"]:
+        step["detail"] = f"(reworded) {step['kind']} was at {step['phase']}" if step["detail"] else ""
+    out["message"] = "(reworded)" if out.get("message") else ""
+    return out
+
+
+@pytest.mark.parametrize("crash_after", range(1, CLEAN_CALLS + 1))
+def test_a_resume_reads_the_progress_fields_not_the_messages(crash_after: int) -> None:
+    """Killed after any call, then resumed by an operator whose every message reads differently: every
+    effect still happens once (the replacements are not deleted, the checkpoint mark is the same, the
+    new gang's size is the old one's), because the redo reads the steps' progress fields."""
+    rig = Rig()
+    m = _monitor()
+    rig.cluster.crash_after = crash_after
+    with pytest.raises(Crash):
+        rig.executor().run(node_fault_record(m), m)
+    rig.cluster.crash_after = None
+
+    done = rig.executor().run(_reworded(rig.store.last), m)
+
+    assert done["phase"] == Phase.SUCCEEDED, done
+    assert rig.cluster.effects == CLEAN_EFFECTS
+    restart = next(s for s in done["steps"] if s["kind"] == "RestartGang")
+    assert restart["progress"]["count"] == 2 and restart["progress"]["createdUpTo"] > 0
+    ask = next(s for s in done["steps"] if s["kind"] == "RequestCheckpoint")
+    assert ask["progress"] == {"asked": 1, "pastStep": 1000}, ask  # the one rank off the faulty node
 
 
 def _effects_after(calls: int) -> list[tuple[str, ...]]:

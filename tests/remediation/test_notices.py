@@ -12,8 +12,9 @@ import pytest
 
 from tests.processes import alertmanager, http_json
 from tests.render.amconfig import write_config
+from trainguard.catalog.alerts import NODE_CORDONED
 from trainguard.remediation.escalation import parse_time
-from trainguard.remediation.notices import HOLD_S, NODE_CORDONED, cordon_notices
+from trainguard.remediation.notices import HOLD_S, cordon_notices
 
 NOW = 1_700_000_000.0
 

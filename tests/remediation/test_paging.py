@@ -13,10 +13,10 @@ import pytest
 
 from tests.processes import alertmanager, http_json
 from tests.render.amconfig import write_config
-from trainguard.controller.response import Responder
+from trainguard.catalog.alerts import NODE_CORDONED
 from trainguard.remediation.escalation import parse_time
+from trainguard.remediation.loop import RemediationLoop
 from trainguard.remediation.model import Signal, Source
-from trainguard.remediation.notices import NODE_CORDONED
 from trainguard.remediation.paging import HOLD_S, page_alert
 from trainguard.remediation.signals import signal_fingerprint
 
@@ -95,7 +95,7 @@ def test_the_operator_pages_a_sidecar_p0_as_soon_as_the_receiver_takes_it(tmp_pa
         pytest.skip("Alertmanager is not installed (.ci/run installs it)")
     with alertmanager(binary, write_config(tmp_path), tmp_path) as url:
         # the planner thread is not started: paging must not wait for planning or leadership
-        responder = Responder(None, None, key=lambda: None, leader=lambda: False, lock=lambda ns, name: None,  # type: ignore[arg-type]
+        responder = RemediationLoop(None, None, None, key=lambda: None, leader=lambda: False, lock=lambda ns, name: None,  # type: ignore[arg-type]
                               alertmanager_url=url)  # fmt: skip
         try:
             responder.submit([signal(at=time.time()), signal("GPUThermalThrottling", "P1", at=time.time())])

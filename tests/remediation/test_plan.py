@@ -10,10 +10,10 @@ import pytest
 
 from tests.conftest import monitor as make_monitor
 from trainguard.api.monitor import TrainingJobMonitor
+from trainguard.catalog.alerts import TRAINING_INTERRUPTED
 from trainguard.catalog.events import fingerprint
 from trainguard.remediation import plan as planning
 from trainguard.remediation.model import (
-    TRAINING_INTERRUPTED,
     ClusterState,
     Phase,
     Plan,
@@ -22,7 +22,8 @@ from trainguard.remediation.model import (
     StepKind,
 )
 from trainguard.remediation.plan import cordon_cap, plan, quiet, record_id
-from trainguard.remediation.records import mark, new_record, rfc3339
+from trainguard.remediation.records import mark, new_record
+from trainguard.times import rfc3339
 
 T0 = 1_700_000_000.0
 NODE = "gpu-a"

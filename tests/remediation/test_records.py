@@ -29,10 +29,9 @@ from trainguard.remediation.records import (
     mark,
     new_record,
     next_step,
-    rfc3339,
-    unix,
     with_record,
 )
+from trainguard.times import rfc3339, unix
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_700_000_000.0
@@ -126,7 +125,7 @@ def every_stage() -> list[dict[str, Any]]:
 def test_every_record_validates_against_the_model() -> None:
     for rec in every_stage():
         parsed = RemediationRecord.model_validate(rec)
-        assert parsed.model_dump(by_alias=True) == rec
+        assert parsed.model_dump(by_alias=True, exclude_none=True) == rec
 
 
 def test_every_record_validates_against_the_committed_crd_schema() -> None:
@@ -311,7 +310,9 @@ def test_next_step_resumes_after_a_crash_in_the_middle() -> None:
     rec = mark(rec, 0, Phase.SUCCEEDED, "step 1200", T0 + 1)
     rec = mark(rec, 1, Phase.SUCCEEDED, "cordoned", T0 + 2)
     rec = mark(rec, 2, Phase.IN_PROGRESS, "", T0 + 3)
-    status = TrainingJobMonitorStatus.model_validate({"remediations": [rec]}).model_dump(by_alias=True)
+    status = TrainingJobMonitorStatus.model_validate({"remediations": [rec]}).model_dump(
+        by_alias=True, exclude_none=True
+    )
     restored = status["remediations"][0]
     assert next_step(restored) == 2
     restored = mark(restored, 2, Phase.SUCCEEDED, "tainted", T0 + 10)
@@ -376,4 +377,4 @@ def test_a_record_from_the_planner_round_trips_through_status() -> None:
     sig = Signal("GPULost", "P0", labels, fingerprint(labels), Source.SIDECAR, T0)
     rec = new_record(plan(sig, monitor(), ClusterState(now=T0, gpu_nodes=8)), T0)
     status = TrainingJobMonitorStatus.model_validate({"remediations": [rec]})
-    assert status.model_dump(by_alias=True)["remediations"] == [rec]
+    assert status.model_dump(by_alias=True, exclude_none=True)["remediations"] == [rec]

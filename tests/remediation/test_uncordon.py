@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from trainguard.remediation.cluster import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT
+from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT
 from trainguard.remediation.uncordon import (
     UNCORDON_REASON,
     UNCORDONED_AT,

@@ -16,12 +16,11 @@ from tests.promql import selected_names
 from tests.render.test_rule_inputs_exist import EXTERNAL as RULE_EXTERNAL
 from trainguard.api.monitor import COST_LABELS_RESERVED
 from trainguard.catalog import METRICS, SEVERITIES
+from trainguard.catalog.kubernetes import FAULTY_TAINT
 from trainguard.cli import main
-from trainguard.remediation.cluster import FAULTY_TAINT as OPERATOR_TAINT
 from trainguard.render.dashboards import (
     COST_LABELS,
     EXTERNAL_SERIES,
-    FAULTY_TAINT,
     UnknownSeries,
     panel_queries,
     recorded_series,
@@ -126,8 +125,9 @@ def test_active_alerts_show_every_severity_p3_included() -> None:
     assert exprs and all(f"{s}" in exprs[0] for s in SEVERITIES) and "P3" in SEVERITIES
 
 
-def test_the_cordon_taint_is_the_operators() -> None:
-    assert FAULTY_TAINT == OPERATOR_TAINT
+def test_the_cordon_taint_panel_reads_the_operators_taint() -> None:
+    exprs = [e for board in boards().values() for _, e in panel_queries(board) if "kube_node_spec_taint" in e]
+    assert exprs and all(f'key="{FAULTY_TAINT}"' in e for e in exprs), exprs
 
 
 def test_panels_use_the_datasource_variable_and_have_distinct_ids() -> None:

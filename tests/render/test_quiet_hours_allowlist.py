@@ -15,9 +15,7 @@ from trainguard.api import InvalidInput
 from trainguard.api.crd import schema_for
 from trainguard.api.policy import DEFAULT_ALLOWLIST, OPERATOR_ALERT_NAMES, AlertPolicy, QuietHours
 from trainguard.catalog import ALERT_NAMES
-from trainguard.controller.response import WITHHELD
-from trainguard.remediation.model import TRAINING_INTERRUPTED
-from trainguard.remediation.notices import NODE_CORDONED
+from trainguard.catalog.alerts import NODE_CORDONED, TRAINING_INTERRUPTED, WITHHELD
 
 R = "ml/default/"
 JOB = {"namespace": "ml", "training_job": "llama-pretrain"}

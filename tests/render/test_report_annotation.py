@@ -1,10 +1,10 @@
 """Every alert says how to open its diagnostic report: a P2's is written by the operator into a ConfigMap
-(controller/report.py) under the name its `report_configmap` annotation gives; any alert's is built on demand by the CLI."""
+(diagnosis/configmap.py) under the name its `report_configmap` annotation gives; any alert's is built on demand by the CLI."""
 
 from __future__ import annotations
 
 from tests.conftest import monitor, policy
-from trainguard.controller import report
+from trainguard.diagnosis import configmap as report
 from trainguard.render.policy import effective_policy
 from trainguard.render.prometheus import REPORT_SEVERITY, rule_group
 
@@ -17,7 +17,7 @@ def annotations() -> dict[str, tuple[str, str]]:
 
 
 def test_a_p2_points_at_the_configmap_by_the_name_the_operator_gives_it() -> None:
-    """The name's expansion is checked against controller/report.report_name by promtool in
+    """The name's expansion is checked against diagnosis/configmap.report_name by promtool in
     tests/controller/test_report_name.py; here, that the command opens that ConfigMap."""
     assert REPORT_SEVERITY == report.REPORT_SEVERITY
     m = monitor()

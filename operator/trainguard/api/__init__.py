@@ -5,7 +5,17 @@ the generated CRD schema (with the same CEL rules) in the apiserver.
 """
 
 from trainguard.api.common import API_VERSION, GROUP, VERSION, duration_seconds, format_duration
-from trainguard.api.load import Documents, InvalidInput, Problem, load_documents, parse_object
+from trainguard.api.load import (
+    Documents,
+    InvalidInput,
+    PolicyProblem,
+    Problem,
+    load_documents,
+    monitor_of,
+    parse_object,
+    parse_spec,
+    policies_for,
+)
 from trainguard.api.monitor import TrainingJobMonitor, TrainingJobMonitorSpec
 from trainguard.api.policy import AlertPolicy, AlertPolicySpec
 
@@ -17,11 +27,15 @@ __all__ = [
     "AlertPolicySpec",
     "Documents",
     "InvalidInput",
+    "PolicyProblem",
     "Problem",
     "TrainingJobMonitor",
     "TrainingJobMonitorSpec",
     "duration_seconds",
     "format_duration",
     "load_documents",
+    "monitor_of",
     "parse_object",
+    "parse_spec",
+    "policies_for",
 ]

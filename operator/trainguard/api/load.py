@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,6 +132,59 @@ def parse_object(doc: Mapping[str, Any], source: str = "input") -> TrainingJobMo
         raise InvalidInput(
             [Problem(source, _path(e["loc"]), _message(e), label) for e in exc.errors(include_url=False)]
         ) from None
+
+
+def parse_spec(body: Mapping[str, Any], source: str = "input") -> TrainingJobMonitor | AlertPolicy:
+    """An object read from the cluster as a model, its status left out: the status is the operator's
+    own record, read raw, and a status the model would refuse must not make the spec unreadable."""
+    return parse_object({k: v for k, v in body.items() if k != "status"}, source)
+
+
+def monitor_of(body: Mapping[str, Any] | None) -> TrainingJobMonitor | None:
+    """The body's monitor, or None when there is none or it is invalid (its reconcile reports why)."""
+    if body is None:
+        return None
+    try:
+        parsed = parse_spec(body)
+    except InvalidInput:
+        return None
+    return parsed if isinstance(parsed, TrainingJobMonitor) else None
+
+
+class PolicyProblem(Exception):
+    """A policy a monitor names is missing or invalid: the monitor's reconcile marks it Degraded with
+    this reason and message, and every other pass leaves that monitor alone until it is mended."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+def policies_for(
+    monitor: TrainingJobMonitor, lookup: Callable[[str, str], Mapping[str, Any] | None]
+) -> list[AlertPolicy]:
+    """The policies `monitor` names, in its order, read through `lookup(namespace, name)` (a watch
+    cache, the API, or a test's dict). Raises PolicyProblem for the first that is missing or invalid."""
+    out: list[AlertPolicy] = []
+    ns = monitor.namespace
+    for ref in monitor.spec.policy_refs:
+        raw = lookup(ns, ref.name)
+        if raw is None:
+            raise PolicyProblem(
+                "PolicyNotFound",
+                f"AlertPolicy {ns}/{ref.name} named in spec.policyRefs does not exist; create it or remove "
+                "the reference. Rules and routes are left as they were.",
+            )
+        try:
+            parsed = parse_spec(raw, f"{ns}/{ref.name}")
+        except InvalidInput as exc:
+            text = "; ".join(f"{p.path}: {p.message}" if p.path else p.message for p in exc.problems)
+            raise PolicyProblem("InvalidPolicy", f"AlertPolicy {ns}/{ref.name}: {text}") from None
+        if not isinstance(parsed, AlertPolicy):
+            raise PolicyProblem("InvalidPolicy", f"AlertPolicy {ns}/{ref.name}: not an AlertPolicy")
+        out.append(parsed)
+    return out
 
 
 def load_documents(sources: Iterable[tuple[str, str]]) -> Documents:

@@ -408,6 +408,30 @@ REMEDIATION_MESSAGE_MAX = 1024
 ParamValue = Annotated[str, Field(max_length=REMEDIATION_PARAM_VALUE_MAX)]
 
 
+class StepProgress(Model):
+    """How far a step got, in fields a resumed executor reads (never the detail, which is for people):
+    written before the step acts, so an operator killed halfway redoes the step from where it was."""
+
+    count: int | None = Field(
+        default=None,
+        ge=0,
+        description="RestartGang: how many pods of the gang it deletes (the new gang's size).",
+    )
+    created_up_to: int | None = Field(
+        default=None,
+        ge=0,
+        description="RestartGang: unix seconds of the newest old pod's creation: a redo deletes only pods "
+        "created up to then, never their replacements.",
+    )
+    past_step: float | None = Field(
+        default=None,
+        description="RequestCheckpoint: the step every asked rank must save past (the newest any of them had).",
+    )
+    asked: int | None = Field(
+        default=None, ge=0, description="RequestCheckpoint: how many sidecars were asked."
+    )
+
+
 class RemediationStep(Model):
     """One step of a remediation, in the order it is carried out."""
 
@@ -418,6 +442,7 @@ class RemediationStep(Model):
         default="", max_length=REMEDIATION_DETAIL_MAX, description="What the step found or did."
     )
     time: str = Field(default="", max_length=40, description="RFC 3339 time of the step's last change.")
+    progress: StepProgress | None = None
 
 
 class RemediationRecord(Model):

@@ -21,6 +21,7 @@ from trainguard.api.common import (
 )
 from trainguard.api.promql import promql_problem
 from trainguard.catalog import ALERT_NAMES, ALERTS_BY_NAME
+from trainguard.catalog.alerts import OPERATOR_ALERT_NAMES
 
 Severity = Literal["P0", "P1", "P2", "P3"]
 AlertName = Literal[ALERT_NAMES]  # type: ignore[valid-type]
@@ -37,15 +38,6 @@ BOT_API_MESSAGE = (
     "that translates it (for example prometheus-webhook-dingtalk), not at the bot API"
 )
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-OPERATOR_ALERT_NAMES: tuple[str, ...] = (
-    "TrainingInterrupted",
-    "TrainguardRemediationWithheld",
-    "TrainguardNodeCordoned",
-)
-"""Alerts the operator posts to Alertmanager itself, routed like the catalogue's: a pod OOMKilled,
-failed or evicted (remediation/model.py), an action a storm guard or budget withheld
-(controller/response.py), a node it cordoned (remediation/notices.py). Named here because api may
-not import remediation; tests/render/test_quiet_hours_allowlist.py pins the list to those names."""
 AllowlistName = Literal[ALERT_NAMES + OPERATOR_ALERT_NAMES]  # type: ignore[valid-type]
 DEFAULT_ALLOWLIST = ("GPUMemoryCritical", "GPUNodeDown", "GPUOutOfMemory", "TrainingInterrupted")
 

@@ -33,3 +33,8 @@ def promql_problem(expr: str) -> str | None:
     except ValueError as exc:
         return str(exc).strip() or "syntax error"
     return None
+
+
+def quoted(value: str) -> str:
+    """A PromQL string literal: the value in double quotes, backslashes and quotes escaped."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -51,6 +51,17 @@ _SCOPE_LABELS: dict[Scope, tuple[str, ...]] = {
 }
 
 SEVERITIES: tuple[str, ...] = ("P0", "P1", "P2", "P3")
+TRAINING_INTERRUPTED = "TrainingInterrupted"
+"""The operator's own P0, for what no exporter can report: a training pod OOMKilled, failed or evicted,
+or its Job failed (remediation/detect.py)."""
+WITHHELD = "TrainguardRemediationWithheld"
+"""The notice a storm guard or budget posts instead of an action, so that a person acts."""
+NODE_CORDONED = "TrainguardNodeCordoned"
+"""The notice that a node trainguard cordoned waits for a person (remediation/notices.py)."""
+OPERATOR_ALERT_NAMES: tuple[str, ...] = (TRAINING_INTERRUPTED, WITHHELD, NODE_CORDONED)
+"""Alerts the operator posts to Alertmanager itself, routed like the catalogue's."""
+SEVERITY_ORDER: dict[str, int] = {s: i for i, s in enumerate(SEVERITIES)}
+"""Rank of each severity, most severe first (0); sort unknown ones last with .get(s, len(SEVERITIES))."""
 
 FATAL_XIDS: tuple[int, ...] = (48, 63, 64, 74, 79, 92, 94, 95, 119, 120)
 """XIDs after which the GPU (or its node) cannot be trusted: DBE (48), row remapping (63, 64),

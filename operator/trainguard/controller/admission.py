@@ -1,8 +1,9 @@
 """Sidecar injection at pod admission.
 
-Every replica answers admission requests, the standbys included, and kopf pauses a standby's watches,
-so the monitors are read from the API for each request rather than from a watch-fed index. Injection
-never denies a pod: on any error the pod is let through without the exporter and an Event says why.
+Every replica answers admission requests, the standbys included. kopf pauses a standby's watches, so
+the monitors come from the operator's own watch cache (kube/cache.py), which every replica keeps: no
+API call per pod. Injection never denies a pod: on any error the pod is let through without the
+exporter and an Event says why.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from trainguard.api import InvalidInput, TrainingJobMonitor, parse_object
-from trainguard.remediation import records
+from trainguard.api import InvalidInput, TrainingJobMonitor, parse_spec
 from trainguard.render.sidecar import inject, matching_monitor
+from trainguard.times import unix
 
 log = logging.getLogger("trainguard.admission")
 
@@ -25,9 +26,8 @@ def select(pod: Mapping[str, Any], monitors: list[dict[str, Any]]) -> dict[str, 
     status says why)."""
     parsed: dict[str, tuple[TrainingJobMonitor, dict[str, Any]]] = {}
     for raw in monitors:
-        try:
-            # the spec decides; a status the model would refuse must not unselect the pods
-            obj = parse_object({k: v for k, v in raw.items() if k != "status"})
+        try:  # the spec decides; a status the model would refuse must not unselect the pods
+            obj = parse_spec(raw)
         except InvalidInput:
             continue
         if isinstance(obj, TrainingJobMonitor):
@@ -70,7 +70,7 @@ def restarting(monitor: Mapping[str, Any], now: float) -> bool:
         if record.get("phase") not in ("Succeeded", "Failed", "Skipped"):
             return True
         try:
-            updated = records.unix(str(record.get("updated", "")))
+            updated = unix(str(record.get("updated", "")))
         except ValueError:
             continue
         if now - updated < RESTART_WINDOW_S:
@@ -81,7 +81,7 @@ def restarting(monitor: Mapping[str, Any], now: float) -> bool:
 def admit(
     pod: Mapping[str, Any],
     *,
-    list_monitors: Callable[[str], list[dict[str, Any]]],
+    monitors_in: Callable[[str], list[dict[str, Any]]],
     post_event: Callable[[dict[str, Any], str, str, str], None],
     receiver_url: str,
     native_sidecar: bool,
@@ -96,10 +96,10 @@ def admit(
     namespace = str((pod.get("metadata") or {}).get("namespace") or "")
     matched: dict[str, Any] | None = None
     try:
-        matched = select(pod, list_monitors(namespace))
+        matched = select(pod, monitors_in(namespace))
         if matched is None:
             return None
-        monitor = parse_object({k: v for k, v in matched.items() if k != "status"})
+        monitor = parse_spec(matched)
         assert isinstance(monitor, TrainingJobMonitor)
         restart = restarting(matched, clock())
         changes = inject(

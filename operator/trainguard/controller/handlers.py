@@ -15,27 +15,28 @@ from collections.abc import Mapping
 from typing import Any
 
 import kopf
-from kubernetes.client.exceptions import ApiException
 
-from trainguard.api import GROUP, VERSION, InvalidInput, TrainingJobMonitor, parse_object
+from trainguard.api import GROUP, VERSION, InvalidInput, TrainingJobMonitor, parse_spec
+from trainguard.catalog.kubernetes import RESUME_FROM
 from trainguard.controller.admission import admit
-from trainguard.controller.kube import Kube
 from trainguard.controller.metrics import OperatorMetrics
 from trainguard.controller.reconcile import (
     NamespaceTerminating,
     ReceiverSettings,
-    namespace_terminating,
+    ReconcileReads,
     reconcile_monitor,
     utcnow,
 )
 from trainguard.controller.status import Outcome, monitor_status
+from trainguard.kube import Kube, NotSynced, namespace_terminating
 
 log = logging.getLogger("trainguard.handlers")
 
 MONITORS = (GROUP, VERSION, "trainingjobmonitors")
 POLICIES = (GROUP, VERSION, "alertpolicies")
 ADMISSION_API_TIMEOUT = 3.0
-RESUME_FROM_ANNOTATION = "trainguard.io/resume-from"
+ADMISSION_CACHE_WAIT = 1.0
+"""How long admission waits for a starting replica's monitor cache before it asks the API instead."""
 
 
 class MonitorLocks:
@@ -72,7 +73,7 @@ def announcer(kube: Kube, body: Mapping[str, Any]) -> Any:
             kube.post_event(dict(body), reason, message, "Warning" if reason.endswith("Failed") else "Normal")
         except Exception as exc:
             # refused in a namespace being deleted: expected, and nothing to report
-            if not (isinstance(exc, ApiException) and namespace_terminating(exc)):
+            if not namespace_terminating(exc):
                 log.exception("could not post the %s Event", reason)
 
     return post
@@ -80,8 +81,10 @@ def announcer(kube: Kube, body: Mapping[str, Any]) -> Any:
 
 def reconcile(
     kube: Kube,
+    reads: ReconcileReads,
     namespace: str,
     name: str,
+    *,
     receiver: ReceiverSettings | None = None,
     metrics: OperatorMetrics | None = None,
 ) -> None:
@@ -92,7 +95,7 @@ def reconcile(
         # read under the lock, so the status it starts from is current
         started, status, result = time.monotonic(), None, None
         try:
-            status = reconcile_monitor(kube, fresh, announce=announcer(kube, fresh), receiver=receiver)
+            status = reconcile_monitor(kube, reads, fresh, announce=announcer(kube, fresh), receiver=receiver)
         except NamespaceTerminating as exc:
             log.info("%s: nothing more is applied", exc)
             result = "skipped"
@@ -102,8 +105,12 @@ def reconcile(
 
 
 def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
-    """Attach every handler of the operator to `registry`. The memo carries `kube` and
-    `native_sidecar` (set at startup)."""
+    """Attach every handler of the operator to `registry`. The memo carries `kube`, `reads` (the watch
+    caches) and `native_sidecar` (set at startup)."""
+
+    def _reconcile(memo: Any, namespace: str, name: str) -> None:
+        reconcile(memo["kube"], memo["reads"], namespace, name, receiver=memo.get("receiver"),
+                  metrics=memo.get("metrics"))  # fmt: skip
 
     # ---- indices: what other handlers look up without an API call ----
 
@@ -117,7 +124,7 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
     @kopf.on.create(*MONITORS, id="monitor", registry=registry)
     @kopf.on.update(*MONITORS, id="monitor", registry=registry)
     def monitor_changed(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
-        reconcile(memo["kube"], namespace or "default", name, memo.get("receiver"), memo.get("metrics"))
+        _reconcile(memo, namespace or "default", name)
 
     # ---- policies: every monitor that names a policy is re-rendered when it changes ----
 
@@ -140,9 +147,16 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
         namespace = namespace or "default"
         users = users_of(namespace, name, monitors_by_policy)
         for monitor_name in users:
-            reconcile(kube, namespace, monitor_name, memo.get("receiver"), memo.get("metrics"))
+            reconcile(
+                kube,
+                memo["reads"],
+                namespace,
+                monitor_name,
+                receiver=memo.get("receiver"),
+                metrics=memo.get("metrics"),
+            )
         try:
-            parse_object(_plain(body), f"{namespace}/{name}")
+            parse_spec(_plain(body), f"{namespace}/{name}")
             outcome = Outcome(
                 generation=body.metadata.get("generation"), rules_applied=True, routes_applied=True
             )
@@ -170,7 +184,7 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
         namespace = namespace or "default"
         for monitor_name in users_of(namespace, name, monitors_by_policy):
             # Degraded: PolicyNotFound
-            reconcile(memo["kube"], namespace, monitor_name, memo.get("receiver"), memo.get("metrics"))
+            _reconcile(memo, namespace, monitor_name)
 
     # ---- sidecar injection: every replica answers, standbys included ----
 
@@ -179,10 +193,17 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
         kube: Kube = memo["kube"]
         metrics: OperatorMetrics | None = memo.get("metrics")
         started = time.monotonic()
+
+        def monitors_in(namespace: str) -> list[dict[str, Any]]:
+            try:
+                return list(memo["reads"].monitors_in(namespace, timeout=ADMISSION_CACHE_WAIT))
+            except NotSynced:  # a replica starting: its cache has not listed yet
+                # the apiserver waits 5s for the whole answer; a slow list admits the pod without the sidecar
+                return kube.list_monitors(namespace, timeout=ADMISSION_API_TIMEOUT)
+
         changes = admit(
             _plain(body),
-            # the apiserver waits 5s for the whole answer; a slow list admits the pod without the sidecar
-            list_monitors=lambda ns: kube.list_monitors(ns, timeout=ADMISSION_API_TIMEOUT),
+            monitors_in=monitors_in,
             post_event=lambda obj, reason, msg, type_: kube.post_event(obj, reason, msg, type_, timeout=1.0),
             receiver_url=receiver_url,
             native_sidecar=bool(memo.get("native_sidecar", True)),
@@ -206,11 +227,9 @@ def resume_pointer(kube: Kube, monitor: TrainingJobMonitor) -> str | None:
         return None
     try:
         return kube.workload_annotation(monitor.namespace, ref.resolved_api_version(), ref.kind, ref.name,
-                                        RESUME_FROM_ANNOTATION, timeout=1.0)  # fmt: skip
+                                        RESUME_FROM, timeout=1.0)  # fmt: skip
     except Exception:
-        log.warning(
-            "cannot read %s of %s %s/%s", RESUME_FROM_ANNOTATION, ref.kind, monitor.namespace, ref.name
-        )
+        log.warning("cannot read %s of %s %s/%s", RESUME_FROM, ref.kind, monitor.namespace, ref.name)
         return None
 
 

@@ -8,11 +8,13 @@ receiver report what happened through these methods, at their edges.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 log = logging.getLogger("trainguard.metrics")
 
@@ -50,11 +52,55 @@ def parse_addr(addr: str) -> tuple[str, int] | None:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+class CacheCounts(Protocol):
+    """kube.watch.Counts: what one watch cache asked of the API."""
+
+    lists: int
+    watches: int
+    relists: int
+    errors: int
+
+
+class WatchCacheCollector(Collector):
+    """The watch caches' own counts, read at each scrape (state-free: the caches keep the numbers). A
+    `lists` that grows in steady state means a cache keeps listing again (410s, or errors)."""
+
+    def __init__(self, counts: Callable[[], Mapping[str, CacheCounts]]) -> None:
+        self.counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        families = {
+            "lists": (
+                "trainguard_operator_watch_cache_lists",
+                "LIST requests a watch cache made (one at start)",
+            ),
+            "watches": ("trainguard_operator_watch_cache_watches", "WATCH requests a watch cache made"),
+            "relists": ("trainguard_operator_watch_cache_relists", "Lists again after a 410 Gone"),
+            "errors": (
+                "trainguard_operator_watch_cache_errors",
+                "Failed lists or watches (retried with backoff)",
+            ),
+        }
+        current = self.counts()
+        for attr, (name, text) in families.items():
+            family = CounterMetricFamily(name, text, labels=["resource"])
+            for resource, c in sorted(current.items()):
+                family.add_metric([resource], float(getattr(c, attr)))
+            yield family
+
+
 class OperatorMetrics:
     """Every family the operator exports, registered in `registry`."""
 
-    def __init__(self, registry: CollectorRegistry, leader: Callable[[], bool] | None = None) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        leader: Callable[[], bool] | None = None,
+        caches: Callable[[], Mapping[str, CacheCounts]] | None = None,
+    ) -> None:
         self.registry = registry
+        if caches is not None:
+            registry.register(WatchCacheCollector(caches))
         self.reconciles = Counter(
             "trainguard_operator_reconcile",
             "Monitor reconciles by result: success, rejected (the monitor's input is invalid), error, "

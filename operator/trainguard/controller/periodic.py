@@ -1,5 +1,6 @@
 """The operator's periodic work, on the leader only: a resync of every monitor (it repairs hand edits
-of owned objects) and the pod count in status.
+of owned objects) and the pod count in status, both read from the watch caches; and `Loop`, the
+thread each other feature's pass runs on.
 
 kopf timers would do this per object, but kopf puts a finalizer on every object that has a timer: with
 the operator uninstalled first, monitors then hang in Terminating and block namespace deletion. One
@@ -14,19 +15,26 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from pydantic import ValidationError
-
-from trainguard.api.common import LabelSelector
+from trainguard.api import monitor_of
+from trainguard.controller.reconcile import ReconcileReads, monitored_pods
 
 log = logging.getLogger("trainguard.periodic")
 
 
+class MonitorReads(ReconcileReads, Protocol):
+    def monitors(self) -> list[dict[str, Any]]: ...
+
+
+class StatusWriter(Protocol):
+    def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None: ...
+
+
 @dataclass
 class Periodic:
-    kube: Any
-    """list_monitors(), count_pods(ns, selector) and patch_status(...) of controller.kube.Kube."""
+    kube: StatusWriter
+    reads: MonitorReads
     leader: Callable[[], bool]
     reconcile: Callable[[str, str], None]
     lock: Callable[[str, str], Any]
@@ -50,7 +58,7 @@ class Periodic:
         resync, pods = now >= self._next_resync, now >= self._next_pods
         if not (resync or pods) or not self.leader():
             return
-        monitors = self.kube.list_monitors()
+        monitors = self.reads.monitors()
         if resync:
             self._next_resync = now + self.resync_s
             for m in monitors:
@@ -73,13 +81,10 @@ class Periodic:
 
     def _count_pods(self, ns: str, name: str, body: dict[str, Any]) -> None:
         """Keeps status.podsMonitored current between reconciles."""
-        try:
-            selector = LabelSelector.model_validate((body.get("spec") or {}).get("selector") or {})
-        except ValidationError:
+        monitor = monitor_of(body)
+        if monitor is None or monitor.spec.selector.is_empty():
             return  # the monitor's own reconcile reports it as Degraded
-        if selector.is_empty():
-            return
-        count = self.kube.count_pods(ns, selector.to_selector_string())
+        count = monitored_pods(self.reads, monitor)
         if (body.get("status") or {}).get("podsMonitored") != count:
             with self.lock(ns, name):
                 self.kube.patch_status("trainingjobmonitors", ns, name, {"podsMonitored": count})

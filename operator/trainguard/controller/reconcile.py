@@ -9,18 +9,25 @@ is reported the same way and raised, so kopf retries with backoff.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from kubernetes.client.exceptions import ApiException
-
-from trainguard.api import AlertPolicy, InvalidInput, TrainingJobMonitor, parse_object
-from trainguard.controller.kube import Kube, MissingAPI, content_hash, with_hash
+from trainguard.api import InvalidInput, PolicyProblem, TrainingJobMonitor, parse_object, policies_for
+from trainguard.api.common import LabelSelector
 from trainguard.controller.status import Outcome, monitor_status
+from trainguard.kube import (
+    ApiError,
+    MissingAPI,
+    api_status,
+    content_hash,
+    namespace_terminating,
+    transient,
+    with_hash,
+)
+from trainguard.kube.objects import is_terminating, labels_of
 from trainguard.remediation import tokens
 from trainguard.render.kubernetes import (
     emptied_receiver_secret,
@@ -31,6 +38,7 @@ from trainguard.render.kubernetes import (
     receiver_secret_name,
 )
 from trainguard.render.policy import effective_policy
+from trainguard.render.sidecar import carries_exporter
 
 log = logging.getLogger("trainguard.reconcile")
 
@@ -45,6 +53,39 @@ def _problem_text(exc: InvalidInput) -> str:
 
 def _no_announce(reason: str, message: str) -> None:
     return None
+
+
+Obj = dict[str, Any]
+
+
+class ReconcileAPI(Protocol):
+    """kube.Kube's calls a reconcile makes."""
+
+    def get_policy(self, namespace: str, name: str) -> Obj | None: ...
+
+    def apply(self, obj: Obj) -> bool | None: ...
+
+    def create_if_absent(self, obj: Obj) -> bool: ...
+
+    def patch_status(self, plural: str, namespace: str, name: str, status: Obj) -> None: ...
+
+
+class ReconcileReads(Protocol):
+    """The watch caches a reconcile reads (kube.ClusterCache)."""
+
+    def nodes(self) -> list[Obj]: ...
+
+    def pods(self, namespace: str, selector: LabelSelector) -> list[Obj]: ...
+
+
+def node_names(reads: ReconcileReads, selector: LabelSelector) -> list[str]:
+    return sorted(str(n["metadata"]["name"]) for n in reads.nodes() if selector.matches(labels_of(n)))
+
+
+def monitored_pods(reads: ReconcileReads, monitor: TrainingJobMonitor) -> int:
+    """Pods of the selector that carry the exporter: a pod let through without it is not monitored."""
+    pods = reads.pods(monitor.namespace, monitor.spec.selector)
+    return sum(1 for p in pods if not is_terminating(p) and carries_exporter(p))
 
 
 @dataclass(frozen=True)
@@ -72,7 +113,8 @@ def credentials(monitor: TrainingJobMonitor, receiver: ReceiverSettings) -> dict
 
 
 def reconcile_monitor(
-    kube: Kube,
+    kube: ReconcileAPI,
+    reads: ReconcileReads,
     body: dict[str, Any],
     *,
     now: Callable[[], str] = utcnow,
@@ -88,33 +130,20 @@ def reconcile_monitor(
         parsed_monitor = parse_object(body, f"{ns}/{name}")
     except InvalidInput as exc:
         outcome.error_reason, outcome.error_message = "InvalidSpec", _problem_text(exc)
-        return _write(kube, body, outcome, now)
+        return _write(kube, reads, body, outcome, now=now)
     assert isinstance(parsed_monitor, TrainingJobMonitor)
     monitor = parsed_monitor
 
-    policies: list[AlertPolicy] = []
-    for ref in monitor.spec.policy_refs:
-        raw = kube.get_policy(ns, ref.name)
-        if raw is None:
-            outcome.error_reason = "PolicyNotFound"
-            outcome.error_message = (
-                f"AlertPolicy {ns}/{ref.name} named in spec.policyRefs does not exist; create it or remove "
-                "the reference. Rules and routes are left as they were."
-            )
-            return _write(kube, body, outcome, now, monitor)
-        try:
-            parsed = parse_object(raw, f"{ns}/{ref.name}")
-        except InvalidInput as exc:
-            outcome.error_reason = "InvalidPolicy"
-            outcome.error_message = f"AlertPolicy {ns}/{ref.name}: {_problem_text(exc)}"
-            return _write(kube, body, outcome, now, monitor)
-        assert isinstance(parsed, AlertPolicy)
-        policies.append(parsed)
+    try:  # read by name, not from the cache: a policy applied with the monitor may not be there yet
+        policies = policies_for(monitor, kube.get_policy)
+    except PolicyProblem as exc:
+        outcome.error_reason, outcome.error_message = exc.reason, exc.message
+        return _write(kube, reads, body, outcome, now=now, monitor=monitor)
 
     effective = effective_policy(monitor, policies)
     # maintenance windows may name nodes by label: the renderer is pure, so resolve them here
     windows = {
-        w.name: kube.node_names(w.node_selector.to_selector_string())
+        w.name: node_names(reads, w.node_selector)
         for w in effective.maintenance_windows
         if w.node_selector is not None and not w.node_selector.is_empty()
     }
@@ -158,8 +187,8 @@ def reconcile_monitor(
         outcome.error_message = (
             f"{exc}: install prometheus-operator's CRDs (PrometheusRule, AlertmanagerConfig, PodMonitor)"
         )
-        return _write(kube, body, outcome, now, monitor)
-    except ApiException as exc:
+        return _write(kube, reads, body, outcome, now=now, monitor=monitor)
+    except ApiError as exc:
         if namespace_terminating(exc):  # the monitor goes with its namespace: not a failure to report
             raise NamespaceTerminating(f"{ns}/{name}: namespace {ns} is being deleted") from exc
         outcome.rules_applied = "PrometheusRule" in done
@@ -171,7 +200,7 @@ def reconcile_monitor(
         )
         if degraded.get("message") != outcome.error_message:  # once per distinct failure, not per resync
             announce("ApplyFailed", outcome.error_message)
-        status = _write(kube, body, outcome, now, monitor)
+        status = _write(kube, reads, body, outcome, now=now, monitor=monitor)
         if transient(exc):
             raise
         return status
@@ -180,7 +209,7 @@ def reconcile_monitor(
         message = f"applied {', '.join(outcome.applied)} for generation {outcome.generation}"
         log.info("%s/%s: %s", ns, name, message)
         announce("Applied", message)
-    return _write(kube, body, outcome, now, monitor)
+    return _write(kube, reads, body, outcome, now=now, monitor=monitor)
 
 
 class NamespaceTerminating(Exception):
@@ -188,32 +217,7 @@ class NamespaceTerminating(Exception):
     object not yet there, an Event), and the monitor is about to go too."""
 
 
-def api_status(exc: ApiException) -> dict[str, Any]:
-    """The metav1.Status the API answered with ({} when the body is not one: a proxy's page, nothing)."""
-    try:
-        status = json.loads(exc.body or "")
-    except (ValueError, TypeError):
-        return {}
-    return status if isinstance(status, dict) else {}
-
-
-def namespace_terminating(exc: ApiException) -> bool:
-    """The refusal of the apiserver's NamespaceLifecycle admission: a 403 whose Status names the cause
-    NamespaceTerminating (a 403 of RBAC has no such cause)."""
-    if exc.status != 403:
-        return False
-    details = api_status(exc).get("details")
-    causes = (details.get("causes") if isinstance(details, dict) else None) or []
-    # a StatusCause's Type is serialised as "reason"
-    return any(isinstance(c, dict) and c.get("reason") == "NamespaceTerminating" for c in causes)
-
-
-def transient(exc: ApiException) -> bool:
-    """Worth retrying soon: the API was unavailable or busy, not refusing the object."""
-    return exc.status is None or exc.status in {0, 429} or exc.status >= 500
-
-
-def apply_failure_message(label: str, exc: ApiException) -> str:
+def apply_failure_message(label: str, exc: ApiError) -> str:
     """The object and the API's own message (its Status.message), which names the offending field."""
     detail = str(api_status(exc).get("message") or exc.reason or "")
     hint = {
@@ -224,15 +228,17 @@ def apply_failure_message(label: str, exc: ApiException) -> str:
 
 
 def _write(
-    kube: Kube,
+    kube: ReconcileAPI,
+    reads: ReconcileReads,
     body: dict[str, Any],
     outcome: Outcome,
+    *,
     now: Callable[[], str],
     monitor: TrainingJobMonitor | None = None,
 ) -> dict[str, Any]:
     meta = body["metadata"]
     if monitor is not None:
-        outcome.pods = kube.count_pods(monitor.namespace, monitor.spec.selector.to_selector_string())
+        outcome.pods = monitored_pods(reads, monitor)
     if outcome.error_reason:
         log.warning(
             "%s/%s: %s: %s",

@@ -11,32 +11,29 @@ import random
 import secrets
 import socket
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 import kopf
-from kubernetes import client, config
 from prometheus_client import CollectorRegistry
 
+from trainguard.certs.ca import WEBHOOK_CERT_SECRET, CertPolicy, serving_names
+from trainguard.certs.secret import SelfManagedCerts
+from trainguard.certs.tls import ReloadableTLS
+from trainguard.clients.prometheus import prometheus_client
 from trainguard.controller.handlers import LOCKS, reconcile, register
-from trainguard.controller.kube import Kube
 from trainguard.controller.leadership import Leadership
 from trainguard.controller.metrics import DEFAULT_METRICS_ADDR, OperatorMetrics, serve
-from trainguard.controller.morning_report import MorningReports, prometheus_client
 from trainguard.controller.periodic import Loop, Periodic
 from trainguard.controller.reconcile import ReceiverSettings
-from trainguard.controller.report import DiagnosticReports
-from trainguard.controller.response import Responder
-from trainguard.controller.webhook_certs import (
-    WEBHOOK_CERT_SECRET,
-    CertPolicy,
-    ReloadableTLS,
-    SelfManagedCerts,
-    serving_names,
-)
+from trainguard.diagnosis.passes import DiagnosticReports, MorningReports
+from trainguard.kube import ClusterCache, Kube, api_client, credentials
 from trainguard.remediation import tokens
 from trainguard.remediation.cluster import Cluster
+from trainguard.remediation.loop import RemediationLoop
+from trainguard.remediation.model import Signal
 from trainguard.remediation.receiver import Receiver, ReceiverConfig
 from trainguard.render.sidecar import supports_native_sidecar
 from trainguard.render.webhook import WEBHOOK_CONFIG_NAME, mutating_webhook_configuration
@@ -92,76 +89,54 @@ class OperatorOptions:
     """How often every monitor is re-applied (repairs hand edits of the objects it owns)."""
     pods_seconds: float = 15.0
     self_managed_certs: bool = False
-    """Keep the webhook's and receiver's certificates in a Secret of our own (controller/webhook_certs.py)
+    """Keep the webhook's and receiver's certificates in a Secret of our own (certs/)
     instead of --webhook-cert/--webhook-key/--webhook-ca files."""
     cert_policy: CertPolicy = field(default_factory=CertPolicy)
     cert_dir: str | None = None
     """Where the self-managed certificate files are written for the servers (default: a private tmp dir)."""
 
 
-def client_configuration(kubeconfig: str | None) -> client.Configuration:
-    """A fresh client configuration: in-cluster, or from the kubeconfig file read now. Built anew at
-    each login, so a rotated ServiceAccount token or an exec plugin's new credential is picked up."""
-    cfg = client.Configuration()
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-        return cfg
-    try:
-        config.load_incluster_config(client_configuration=cfg)
-    except config.ConfigException:
-        config.load_kube_config(client_configuration=cfg)
-    return cfg
-
-
 def connection_info(kubeconfig: str | None) -> kopf.ConnectionInfo:
-    """What kopf.login_via_client returns, for an explicit kubeconfig too: the token is read through
-    get_api_key_with_prefix, which runs the client's refresh hook (exec plugins, token files)."""
-    cfg = client_configuration(kubeconfig)
-    header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix("authorization")
-    parts = header.split(" ", 1) if header else []
-    scheme, token = (
-        (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
-    )
+    """What kopf.login_via_client returns, for an explicit kubeconfig too, read anew at each login (kopf
+    logs in again after a 401): a rotated token or an exec plugin's new credential is what it gets."""
+    c = credentials(kubeconfig)
     return kopf.ConnectionInfo(
-        server=cfg.host,
-        ca_path=cfg.ssl_ca_cert,
-        insecure=not cfg.verify_ssl,
-        username=cfg.username or None,
-        password=cfg.password or None,
-        scheme=scheme,
-        token=token,
-        certificate_path=cfg.cert_file,
-        private_key_path=cfg.key_file,
+        server=c.server,
+        ca_path=c.ca_path,
+        insecure=c.insecure,
+        username=c.username,
+        password=c.password,
+        scheme=c.scheme,
+        token=c.token,
+        certificate_path=c.certificate_path,
+        private_key_path=c.private_key_path,
         default_namespace=None,
     )
 
 
-def _api_client(opts: OperatorOptions) -> client.ApiClient:
-    if opts.kubeconfig:
-        return config.new_client_from_config(opts.kubeconfig)
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config()
-    return client.ApiClient()
+API_POOL = 32
+"""Connections to the apiserver: six watches, the planner, four executors, the passes and the webhook."""
 
 
 def run(opts: OperatorOptions) -> None:
     registry = kopf.OperatorRegistry()
     base = receiver_base(opts.receiver_url)
     register(registry, receiver_url=f"{base}/v1/events")
-    api = _api_client(opts)
+    api = api_client(opts.kubeconfig, pool=API_POOL, component="operator")
     kube = Kube(api)
+    # every replica keeps the watch caches (its webhook reads them; a standby must be warm when it leads)
+    cache = ClusterCache(api).start()
     priority = opts.priority if opts.priority is not None else random.randint(1, 2**31 - 1)
     # our own identity in kopf's peering, so the operator's loops can tell which replica leads
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
     leader = Leadership(
         None if opts.standalone else (lambda: kube.get_peering(opts.peering)), identity, priority
     )
-    cluster = Cluster(api)
-    metrics = OperatorMetrics(CollectorRegistry(), leader=leader)
-    responder = Responder(
+    cluster = Cluster(kube, cache)
+    metrics = OperatorMetrics(CollectorRegistry(), leader=leader, caches=cache.counts)
+    remediation = RemediationLoop(
         kube,
+        cache,
         cluster,
         key=lambda: receiver.key if (receiver := shared.get("receiver")) else None,
         leader=leader,
@@ -174,22 +149,26 @@ def run(opts: OperatorOptions) -> None:
     prometheus = prometheus_client(prometheus_url) if prometheus_url else None
     reports = MorningReports(
         kube,
+        cache,
         leader=leader,
         alertmanager_url=opts.alertmanager_url,
         prometheus=prometheus,
     )
-    diagnostics = DiagnosticReports(kube, leader=leader, prometheus=prometheus)  # type: ignore[arg-type]
+    diagnostics = DiagnosticReports(kube, cache, leader=leader, prometheus=prometheus)
 
     # three threads, so that none holds another back: the resync and pod counts, the P0 loop's passes,
     # and the reports
-    p0_loop = Loop("p0", opts.pods_seconds, functools.partial(p0_pass, responder), leader)
+    p0_loop = Loop("p0", opts.pods_seconds, remediation.passes, leader)
     report_loop = Loop(
         "reports", opts.pods_seconds, functools.partial(report_pass, reports, diagnostics), leader
     )
     periodic = Periodic(
         kube,
+        cache,
         leader=leader,
-        reconcile=lambda ns, name: reconcile(kube, ns, name, shared.get("receiver"), metrics),
+        reconcile=lambda ns, name: reconcile(
+            kube, cache, ns, name, receiver=shared.get("receiver"), metrics=metrics
+        ),
         lock=LOCKS,
         resync_s=opts.resync_seconds,
         pods_s=opts.pods_seconds,
@@ -202,6 +181,7 @@ def run(opts: OperatorOptions) -> None:
     def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
         nonlocal opts
         memo["kube"] = kube
+        memo["reads"] = cache
         memo["metrics"] = metrics
         memo["native_sidecar"] = native_sidecar(kube)
         shared["memo"] = memo
@@ -239,12 +219,12 @@ def run(opts: OperatorOptions) -> None:
         shared["server"] = start_receiver(
             opts,
             shared.get("receiver"),
-            responder,
+            remediation.submit,
             leader,
             metrics,
             tls=certs.tls if certs is not None else None,
         )
-        responder.start()
+        remediation.start()
         periodic.start()
         p0_loop.start()
         report_loop.start()
@@ -256,7 +236,8 @@ def run(opts: OperatorOptions) -> None:
         report_loop.stop()
         if certs is not None:
             certs.stop()
-        responder.stop()
+        remediation.stop()
+        cache.stop()
         if shared.get("server") is not None:
             shared["server"].stop()
 
@@ -287,15 +268,6 @@ def _run_kopf(registry: kopf.OperatorRegistry, opts: OperatorOptions, identity: 
             liveness_endpoint=opts.liveness,
         )
     )
-
-
-def p0_pass(responder: Responder) -> None:
-    """The P0 loop's periodic work on the leader: resume unfinished records, detect the faults no exporter
-    reports (nodes down, pods OOMKilled), escalate, and announce cordons."""
-    responder.resume()
-    responder.watch()
-    responder.escalate()
-    responder.cordon_notices()
 
 
 def report_pass(reports: MorningReports, diagnostics: DiagnosticReports | None = None) -> None:
@@ -337,7 +309,7 @@ def self_managed_certs(
                 shared["memo"]["receiver"] = shared["receiver"]
 
     return SelfManagedCerts(
-        core=kube.core,
+        secrets=kube,
         namespace=opts.namespace,
         names=names,
         policy=opts.cert_policy,
@@ -377,7 +349,7 @@ def start_self_managed_certs(certs: SelfManagedCerts, opts: OperatorOptions) -> 
 def start_receiver(
     opts: OperatorOptions,
     settings: ReceiverSettings | None,
-    responder: Responder,
+    on_signals: Callable[[list[Signal]], None],
     leader: Leadership,
     metrics: OperatorMetrics | None = None,
     *,
@@ -394,7 +366,7 @@ def start_receiver(
         ReceiverConfig(
             host=opts.receiver_addr, port=opts.receiver_port, certfile=cert, keyfile=key, key=settings.key
         ),
-        on_signals=responder.submit,
+        on_signals=on_signals,
         accepting=leader,
         observe=metrics.signal if metrics is not None else lambda source, result: None,
     )

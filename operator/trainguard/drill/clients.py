@@ -16,13 +16,9 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-import urllib3
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
-
-from trainguard.api import GROUP, VERSION
+from trainguard.clients import alertmanager as am
 from trainguard.drill.scenarios import PodView
-from trainguard.remediation import alertmanager as am
+from trainguard.kube import ApiError, Kube
 from trainguard.render.alertmanager import OPERATOR_RECEIVER
 from trainguard.render.sidecar import EXPORTER
 
@@ -30,53 +26,49 @@ PLURAL = "trainingjobmonitors"
 TIMEOUT_S = 10.0
 
 
-def api_client(kubeconfig: str | None) -> client.ApiClient:
-    """In-cluster credentials, else the kubeconfig (as controller.run does, without importing kopf)."""
-    cfg = client.Configuration()
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
-    else:
-        try:
-            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-        except config.ConfigException:
-            config.load_kube_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-    return client.ApiClient(cfg)
-
-
 class KubeCluster:
-    def __init__(self, api: client.ApiClient, namespace: str, name: str) -> None:
-        self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
+    """The drill's reads and its one write, through kube.Kube."""
+
+    def __init__(self, kube: Kube, namespace: str, name: str) -> None:
+        self.kube = kube
         self.namespace, self.name = namespace, name
 
     def monitor(self) -> dict[str, Any]:
-        obj: Any = self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name)
-        return {str(k): v for k, v in obj.items()}
+        body = self.kube.get_monitor(self.namespace, self.name)
+        if body is None:
+            raise ApiError(status=404, reason=f"TrainingJobMonitor {self.namespace}/{self.name} not found")
+        return {str(k): v for k, v in body.items()}
 
     def patch_dry_run(self, value: bool | None) -> None:
         """A JSON merge patch: null removes the field, as it was before the drill set it."""
-        self.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, PLURAL, self.name, {"spec": {"remediation": {"dryRun": value}}}
-        )
+        self.kube.patch_monitor(self.namespace, self.name, {"spec": {"remediation": {"dryRun": value}}})
 
     def pods(self, selector: str) -> list[PodView]:
         out = []
-        items: list[Any] = self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
-        for p in items:
-            if p.metadata.deletion_timestamp is not None or p.status.phase != "Running":
+        for p in self.kube.list_pods(self.namespace, selector):
+            meta, spec, status = p.get("metadata") or {}, p.get("spec") or {}, p.get("status") or {}
+            if meta.get("deletionTimestamp") or status.get("phase") != "Running":
                 continue
             port = 0
-            for c in [*(p.spec.init_containers or []), *(p.spec.containers or [])]:
-                if c.name == EXPORTER and c.ports:
-                    port = int(c.ports[0].container_port)
+            for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+                if c.get("name") == EXPORTER and c.get("ports"):
+                    port = int(c["ports"][0]["containerPort"])
             out.append(
-                PodView(str(p.metadata.name), str(p.spec.node_name or ""), str(p.status.pod_ip or ""), port)
+                PodView(
+                    str(meta.get("name")),
+                    str(spec.get("nodeName") or ""),
+                    str(status.get("podIP") or ""),
+                    port,
+                )
             )
         return out
 
     def cordoned(self) -> set[str]:
-        nodes: list[Any] = self.core.list_node().items
-        return {str(n.metadata.name) for n in nodes if n.spec.unschedulable}
+        return {
+            str(n["metadata"]["name"])
+            for n in self.kube.list_nodes()
+            if (n.get("spec") or {}).get("unschedulable")
+        }
 
 
 class SidecarHTTP:
@@ -84,8 +76,8 @@ class SidecarHTTP:
     proxy first and falls back to the pod IP for a pod whose /healthz the proxy does not return (the
     apiserver refuses to proxy to loopback pod IPs, as the e2e harness's are); what worked is kept."""
 
-    def __init__(self, api: client.ApiClient, namespace: str, access: str = "auto") -> None:
-        self.api, self.namespace, self.access = api, namespace, access
+    def __init__(self, kube: Kube, namespace: str, access: str = "auto") -> None:
+        self.kube, self.namespace, self.access = kube, namespace, access
         self.modes: dict[str, str] = {}
         """Pod name -> "proxy" or "direct", as decided for it."""
 
@@ -119,21 +111,8 @@ class SidecarHTTP:
                     return int(resp.status), bytes(resp.read())
             except urllib.error.HTTPError as exc:
                 return int(exc.code), bytes(exc.read())
-        path = f"/api/v1/namespaces/{self.namespace}/pods/{pod.name}:{pod.port}/proxy{path}"
-        headers = {"Content-Type": "application/json", "Accept": "*/*"}
-        try:
-            # the client's own request building (server, credentials, TLS), then the raw response: the
-            # sidecar answers JSON or text, not a Kubernetes object
-            method_, url, headers_, body_, _ = self.api.param_serialize(
-                method, path, header_params=headers, body=body, auth_settings=["BearerToken"]
-            )
-            answer: Any = self.api.call_api(method_, url, header_params=headers_, body=body_,
-                                          _request_timeout=TIMEOUT_S)  # fmt: skip
-            return int(answer.status), bytes(answer.read() or b"")
-        except ApiException as exc:
-            return int(exc.status or 0), str(exc.body or "").encode()
-        except urllib3.exceptions.HTTPError as exc:  # the apiserver itself unreachable
-            return 0, str(exc).encode()
+        return self.kube.proxy(self.namespace, pod.name, pod.port, method=method, path=path, body=body,
+                               timeout=TIMEOUT_S)  # fmt: skip
 
     def _ok(self, pod: PodView, method: str, path: str, body: Any = None) -> bytes:
         status, data = self._call(pod, method, path, body)

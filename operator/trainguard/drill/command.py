@@ -58,7 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _seconds(flag: str, text: str) -> float:
-    from trainguard.api import duration_seconds  # noqa: PLC0415
+    from trainguard.api import duration_seconds
 
     try:
         return float(text)
@@ -88,14 +88,14 @@ def run(args: argparse.Namespace) -> int:
         return _usage("give Alertmanager's URL with --alertmanager URL (or $TRAINGUARD_ALERTMANAGER)")
 
     try:
-        from kubernetes import client, config  # noqa: PLC0415
+        from trainguard.kube import ApiError, ConfigError, Kube, api_client
     except ImportError:
         return _usage("this command needs the 'operator' extra: pip install 'trainguard[operator]'")
-    from trainguard.drill.clients import AlertmanagerHTTP, KubeCluster, SidecarHTTP, api_client  # noqa: PLC0415
-    from trainguard.drill.results import render_json, render_table  # noqa: PLC0415
-    from trainguard.drill.run import Drill, Options, make_plan  # noqa: PLC0415
-    from trainguard.drill.scenarios import DrillError, scenario  # noqa: PLC0415
-    from trainguard.remediation.alertmanager import AlertmanagerError  # noqa: PLC0415
+    from trainguard.clients.alertmanager import AlertmanagerError
+    from trainguard.drill.clients import AlertmanagerHTTP, KubeCluster, SidecarHTTP
+    from trainguard.drill.results import render_json, render_table
+    from trainguard.drill.run import Drill, Options, make_plan
+    from trainguard.drill.scenarios import DrillError, scenario
 
     o = Options(
         scenario(args.scenario), namespace, name, target_s=_seconds("--target", args.target),
@@ -104,18 +104,18 @@ def run(args: argparse.Namespace) -> int:
         allow_actions=args.allow_actions, poll_s=args.poll, drill_id=f"{args.scenario}-{uuid.uuid4().hex[:8]}",
     )  # fmt: skip
     try:
-        api = api_client(args.kubeconfig)
-    except (config.ConfigException, OSError) as exc:
+        kube = Kube(api_client(args.kubeconfig), timeout=10.0)
+    except (ConfigError, OSError) as exc:
         print(f"trainguard drill: no Kubernetes credentials: {exc}", file=sys.stderr)
         return EXIT_FAIL
-    cluster = KubeCluster(api, namespace, name)
-    sidecars = SidecarHTTP(api, namespace, args.sidecar_access)
+    cluster = KubeCluster(kube, namespace, name)
+    sidecars = SidecarHTTP(kube, namespace, args.sidecar_access)
     try:
         plan = make_plan(o, cluster, sidecars)
     except (DrillError, ValueError) as exc:
         print(f"trainguard drill: {exc}", file=sys.stderr)
         return EXIT_FAIL
-    except client.exceptions.ApiException as exc:
+    except ApiError as exc:
         print(f"trainguard drill: the apiserver answered HTTP {exc.status} {exc.reason}", file=sys.stderr)
         return EXIT_FAIL
     if args.dry_run:
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
             log=lambda m: print(m, file=sys.stderr, flush=True),
         )
         outcome = drill.run(plan)
-    except (AlertmanagerError, client.exceptions.ApiException, OSError) as exc:  # before anything changed
+    except (AlertmanagerError, ApiError, OSError) as exc:  # before anything changed
         print(f"trainguard drill: could not read the installation's state: {exc}", file=sys.stderr)
         return EXIT_FAIL
     finally:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from trainguard.api import InvalidInput, TrainingJobMonitor, parse_object
+from trainguard.api import InvalidInput, TrainingJobMonitor, parse_spec
 from trainguard.drill.results import Cleanup, Outcome, StageResult
 from trainguard.drill.scenarios import (
     PodView,
@@ -29,7 +29,7 @@ from trainguard.drill.scenarios import (
     synthetic_alerts,
 )
 from trainguard.remediation.plan import response_class
-from trainguard.remediation.records import rfc3339
+from trainguard.times import rfc3339
 
 GUARD_SILENCE_S = 600.0
 SYNTHETIC_MARGIN_S = 300.0
@@ -125,7 +125,7 @@ def make_plan(o: Options, cluster: Cluster, sidecars: Sidecars) -> Plan:
     """Read the monitor and its pods (nothing is changed) and decide where the scenario goes."""
     body = cluster.monitor()
     try:
-        monitor = parse_object({k: v for k, v in body.items() if k != "status"}, "the apiserver")
+        monitor = parse_spec(body, "the apiserver")
     except InvalidInput as exc:
         raise ValueError(f"the monitor {o.namespace}/{o.name} is invalid: {exc}") from None
     if not isinstance(monitor, TrainingJobMonitor):

@@ -13,10 +13,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from trainguard.api.monitor import TrainingJobMonitor
-from trainguard.remediation.model import TRAINING_INTERRUPTED, Signal, Source
-from trainguard.remediation.records import rfc3339
-from trainguard.remediation.signals import parse_rfc3339, signal_fingerprint
+from trainguard.catalog.alerts import TRAINING_INTERRUPTED
+from trainguard.remediation.model import Signal, Source
+from trainguard.remediation.signals import signal_fingerprint
 from trainguard.render.sidecar import EXPORTER
+from trainguard.times import parse_rfc3339, rfc3339
 
 NODE_DOWN = "GPUNodeDown"
 SEVERITY = "P0"

@@ -27,7 +27,7 @@ from typing import Any
 
 from trainguard.api.common import duration_seconds, format_duration
 from trainguard.api.policy import Escalation
-from trainguard.remediation.signals import parse_rfc3339
+from trainguard.times import parse_rfc3339
 
 ESCALATED_FROM = "escalated_from"
 ESCALATED_SEVERITY = "P0"

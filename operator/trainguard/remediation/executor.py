@@ -26,24 +26,19 @@ from __future__ import annotations
 import copy
 import json
 import math
-import re
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Any
 
 from trainguard.api.common import duration_seconds
 from trainguard.api.monitor import TrainingJobMonitor
+from trainguard.catalog.kubernetes import FAULTY_TAINT, RESUME_FROM
+from trainguard.kube.objects import creation_seconds, is_terminating, label_value
 from trainguard.remediation import records
-from trainguard.remediation.cluster import (
-    FAULTY_TAINT,
-    RESUME_FROM,
-    ClusterOps,
-    Sidecar,
-    creation_seconds,
-    is_terminating,
-    label_value,
-)
 from trainguard.remediation.model import Phase, StepKind
+from trainguard.remediation.ops import ClusterOps, Sidecar
+from trainguard.times import rfc3339, unix
 
 Record = dict[str, Any]
 
@@ -53,6 +48,19 @@ POLL_INTERVAL_S = 1.0
 
 class StepFailed(Exception):
     """A step could not do what it is for; its message is the record's detail."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A step's progress fields as the record held them when the step began (empty for a first run), and
+    whether this is a redo of a step a killed operator left InProgress."""
+
+    fields: dict[str, Any]
+    redo: bool = False
+
+
+Note = Callable[[str, dict[str, Any]], None]
+"""Saves what a step is about to do (for people) and its progress fields (for a redo), before it acts."""
 
 
 def _avoid(params: dict[str, str]) -> set[str]:
@@ -163,9 +171,7 @@ def would(step: dict[str, Any], monitor: TrainingJobMonitor, default_checkpoint_
         return f"would ask every sidecar of {selector} to pause training"
     if kind == StepKind.PIN_CHECKPOINT:
         bound = _float(p.get("before_ts"))
-        return (
-            f"would pin the newest checkpoint saved before {records.rfc3339(bound) if bound else 'the fault'}"
-        )
+        return f"would pin the newest checkpoint saved before {rfc3339(bound) if bound else 'the fault'}"
     if kind == StepKind.REQUEST_CHECKPOINT:
         timeout = p.get("timeout_s") or f"{default_checkpoint_timeout:g}"
         away = f" not on {p['avoid']}" if p.get("avoid") else ""
@@ -215,17 +221,22 @@ class Executor:
             return self._dry_run(record, monitor)
         while (index := records.next_step(record)) is not None:
             step = record["steps"][index]
-            # a step left InProgress by a crash says in its detail what it was about to do
-            before = str(step.get("detail") or "") if step.get("phase") == Phase.IN_PROGRESS else ""
+            # a step left InProgress by a crash says in its progress fields how far it got; its detail
+            # (what it was about to do) is kept for people until the redo writes its own
+            redo = step.get("phase") == Phase.IN_PROGRESS
+            before = str(step.get("detail") or "") if redo else ""
+            progress = Progress(dict(step.get("progress") or {}) if redo else {}, redo)
             record = self.save(records.mark(record, index, Phase.IN_PROGRESS, before, self.clock()))
 
-            def note(detail: str, at: int = index) -> None:
-                """Save what the step is about to do, before it does it."""
+            def note(detail: str, fields: dict[str, Any], at: int = index) -> None:
+                """Save what the step is about to do, and the fields a redo resumes from, before it does it."""
                 nonlocal record
-                record = self.save(records.mark(record, at, Phase.IN_PROGRESS, detail, self.clock()))
+                record = self.save(
+                    records.mark(record, at, Phase.IN_PROGRESS, detail, self.clock(), progress=fields)
+                )
 
             try:
-                detail = self._act(record, index, monitor, before, note)
+                detail = self._act(record, index, monitor, progress, note)
             except Exception as exc:  # a crash (SystemExit, KeyboardInterrupt) is not a failed step
                 message = str(exc) if isinstance(exc, StepFailed) else f"{type(exc).__name__}: {exc}"
                 return self.save(records.mark(record, index, Phase.FAILED, message, self.clock()))
@@ -247,8 +258,8 @@ class Executor:
         record: Record,
         index: int,
         monitor: TrainingJobMonitor,
-        before: str,
-        note: Callable[[str], None],
+        progress: Progress,
+        note: Note,
     ) -> str:
         step = record["steps"][index]
         params: dict[str, str] = step.get("params") or {}
@@ -258,7 +269,7 @@ class Executor:
         if kind == StepKind.PIN_CHECKPOINT:
             return self._pin(monitor, params)
         if kind == StepKind.REQUEST_CHECKPOINT:
-            return self._request_checkpoint(monitor, params, before, note)
+            return self._request_checkpoint(monitor, params, progress, note)
         if kind == StepKind.CORDON:
             node = params.get("node") or record.get("node", "")
             if not node:
@@ -270,7 +281,7 @@ class Executor:
                 raise StepFailed("no node to taint")
             return self.cluster.taint(node, params.get("reason") or record.get("alert", ""))
         if kind == StepKind.RESTART_GANG:
-            return self._restart(monitor, before, note)
+            return self._restart(record, monitor, progress, note)
         if kind == StepKind.CONFIRM_PLACEMENT:
             return self._confirm(record, monitor, params)
         if kind == StepKind.ADVISE:
@@ -286,9 +297,7 @@ class Executor:
     # ---- sidecars ----
 
     def _sidecars(self, monitor: TrainingJobMonitor) -> tuple[list[Sidecar], str]:
-        found = self.cluster.sidecars(
-            monitor.namespace, monitor.spec.selector.to_selector_string(), monitor.spec.exporter.port
-        )
+        found = self.cluster.sidecars(monitor.namespace, monitor.spec.selector, monitor.spec.exporter.port)
         return found, self.token_for(monitor.namespace, monitor.name)
 
     def _each(
@@ -339,14 +348,14 @@ class Executor:
         return detail + _errors({**errors, **set_errors})
 
     def _request_checkpoint(
-        self, monitor: TrainingJobMonitor, params: dict[str, str], before: str, note: Callable[[str], None]
+        self, monitor: TrainingJobMonitor, params: dict[str, str], progress: Progress, note: Note
     ) -> str:
         """Ask the ranks off the faulty nodes for a full checkpoint and wait until each one has saved past
         the newest step any of them had (the gang's next consistent checkpoint). Progress is the highest
-        step a sidecar lists, not its resume_from: a pinned one never moves. That step is
-        saved in the InProgress detail before asking, so a redo after a crash waits for the same mark and
-        asks only sidecars that neither saved past it nor still hold the request. A timeout is recorded,
-        not failed: the cordon must go on."""
+        step a sidecar lists, not its resume_from: a pinned one never moves. That step is saved in the
+        step's progress (pastStep, asked) before asking, so a redo after a crash waits for the same mark
+        and asks only sidecars that neither saved past it nor still hold the request. A timeout is
+        recorded, not failed: the cordon must go on."""
         timeout = _float(params.get("timeout_s"))
         if timeout is None:
             timeout = duration_seconds(monitor.spec.remediation.emergency_checkpoint_timeout)
@@ -359,13 +368,13 @@ class Executor:
         )
         if not views:
             return f"no sidecar answered the checkpoint request{_errors(errors)}"
-        mark = _ASKED.match(before)
-        if mark:
-            past = _float(mark.group(1))
+        if progress.fields.get("asked") is not None:  # a redo: the same mark as before the crash
+            past = _float(progress.fields.get("pastStep"))
         else:
             known = [s for s in map(_newest_step, views.values()) if s is not None]
             past = max(known) if known else None
-            note(f"asking {len(views)} sidecar(s) for a checkpoint past step {_fmt_step(past)}")
+            note(f"asking {len(views)} sidecar(s) for a checkpoint past step {_fmt_step(past)}",
+                 {"asked": len(views), "pastStep": past})  # fmt: skip
 
         def done(view: dict[str, Any]) -> bool:
             step = _newest_step(view)
@@ -411,30 +420,33 @@ class Executor:
 
     # ---- the gang ----
 
-    def _restart(self, monitor: TrainingJobMonitor, before: str, note: Callable[[str], None]) -> str:
-        """Delete the gang's pods; their controller recreates them. Before deleting, the InProgress detail
-        says how many pods and the newest creation second among them: a redo after a crash deletes only
-        live pods created up to that second, so the replacements are not deleted again. (Pod times have
-        whole seconds: a replacement made in the second of the newest old pod would be deleted twice.)"""
-        namespace, selector = monitor.namespace, monitor.spec.selector.to_selector_string()
+    def _restart(self, record: Record, monitor: TrainingJobMonitor, progress: Progress, note: Note) -> str:
+        """Delete the gang's pods; their controller recreates them. Before deleting, the step's progress
+        says how many pods and the newest creation second among them (count, createdUpTo): a redo after a
+        crash deletes only live pods created up to that second, so the replacements are not deleted
+        again. (Pod times have whole seconds: a replacement made in the second of the newest old pod
+        would be deleted twice.) A redo of a step an older operator began, with no progress fields,
+        takes the pods created before the record as the old gang."""
+        namespace, selector = monitor.namespace, monitor.spec.selector
         live = [p for p in self.cluster.gang_pods(namespace, selector) if _live(p)]
-        mark = _DELETING.match(before)
-        if mark:
-            count, cut, names = int(mark.group(1)), float(mark.group(2)), mark.group(3)
+        cut = _float(progress.fields.get("createdUpTo"))
+        if cut is not None:
+            count = int(progress.fields.get("count") or 0)
             old = [p for p in live if creation_seconds(p) <= cut]
         else:
-            old = live
-            count = len(old)
+            if progress.redo:
+                before = math.floor(unix(str(record.get("created", ""))))
+                live = [p for p in live if creation_seconds(p) < before]
+            old, count = live, len(live)
             cut = max((creation_seconds(p) for p in old), default=0.0)
-            names = _names(_pod_names(old))
             pointer = self._resume_pointer(monitor)
-            note(f"deleting {count} pod(s) created up to {cut:.0f}: {names}; {pointer}")
+            note(f"deleting {count} pod(s) created up to {cut:.0f}: {_names(_pod_names(old))}; {pointer}",
+                 {"count": count, "createdUpTo": int(cut)})  # fmt: skip
         deleted = self.cluster.delete_pods(namespace, _pod_names(old))
-        detail = f"deleted {count} pod(s): {names}"
-        if mark:
-            detail += f" ({len(deleted)} of them after the operator restarted)"
+        if progress.fields.get("createdUpTo") is not None:
+            detail = f"deleted {count} pod(s) created up to {cut:.0f} ({len(deleted)} of them after the operator restarted)"
         else:
-            detail += f"; {pointer}"
+            detail = f"deleted {count} pod(s): {_names(_pod_names(old))}; {pointer}"
         spares = self.cluster.spares()
         if spares:
             detail += f"; spares available: {_names(spares)}"
@@ -480,8 +492,8 @@ class Executor:
         fault_node = record.get("node") if record.get("class") == "nodeFault" else None
         avoid = _avoid(params) or ({str(fault_node)} if fault_node else set())
         expected = _gang_size(record)
-        namespace, selector = monitor.namespace, monitor.spec.selector.to_selector_string()
-        created_after = records.unix(record.get("created", ""))
+        namespace, selector = monitor.namespace, monitor.spec.selector
+        created_after = unix(record.get("created", ""))
         deadline = self.clock() + timeout
         placed: dict[str, str] | None = None
         while True:
@@ -509,11 +521,9 @@ class Executor:
         ref = monitor.spec.workload_ref
         if ref is None:
             return ""
-        # a null in a merge patch removes the key (ClusterOps types the values as str)
-        remove = cast(dict[str, str], {RESUME_FROM: None})
-        try:
+        try:  # a null in a merge patch removes the key
             self.cluster.annotate_workload(
-                monitor.namespace, ref.resolved_api_version(), ref.kind, ref.name, remove
+                monitor.namespace, ref.resolved_api_version(), ref.kind, ref.name, {RESUME_FROM: None}
             )
         except Exception as exc:
             return f"; resume-from not cleared on {ref.kind}/{ref.name}: {str(exc)[:80]}"
@@ -550,16 +560,11 @@ def _pod_names(pods: list[dict[str, Any]]) -> list[str]:
     return sorted(str(p["metadata"]["name"]) for p in pods)
 
 
-_COUNT = re.compile(r"^deleted (\d+) pod")
-_DELETING = re.compile(r"^deleting (\d+) pod\(s\) created up to (\d+): ([^;]*)")
-_ASKED = re.compile(r"^asking \d+ sidecar\(s\) for a checkpoint past step (\S+)")
-
-
 def _gang_size(record: Record) -> int:
-    """How many pods the RestartGang step deleted (or found recreated), from its detail; 1 if unknown."""
+    """How many pods the RestartGang step deleted (its progress count); 1 if unknown."""
     for step in record.get("steps", []):
         if step.get("kind") == StepKind.RESTART_GANG:
-            match = _COUNT.match(str(step.get("detail", "")))
-            if match:
-                return max(1, int(match.group(1)))
+            count = (step.get("progress") or {}).get("count")
+            if isinstance(count, int):
+                return max(1, count)
     return 1

@@ -7,10 +7,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-TRAINING_INTERRUPTED = "TrainingInterrupted"
-"""The operator's own P0, for what no exporter can report: a training pod OOMKilled, failed or
-evicted, or its Job failed. Posted to Alertmanager by the operator, so it is routed like the rest."""
-
 
 class Source(StrEnum):
     ALERTMANAGER = "alertmanager"

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from trainguard.catalog.alerts import NODE_CORDONED, WITHHELD
 from trainguard.remediation.escalation import format_time
 from trainguard.remediation.model import Phase, StepKind
 from trainguard.remediation.plan import ECC_DEGRADED
 
-NODE_CORDONED = "TrainguardNodeCordoned"
 SEVERITY = "P2"
 HOLD_S = 300.0
 """How long a posted notice stays active without a refresh: the leader refreshes it on every pass, so
@@ -69,3 +69,19 @@ def cordon_notices(
                 "endsAt": format_time(now + HOLD_S),
             }
     return [out[k] for k in sorted(out)]
+
+
+def withheld(record: Mapping[str, Any], message: str) -> dict[str, Any]:
+    """The postable P0 of a NOTIFY step: what trainguard did not do and why, for the job's receivers.
+    `record` carries its monitor's namespace and trainingJob."""
+    labels = {"alertname": WITHHELD, "severity": "P0", "namespace": str(record.get("namespace", "")),
+              "training_job": str(record.get("trainingJob", "")), "remediation": str(record.get("id", ""))}  # fmt: skip
+    if record.get("node"):
+        labels["node"] = str(record["node"])
+    return {
+        "labels": labels,
+        "annotations": {
+            "summary": f"trainguard withheld an action: {message}",
+            "description": f"{record.get('alert')}: {message}",
+        },
+    }

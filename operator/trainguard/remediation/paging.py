@@ -17,8 +17,8 @@ from typing import Any
 
 from trainguard.catalog import ALERTS_BY_NAME
 from trainguard.remediation.model import Signal, Source
-from trainguard.remediation.records import rfc3339
 from trainguard.render.inhibition import FASTPATH, PATH_LABEL
+from trainguard.times import rfc3339
 
 HOLD_S = 300.0
 """How long the posted alert fires. It is posted once (the sidecar sends a fault once) and must outlast

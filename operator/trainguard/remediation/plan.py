@@ -24,9 +24,9 @@ from typing import Any
 from trainguard.api import duration_seconds
 from trainguard.api.monitor import Remediation, TrainingJobMonitor
 from trainguard.catalog import ALERTS_BY_NAME
+from trainguard.catalog.alerts import TRAINING_INTERRUPTED
 from trainguard.remediation.escalation import ESCALATED_FROM
 from trainguard.remediation.model import (
-    TRAINING_INTERRUPTED,
     ClusterState,
     Phase,
     Plan,
@@ -35,7 +35,8 @@ from trainguard.remediation.model import (
     Step,
     StepKind,
 )
-from trainguard.remediation.records import is_finished, unix
+from trainguard.remediation.records import is_finished
+from trainguard.times import unix
 
 NONFINITE_LOSS = "nonFiniteLoss"
 NODE_FAULT = "nodeFault"

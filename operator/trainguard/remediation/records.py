@@ -10,8 +10,7 @@ The shape is api.monitor.RemediationRecord's (camelCase); strings are clipped to
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from trainguard.api.monitor import (
@@ -21,6 +20,7 @@ from trainguard.api.monitor import (
     REMEDIATION_STEPS_MAX,
 )
 from trainguard.remediation.model import Phase, Plan
+from trainguard.times import rfc3339
 
 Record = dict[str, Any]
 
@@ -36,23 +36,6 @@ _MARKS: frozenset[str] = frozenset({Phase.IN_PROGRESS, Phase.SUCCEEDED, Phase.FA
 
 class TooManyUnfinished(ValueError):
     """More unfinished records than the status may hold: none of them may be dropped."""
-
-
-def rfc3339(ts: float) -> str:
-    """Unix seconds as RFC 3339 in UTC, to the millisecond (`2026-01-02T03:04:05.678Z`)."""
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
-def unix(text: str) -> float:
-    """Unix seconds of an RFC 3339 time as `rfc3339` writes it (any offset accepted); 0 when unreadable,
-    so a damaged record counts as long finished rather than as a recent one."""
-    try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        return 0.0
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
 
 
 def _clip(text: str, limit: int) -> str:
@@ -155,10 +138,19 @@ def next_step(record: Record) -> int | None:
     return None
 
 
-def mark(record: Record, index: int, phase: Phase | str, detail: str, now: float) -> Record:
+def mark(
+    record: Record,
+    index: int,
+    phase: Phase | str,
+    detail: str,
+    now: float,
+    *,
+    progress: Mapping[str, Any] | None = None,
+) -> Record:
     """A new record with step `index` at `phase` (InProgress, Succeeded, Failed or Skipped) and the
     record's own phase derived: Failed once a step failed, Succeeded when every step is done (Skipped
-    for a skipped plan whose notification went out), InProgress otherwise."""
+    for a skipped plan whose notification went out), InProgress otherwise. `progress` (the step's
+    machine-readable fields, api.monitor.StepProgress) is merged into what the step had."""
     if phase not in _MARKS:
         raise ValueError(f"a step is marked {', '.join(sorted(_MARKS))}, not {phase}")
     if is_finished(record):
@@ -170,6 +162,11 @@ def mark(record: Record, index: int, phase: Phase | str, detail: str, now: float
     time = rfc3339(now)
     step = out["steps"][index]
     step.update(phase=str(Phase(phase)), detail=_clip(detail, REMEDIATION_DETAIL_MAX), time=time)
+    if progress:
+        step["progress"] = {
+            **(step.get("progress") or {}),
+            **{k: v for k, v in progress.items() if v is not None},
+        }
     out["updated"] = time
     phases = [s["phase"] for s in out["steps"]]
     if Phase.FAILED in phases:

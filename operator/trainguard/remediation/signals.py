@@ -10,22 +10,17 @@ even where the two carry different extra labels (the sidecar's `node` on a job-s
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 from trainguard.catalog import ALERTS_BY_NAME
 from trainguard.catalog.events import fingerprint
 from trainguard.remediation.model import Signal, Source
+from trainguard.times import parse_rfc3339
 
 REQUIRED_LABELS: tuple[str, ...] = ("alertname", "severity", "namespace", "training_job")
 ALERTMANAGER_VERSION = "4"
 _STATUSES = {"firing": True, "resolved": False}
-# RFC 3339 as Go writes it: fractional seconds up to nanoseconds, "Z" or an offset.
-_RFC3339 = re.compile(
-    r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})\Z", re.ASCII
-)
 
 
 class PayloadError(ValueError):
@@ -74,18 +69,6 @@ def _kind(value: Any) -> str:
     return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list"}.get(
         type(value), "an object"
     )
-
-
-def parse_rfc3339(text: str) -> float:
-    """Unix seconds from RFC 3339 as Go writes it (up to nanoseconds). Stricter than
-    datetime.fromisoformat, which would take a time without a zone as local time."""
-    m = _RFC3339.match(text)
-    if m is None:
-        raise ValueError(f"not RFC 3339: {text!r}")
-    date, clock, frac, zone = m.groups()
-    zone = "+00:00" if zone in ("Z", "z") else zone
-    stamp = datetime.fromisoformat(f"{date}T{clock}{zone}").timestamp()
-    return stamp + (int(frac.ljust(9, "0")) / 1e9 if frac else 0.0)
 
 
 def _starts_at_rfc3339(value: Any, path: str, now: float) -> float:

@@ -17,19 +17,10 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
-from trainguard.remediation.cluster import (
-    CONFLICT_RETRIES,
-    CORDON_REASON,
-    CORDONED_AT,
-    CORDONED_BY,
-    FAULTY_TAINT,
-    MERGE_PATCH,
-)
+from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT
+from trainguard.kube.errors import ApiError, is_not_found, on_conflict
 
 UNCORDONED_BY = "trainguard.io/uncordoned-by"
 UNCORDONED_AT = "trainguard.io/uncordoned-at"
@@ -146,40 +137,45 @@ class Result:
     """Why the Event could not be posted (the annotations, the main record, were written)."""
 
 
+class NodeAPI(Protocol):
+    """kube.Kube's node and Event calls."""
+
+    def read_node(self, name: str) -> dict[str, Any]: ...
+
+    def patch_node(self, name: str, patch: dict[str, Any]) -> None: ...
+
+    def create_event(self, namespace: str, event: dict[str, Any], timeout: float | None = None) -> None: ...
+
+
 def uncordon(
-    api: client.ApiClient,
+    kube: NodeAPI,
     node: str,
     by: str,
     *,
     reason: str = "",
     clock: Callable[[], float] = time.time,
-    timeout: float = 10.0,
 ) -> Result:
     """Return `node` to service if trainguard cordoned it; raises Refused otherwise (or when it does not
     exist). Idempotent: a node already returned reports so and changes nothing."""
-    core = client.CoreV1Api(api)
-    for attempt in range(CONFLICT_RETRIES):
+
+    def attempt() -> tuple[Decision, dict[str, Any], float]:
         try:
-            live = cast(Any, api).sanitize_for_serialization(core.read_node(node, _request_timeout=timeout))
-        except ApiException as exc:
-            if exc.status == 404:
+            live = kube.read_node(node)
+        except ApiError as exc:
+            if is_not_found(exc):
                 raise Refused(f"node {node} does not exist") from None
             raise
         now = clock()
         decision = decide(live, by, now, reason)
-        if decision.patch is None:
-            return Result(decision.message, changed=False)
-        try:
-            core.patch_node(node, decision.patch, _content_type=MERGE_PATCH, _request_timeout=timeout)
-        except ApiException as exc:
-            if exc.status == 409 and attempt < CONFLICT_RETRIES - 1:
-                continue
-            raise
-        try:
-            core.create_namespaced_event(
-                EVENT_NAMESPACE, cast(Any, event(live, decision.message, by, now)), _request_timeout=timeout
-            )
-        except ApiException as exc:
-            return Result(decision.message, changed=True, event_error=f"HTTP {exc.status} {exc.reason}")
-        return Result(decision.message, changed=True)
-    raise AssertionError("unreachable")
+        if decision.patch is not None:
+            kube.patch_node(node, decision.patch)  # conditional on the version read: a 409 reads again
+        return decision, live, now
+
+    decision, live, now = on_conflict(attempt)
+    if decision.patch is None:
+        return Result(decision.message, changed=False)
+    try:
+        kube.create_event(EVENT_NAMESPACE, event(live, decision.message, by, now))
+    except ApiError as exc:
+        return Result(decision.message, changed=True, event_error=f"HTTP {exc.status} {exc.reason}")
+    return Result(decision.message, changed=True)

@@ -1,20 +1,27 @@
 """Pure renderers: validated custom resources in, Kubernetes objects or Prometheus files out.
 
-No I/O and no clocks: the same input gives byte-identical output, so GitOps diffs stay clean.
+No I/O and no clocks: the same input gives byte-identical output, so GitOps diffs stay clean. The
+names below load on first use, so that `trainguard --help` (which reads render/command.py's flags)
+needs none of the renderers' dependencies.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-import yaml
+if TYPE_CHECKING:
+    from trainguard.render.documents import dump_stream, dump_yaml, render_kubernetes, render_prometheus
+    from trainguard.render.policy import EffectivePolicy, effective_policy
 
-from trainguard.api.load import Documents
-from trainguard.render.alertmanager import alertmanager_yml
-from trainguard.render.kubernetes import monitor_objects
-from trainguard.render.longterm import DEFAULT_INTERVAL, aggregate_group, remote_write
-from trainguard.render.policy import EffectivePolicy, effective_policy
-from trainguard.render.prometheus import rule_group
+_WHERE = {
+    "dump_stream": "trainguard.render.documents",
+    "dump_yaml": "trainguard.render.documents",
+    "render_kubernetes": "trainguard.render.documents",
+    "render_prometheus": "trainguard.render.documents",
+    "EffectivePolicy": "trainguard.render.policy",
+    "effective_policy": "trainguard.render.policy",
+}
 
 __all__ = [
     "EffectivePolicy",
@@ -26,62 +33,7 @@ __all__ = [
 ]
 
 
-def _sorted_monitors(docs: Documents) -> list[Any]:
-    return sorted(docs.monitors, key=lambda m: (m.namespace, m.name))
-
-
-def render_kubernetes(docs: Documents, aggregate_interval: str = DEFAULT_INTERVAL) -> list[dict[str, Any]]:
-    """The objects for every monitor, ordered by namespace and name. Each PrometheusRule also holds
-    the monitor's long-term aggregate group (render.longterm), evaluated every `aggregate_interval`."""
-    out: list[dict[str, Any]] = []
-    for m in _sorted_monitors(docs):
-        out += monitor_objects(
-            m, effective_policy(m, docs.policies_for(m)), aggregate_interval=aggregate_interval
-        )
-    return out
-
-
-def render_prometheus(
-    docs: Documents,
-    aggregate_interval: str = DEFAULT_INTERVAL,
-    remote_write_url: str | None = None,
-    remote_write_events_url: str | None = None,
-) -> dict[str, dict[str, Any]]:
-    """`rules.yml` and `alertmanager.yml` for a plain Prometheus and Alertmanager, `aggregates.yml`
-    (a second rule file: the long-term aggregates) and, given a URL, `remote_write.yml`: the
-    remote_write section for prometheus.yml that ships only the aggregates and the alert history
-    (the history to `remote_write_events_url` instead, when given, for a store that keeps it longer)."""
-    pairs = [(m, effective_policy(m, docs.policies_for(m))) for m in _sorted_monitors(docs)]
-    files = {
-        "rules.yml": {"groups": [rule_group(m, p) for m, p in pairs]},
-        "aggregates.yml": {"groups": [aggregate_group(m, aggregate_interval) for m, _ in pairs]},
-        "alertmanager.yml": alertmanager_yml(pairs),
-    }
-    if remote_write_url:
-        files["remote_write.yml"] = remote_write(remote_write_url, remote_write_events_url)
-    return files
-
-
-class _Dumper(yaml.SafeDumper):
-    """Block style, no aliases, multi-line strings as literal blocks: stable, readable output."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
-
-
-def dump_yaml(obj: Any) -> str:
-    return yaml.dump(
-        obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=4096, allow_unicode=True
-    )
-
-
-def dump_stream(objs: list[dict[str, Any]]) -> str:
-    return "".join("---\n" + dump_yaml(o) for o in objs)
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'trainguard.render' has no attribute {name!r}")
+    return getattr(importlib.import_module(_WHERE[name]), name)

@@ -30,6 +30,7 @@ from trainguard.api import TrainingJobMonitor, parse_object
 from trainguard.api.common import duration_seconds
 from trainguard.api.monitor import Baseline
 from trainguard.catalog import METRICS, SEVERITIES, MetricType
+from trainguard.catalog.kubernetes import FAULTY_TAINT
 from trainguard.render.longterm import GPU_HOURS, PEAK_MEMORY, WINDOW, aggregate_names
 from trainguard.render.prometheus import Context, recording_rules
 
@@ -40,10 +41,6 @@ EXTERNAL_SERIES: dict[str, str] = {
     "kube_node_spec_taint": "kube-state-metrics: node taints (the operator's cordon taint)",
 }
 """Series the dashboards read that trainguard neither exports nor records; each names its source."""
-
-FAULTY_TAINT = "trainguard.io/faulty"
-"""The taint the operator puts on a node it cordons (remediation/cluster.py, which render may not
-import; tests/render/test_dashboards.py pins the two together)."""
 
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
 JOB_SELECTOR = 'namespace="$namespace",training_job="$training_job"'

@@ -7,10 +7,10 @@ from typing import Any
 
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog import ALERTS, ALERTS_BY_NAME
+from trainguard.catalog.alerts import NODE_CORDONED
 from trainguard.render.matchers import Matcher, eq, ne, one_of
 from trainguard.render.policy import EffectivePolicy
 
-NODE_CORDONED = "TrainguardNodeCordoned"
 """remediation/notices.py's notice (render may not import remediation; a test pins the two)."""
 PATH_LABEL = "trainguard_path"
 FASTPATH = "fastpath"

@@ -13,6 +13,7 @@ import hashlib
 from typing import Any
 
 from trainguard.api.monitor import TrainingJobMonitor
+from trainguard.catalog.kubernetes import SPARE_LABEL
 from trainguard.render.kubernetes import CA_KEY, FASTPATH_TOKEN_KEY, METRICS_PORT_NAME, fastpath_secret_name
 
 EXPORTER = "trainguard-exporter"
@@ -26,7 +27,6 @@ TOKEN_DIR = "/var/run/trainguard-token"
 SDK_SOCKET = f"{RUN_DIR}/sdk.sock"
 NONROOT_UID = 65532
 GPU_RESOURCE = "nvidia.com/gpu"
-SPARE_TAINT_KEY = "trainguard.io/spare"
 """Warm spare nodes carry this NoSchedule taint (and the label of the same key): ordinary work stays
 off them; a job's replacement pods tolerate it while trainguard restarts the job after a node fault."""
 RESUME_FROM_ENV = "TRAINGUARD_RESUME_FROM"
@@ -272,8 +272,8 @@ def inject(
         containers.append(exporter)
     out_spec: dict[str, Any] = {"initContainers": init, "containers": containers, "volumes": volumes}
     if tolerate_spares:
-        tolerations = [t for t in spec.get("tolerations") or [] if t.get("key") != SPARE_TAINT_KEY]
-        tolerations.append({"key": SPARE_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"})
+        tolerations = [t for t in spec.get("tolerations") or [] if t.get("key") != SPARE_LABEL]
+        tolerations.append({"key": SPARE_LABEL, "operator": "Exists", "effect": "NoSchedule"})
         out_spec["tolerations"] = tolerations
     return {"metadata": {"annotations": annotations}, "spec": out_spec}
 

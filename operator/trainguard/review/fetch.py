@@ -10,9 +10,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from prometheus_api_client import PrometheusConnect
-from urllib3.util.retry import Retry
-
+from trainguard.clients import prometheus as clients
 from trainguard.review.history import Series, merge, parse_matrix
 
 SELECTOR = 'ALERTS{alertstate="firing"}'
@@ -31,10 +29,8 @@ class Unreachable(RuntimeError):
 
 
 def prometheus_client(url: str, timeout: int = 60) -> PrometheusQuery:
-    """PrometheusConnect with a timeout, and one retry (its default retries a refused connection for
-    seconds before the command can say so)."""
-    retry = Retry(total=1, backoff_factor=0.2, status_forcelist=[502, 503, 504])
-    client: PrometheusQuery = PrometheusConnect(url=url, disable_ssl=False, timeout=timeout, retry=retry)
+    """The query client with one retry: a refused connection is said at once, not after seconds."""
+    client: PrometheusQuery = clients.prometheus_client(url, timeout, retries=1)
     return client
 
 

@@ -1,0 +1,98 @@
+"""The operator reads pods, nodes, Leases, Jobs, monitors and policies from watch caches: once its caches
+have listed, an admission request, a P0 signal and the P0 loop's periodic pass make no LIST call.
+
+Counted by the apiserver itself: the local control plane audits the operator ServiceAccount's LIST
+requests (e2e/controlplane/local.py, AUDIT_POLICY), and the operator's Kubernetes client names itself
+`trainguard/<version> (operator)`, apart from kopf's own watches in the same process (kopf lists its
+monitors and policies again whenever one of its watch streams ends; that is kopf's, not ours).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.cluster import Cluster, wait_for
+from e2e.test_p0_loop import alert_payload, operator_key, post, records, start_job
+from tests.processes import scrape
+from trainguard.remediation import tokens
+
+pytestmark = pytest.mark.e2e
+OPERATOR_USER = "system:serviceaccount:trainguard-system:trainguard-operator"
+CACHES = ("jobs", "leases", "monitors", "nodes", "pods", "policies")
+
+
+def operator_lists(audit_log: Path) -> list[dict[str, Any]]:
+    """The operator's own LIST requests the apiserver has answered so far (kopf's left out)."""
+    out = []
+    for line in audit_log.read_text().splitlines():
+        event = json.loads(line)
+        if (
+            event.get("verb") == "list"
+            and (event.get("user") or {}).get("username") == OPERATOR_USER
+            and str(event.get("userAgent", "")).startswith("trainguard/")
+        ):
+            out.append(event)
+    return out
+
+
+def described(events: list[dict[str, Any]]) -> str:
+    return "\n".join(f"  {e.get('requestURI')} ({e.get('userAgent')})" for e in events)
+
+
+def cache_counts(metrics_url: str) -> dict[str, dict[str, float]]:
+    families = scrape(metrics_url)
+    return {
+        kind: {r: v for labels, v in families.get(f"trainguard_operator_watch_cache_{kind}_total", [])
+               for r in [dict(labels).get("resource", "")]}
+        for kind in ("lists", "watches")
+    }  # fmt: skip
+
+
+def test_no_list_call_in_steady_state(operator: Cluster, ns: str, clean_nodes: None) -> None:
+    if operator.audit_log is None:
+        pytest.skip(
+            "the apiserver's audit log is the local control plane's (TRAINGUARD_E2E_KUBECONFIG has none)"
+        )
+    pods = start_job(operator, ns, {"dryRun": True})
+    metrics = operator.metrics_url()
+    # every cache listed once and is watching (the first read of each waits for it)
+    wait_for("every watch cache listed and watching", lambda: all(
+        (c := cache_counts(metrics))["lists"].get(r, 0) >= 1 and c["watches"].get(r, 0) >= 1 for r in CACHES
+    ), timeout=60)  # fmt: skip
+    started = operator_lists(operator.audit_log)
+    assert {e["objectRef"]["resource"] for e in started} >= {"pods", "nodes", "leases", "jobs"}, (
+        "the audit log shows the caches' first lists (so the count below can see a LIST at all):\n"
+        + described(started)
+    )
+    before = len(started)
+    lists_before = cache_counts(metrics)["lists"]
+
+    # an admission request: a pod of the monitor's selector gets its sidecar from the cached monitor
+    operator.core.create_namespaced_pod(ns, {
+        "metadata": {"name": "llama-pretrain-extra", "labels": {"app": "llama-pretrain"}},
+        "spec": {"containers": [{"name": "trainer", "image": "registry.invalid/llama:1"}]},
+    })  # fmt: skip
+    extra = operator.core.read_namespaced_pod("llama-pretrain-extra", ns)
+    names = [c.name for c in [*(extra.spec.init_containers or []), *extra.spec.containers]]
+    assert "trainguard-exporter" in names, names
+
+    # a P0 signal, planned (dry run) on the cached nodes and pods
+    token = tokens.derive(operator_key(operator), tokens.ALERTS, ns, "llama-pretrain")
+    status, answer = post(operator, "/v1/alerts", alert_payload(ns, pods[0].spec.node_name), token)
+    assert status == 200 and answer["accepted"] == 1, answer
+    wait_for("the signal's record", lambda: records(operator, ns), timeout=30)
+
+    # the P0 pass (every 2 s here) and the pod count (the extra pod is counted from the cache)
+    wait_for("the pod count with the extra pod", lambda: (
+        (operator.get("trainguard.io/v1alpha1", "TrainingJobMonitor", ns, "llama-pretrain") or {})
+        .get("status", {}).get("podsMonitored") == 3), timeout=30)  # fmt: skip
+    time.sleep(5)  # two more P0 passes over the monitor, its pods, the nodes and their Leases
+
+    after = operator_lists(operator.audit_log)[before:]
+    assert after == [], f"LIST calls in steady state:\n{described(after)}"
+    assert cache_counts(metrics)["lists"] == lists_before, "no cache listed again"

@@ -1,0 +1,92 @@
+"""What every verb's command line shares: failing with a message and an exit code, naming the extra to
+install when a dependency is missing, and the argument forms several verbs take (NS/NAME, durations,
+times, who ran it). Standard library only, so `trainguard --help` stays instant."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import NoReturn
+
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+
+
+def fail(message: str, code: int = EXIT_INVALID) -> NoReturn:
+    print(f"trainguard: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def need(extra: str, *modules: str) -> None:
+    """Fail with the pip command to run when a command's extra is not installed."""
+    for module in modules or ("pydantic", "yaml", "promql_parser"):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            fail(
+                f"this command needs the '{extra}' extra ({module} is missing): pip install 'trainguard[{extra}]'"
+            )
+
+
+def monitor_ref(text: str) -> tuple[str, str]:
+    """--monitor NAMESPACE/NAME."""
+    namespace, _, name = text.partition("/")
+    if not namespace or not name or "/" in name:
+        fail(f"--monitor takes NAMESPACE/NAME, got {text!r}", EXIT_USAGE)
+    return namespace, name
+
+
+def who(by: str | None) -> str:
+    """Who ran the command, for the record: --by, else $USER@hostname."""
+    if by:
+        return by
+    import getpass
+    import os
+    import socket
+
+    return f"{os.environ.get('USER') or getpass.getuser()}@{socket.gethostname()}"
+
+
+def when(text: str | None) -> float:
+    """--at: unix seconds or an RFC 3339 time; now when absent."""
+    import time
+
+    from trainguard.api.common import instant
+
+    if not text:
+        return time.time()
+    try:
+        return instant(text)
+    except ValueError as exc:
+        fail(f"--at {exc}", EXIT_USAGE)
+
+
+def duration(text: str) -> float:
+    """Seconds in a duration flag, refused at parse time (exit 2, naming the flag) rather than at start-up."""
+    from trainguard.api.common import duration_seconds
+
+    try:
+        seconds = duration_seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be longer than zero")
+    return seconds
+
+
+def kubeconfig_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig", help="kubeconfig (default: in-cluster, then KUBECONFIG / ~/.kube/config)"
+    )
+
+
+def api_client(kubeconfig: str | None):  # type: ignore[no-untyped-def]
+    """The Kubernetes client of a command, or a failure naming why there are no credentials."""
+    from trainguard.kube import ConfigError
+    from trainguard.kube import api_client as make
+
+    try:
+        return make(kubeconfig)
+    except (ConfigError, OSError) as exc:
+        fail(f"no Kubernetes credentials: {exc}")

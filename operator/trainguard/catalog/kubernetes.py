@@ -1,0 +1,18 @@
+"""The names trainguard writes on Kubernetes objects it does not own: node annotations and taints,
+the spare-node label and the workload's resume pointer. Users, dashboards and `trainguard uncordon`
+read them, so each is defined here once (docs/architecture.md, "Public contracts")."""
+
+from __future__ import annotations
+
+CORDONED_AT = "trainguard.io/cordoned-at"
+"""On a node trainguard cordoned: unix seconds of the cordon (the storm guard counts from it)."""
+CORDONED_BY = "trainguard.io/cordoned-by"
+"""On a node trainguard cordoned: the remediation record's id. A cordon without it is a person's."""
+CORDON_REASON = "trainguard.io/cordon-reason"
+"""On a node trainguard cordoned: the alert and what was seen."""
+FAULTY_TAINT = "trainguard.io/faulty"
+"""The NoSchedule taint on a faulty node; its value is the alert (kube_node_spec_taint shows it)."""
+SPARE_LABEL = "trainguard.io/spare"
+"""A warm spare node (`=true`); also the key of the NoSchedule taint that keeps other pods off it."""
+RESUME_FROM = "trainguard.io/resume-from"
+"""On the workload: JSON {step, path, kind, ts} of the checkpoint a gang restart resumes from."""

@@ -1,0 +1,61 @@
+"""`trainguard report`: a diagnostic report (HTML, Markdown) of a job around an alert or a time."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from trainguard.args import EXIT_USAGE, api_client, fail, kubeconfig_flag, monitor_ref, need, when
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    rep = sub.add_parser("report", help="a diagnostic report (HTML, Markdown) of a job around an alert")
+    rep.add_argument("--monitor", required=True, metavar="NS/NAME", help="the TrainingJobMonitor")
+    rep.add_argument("--alert", help="the alert to report on (default: the job's most severe firing at --at)")
+    rep.add_argument("--at", metavar="TIME", help="unix seconds or RFC 3339 (default: now)")
+    rep.add_argument("-o", "--output", default="trainguard-report.html", metavar="FILE.html")
+    rep.add_argument("--markdown", metavar="FILE.md", help="also write the Markdown version")
+    rep.add_argument(
+        "--prometheus", metavar="URL", help="Prometheus's base URL (default: $TRAINGUARD_PROMETHEUS_URL)"
+    )
+    kubeconfig_flag(rep)
+    rep.set_defaults(func=cmd_report)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """A diagnostic report of one monitor's job around an alert (or a time): causes, plots and logs."""
+    need("operator", "kubernetes", "prometheus_api_client")
+    import os
+    import time
+
+    from trainguard.clients.prometheus import prometheus_client
+    from trainguard.diagnosis.fetch import build_report
+    from trainguard.kube import Kube
+    from trainguard.kube.reads import ApiReads
+
+    namespace, name = monitor_ref(args.monitor)
+    url = args.prometheus or os.environ.get("TRAINGUARD_PROMETHEUS_URL")
+    if not url:
+        fail("give Prometheus's URL with --prometheus URL (or $TRAINGUARD_PROMETHEUS_URL)", EXIT_USAGE)
+    at = when(args.at)
+    kube = Kube(api_client(args.kubeconfig))
+    try:
+        report = build_report(
+            kube,
+            ApiReads(kube),
+            prometheus_client(url),
+            namespace,
+            name,
+            alert=args.alert,
+            at=at,
+            now=time.time(),
+        )
+    except LookupError as exc:
+        fail(str(exc))
+    except Exception as exc:
+        fail(f"could not build the report: {exc}")
+    Path(args.output).write_text(report.html, encoding="utf-8")
+    if args.markdown:
+        Path(args.markdown).write_text(report.markdown, encoding="utf-8")
+    print(args.output)
+    return 0

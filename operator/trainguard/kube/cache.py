@@ -1,0 +1,130 @@
+"""The operator's watch caches: monitors, policies, pods, nodes, node Leases and Jobs, each listed once
+and then watched (kube/watch.py). The periodic passes, the planner and the admission webhook read
+these instead of listing: in steady state a P0 signal, an admission request and a P0 pass make no
+LIST call (e2e/test_watch_caches.py counts them at the apiserver).
+
+Each reader names the narrow interface it needs as a Protocol in its own room (admission needs
+`monitors_in`, the P0 pass `monitors`, `pods`, `nodes`, `node_leases`, `job`, ...); this class serves
+them all, and their tests fake only what they name.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+
+from trainguard.api import GROUP, VERSION
+from trainguard.api.common import LabelSelector
+from trainguard.kube.objects import labels_of, slim, slim_node, slim_pod
+from trainguard.kube.watch import Counts, Informer, Resource
+
+log = logging.getLogger("trainguard.kube.cache")
+
+Obj = dict[str, Any]
+
+MONITORS = Resource(GROUP, VERSION, "trainingjobmonitors")
+POLICIES = Resource(GROUP, VERSION, "alertpolicies")
+PODS = Resource("", "v1", "pods")
+NODES = Resource("", "v1", "nodes")
+NODE_LEASES = Resource("coordination.k8s.io", "v1", "leases", "kube-node-lease")
+JOBS = Resource("batch", "v1", "jobs")
+
+
+def _slim_job(job: Obj) -> Obj:
+    """A Job's identity and status; its pod template (the bulk) is not read from the cache."""
+    kept = slim(job)
+    spec = {k: v for k, v in (job.get("spec") or {}).items() if k != "template"}
+    return {**kept, "spec": spec}
+
+
+@dataclass
+class ClusterCache:
+    api: client.ApiClient
+    read_timeout_s: float = 30.0
+    """How long a read waits for a cache's first list before it fails (NotSynced)."""
+    monitors_informer: Informer = field(init=False)
+    policies_informer: Informer = field(init=False)
+    pods_informer: Informer = field(init=False)
+    nodes_informer: Informer = field(init=False)
+    leases_informer: Informer = field(init=False)
+    jobs_informer: Informer = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.monitors_informer = Informer(self.api, MONITORS)
+        self.policies_informer = Informer(self.api, POLICIES)
+        self.pods_informer = Informer(self.api, PODS, transform=slim_pod)
+        self.nodes_informer = Informer(self.api, NODES, transform=slim_node)
+        self.leases_informer = Informer(self.api, NODE_LEASES)
+        self.jobs_informer = Informer(self.api, JOBS, transform=_slim_job)
+
+    @property
+    def informers(self) -> dict[str, Informer]:
+        return {
+            "monitors": self.monitors_informer,
+            "policies": self.policies_informer,
+            "pods": self.pods_informer,
+            "nodes": self.nodes_informer,
+            "leases": self.leases_informer,
+            "jobs": self.jobs_informer,
+        }
+
+    def start(self) -> ClusterCache:
+        for informer in self.informers.values():
+            informer.start()
+        return self
+
+    def stop(self) -> None:
+        for informer in self.informers.values():
+            informer.stop()
+
+    def wait_synced(self, timeout: float) -> list[str]:
+        """Wait for every cache's first list; returns the names of those still not listed."""
+        deadline = time.monotonic() + timeout
+        for informer in self.informers.values():
+            informer.wait_synced(max(0.0, deadline - time.monotonic()))
+        return [name for name, informer in self.informers.items() if not informer.synced]
+
+    def counts(self) -> dict[str, Counts]:
+        return {name: informer.counts for name, informer in self.informers.items()}
+
+    # ---- monitors and policies ----
+
+    def monitors(self) -> list[Obj]:
+        return self.monitors_informer.items(timeout=self.read_timeout_s)
+
+    def monitors_in(self, namespace: str, timeout: float | None = None) -> list[Obj]:
+        """The namespace's monitors; admission passes a short timeout (it has 5 seconds in all)."""
+        return self.monitors_informer.items(namespace, timeout=timeout or self.read_timeout_s)
+
+    def monitor(self, namespace: str, name: str) -> Obj | None:
+        return self.monitors_informer.get(namespace, name, timeout=self.read_timeout_s)
+
+    def policy(self, namespace: str, name: str) -> Obj | None:
+        return self.policies_informer.get(namespace, name, timeout=self.read_timeout_s)
+
+    # ---- pods and Jobs ----
+
+    def pods(self, namespace: str, selector: LabelSelector) -> list[Obj]:
+        """The namespace's pods that `selector` matches (an empty selector matches none)."""
+        if selector.is_empty():
+            return []
+        return [p for p in self.pods_informer.items(namespace, timeout=self.read_timeout_s)
+                if selector.matches(labels_of(p))]  # fmt: skip
+
+    def job(self, namespace: str, name: str) -> Obj | None:
+        return self.jobs_informer.get(namespace, name, timeout=self.read_timeout_s)
+
+    # ---- nodes ----
+
+    def nodes(self) -> list[Obj]:
+        return self.nodes_informer.items(timeout=self.read_timeout_s)
+
+    def node(self, name: str) -> Obj | None:
+        return self.nodes_informer.get(None, name, timeout=self.read_timeout_s)
+
+    def node_leases(self) -> list[Obj]:
+        return self.leases_informer.items(timeout=self.read_timeout_s)

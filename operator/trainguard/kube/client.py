@@ -1,0 +1,434 @@
+"""Reads by name and writes: server-side apply, create-if-absent, resourceVersion-conditional patches,
+status, Events, and the few Secrets the operator may touch. Every call has a timeout: a hung call must
+not hold a handler thread forever. Collections are read from the watch caches (kube/cache.py); the
+list methods here serve the one-shot commands (`trainguard status`, `report`, `drill`)."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import json
+import secrets
+from typing import Any, cast
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
+
+from trainguard.api import GROUP, VERSION
+from trainguard.kube.errors import MissingAPI, is_conflict
+
+FIELD_MANAGER = "trainguard-operator"
+HASH_ANNOTATION = "trainguard.io/input-hash"
+PEERING = ("kopf.dev", "v1", "clusterkopfpeerings")
+MERGE_PATCH = "application/merge-patch+json"
+WORKLOAD_PLURALS = {"Job": "jobs", "JobSet": "jobsets", "PyTorchJob": "pytorchjobs"}
+"""The workload kinds a monitor's workloadRef may name, by plural."""
+
+
+def content_hash(obj: dict[str, Any]) -> str:
+    """A stable hash of an object as rendered (before the hash annotation is added)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:20]
+
+
+def with_hash(obj: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    digest = content_hash(obj)
+    meta = dict(obj["metadata"])
+    meta["annotations"] = {**meta.get("annotations", {}), HASH_ANNOTATION: digest}
+    return {**obj, "metadata": meta}, digest
+
+
+class Kube:
+    def __init__(self, api: client.ApiClient, timeout: float = 30.0) -> None:
+        self.api = api
+        self.timeout = timeout
+        """Seconds any one API call may take: a hung call must not hold a handler thread forever."""
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self._dynamic: DynamicClient | None = None
+        self._applied: dict[tuple[str, str, str], tuple[str, str]] = {}
+        """(resourceVersion, content hash) of what this process last applied, per object: while the live
+        object is still at that version and the desired content the same, there is nothing to repair."""
+
+    @property
+    def dynamic(self) -> DynamicClient:
+        if self._dynamic is None:
+            self._dynamic = DynamicClient(self.api)
+        return self._dynamic
+
+    def _resource(self, obj: dict[str, Any]) -> Any:
+        try:
+            return self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        except ResourceNotFoundError:
+            # the CRD may have been installed after our discovery: look again once
+            self.dynamic.resources.invalidate_cache()
+            try:
+                return self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+            except ResourceNotFoundError:
+                raise MissingAPI(
+                    f"{obj['kind']} ({obj['apiVersion']}) is not served by this cluster"
+                ) from None
+
+    def _live_version(self, obj: dict[str, Any]) -> str | None:
+        """The live object's resourceVersion; Secrets are write-only for the operator (no get), so for
+        them the version this process last wrote stands in."""
+        meta = obj["metadata"]
+        key = (obj["kind"], meta.get("namespace") or "", meta["name"])
+        if obj["kind"] == "Secret":
+            applied = self._applied.get(key)
+            return applied[0] if applied else None
+        try:
+            live = self.dynamic.get(
+                self._resource(obj),
+                name=meta["name"],
+                namespace=meta.get("namespace"),
+                _request_timeout=self.timeout,
+            )
+        except NotFoundError:
+            return None
+        return str(live.metadata.resourceVersion)
+
+    def apply(self, obj: dict[str, Any]) -> bool | None:
+        """Server-side apply, taking ownership of the fields trainguard renders. Returns whether the
+        object changed: an unchanged object is not written again, so its resourceVersion tells. None for
+        a Secret this process has not written before (the operator cannot read Secrets, so it cannot
+        tell). The apply is skipped when the live object is still at the version this process last
+        applied and the content is the same: nobody has touched it since, so there is nothing to repair
+        (a hand edit, a deletion or a restart of the operator makes it apply again). Secrets, which it
+        cannot read, are applied every time."""
+        meta = obj["metadata"]
+        key = (obj["kind"], meta.get("namespace") or "", meta["name"])
+        before = self._live_version(obj)
+        # a reconciled object carries its content's hash already (with_hash); others are hashed here
+        digest = (meta.get("annotations") or {}).get(HASH_ANNOTATION) or content_hash(obj)
+        if obj["kind"] != "Secret" and before is not None and self._applied.get(key) == (before, digest):
+            return False
+        result = self.dynamic.server_side_apply(
+            self._resource(obj),
+            body=obj,
+            name=meta["name"],
+            namespace=meta.get("namespace"),
+            field_manager=FIELD_MANAGER,
+            force_conflicts=True,
+            _request_timeout=self.timeout,
+        )
+        after = str(result.metadata.resourceVersion)
+        self._applied[key] = (after, digest)
+        if before is None and obj["kind"] == "Secret":
+            return None
+        return before != after
+
+    def create_if_absent(self, obj: dict[str, Any]) -> bool:
+        """Create without reading first (the operator may create Secrets but not read them)."""
+        try:
+            self.dynamic.create(
+                self._resource(obj),
+                body=obj,
+                namespace=obj["metadata"].get("namespace"),
+                _request_timeout=self.timeout,
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    def _get_custom(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            result = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, plural, name, _request_timeout=self.timeout
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return cast(dict[str, Any], result)
+
+    def get_policy(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._get_custom("alertpolicies", namespace, name)
+
+    def get_monitor(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._get_custom("trainingjobmonitors", namespace, name)
+
+    def list_monitors(
+        self, namespace: str | None = None, timeout: float | None = None
+    ) -> list[dict[str, Any]]:
+        """Monitors read from the API now (one-shot commands; the operator reads its watch cache)."""
+        t = timeout or self.timeout
+        if namespace is None:
+            result = self.custom.list_cluster_custom_object(
+                GROUP, VERSION, "trainingjobmonitors", _request_timeout=t
+            )
+        else:
+            result = self.custom.list_namespaced_custom_object(
+                GROUP, VERSION, namespace, "trainingjobmonitors", _request_timeout=t
+            )
+        return [cast(dict[str, Any], item) for item in cast(dict[str, Any], result).get("items", [])]
+
+    def get_peering(self, name: str) -> dict[str, Any] | None:
+        try:
+            return cast(
+                dict[str, Any],
+                self.custom.get_cluster_custom_object(*PEERING, name, _request_timeout=self.timeout),
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def server_version(self) -> tuple[str, str]:
+        info = client.VersionApi(self.api).get_code(_request_timeout=self.timeout)
+        return str(info.major), str(info.minor)
+
+    def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, plural, name, {"status": status}, _request_timeout=self.timeout
+            )
+        except ApiException as exc:
+            if exc.status != 404:  # deleted meanwhile: nothing to report on
+                raise
+
+    def post_event(
+        self,
+        regarding: dict[str, Any],
+        reason: str,
+        message: str,
+        type_: str = "Normal",
+        timeout: float | None = None,
+    ) -> None:
+        """A core/v1 Event about an object (apiVersion, kind, metadata.name/namespace/uid): from kopf's
+        handlers and from the operator's own threads alike, where kopf's event queue does not exist."""
+        meta = regarding.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        now = dt.datetime.now(dt.UTC)
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{meta.get('name', 'trainguard')}.{secrets.token_hex(8)}",
+                "namespace": namespace,
+            },
+            "involvedObject": {
+                "apiVersion": regarding.get("apiVersion"),
+                "kind": regarding.get("kind"),
+                "name": meta.get("name"),
+                "namespace": namespace,
+                "uid": meta.get("uid"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": type_,
+            "source": {"component": FIELD_MANAGER},
+            "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "count": 1,
+            "reportingComponent": FIELD_MANAGER,
+        }
+        self.core.create_namespaced_event(
+            namespace, cast(Any, event), _request_timeout=timeout or self.timeout
+        )
+
+    def ensure_receiver_key(self, namespace: str, name: str, new_key: bytes) -> bytes:
+        """The operator key, shared by every replica through one Secret in the operator's namespace:
+        read it (the only Secret the operator may read, by name), or create it with `new_key`; a replica
+        that loses the race to create reads the winner's."""
+        for _ in range(3):
+            try:
+                secret = self.core.read_namespaced_secret(name, namespace, _request_timeout=self.timeout)
+                data = (secret.data or {}).get("key")
+                if data:
+                    return base64.b64decode(data).strip()
+                raise ValueError(f"Secret {namespace}/{name} has no 'key'")
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+            body = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": name, "namespace": namespace,
+                             "labels": {"app.kubernetes.io/part-of": "trainguard"}},
+                "type": "Opaque",
+                "stringData": {"key": new_key.decode("ascii")},
+            }  # fmt: skip
+            try:
+                self.core.create_namespaced_secret(namespace, cast(Any, body), _request_timeout=self.timeout)
+                return new_key
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+        raise RuntimeError(f"could neither read nor create Secret {namespace}/{name}")
+
+    def workload_annotation(
+        self,
+        namespace: str,
+        api_version: str,
+        kind: str,
+        name: str,
+        key: str,
+        *,
+        timeout: float | None = None,
+    ) -> str | None:
+        """One annotation of the workload a monitor names (Job, JobSet, PyTorchJob), or None."""
+        group, _, version = api_version.rpartition("/")
+        plural = WORKLOAD_PLURALS.get(kind)
+        if not group or plural is None:
+            return None
+        try:
+            obj = self.custom.get_namespaced_custom_object(
+                group, version, namespace, plural, name, _request_timeout=timeout or self.timeout
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        value = ((cast(dict[str, Any], obj).get("metadata") or {}).get("annotations") or {}).get(key)
+        return str(value) if value else None
+
+    def plain(self, obj: Any) -> dict[str, Any]:
+        return cast(dict[str, Any], self.api.sanitize_for_serialization(obj))
+
+    def annotate_workload(
+        self, namespace: str, api_version: str, kind: str, name: str, annotations: dict[str, str | None]
+    ) -> None:
+        """A merge patch of the workload's annotations (a None value removes the key)."""
+        group, _, version = api_version.rpartition("/")
+        if kind not in WORKLOAD_PLURALS or not group:
+            raise ValueError(f"cannot annotate a {kind} ({api_version})")
+        self.custom.patch_namespaced_custom_object(
+            group,
+            version,
+            namespace,
+            WORKLOAD_PLURALS[kind],
+            name,
+            {"metadata": {"annotations": annotations}},
+            _content_type=MERGE_PATCH,
+            _request_timeout=self.timeout,
+        )
+
+    def patch_monitor(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A merge patch of a monitor (not its status): annotations, or spec.remediation.dryRun."""
+        result = self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, "trainingjobmonitors", name, patch,
+            _content_type=MERGE_PATCH, _request_timeout=self.timeout,
+        )  # fmt: skip
+        return cast(dict[str, Any], result)
+
+    # ---- one-shot collections, for commands (the operator reads kube/cache.py) ----
+
+    def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        pods = self.core.list_namespaced_pod(
+            namespace, label_selector=selector, _request_timeout=self.timeout
+        )
+        return [self.plain(p) for p in pods.items]
+
+    def list_nodes(self, selector: str | None = None) -> list[dict[str, Any]]:
+        kwargs: dict[str, Any] = {"label_selector": selector} if selector else {}
+        return [self.plain(n) for n in self.core.list_node(_request_timeout=self.timeout, **kwargs).items]
+
+    def list_node_leases(self) -> list[dict[str, Any]]:
+        leases = client.CoordinationV1Api(self.api).list_namespaced_lease(
+            "kube-node-lease", _request_timeout=self.timeout
+        )
+        return [self.plain(lease) for lease in leases.items]
+
+    # ---- nodes and pods, for the P0 loop ----
+
+    def read_node(self, name: str) -> dict[str, Any]:
+        return self.plain(self.core.read_node(name, _request_timeout=self.timeout))
+
+    def patch_node(self, name: str, patch: dict[str, Any]) -> None:
+        """A merge patch; put metadata.resourceVersion in it to make it conditional (a 409 if the node
+        changed since it was read)."""
+        self.core.patch_node(name, patch, _content_type=MERGE_PATCH, _request_timeout=self.timeout)
+
+    def delete_pod(self, namespace: str, name: str) -> bool:
+        """Delete with the pod's own grace period; False when it was already gone."""
+        try:
+            self.core.delete_namespaced_pod(name, namespace, _request_timeout=self.timeout)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def pod_log(self, namespace: str, pod: str, container: str, *, since_s: int, limit_bytes: int) -> str:
+        text = self.core.read_namespaced_pod_log(
+            pod, namespace, container=container, timestamps=True, since_seconds=since_s,
+            limit_bytes=limit_bytes, _request_timeout=30,
+        )  # fmt: skip
+        return str(text or "")
+
+    def create_event(self, namespace: str, event: dict[str, Any], timeout: float | None = None) -> None:
+        self.core.create_namespaced_event(
+            namespace, cast(Any, event), _request_timeout=timeout or self.timeout
+        )
+
+    # ---- the operator's own Secrets (the key, the self-managed certificates) ----
+
+    def read_secret(self, namespace: str, name: str) -> tuple[dict[str, str], str] | None:
+        """(data, resourceVersion), or None when absent; the data is base64, as the API keeps it."""
+        try:
+            secret = self.core.read_namespaced_secret(name, namespace, _request_timeout=self.timeout)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        data = {str(k): str(v) for k, v in (secret.data or {}).items()}
+        return data, str(secret.metadata.resource_version if secret.metadata else "")
+
+    def write_secret(self, body: dict[str, Any]) -> bool:
+        """Create the Secret, or replace it when the body carries the resourceVersion it was read at.
+        False when another writer was first (a 409): read again."""
+        meta = body["metadata"]
+        try:
+            if meta.get("resourceVersion"):
+                self.core.replace_namespaced_secret(
+                    meta["name"], meta["namespace"], cast(Any, body), _request_timeout=self.timeout
+                )
+            else:
+                self.core.create_namespaced_secret(
+                    meta["namespace"], cast(Any, body), _request_timeout=self.timeout
+                )
+        except ApiException as exc:
+            if is_conflict(exc):
+                return False
+            raise
+        return True
+
+    # ---- the pod proxy (the drill reaches sidecars through it) ----
+
+    def proxy(
+        self, namespace: str, pod: str, port: int, *, method: str, path: str, body: Any, timeout: float
+    ) -> tuple[int, bytes]:
+        """A request to a pod's port through the apiserver; (HTTP status, body). Status 0 when the
+        apiserver itself could not be reached."""
+        url_path = f"/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy{path}"
+        headers = {"Content-Type": "application/json", "Accept": "*/*"}
+        try:
+            # the client's own request building (server, credentials, TLS), then the raw response: the
+            # sidecar answers JSON or text, not a Kubernetes object
+            method_, url, headers_, body_, _ = self.api.param_serialize(
+                method, url_path, header_params=headers, body=body, auth_settings=["BearerToken"]
+            )
+            answer: Any = self.api.call_api(method_, url, header_params=headers_, body=body_,
+                                          _request_timeout=timeout)  # fmt: skip
+            return int(answer.status), bytes(answer.read() or b"")
+        except ApiException as exc:
+            return int(exc.status or 0), str(exc.body or "").encode()
+        except urllib3.exceptions.HTTPError as exc:  # the apiserver itself unreachable
+            return 0, str(exc).encode()
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            job = client.BatchV1Api(self.api).read_namespaced_job(
+                name, namespace, _request_timeout=self.timeout
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return self.plain(job)

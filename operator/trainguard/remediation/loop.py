@@ -1,0 +1,87 @@
+"""The P0 loop put together: intake (the receiver's and the detection's signals), one planning thread,
+the dispatcher's executor threads, and the periodic passes. Each part lives in its own module and is
+tested alone; this is only their wiring, which the operator starts and stops as one."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+from trainguard.remediation.dispatch import Dispatcher
+from trainguard.remediation.executor import Executor
+from trainguard.remediation.intake import Intake, Pager
+from trainguard.remediation.model import Signal
+from trainguard.remediation.ops import ClusterOps
+from trainguard.remediation.passes import (
+    CordonNoticePass,
+    EscalationPass,
+    FleetReads,
+    PolicyReads,
+    ResumePass,
+    WatchPass,
+)
+from trainguard.remediation.planner import Planner
+from trainguard.remediation.store import MonitorAPI, Record, RecordStore
+
+
+class LoopReads(FleetReads, PolicyReads, Protocol):
+    """Everything the passes read (kube.ClusterCache)."""
+
+
+class RemediationLoop:
+    def __init__(
+        self,
+        api: MonitorAPI,
+        reads: LoopReads,
+        cluster: ClusterOps,
+        *,
+        key: Callable[[], bytes | None],
+        leader: Callable[[], bool],
+        lock: Callable[[str, str], Any],
+        clock: Callable[[], float] = time.time,
+        workers: int = 4,
+        executor_factory: Callable[..., Executor] = Executor,
+        alertmanager_url: str | None = None,
+        on_step: Callable[[str, str], None] = lambda kind, phase: None,
+    ) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trainguard-remediation")
+        self.store = RecordStore(api, lock, on_step)
+        self.intake = Intake(self.pool, Pager(alertmanager_url, clock) if alertmanager_url else None)
+        self.dispatcher = Dispatcher(self.store, cluster, self.pool, key=key, alertmanager_url=alertmanager_url,
+                                     executor_factory=executor_factory)  # fmt: skip
+        self.planner = Planner(self.store, cluster, self.dispatcher, leader=leader, clock=clock)
+        self.resume = ResumePass(reads, self.dispatcher, leader)
+        self.watch = WatchPass(reads, self.intake, leader, alertmanager_url, clock)
+        self.escalate = EscalationPass(reads, leader, alertmanager_url, clock)
+        self.cordon_notices = CordonNoticePass(reads, cluster, leader, alertmanager_url, clock)
+        self._stop = threading.Event()
+
+    def submit(self, signals: list[Signal]) -> None:
+        """The receiver's callback (and the detection pass's)."""
+        self.intake.submit(signals)
+
+    def handle(self, signal: Signal) -> Record | None:
+        return self.planner.handle(signal)
+
+    def passes(self) -> None:
+        """One periodic round, in order: resume unfinished records first, then detect, escalate, announce."""
+        self.resume.run()
+        self.watch.run()
+        self.escalate.run()
+        self.cordon_notices.run()
+
+    def idle(self, timeout: float = 10.0) -> bool:
+        return self.dispatcher.idle(timeout)
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.planner.run, args=(self.intake, self._stop),
+                                  name="trainguard-planner", daemon=True)  # fmt: skip
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.pool.shutdown(wait=False, cancel_futures=True)

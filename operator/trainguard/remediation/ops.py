@@ -1,0 +1,73 @@
+"""What a plan is carried out with, as the executor and the planner see it: `ClusterOps`, the protocol
+the edge (remediation/cluster.py) implements and tests fake, and the address of a callable sidecar."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any, NamedTuple, Protocol
+
+from trainguard.api.common import LabelSelector
+from trainguard.kube.objects import is_terminating
+
+
+class Sidecar(NamedTuple):
+    pod: str
+    node: str
+    base_url: str
+    """http://<podIP>:<port>, the sidecar's TCP server (control needs the bearer token there)."""
+
+
+def _url_host(ip: str) -> str:
+    try:
+        return f"[{ip}]" if ipaddress.ip_address(ip).version == 6 else ip
+    except ValueError:
+        return ip
+
+
+def callable_sidecars(pods: list[dict[str, Any]], port: int) -> list[Sidecar]:
+    """The Running, not terminating pods with an IP: their sidecars can be called."""
+    out = []
+    for pod in pods:
+        status = pod.get("status") or {}
+        ip = status.get("podIP")
+        if status.get("phase") != "Running" or not ip or is_terminating(pod):
+            continue
+        node = str((pod.get("spec") or {}).get("nodeName") or "")
+        out.append(Sidecar(str(pod["metadata"]["name"]), node, f"http://{_url_host(ip)}:{port}"))
+    return sorted(out)
+
+
+class ClusterOps(Protocol):
+    def cordon(self, node: str, reason: str, record_id: str) -> str:
+        """Mark the node unschedulable with who, when and why; returns what was done."""
+        ...
+
+    def taint(self, node: str, reason: str) -> str:
+        """Add trainguard.io/faulty=<reason>:NoSchedule unless present; returns what was done."""
+        ...
+
+    def cordon_history(self) -> list[tuple[str, float]]: ...
+
+    def gpu_node_count(self) -> int: ...
+
+    def spares(self) -> list[str]: ...
+
+    def gang_pods(self, namespace: str, selector: LabelSelector) -> list[dict[str, Any]]: ...
+
+    def delete_pods(self, namespace: str, names: list[str]) -> list[str]:
+        """Delete pods; returns the names actually deleted (a pod already gone is fine)."""
+        ...
+
+    def placement(
+        self, namespace: str, selector: LabelSelector, created_after: float
+    ) -> dict[str, str] | None: ...
+
+    def annotate_workload(
+        self, namespace: str, api_version: str, kind: str, name: str, annotations: dict[str, str | None]
+    ) -> None: ...
+
+    def sidecars(self, namespace: str, selector: LabelSelector, port: int) -> list[Sidecar]: ...
+
+    def control(self, base_url: str, token: str, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    def read_control(self, base_url: str, token: str) -> dict[str, Any]: ...

@@ -1,0 +1,188 @@
+"""The P0 loop's periodic passes on the leader, each a small object with `run() -> int` (how many things
+it did), reading the watch caches: resume the records a killed operator left unfinished, detect the
+faults no exporter reports, escalate unacknowledged P1s, and announce the nodes trainguard holds
+cordoned. controller/run.py runs them on a thread of their own (controller/periodic.py)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from trainguard.api import PolicyProblem, TrainingJobMonitor, monitor_of, policies_for
+from trainguard.api.common import LabelSelector
+from trainguard.clients import alertmanager
+from trainguard.remediation import detect, escalation, notices, records
+from trainguard.remediation.dispatch import Dispatcher
+from trainguard.remediation.intake import Intake
+from trainguard.remediation.model import Signal
+from trainguard.remediation.store import records_of
+from trainguard.render.policy import effective_policy
+
+log = logging.getLogger("trainguard.remediation")
+
+Obj = dict[str, Any]
+
+
+class MonitorReads(Protocol):
+    def monitors(self) -> list[Obj]: ...
+
+
+class FleetReads(MonitorReads, Protocol):
+    """What the detection pass reads (kube.ClusterCache)."""
+
+    def pods(self, namespace: str, selector: LabelSelector) -> list[Obj]: ...
+
+    def job(self, namespace: str, name: str) -> Obj | None: ...
+
+    def nodes(self) -> list[Obj]: ...
+
+    def node_leases(self) -> list[Obj]: ...
+
+
+class PolicyReads(MonitorReads, Protocol):
+    def policy(self, namespace: str, name: str) -> Obj | None: ...
+
+
+class CordonHistory(Protocol):
+    """ClusterOps.cordon_history: (node, when) of the cordons trainguard's annotations still show."""
+
+    def cordon_history(self) -> list[tuple[str, float]]: ...
+
+
+def valid_monitors(reads: MonitorReads) -> list[tuple[Obj, TrainingJobMonitor]]:
+    return [(body, m) for body in reads.monitors() if (m := monitor_of(body)) is not None]
+
+
+@dataclass
+class ResumePass:
+    """Start every unfinished record (a killed operator's): each step is idempotent."""
+
+    reads: MonitorReads
+    dispatcher: Dispatcher
+    leader: Callable[[], bool]
+
+    def run(self) -> int:
+        if not self.leader():
+            return 0
+        started = 0
+        for body, monitor in valid_monitors(self.reads):
+            for record in records_of(body):
+                if records.is_finished(record) or self.dispatcher.running(record["id"]):
+                    continue
+                if self.dispatcher.dispatch(record, monitor, body, reread=True):
+                    log.info(
+                        "resuming remediation %s of %s/%s", record["id"], monitor.namespace, monitor.name
+                    )
+                    started += 1
+        return started
+
+
+@dataclass
+class WatchPass:
+    """The faults no exporter reports because it died with them: pods OOMKilled, failed or evicted, the
+    job's Job failed, and its nodes NotReady or with an expired Lease. Detected each pass from the
+    objects' own state (the same fault gives the same signal every pass), posted to Alertmanager so they
+    are routed and inhibited like every other alert, and planned like them."""
+
+    reads: FleetReads
+    intake: Intake
+    leader: Callable[[], bool]
+    alertmanager_url: str | None = None
+    clock: Callable[[], float] = time.time
+
+    def run(self) -> int:
+        if not self.leader():
+            return 0
+        now = self.clock()
+        found: list[Signal] = []
+        nodes: list[Obj] | None = None
+        leases: list[Obj] = []
+        for _, monitor in valid_monitors(self.reads):
+            pods = self.reads.pods(monitor.namespace, monitor.spec.selector)
+            ref = monitor.spec.workload_ref
+            jobs = []
+            if ref is not None and ref.kind == "Job":
+                job = self.reads.job(monitor.namespace, ref.name)
+                jobs = [job] if job is not None else []
+            found += detect.interruptions(pods, jobs, monitor, now)
+            if pods:
+                if nodes is None:
+                    nodes, leases = self.reads.nodes(), self.reads.node_leases()
+                found += detect.node_faults(nodes, leases, pods, monitor, now)
+        if found and self.alertmanager_url:
+            try:
+                alertmanager.post_alerts(self.alertmanager_url, found, clock=self.clock)
+            except alertmanager.AlertmanagerError as exc:
+                log.warning("cannot post %d detected fault(s) to Alertmanager: %s", len(found), exc)
+        self.intake.submit(found)
+        return len(found)
+
+
+@dataclass
+class EscalationPass:
+    """The operator's escalation: a P1 that Alertmanager still shows active, neither silenced
+    (acknowledged) nor inhibited, after the policy's delay is re-posted as a P0 with
+    escalated_from="P1"; copies whose P1 ended or was acknowledged are resolved. Returns how many copies
+    were posted. A monitor whose policies are missing or invalid is left alone: its status says why."""
+
+    reads: PolicyReads
+    leader: Callable[[], bool]
+    alertmanager_url: str | None
+    clock: Callable[[], float] = time.time
+
+    def run(self) -> int:
+        if not self.alertmanager_url or not self.leader():
+            return 0
+        now = self.clock()
+        posted = 0
+        for _, monitor in valid_monitors(self.reads):
+            try:
+                policies = policies_for(monitor, self.reads.policy)
+            except PolicyProblem:
+                continue
+            settings = escalation.settings(effective_policy(monitor, policies).escalation)
+            ns, job = monitor.namespace, monitor.name
+            _, alerts = alertmanager.raw_alerts(self.alertmanager_url, {"namespace": ns, "training_job": job})
+            due = (
+                escalation.due(alerts, settings, now, namespace=ns, training_job=job)
+                if settings.enabled
+                else []
+            )
+            out = [escalation.escalated(a, settings, now) for a in due]
+            out += escalation.ended(alerts, settings, now, namespace=ns, training_job=job)
+            if out:
+                alertmanager.post_alerts(self.alertmanager_url, out, clock=self.clock)
+                posted += len(due)
+                for a in due:
+                    log.info("escalated %s of %s/%s to P0: unacknowledged for %ss", a["labels"].get("alertname"),
+                             ns, job, int(settings.after_s))  # fmt: skip
+        return posted
+
+
+@dataclass
+class CordonNoticePass:
+    """Post (refresh) TrainguardNodeCordoned for every node this operator's records cordoned and its
+    annotations still show cordoned: the fault's own alert may never have paged
+    (remediation/notices.py). Returns how many were posted."""
+
+    reads: MonitorReads
+    cluster: CordonHistory
+    leader: Callable[[], bool]
+    alertmanager_url: str | None
+    clock: Callable[[], float] = time.time
+
+    def run(self) -> int:
+        if not self.alertmanager_url or not self.leader():
+            return 0
+        cordoned = dict(self.cluster.cordon_history())
+        if not cordoned:
+            return 0
+        monitors = [
+            (str(b["metadata"]["namespace"]), str(b["metadata"]["name"]), records_of(b))
+            for b in self.reads.monitors()
+        ]
+        posted = notices.cordon_notices(monitors, cordoned, self.clock())
+        return alertmanager.post_alerts(self.alertmanager_url, posted, clock=self.clock)

@@ -1,0 +1,220 @@
+"""`trainguard render` and `validate`, and the generated files' verbs (`crds`, `dashboards`,
+`keep-list`, `docs`, `reference`): the renderers' only file I/O. Each writes or, with --check, fails
+when the committed file differs (CI's drift check)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from trainguard.args import EXIT_USAGE, fail, need
+
+
+def _read_sources(files: Sequence[str]) -> list[tuple[str, str]]:
+    sources = []
+    for f in files:
+        if f == "-":
+            sources.append(("<stdin>", sys.stdin.read()))
+            continue
+        path = Path(f)
+        paths = sorted(path.glob("*.y*ml")) if path.is_dir() else [path]
+        for p in paths:
+            try:
+                sources.append((str(p), p.read_text(encoding="utf-8")))
+            except OSError as exc:
+                fail(f"cannot read {p}: {exc.strerror}")
+    return sources
+
+
+def _load(files: Sequence[str]):  # type: ignore[no-untyped-def]
+    need("render")
+    from trainguard.api import InvalidInput, load_documents
+
+    try:
+        docs = load_documents(_read_sources(files))
+    except InvalidInput as exc:
+        for p in exc.problems:
+            print(f"error: {p}", file=sys.stderr)
+        fail(f"{len(exc.problems)} problem(s) in the input; nothing was rendered")
+    if not docs.monitors and not docs.policies:
+        fail("no TrainingJobMonitor or AlertPolicy in the input (apiVersion trainguard.io/v1alpha1)")
+    return docs
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    docs = _load(args.file)
+    from trainguard.render import dump_stream, dump_yaml, render_kubernetes, render_prometheus
+
+    if not docs.monitors:
+        fail("no TrainingJobMonitor in the input: rules and routes are rendered per monitor")
+    if args.format == "kubernetes":
+        text = dump_stream(render_kubernetes(docs, args.aggregate_interval))
+        if args.output:
+            out = Path(args.output)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "trainguard.yaml").write_text(text, encoding="utf-8")
+            print(f"wrote {out / 'trainguard.yaml'}", file=sys.stderr)
+        else:
+            sys.stdout.write(text)
+        return 0
+    files = render_prometheus(
+        docs, args.aggregate_interval, args.remote_write_url, args.remote_write_events_url
+    )
+    if not args.output:
+        fail("--format prometheus writes several files: give a directory with -o DIR", EXIT_USAGE)
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        (out / name).write_text(dump_yaml(content), encoding="utf-8")
+        print(f"wrote {out / name}", file=sys.stderr)
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    docs = _load(args.file)
+    for m in docs.monitors:
+        print(f"ok: TrainingJobMonitor {m.namespace}/{m.name}")
+    for p in docs.policies:
+        print(f"ok: AlertPolicy {p.namespace}/{p.name}")
+    for s in docs.skipped:
+        print(f"skipped (not a trainguard object): {s}")
+    return 0
+
+
+def _write_or_check(target: Path, text: str, check: bool, regenerate: str) -> None:
+    """Write a generated file, or with `check` fail when the committed one differs."""
+    if check:
+        current = target.read_text(encoding="utf-8") if target.exists() else ""
+        if current != text:
+            fail(f"{target} is out of date: run `{regenerate}` and commit the result")
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    print(f"wrote {target}", file=sys.stderr)
+
+
+def cmd_crds(args: argparse.Namespace) -> int:
+    need("render")
+    from trainguard.api.crd import crds
+    from trainguard.render import dump_yaml
+
+    for name, crd in crds().items():
+        _write_or_check(Path(args.output) / name, dump_yaml(crd), args.check, "make crds")
+    return 0
+
+
+def cmd_dashboards(args: argparse.Namespace) -> int:
+    need("render", "pydantic", "promql_parser", "grafana_foundation_sdk")
+    from trainguard.render.dashboards import render_dashboards
+
+    for name, text in render_dashboards().items():
+        _write_or_check(Path(args.output) / name, text, args.check, "make dashboards")
+    return 0
+
+
+def cmd_keep_list(args: argparse.Namespace) -> int:
+    """The chart's copy of the remote_write keep-list (files/remote-write-keep.yaml), so that the
+    chart's longTermStorage.remoteWrite ships what render.longterm ships, without a hand copy."""
+    need("render")
+    from trainguard.render import dump_yaml
+    from trainguard.render.longterm import ALERT_HISTORY, aggregate_names
+
+    header = "# generated from trainguard.render.longterm by `make chart`: do not edit\n"
+    body = dump_yaml({"aggregates": list(aggregate_names()), "alertHistory": list(ALERT_HISTORY)})
+    _write_or_check(Path(args.output), header + body, args.check, "make chart")
+    return 0
+
+
+def cmd_docs(args: argparse.Namespace) -> int:
+    from trainguard.catalog.markdown import alerts_markdown
+
+    _write_or_check(Path(args.output), alerts_markdown(), args.check, "make docs")
+    return 0
+
+
+def cmd_reference(args: argparse.Namespace) -> int:
+    need("render")
+    from trainguard.api.reference import reference_markdown
+
+    regenerate = "trainguard reference -o docs/reference"
+    for name, text in reference_markdown().items():
+        _write_or_check(Path(args.output) / name, text, args.check, regenerate)
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    render = sub.add_parser("render", help="render monitors and policies into rules and routes")
+    render.add_argument(
+        "-f",
+        "--file",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="YAML file or directory with TrainingJobMonitors and AlertPolicies ('-' for stdin); repeatable",
+    )
+    render.add_argument(
+        "--format",
+        choices=["kubernetes", "prometheus"],
+        default="kubernetes",
+        help="kubernetes: a YAML stream for kubectl apply or Argo CD (default); "
+        "prometheus: rules.yml and alertmanager.yml for a plain Prometheus and Alertmanager",
+    )
+    render.add_argument(
+        "-o", "--output", metavar="DIR", help="write files into DIR instead of standard output"
+    )
+    render.add_argument(
+        "--aggregate-interval",
+        default="5m",
+        metavar="DURATION",
+        help="how often the long-term aggregate groups are evaluated (default 5m; tests shorten it)",
+    )
+    render.add_argument(
+        "--remote-write-url",
+        metavar="URL",
+        help="--format prometheus: also write remote_write.yml, shipping only the aggregates and the "
+        "alert history to this long-term store (docs/long-term-storage.md)",
+    )
+    render.add_argument(
+        "--remote-write-events-url",
+        metavar="URL",
+        help="with --remote-write-url: send the alert history (ALERTS, ALERTS_FOR_STATE) here instead, "
+        "to a store with a longer retention than the aggregates' 6 months",
+    )
+    render.set_defaults(func=cmd_render)
+
+    validate = sub.add_parser(
+        "validate", help="check monitors and policies; report every problem with its field"
+    )
+    validate.add_argument("-f", "--file", action="append", required=True, metavar="FILE")
+    validate.set_defaults(func=cmd_validate)
+
+    crds = sub.add_parser("crds", help="write the CustomResourceDefinitions generated from the models")
+    crds.add_argument("-o", "--output", default="crds", metavar="DIR")
+    crds.add_argument("--check", action="store_true", help="fail if the files in DIR differ from the models")
+    crds.set_defaults(func=cmd_crds)
+
+    boards = sub.add_parser("dashboards", help="write the Grafana dashboards generated from the catalogue")
+    boards.add_argument("-o", "--output", default="charts/trainguard/dashboards", metavar="DIR")
+    boards.add_argument(
+        "--check", action="store_true", help="fail if the files in DIR differ from the catalogue"
+    )
+    boards.set_defaults(func=cmd_dashboards)
+
+    keep = sub.add_parser("keep-list", help="write the chart's remote_write keep-list from the aggregates")
+    keep.add_argument(
+        "-o", "--output", default="charts/trainguard/files/remote-write-keep.yaml", metavar="FILE"
+    )
+    keep.add_argument("--check", action="store_true", help="fail if FILE differs from the aggregates")
+    keep.set_defaults(func=cmd_keep_list)
+
+    docs = sub.add_parser("docs", help="write docs/alerts.md from the alert catalogue")
+    docs.add_argument("-o", "--output", default="docs/alerts.md", metavar="FILE")
+    docs.add_argument("--check", action="store_true", help="fail if FILE differs from the catalogue")
+    docs.set_defaults(func=cmd_docs)
+
+    ref = sub.add_parser("reference", help="write docs/reference/, the CR reference, from the models")
+    ref.add_argument("-o", "--output", default="docs/reference", metavar="DIR")
+    ref.add_argument("--check", action="store_true", help="fail if DIR differs from the models")
+    ref.set_defaults(func=cmd_reference)

@@ -1,0 +1,77 @@
+"""`trainguard status`: the verb, plain for pipes, live (redrawn with --watch) on a terminal."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from trainguard.args import api_client, fail, kubeconfig_flag, need
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    st = sub.add_parser(
+        "status", help="each monitored job's health, alerts, throughput, checkpoint and time lost"
+    )
+    st.add_argument("-n", "--namespace", help="only this namespace's monitors (default: all)")
+    st.add_argument("--monitor", metavar="NAME", help="only this monitor (in -n, default 'default')")
+    st.add_argument("--watch", action="store_true", help="redraw every --interval seconds until Ctrl-C")
+    st.add_argument("--interval", type=float, default=5.0, metavar="SECONDS", help="with --watch (default 5)")
+    st.add_argument("--plain", action="store_true", help="the plain layout even on a terminal")
+    st.add_argument(
+        "--prometheus", metavar="URL", help="Prometheus's base URL (default: $TRAINGUARD_PROMETHEUS_URL)"
+    )
+    st.add_argument(
+        "--alertmanager",
+        metavar="URL",
+        help="read the active alerts from Alertmanager instead of ALERTS (default: $TRAINGUARD_ALERTMANAGER)",
+    )
+    kubeconfig_flag(st)
+    st.set_defaults(func=cmd_status)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Each monitored job: health, alerts by severity, throughput against baseline, checkpoint, last
+    remediation, training time lost. Plain for pipes, live (ANSI, redrawn with --watch) on a terminal."""
+    need("operator", "kubernetes", "prometheus_api_client")
+    import os
+    import time
+
+    from trainguard.clients.prometheus import prometheus_client
+    from trainguard.kube import Kube
+    from trainguard.status.fetch import Sources, fetch
+    from trainguard.status.render import render_live, render_plain
+
+    url = args.prometheus or os.environ.get("TRAINGUARD_PROMETHEUS_URL")
+    kube = Kube(api_client(args.kubeconfig))
+    am_url = args.alertmanager or os.environ.get("TRAINGUARD_ALERTMANAGER")
+    sources = Sources(kube, prometheus_client(url) if url else None, am_url)
+    live = sys.stdout.isatty() and not args.plain
+    while True:
+        now = time.time()
+        try:
+            statuses = fetch(sources, args.namespace, args.monitor, now)
+        except Exception as exc:
+            if not args.watch:
+                fail(f"could not read the monitors: {exc}")
+            statuses, sources.errors[:] = [], [f"Kubernetes: {exc}"]
+        if live:
+            text = render_live(statuses, now_text=time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)),
+                               every_s=args.interval if args.watch else None)  # fmt: skip
+        else:
+            text = render_plain(statuses)
+        notes = [*sources.errors, *status_notes(url, am_url)]
+        sys.stdout.write(text + "".join(f"trainguard: {n}\n" for n in notes))
+        sys.stdout.flush()
+        if not args.watch:
+            return 0
+        time.sleep(args.interval)
+
+
+def status_notes(prometheus: str | None, alertmanager: str | None) -> list[str]:
+    """What `trainguard status` could not show, so a blank column is not read as "nothing wrong"."""
+    if alertmanager:
+        return [] if prometheus else ["no --prometheus: throughput, checkpoint and time lost not shown"]
+    if not prometheus:
+        return ["no --prometheus or --alertmanager: alerts and series not shown"]
+    return ["alerts from Prometheus' ALERTS: the faults the operator detects and the sidecars' fast-path "
+            "pages are in Alertmanager only; give --alertmanager to see them"]  # fmt: skip

@@ -1,0 +1,67 @@
+"""kube/objects.py: the pure readings the rooms' cores use, held to the kubernetes client's own where it
+has one (its quantity parser), and the slimming a watch cache applies keeping what the operator reads."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from kubernetes.utils import parse_quantity
+
+from trainguard.kube.objects import gpus, quantity, slim_node, slim_pod
+from trainguard.render.sidecar import carries_exporter
+
+
+@pytest.mark.parametrize(
+    "text", ["8", "0", "500m", "1Gi", "1e3", "2k", "1.5", ".5", "3Mi", "-1", "100n", "4E"]
+)
+def test_quantities_read_as_the_kubernetes_client_reads_them(text: str) -> None:
+    assert quantity(text) == Decimal(parse_quantity(text))
+
+
+@pytest.mark.parametrize("text", ["", "x", "1Z", "1.2.3", "Gi"])
+def test_what_is_not_a_quantity_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="not a quantity"):
+        quantity(text)
+
+
+def test_a_node_with_an_unreadable_gpu_count_has_none() -> None:
+    assert gpus({"status": {"capacity": {"nvidia.com/gpu": "8"}}}) == 8.0
+    assert gpus({"status": {"capacity": {"nvidia.com/gpu": "lots"}}}) == 0.0
+    assert gpus({}) == 0.0
+
+
+def test_a_slimmed_pod_keeps_what_the_operator_reads_and_drops_the_bulk() -> None:
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "llama-0", "namespace": "ml", "labels": {"app": "llama"}, "uid": "u",
+                     "creationTimestamp": "2026-01-01T00:00:00Z", "ownerReferences": [{"kind": "Job"}],
+                     "managedFields": [{"manager": "kube-controller-manager"}],
+                     "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...}", "keep": "me"}},
+        "spec": {"nodeName": "gpu-0", "volumes": [{"name": "data"}],
+                 "initContainers": [{"name": "trainguard-exporter", "restartPolicy": "Always",
+                                     "ports": [{"containerPort": 9400}], "env": [{"name": "TOKEN"}]}],
+                 "containers": [{"name": "trainer", "image": "llama:1", "env": [{"name": "X"}], "resources": {}}]},
+        "status": {"phase": "Running", "podIP": "10.0.0.1",
+                   "containerStatuses": [{"name": "trainer", "state": {"running": {}}}]},
+    }  # fmt: skip
+    kept = slim_pod(pod)
+    assert kept["metadata"] == {k: v for k, v in pod["metadata"].items() if k != "managedFields"} | {
+        "annotations": {"keep": "me"}
+    }
+    assert kept["spec"] == {"nodeName": "gpu-0",
+                            "initContainers": [{"name": "trainguard-exporter", "restartPolicy": "Always",
+                                                "ports": [{"containerPort": 9400}]}],
+                            "containers": [{"name": "trainer", "image": "llama:1"}]}  # fmt: skip
+    assert kept["status"] == pod["status"]
+    assert carries_exporter(kept)
+
+
+def test_a_slimmed_node_keeps_its_conditions_capacity_and_spec() -> None:
+    node = {"metadata": {"name": "gpu-0", "annotations": {"trainguard.io/cordoned-at": "1"}},
+            "spec": {"unschedulable": True, "taints": [{"key": "k"}]},
+            "status": {"conditions": [{"type": "Ready"}], "capacity": {"nvidia.com/gpu": "8"},
+                       "allocatable": {}, "images": [{"names": ["a"] * 50}], "daemonEndpoints": {}}}  # fmt: skip
+    kept = slim_node(node)
+    assert kept["spec"] == node["spec"] and kept["metadata"] == node["metadata"]
+    assert set(kept["status"]) == {"conditions", "capacity", "allocatable"}

@@ -1,0 +1,76 @@
+"""The planner decides one signal at a time on cluster state read from the watch caches, which may be a
+moment behind its own plans: a cordon it planned counts against the cluster-wide cap before the node's
+annotation reaches the cache, whichever monitor's plan it was."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from typing import Any
+
+from tests.conftest import MONITOR
+from tests.remediation.test_executor import _signal
+from trainguard.remediation.model import Signal
+from trainguard.remediation.planner import Planner
+from trainguard.remediation.store import RecordStore
+
+
+class Monitors:
+    """Two jobs' monitors, each with a cap of one cordoned node cluster-wide."""
+
+    def __init__(self) -> None:
+        self.bodies: dict[tuple[str, str], dict[str, Any]] = {}
+        for name in ("job-a", "job-b"):
+            body = copy.deepcopy(MONITOR)
+            body["metadata"].update(name=name, uid=f"u-{name}")
+            body["spec"]["remediation"] = {"maxCordonedNodes": 1}
+            self.bodies[("ml", name)] = body
+
+    def get_monitor(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.bodies.get((namespace, name)))
+
+    def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.bodies[(namespace, name)].setdefault("status", {}).update(copy.deepcopy(status))
+
+    def post_event(self, *args: Any, **kw: Any) -> None:
+        pass
+
+
+class LaggingNodeCache:
+    """Nodes as a watch cache that has not yet seen any cordon."""
+
+    def gpu_node_count(self) -> int:
+        return 10
+
+    def cordon_history(self) -> list[tuple[str, float]]:
+        return []
+
+    def spares(self) -> list[str]:
+        return []
+
+
+class NoDispatch:
+    def dispatch(self, *args: Any, **kw: Any) -> bool:
+        return True
+
+
+def signal_for(job: str, node: str) -> Signal:
+    s = _signal("GPUCriticalXid", node)
+    return Signal(s.alertname, s.severity, {**s.labels, "training_job": job}, f"{s.fingerprint}-{job}", s.source,
+                  s.starts_at)  # fmt: skip
+
+
+def test_a_planned_cordon_counts_against_the_cap_before_the_cache_shows_it() -> None:
+    monitors = Monitors()
+    locks: dict[tuple[str, str], threading.RLock] = {}
+    store = RecordStore(monitors, lambda ns, n: locks.setdefault((ns, n), threading.RLock()))  # type: ignore[arg-type]
+    planner = Planner(
+        store, LaggingNodeCache(), NoDispatch(), leader=lambda: True, clock=lambda: 1_700_000_000.0
+    )  # type: ignore[arg-type]
+
+    first = planner.handle(signal_for("job-a", "gpu-a"))
+    second = planner.handle(signal_for("job-b", "gpu-b"))
+
+    assert first is not None and "Cordon" in [s["kind"] for s in first["steps"]]
+    assert second is not None and second["skipped"].startswith("cordon cap reached"), second
+    assert [s["kind"] for s in second["steps"]] == ["Notify"]
