@@ -98,7 +98,8 @@ def test_collectives_are_a_prometheus_histogram_per_op(exp: Running, tg: Reporte
     assert buckets["0.005"] == 3 and buckets["0.25"] == 5 and buckets["60.0"] == 5 and buckets["+Inf"] == 6
     gather, gather_sum, gather_count = histogram(exp, "all_gather")
     assert gather_count == 1 and gather_sum == pytest.approx(timed.seconds) and timed.seconds >= 0.01
-    assert gather["0.005"] == 0 and gather["0.025"] == 1
+    # the block took what the clock says (10 ms, or more on a loaded machine): counted from its own bucket up
+    assert gather == {le: float(timed.seconds <= float(le)) for le in gather}, (timed.seconds, gather)
 
 
 def test_counts_accumulate_across_flushes_and_bad_observations_cost_only_themselves(
