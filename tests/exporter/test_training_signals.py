@@ -147,9 +147,12 @@ def test_collective_slow_makes_every_collective_take_two_seconds(exp: Running, t
     for _ in range(20):
         tg.observe_collective(0.002)
     tg.flush()
+    t0 = time.monotonic()
     exp.post("/v1/faults", {"fault": "collective-slow"})
     first = histogram(exp)[2]
-    assert first == 21, "one slow observation as soon as the fault is seen"
+    # one more for each whole second the scrape came after the injection (none, unless the machine stalled)
+    late = int(time.monotonic() - t0)
+    assert 21 <= first <= 21 + late, "one slow observation as soon as the fault is seen"
     for _ in range(10):
         tg.observe_collective(0.002)  # what the trainer timed: slowed by the fabric
     tg.flush()
