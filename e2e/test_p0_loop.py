@@ -141,7 +141,9 @@ def test_dry_run_records_the_whole_plan_and_changes_nothing(
     node = pods[0].spec.node_name
     token = tokens.derive(operator_key(operator), tokens.ALERTS, ns, "llama-pretrain")
     assert post(operator, "/v1/alerts", alert_payload(ns, node), token)[0] == 200
-    record = wait_for("the dry-run record", lambda: (r := records(operator, ns)) and r[0], timeout=30)
+    # the record is written with its steps before the executor adds what each would do: wait for that too
+    record = wait_for("the dry-run record, each step saying what it would do", lambda: (r := records(operator, ns))
+                      and all(s.get("detail") for s in r[0]["steps"]) and r[0], timeout=30)  # fmt: skip
     assert record["dryRun"] is True
     assert {s["phase"] for s in record["steps"]} == {"DryRun"}
     assert all(s.get("detail", "").startswith("would") for s in record["steps"]), record
