@@ -122,11 +122,13 @@ def test_the_node_is_checkpointed_cordoned_and_tainted_and_the_job_keeps_running
              timeout=30)  # fmt: skip
     assert {r.uid for r in trainers.running()} == set(before)
 
-    reasons = {
-        e.reason
-        for e in operator.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={JOB}").items
-    }
-    assert {"RemediationPlanned", "RemediationSucceeded"} <= reasons, reasons
+    def reasons() -> set[str]:
+        items = operator.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={JOB}").items
+        return {e.reason for e in items}
+
+    # the Event that it succeeded is posted after the record is saved Succeeded, not with it
+    wait_for("the remediation's Events", lambda: {"RemediationPlanned", "RemediationSucceeded"} <= reasons(),
+             timeout=30)  # fmt: skip
 
     # the same alert re-posted (Alertmanager's group and repeat intervals), and the P0 copy the
     # operator's escalation posts for it after 15 minutes: neither acts again
