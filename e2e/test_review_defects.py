@@ -85,10 +85,11 @@ def test_a_hand_edit_of_a_rendered_rule_is_repaired_within_one_resync(operator: 
     rendered = operator.get(*PR, ns, NAME)["spec"]
     edited = copy.deepcopy(rendered)
     edited["groups"][0]["rules"] = edited["groups"][0]["rules"][:1]  # someone deleted every alert
-    client.CustomObjectsApi(operator.api).patch_namespaced_custom_object(
+    # the edit as the apiserver took it: a resync may repair it before a read that follows
+    patched = client.CustomObjectsApi(operator.api).patch_namespaced_custom_object(
         "monitoring.coreos.com", "v1", ns, "prometheusrules", NAME, {"spec": edited}
     )
-    assert operator.get(*PR, ns, NAME)["spec"] != rendered
+    assert patched["spec"] != rendered
     t0 = time.monotonic()
     wait_for(
         "the rule repaired",
