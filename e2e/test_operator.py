@@ -280,10 +280,17 @@ def test_two_replicas_apply_each_change_once(operator: Cluster, ns: str) -> None
         wait_for(
             "rule updated", lambda: (r := rule(operator, ns, "GPUThermalThrottling")) and "> 80" in r["expr"]
         )
+
+        def applied_rules() -> list[str]:
+            messages = [e.message for e in operator.events(ns, "llama-pretrain", "Applied")]
+            return [m for m in messages if "PrometheusRule" in m]
+
+        # the change's Applied Event is posted after the apply that updated the rule
+        wait_for("the change's Applied Event", lambda: len(applied_rules()) >= 2)
         time.sleep(5)  # give the second replica every chance to act as well
-        applied = [e.message for e in operator.events(ns, "llama-pretrain", "Applied")]
+        applied = applied_rules()
         # one apply for the creation, one for the policy change: not one per replica
-        assert len([m for m in applied if "PrometheusRule" in m]) == 2, applied
+        assert len(applied) == 2, applied
         standby = (operator.workdir / "operator-b.log").read_text()
         assert f"{ns}/llama-pretrain: applied" not in standby, "the lower-priority replica stayed passive"
     finally:
