@@ -79,7 +79,17 @@ def _secret_value(secrets: dict[str, Obj], ref: Obj, where: str) -> bytes:
     return base64.b64decode(secret["data"][ref["key"]])
 
 
-def _webhook(hook: Obj, secrets: dict[str, Obj], files: Path, where: str) -> Obj:
+def _write_whole(path: Path, data: bytes) -> None:
+    """Alertmanager reads a webhook's CA file at each notification, and the config sync runs every second:
+    the file is written only when it changes, and then replaced whole, never truncated under a reader."""
+    if path.exists() and path.read_bytes() == data:
+        return
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def _webhook(hook: Obj, secrets: dict[str, Obj], files: Path, ns: str, where: str) -> Obj:
     _only(hook, _WEBHOOK_FIELDS, where)
     out: Obj = {"url": hook["url"], "send_resolved": bool(hook.get("sendResolved", True))}
     if "maxAlerts" in hook:
@@ -97,8 +107,9 @@ def _webhook(hook: Obj, secrets: dict[str, Obj], files: Path, where: str) -> Obj
         if tls := http.get("tlsConfig"):
             _only(tls, {"ca"}, f"{where}.tlsConfig")
             ref = tls["ca"]["secret"]
-            path = files / f"{ref['name']}-{ref['key']}"
-            path.write_bytes(_secret_value(secrets, ref, f"{where}.tlsConfig.ca"))
+            # one file per namespace: every test's namespace has a Secret of that name
+            path = files / f"{ns}-{ref['name']}-{ref['key']}"
+            _write_whole(path, _secret_value(secrets, ref, f"{where}.tlsConfig.ca"))
             conf["tls_config"] = {"ca_file": str(path)}
         out["http_config"] = conf
     return out
@@ -124,7 +135,8 @@ def alertmanager_yml(amcs: list[Obj], secrets: dict[tuple[str, str], Obj], files
             out: Obj = {"name": prefix(r["name"])}
             if r.get("webhookConfigs"):
                 out["webhook_configs"] = [
-                    _webhook(h, own, files, f"{ns}/{name}.receivers.{r['name']}") for h in r["webhookConfigs"]
+                    _webhook(h, own, files, ns, f"{ns}/{name}.receivers.{r['name']}")
+                    for h in r["webhookConfigs"]
                 ]
             receivers.append(out)
         top = _route(spec["route"], prefix, f"{ns}/{name}.route")

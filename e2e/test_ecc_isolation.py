@@ -22,7 +22,7 @@ from e2e.cluster import Cluster, wait_for
 from e2e.pipeline import JOB, SELECTOR, Sink, exporter_step, job, objects
 from e2e.podprocesses import PodProcesses
 from e2e.test_operator import ready
-from e2e.test_p0_loop import operator_key, post, records
+from e2e.test_p0_loop import decisions, operator_key, post, records
 from trainguard.catalog.kubernetes import CORDONED_BY, FAULTY_TAINT
 from trainguard.remediation import tokens
 from trainguard.times import unix
@@ -122,20 +122,25 @@ def test_the_node_is_checkpointed_cordoned_and_tainted_and_the_job_keeps_running
              timeout=30)  # fmt: skip
     assert {r.uid for r in trainers.running()} == set(before)
 
-    reasons = {
-        e.reason
-        for e in operator.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={JOB}").items
-    }
-    assert {"RemediationPlanned", "RemediationSucceeded"} <= reasons, reasons
+    def reasons() -> set[str]:
+        items = operator.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={JOB}").items
+        return {e.reason for e in items}
+
+    # the Event that it succeeded is posted after the record is saved Succeeded, not with it
+    wait_for("the remediation's Events", lambda: {"RemediationPlanned", "RemediationSucceeded"} <= reasons(),
+             timeout=30)  # fmt: skip
 
     # the same alert re-posted (Alertmanager's group and repeat intervals), and the P0 copy the
     # operator's escalation posts for it after 15 minutes: neither acts again
     assert post(operator, "/v1/alerts", sbe_payload(ns, node, started), token)[0] == 200
     copy = sbe_payload(ns, node, rfc3339(time.time()), severity="P0", escalated_from="P1")
     assert post(operator, "/v1/alerts", copy, token)[0] == 200
-    time.sleep(4)
+    # each 200 says the alert was queued: look once the planner has decided on both (one thread, in order)
+    wait_for("the operator's decisions on the re-post and the copy", lambda: len(decisions(operator, ns, SBE)) >= 2
+             or len(records(operator, ns)) > 1, timeout=30)  # fmt: skip
     assert [r["id"] for r in records(operator, ns)] == [done["id"]]
-    assert "escalated copy of GPUSingleBitECCErrorsHigh" in operator.operator_logs()
+    said = decisions(operator, ns, SBE)
+    assert any("escalated copy of GPUSingleBitECCErrorsHigh" in ln for ln in said), said
     assert _live_pods(operator, ns) == before
 
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from e2e.cluster import REPO, Cluster, wait_for
+from e2e.cluster import REPO, RESYNC_SECONDS, Cluster, wait_for
 from trainguard.api import load_documents
 from trainguard.render import effective_policy, render_kubernetes
 from trainguard.render.kubernetes import alertmanager_config, operator_receiver
@@ -260,8 +260,9 @@ def test_restart_leaves_no_duplicates_and_keeps_status(operator: Cluster, ns: st
     for proc in list(operator.operators):
         operator.stop_operator(proc)
     operator.start_operator(priority=100, keep_ports=True)  # where its Service would still point
-    # the resumed operator reconciles again: nothing changed, so nothing is re-applied
-    wait_for("resume reconcile", lambda: len(operator.events(ns, "llama-pretrain", "Applied")) >= 1)
+    # The resumed operator reconciles again, at its start and at each resync, and as nothing changed it leaves
+    # no trace (the creation's Applied Event was there all along): look after a resync has certainly passed
+    time.sleep(RESYNC_SECONDS + 5)
     after = wait_for("still Ready", lambda: ready(operator, ns))
     assert condition(after, "Ready")["lastTransitionTime"] == condition(before, "Ready")["lastTransitionTime"]
     for api_version, kind in OWNED:
@@ -279,10 +280,17 @@ def test_two_replicas_apply_each_change_once(operator: Cluster, ns: str) -> None
         wait_for(
             "rule updated", lambda: (r := rule(operator, ns, "GPUThermalThrottling")) and "> 80" in r["expr"]
         )
+
+        def applied_rules() -> list[str]:
+            messages = [e.message for e in operator.events(ns, "llama-pretrain", "Applied")]
+            return [m for m in messages if "PrometheusRule" in m]
+
+        # the change's Applied Event is posted after the apply that updated the rule
+        wait_for("the change's Applied Event", lambda: len(applied_rules()) >= 2)
         time.sleep(5)  # give the second replica every chance to act as well
-        applied = [e.message for e in operator.events(ns, "llama-pretrain", "Applied")]
+        applied = applied_rules()
         # one apply for the creation, one for the policy change: not one per replica
-        assert len([m for m in applied if "PrometheusRule" in m]) == 2, applied
+        assert len(applied) == 2, applied
         standby = (operator.workdir / "operator-b.log").read_text()
         assert f"{ns}/llama-pretrain: applied" not in standby, "the lower-priority replica stayed passive"
     finally:

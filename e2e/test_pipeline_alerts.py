@@ -15,6 +15,7 @@ import pytest
 from e2e.cluster import REPO, Cluster, wait_for
 from e2e.pipeline import JOB, Monitoring, Sink, inject
 from e2e.test_pipeline import diagnostics, finished, stack, start  # noqa: F401 - the module's fixture
+from trainguard.remediation.escalation import parse_time
 
 pytestmark = pytest.mark.e2e
 
@@ -43,10 +44,12 @@ def test_an_unacknowledged_p1_is_escalated_and_an_acknowledged_or_inhibited_one_
         with start(stack, ns, tmp_path / "x", quiet, policy=escalation, completions=1, gpus=4) as x, \
                 start(stack, other, tmp_path / "y", quiet, policy=escalation, completions=1, gpus=4) as y:  # fmt: skip
             (px,), (py,) = x.running(), y.running()
-            inject(px, "thermal")
-            wait_for("GPUThermalThrottling active", lambda: mon.alerts(alertname="GPUThermalThrottling", namespace=ns),
-                     timeout=30)  # fmt: skip
+            # acknowledged before it fires: an ack after it would have to win a race with the 20 s delay (the
+            # CLI's start on a loaded machine); Alertmanager reads a silence into the alert's state either way
             ack(mon, "GPUThermalThrottling", ns)
+            inject(px, "thermal")
+            wait_for("GPUThermalThrottling active and acknowledged", lambda: [a for a in mon.alerts(
+                alertname="GPUThermalThrottling", namespace=ns) if a["status"]["silencedBy"]], timeout=30)  # fmt: skip
             inject(px, "packet-loss", gpu=None)
             inject(py, "ecc-dbe")  # a P0 of job y: it inhibits y's P1s
             wait_for(
@@ -62,7 +65,11 @@ def test_an_unacknowledged_p1_is_escalated_and_an_acknowledged_or_inhibited_one_
             assert escalated
             wait_for("the escalated copy paged", lambda: sink.received(
                 "phone", "NetworkPacketLossHigh", namespace=ns, escalated_from="P1"), timeout=30)  # fmt: skip
-            time.sleep(10)  # well past the delay for the other two as well
+            # the other two started at times of their own (y's heat last): well past the delay for each of them
+            started = [parse_time(a["startsAt"]) or 0.0 for n in (ns, other)
+                       for a in mon.alerts(alertname="GPUThermalThrottling", namespace=n, severity="P1")]  # fmt: skip
+            assert len(started) == 2, started
+            time.sleep(max(0.0, max(started) + 20 + 10 - time.time()))
             assert not mon.alerts(alertname="GPUThermalThrottling", namespace=ns, escalated_from="P1"), (
                 "acknowledged"
             )

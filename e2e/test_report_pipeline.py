@@ -152,8 +152,9 @@ def test_a_p2_report_shows_plots_cause_and_the_trainers_logs_and_the_page_names_
         assert cluster.core.read_namespaced_config_map(name, ns).metadata.labels["trainguard.io/alert"] == (
             "HostSwapPressure"
         )
-        events = cluster.events(ns, JOB, "DiagnosticReport")
-        assert any(name in (e.message or "") for e in events), [e.message for e in events]
+        # the Event naming it is posted after the ConfigMap is created, and the e-mail may have come first
+        wait_for("the DiagnosticReport Event naming it", lambda: any(
+            name in (e.message or "") for e in cluster.events(ns, JOB, "DiagnosticReport")), timeout=30)  # fmt: skip
 
     # the page in headless Chromium: plots, the cause and the log excerpt are on it
     page = tmp_path / "report.html"

@@ -15,6 +15,7 @@ import uuid
 from typing import Any
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from e2e.cluster import RESYNC_SECONDS, Cluster, wait_for
 from e2e.test_operator import MON, NAME, condition, quickstart, ready
@@ -84,10 +85,11 @@ def test_a_hand_edit_of_a_rendered_rule_is_repaired_within_one_resync(operator: 
     rendered = operator.get(*PR, ns, NAME)["spec"]
     edited = copy.deepcopy(rendered)
     edited["groups"][0]["rules"] = edited["groups"][0]["rules"][:1]  # someone deleted every alert
-    client.CustomObjectsApi(operator.api).patch_namespaced_custom_object(
+    # the edit as the apiserver took it: a resync may repair it before a read that follows
+    patched = client.CustomObjectsApi(operator.api).patch_namespaced_custom_object(
         "monitoring.coreos.com", "v1", ns, "prometheusrules", NAME, {"spec": edited}
     )
-    assert operator.get(*PR, ns, NAME)["spec"] != rendered
+    assert patched["spec"] != rendered
     t0 = time.monotonic()
     wait_for(
         "the rule repaired",
@@ -151,7 +153,21 @@ def test_an_apply_refused_by_an_admission_policy_shows_in_status(operator: Clust
                  "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}},
     })  # fmt: skip
     try:
-        time.sleep(2)  # the policy is picked up by the apiserver's informer
+        # the apiserver takes the policy up through an informer, a moment after the create returns: until
+        # then the rule would be applied, and the test would wait for a refusal that never comes
+        probe = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+                 "metadata": {"name": "e2e-probe", "namespace": ns}, "spec": {"groups": []}}  # fmt: skip
+
+        def in_force() -> bool:
+            try:
+                operator.custom.create_namespaced_custom_object(
+                    "monitoring.coreos.com", "v1", ns, "prometheusrules", probe, dry_run="All"
+                )
+            except ApiException as exc:
+                return message in str(exc.body)
+            return False
+
+        wait_for("the admission policy in force", in_force, timeout=30)
         operator.apply(quickstart(ns))
         degraded = wait_for(
             "Degraded: ApplyFailed",

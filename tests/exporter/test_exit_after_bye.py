@@ -5,13 +5,16 @@ nothing but state."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 from tests.exporter.running import running_exporter
 from tests.processes import free_port, http_json, wait_http
@@ -76,20 +79,37 @@ def test_a_sidecar_nobody_said_hello_to_keeps_running(tmp_path: Path) -> None:
         assert proc.poll() is None, "no trainer yet (an image still being pulled) is not the end of training"
 
 
-def test_a_trainer_that_says_hello_during_the_grace_keeps_the_sidecar_up() -> None:
+GRACE_S = 2.0
+"""Long beside the moment between the waiter's word that it is in the grace and the hello that follows."""
+
+
+def wait(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def test_a_trainer_that_says_hello_during_the_grace_keeps_the_sidecar_up(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The hello goes in once the waiter has logged that it is in its grace, and the waiter is looked at
+    once it has logged that the grace ended with a trainer back: not at fixed times into the waiter's
+    thread, which a loaded machine overruns."""
+    caplog.set_level(logging.INFO, logger="trainguard.exporter")
     with running_exporter("--backend", "none", "--no-host") as exp:
         training, done = exp.exporter.training, threading.Event()
         training.ingest({"type": "hello", "pid": 10})
         training.ingest({"type": "bye", "pid": 10})
         result: list[bool] = []
         waiter = threading.Thread(
-            target=lambda: result.append(wait_for_trainers(exp.exporter, done, 0.5, 0.05))
+            target=lambda: result.append(wait_for_trainers(exp.exporter, done, GRACE_S, 0.05))
         )
         waiter.start()
-        time.sleep(0.2)  # in the grace now
+        wait(lambda: "every training process said bye" in caplog.text)  # in the grace now
         training.ingest({"type": "hello", "pid": 11})  # a second training run of the same pod
-        time.sleep(0.6)
+        wait(lambda: "said hello during the grace" in caplog.text, timeout=GRACE_S + 10)
         assert waiter.is_alive(), "still waiting: pid 11 trains"
         training.ingest({"type": "bye", "pid": 11})
-        waiter.join(5)
+        waiter.join(GRACE_S + 10)
     assert result == [True]

@@ -18,6 +18,8 @@ from prometheus_api_client import PrometheusConnect
 
 from tests.processes import free_port, http_json, serve_text, start, stop, wait_http
 from trainguard.api import load_documents
+from trainguard.catalog import ALERTS_BY_NAME
+from trainguard.remediation.signals import parse_rfc3339
 from trainguard.render import dump_yaml, render_prometheus
 
 pytestmark = pytest.mark.tools
@@ -40,6 +42,7 @@ spec:
     - {name: RackThermalEvent, for: 0s}
 """
 NODES = {"gpu-node-1": "rack-a", "gpu-node-2": "rack-a"}
+CELSIUS = next(p.default for p in ALERTS_BY_NAME["RackThermalEvent"].params if p.name == "celsius")
 KSM = "".join(
     f'kube_node_labels{{node="{node}",label_example_com_rack="{rack}"}} 1\n' for node, rack in NODES.items()
 )
@@ -104,10 +107,35 @@ def heat(racks: dict[str, Any], where: dict[str, list[int]]) -> None:
             http_json(f"{url}/v1/faults", {"fault": "thermal", "gpu": gpu})
 
 
+def hot_by_node(prom: str) -> dict[str, int]:
+    """Hot GPUs per node, as the rule counts them, in what Prometheus has scraped now."""
+    result = PrometheusConnect(prom, disable_ssl=True).custom_query(
+        f"count by (node) (DCGM_FI_DEV_GPU_TEMP > {CELSIUS:g})"
+    )
+    return {r["metric"]["node"]: int(float(r["value"][1])) for r in result}
+
+
+def evaluated(prom: str) -> float:
+    """When the group holding RackThermalEvent was last evaluated (unix seconds)."""
+    groups = http_json(f"{prom}/api/v1/rules")["data"]["groups"]
+    (group,) = [g for g in groups if any(r["name"] == "RackThermalEvent" for r in g["rules"])]
+    return parse_rfc3339(group["lastEvaluation"])
+
+
 def test_four_hot_gpus_on_one_node_are_not_a_rack_event(racks: dict[str, Any]) -> None:
+    prom = racks["prometheus"]
     heat(racks, {"gpu-node-1": [0, 1, 2, 3]})
-    time.sleep(8)  # several scrapes and evaluations
-    assert rack_alerts(racks["prometheus"]) == []
+    # no alert means something only once the rule has run on this heat: four hot GPUs scraped on gpu-node-1
+    # and none elsewhere (a test before may have heated gpu-node-2), then an evaluation after that
+    deadline = time.monotonic() + 30
+    while (hot := hot_by_node(prom)) != {"gpu-node-1": 4}:
+        assert time.monotonic() < deadline, f"Prometheus never saw the four hot GPUs alone: {hot}"
+        time.sleep(0.5)
+    seen = time.time()
+    while evaluated(prom) <= seen:
+        assert time.monotonic() < deadline, "the rules were not evaluated since"
+        time.sleep(0.5)
+    assert rack_alerts(prom) == []
 
 
 def test_four_hot_gpus_on_two_nodes_of_a_rack_raise_one_alert_for_the_rack(racks: dict[str, Any]) -> None:

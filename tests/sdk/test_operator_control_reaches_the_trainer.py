@@ -79,9 +79,10 @@ def test_resume_from_prefers_the_pin_over_the_trainers_own_newer_checkpoints() -
         assert tg.resume_from() == good
         tg.checkpoint_saved(1100, "full", "/ckpt/1100")  # this process went on after the NaN
         assert tg.resume_from() == good, "its own newer checkpoint does not move the pin"
-        time.sleep(REFRESH_S + 2 * FLUSH_S)
+        # the sidecar has heard of it (the report is flushed in the background), and the trainer asked since
+        wait(lambda: exp.exporter.training.snapshot().checkpoint_step.get("full") == 1100)
+        time.sleep(REFRESH_S + FLUSH_S)
         assert tg.resume_from() == good, "nor does the sidecar, which heard of it since"
-        assert exp.exporter.training.snapshot().checkpoint_step["full"] == 1100
         # should_checkpoint still follows the operator's request, then the cadence
         operator(exp, {"checkpoint": "full"})
         within(lambda: tg.should_checkpoint(1101) == "full", REFRESH_S + FLUSH_S + 0.5)
