@@ -1,5 +1,5 @@
 """The name of a P2's report ConfigMap is derived twice, apart: by Prometheus, expanding the rule's
-`report_configmap` annotation into every notification, and by the operator (controller/report.py
+`report_configmap` annotation into every notification, and by the operator (diagnosis/configmap.py
 report_name), which creates the ConfigMap from the alert's labels in ALERTS. `promtool test rules`
 expands the rendered annotation; the two must agree for every P2 alert of the catalogue, on the label
 sets the exporter produces, and on odd ones (upper case, underscores, an absent label, a long name)."""

@@ -1,4 +1,4 @@
-"""The report's edge (controller/report.py) against a real Prometheus: a seeded trace backfilled with
+"""The report's edge (diagnosis/fetch.py and the report pass in diagnosis/passes.py) against a real Prometheus: a seeded trace backfilled with
 `promtool tsdb create-blocks-from openmetrics`, its ALERTS and the exporter's trace id beside it,
 fetched through prometheus-api-client, diagnosed and built into the report.
 

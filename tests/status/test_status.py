@@ -196,7 +196,7 @@ def test_the_notes_say_what_the_sources_given_cannot_show() -> None:
 
 
 class Kube:
-    """A stand-in for controller.kube.Kube: the real reads are exercised in e2e/test_status_tmux.py."""
+    """A stand-in for kube.Kube: the real reads are exercised in e2e/test_status_tmux.py."""
 
     def __init__(self, bodies: list[dict[str, Any]]) -> None:
         self.bodies = bodies

@@ -12,7 +12,7 @@ its own, so a second post of the same night notifies no one).
 
 Pure functions for the decisions (which night, is it due, the tally, the text, the alert) and a thin
 edge, `query_night`, that asks Prometheus through prometheus-api-client. The leader's pass in
-controller/morning_report.py wires them to the monitors and keeps the per-night marker.
+diagnosis/passes.py wires them to the monitors and keeps the per-night marker.
 
 Alerts the operator posts straight to Alertmanager (TrainingInterrupted, escalated copies, notices)
 are not in Prometheus's ALERTS and so not in the report.

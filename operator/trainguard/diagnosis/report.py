@@ -1,7 +1,7 @@
 """The diagnostic report (a P2's, or anyone's on demand): what fired, the probable causes with their
 evidence, plots of the related series for the 5 minutes around the alert, the pod log lines from the
 +-30 s window with error patterns marked, the runbook and what trainguard did. Pure: the edge
-(controller/report.py, the CLI) fetches the inputs and stores or writes the output."""
+(diagnosis/fetch.py, for the report pass and `trainguard report`) fetches the inputs and stores or writes the output."""
 
 from __future__ import annotations
 

@@ -477,7 +477,7 @@ def _alert_rule(ctx: Context, a: EffectiveAlert, policy: EffectivePolicy) -> Rul
 
 
 REPORT_SEVERITY = "P2"
-"""The severity the operator writes a diagnostic report for (controller/report.py; a test pins the two)."""
+"""The severity the operator writes a diagnostic report for (diagnosis/configmap.py; a test pins the two)."""
 
 
 REPORT_CONFIGMAP_PREFIX = "trainguard-report"
@@ -486,7 +486,7 @@ REPORT_CONFIGMAP_PREFIX = "trainguard-report"
 def report_configmap_template(alertname: str, scope: tuple[str, ...]) -> str:
     """The name of the ConfigMap the operator writes a P2's report into, as an alert template: made of
     the alert's identity (its name and scope labels), so Prometheus and the operator
-    (controller/report.report_name) derive the same name apart; `index` gives "" for an absent label."""
+    (diagnosis/configmap.report_name) derive the same name apart; `index` gives "" for an absent label."""
     rest = [f'(index $labels "{k}")' for k in scope if k not in ("namespace", "training_job")]
     args = [f'"{REPORT_CONFIGMAP_PREFIX}"', '(index $labels "training_job")', f'"{alertname}"', *rest]
     return (

@@ -27,7 +27,7 @@ TIMING: dict[str, dict[str, str]] = {
 }
 MORNING_REPORT = "TrainguardMorningReport"
 """The alert the operator posts at the end of a monitor's quiet hours: what fired overnight, in its
-annotations (remediation/morning_report.py). It carries `night`, the local end of the quiet hours it
+annotations (diagnosis/morning.py). It carries `night`, the local end of the quiet hours it
 covers, so that each night's report is a group of its own."""
 REPORT_TIMING: dict[str, Any] = {
     "group_by": ["namespace", "training_job", "alertname", "night"],
@@ -94,7 +94,7 @@ def _delivery(
 
     With quiet hours, the phone and IM receivers of the severity are muted at night; at night the
     allowlist reaches them anyway and, whatever the severity, every paging receiver too. The rest of
-    the night is in the morning report (remediation/morning_report.py); e-mail and tickets are
+    the night is in the morning report (diagnosis/morning.py); e-mail and tickets are
     delivered by night as by day. Maintenance windows (`mutes`) mute every route, night ones included.
     """
     own = policy.receivers_for(severity)
