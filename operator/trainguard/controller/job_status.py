@@ -5,7 +5,7 @@ Two halves. The pure half (`job_status`, `render_plain`, `render_live`) turns fe
 `JobStatus` and text, tested without a cluster. The edge (`fetch`) reads the monitors from the
 Kubernetes API and the series from Prometheus (prometheus-api-client), or the alerts from Alertmanager.
 
-Training time lost, as defined here (README, Diagnosis): over the monitor's finished remediation
+Training time lost, as defined here (docs/diagnosis.md): over the monitor's finished remediation
 records that stopped training (not a dry run, a Pause or RestartGang step that succeeded), the sum of
   - the stop: from the record's creation (the alert reaching the operator) to its last update (its
     last step done: the gang restarted and placed), a lower bound of fault-to-resume, since the pods
