@@ -3,17 +3,18 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 
-.PHONY: help bootstrap demo test lint unit e2e bench bench-pipeline crds chart helm victoria-metrics node-exporter docs dashboards check-generated controlplane clean
+.PHONY: help bootstrap demo test lint site unit e2e bench bench-pipeline crds chart helm victoria-metrics node-exporter docs dashboards check-generated controlplane clean
 
 help:
 	@echo "make demo   - render the quickstart and check it with promtool and amtool"
-	@echo "make test   - everything CI runs: lint, types, layer contracts, unit, integration and e2e tests"
+	@echo "make test   - everything CI runs: lint, types, layer contracts, docs site, unit, integration and e2e tests"
 	@echo "make e2e    - the e2e suite on a local control plane built from Go modules (cached)"
 	@echo "make bench  - every benchmark, one after the other (about 45 minutes on 2 cores): exporter cost, SDK overhead,"
 	@echo "              alert noise, detection quality, operator and rule scale, fault to action, training time lost (ETTR)"
 	@echo "make bench-pipeline - fault to action alone at its full defaults (about 45 minutes)"
 	@echo "make crds   - regenerate crds/ from the models; make docs - docs/alerts.md from the catalogue; make dashboards - the chart's Grafana dashboards"
 	@echo "make controlplane - build (or reuse) the local Kubernetes control plane binaries"
+	@echo "make site  - the docs site (mkdocs.yml, docs/) into .site/, with --strict: a broken link fails it"
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -26,6 +27,12 @@ lint: bootstrap
 	$(BIN)/ruff format --check operator tests e2e examples bench scripts
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/mkdocs build --strict -d .site
+
+# the docs site: mkdocs.yml, every page under docs/ in its nav, the Material theme. --strict fails on a
+# broken link or anchor and on a page left out of the nav (make lint builds it too, so CI does)
+site: bootstrap
+	$(BIN)/mkdocs build --strict -d .site
 
 # the unit and integration tests in $(TEST_WORKERS) processes (pytest-xdist), a test file per process so
 # that module fixtures (a Prometheus, a VictoriaMetrics) start once; TEST_WORKERS=0 runs them in this one
@@ -104,4 +111,4 @@ controlplane:
 	e2e/controlplane/build.sh all
 
 clean:
-	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache .coverage
+	rm -rf $(VENV) out .site .pytest_cache .mypy_cache .ruff_cache .coverage

@@ -72,7 +72,7 @@ def per_monitor_growth(xs: list[int], ys: list[float]) -> float | None:
 
 
 def findings(result: dict[str, Any]) -> list[str]:
-    """What the figures say, computed from them (the README states the why)."""
+    """What the figures say, computed from them (docs/performance.md states the why)."""
     out = []
     rules = result.get("rules")
     if rules:

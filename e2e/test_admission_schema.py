@@ -1,6 +1,6 @@
 """The CRDs' schema and CEL rules, as a real kube-apiserver applies them: what the models reject, the
-apiserver rejects at `kubectl apply` too (the README lists the few exceptions), and valid objects that
-use the edges of the rules (prefixed label keys, empty values, a relay URL) still go in."""
+apiserver rejects at `kubectl apply` too (docs/rendering.md lists the few exceptions), and valid objects
+that use the edges of the rules (prefixed label keys, empty values, a relay URL) still go in."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The README's list of checks the apiserver does not make stays true: every Python-only item has a
-validator that rejects an example and no CEL rule at that field, and every CEL rule has a Python twin."""
+"""docs/rendering.md's list of checks the apiserver does not make stays true: every Python-only item
+has a validator that rejects an example and no CEL rule at that field, and every CEL rule has a Python
+twin."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 WINDOW = {"name": "mw", "start": "2026-12-01T02:00:00Z", "end": "2026-12-01T06:00:00Z", "nodes": ["n1"]}
 RULE = {"name": "Mine", "expr": "up{$selector} == 0", "severity": "P1"}
 
-# README item (its field path) -> an object that breaks only that check, and where the model says so
+# docs/rendering.md item (its field path) -> an object that breaks only that check, and where the model says so
 PYTHON_ONLY: dict[str, tuple[dict[str, Any], str]] = {
     "spec.exporter.scrapeInterval": (
         merged(MONITOR, **{"spec.exporter": {"scrapeInterval": "10m"}}),
@@ -179,10 +180,15 @@ CEL_TWINS: dict[str, tuple[dict[str, Any], str]] = {
 }
 
 
-def readme_python_only_fields() -> set[str]:
-    text = (ROOT / "README.md").read_text()
-    start = text.index("The same rules are in the CRD schema")
-    section = text[start : text.index("\n## ", start)]
+DOCS = ROOT / "docs" / "rendering.md"
+
+
+def documented_python_only_fields() -> set[str]:
+    """The field paths named by the items of docs/rendering.md's "Checks the apiserver does not make"."""
+    text = DOCS.read_text()
+    start = text.index("\n## Checks the apiserver does not make\n")
+    end = text.find("\n## ", start + 1)
+    section = text[start : end if end != -1 else len(text)]
     items = re.findall(r"^- (.*?):", section, flags=re.MULTILINE)
     return {field for item in items for field in re.findall(r"`([^`]+)`", item)}
 
@@ -218,8 +224,8 @@ def cel_rules() -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def test_the_readme_lists_exactly_the_python_only_checks() -> None:
-    assert readme_python_only_fields() == set(PYTHON_ONLY)
+def test_the_docs_list_exactly_the_python_only_checks() -> None:
+    assert documented_python_only_fields() == set(PYTHON_ONLY)
 
 
 @pytest.mark.parametrize("field", sorted(PYTHON_ONLY))
@@ -230,7 +236,7 @@ def test_each_python_only_check_rejects_its_example(field: str) -> None:
 
 @pytest.mark.parametrize("field", sorted(PYTHON_ONLY))
 def test_a_python_only_check_has_no_cel_rule(field: str) -> None:
-    """A CEL rule that reads the field makes the README wrong: drop the item, add a CEL twin below."""
+    """A CEL rule that reads the field makes docs/rendering.md wrong: drop the item, add a CEL twin below."""
     name = field.rsplit(".", 1)[-1].removesuffix("[]")
     parent = field.rsplit(".", 1)[0].removeprefix("spec")
     for path, rule in cel_rules():

@@ -1,4 +1,4 @@
-"""The catalogue matches the public contract of ARCHITECTURE sections 3 and 4."""
+"""The catalogue matches the public contracts of docs/architecture.md: the metrics and the alerts."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ CONTRACT_ALERTS = {
     # name: (severity, for)
     "TrainingLossNonFinite": ("P0", "0s"),
     "TrainingJobStalled": ("P0", "0s"),
-    "GPUNodeDown": ("P0", "30s"),  # ARCHITECTURE section 4 (it said 1m before issue 8's loop acted on it)
+    "GPUNodeDown": ("P0", "30s"),  # docs/architecture.md (1m before issue 8's loop acted on it)
     "GPUDoubleBitECCError": ("P0", "0s"),
     "GPUCriticalXid": ("P0", "0s"),
     "GPULost": ("P0", "0s"),  # added by review (issue 7): trainguard_gpu_lost was read by nothing
@@ -38,7 +38,7 @@ CONTRACT_ALERTS = {
     "NetworkPacketLoss": ("P2", "5m"),
     "NetworkBandwidthSaturation": ("P2", "10m"),
     "GPUSingleBitECCErrorsHigh": ("P1", "0s"),  # issue 9: over the daily threshold isolates the node
-    "TrainguardExporterDown": ("P2", "2m"),  # ARCHITECTURE section 4: an unreachable sidecar alone
+    "TrainguardExporterDown": ("P2", "2m"),  # docs/architecture.md: an unreachable sidecar alone
     "GPUMemoryHigh": ("P3", "5m"),
     # issue 9: the signals that reached no one, the memory tiers, early training, prediction
     "GPUMemorySustainedHigh": ("P1", "10m"),

@@ -50,11 +50,11 @@ def test_the_defaults_and_good_overrides_pass(helm: str) -> None:
         run_helm(helm, *template_args(*settings))
 
 
-def test_the_readme_shows_what_helm_prints(helm: str) -> None:
-    """The README's example of a refused value is helm's real answer, word for word."""
-    readme = (REPO / "README.md").read_text()
-    block = re.search(r"```\n\$ (helm template [^\n]+)\n(.*?)```", readme, re.S)
-    assert block, "the README's Helm section shows a refused value"
+def test_the_helm_docs_show_what_helm_prints(helm: str) -> None:
+    """docs/helm.md's example of a refused value is helm's real answer, word for word."""
+    page = (REPO / "docs" / "helm.md").read_text()
+    block = re.search(r"```\n\$ (helm template [^\n]+)\n(.*?)```", page, re.S)
+    assert block, "docs/helm.md shows a refused value"
     command, shown = block.group(1).split(), block.group(2)
     assert command[:4] == ["helm", "template", "trainguard", "charts/trainguard"]
     proc = run_helm(helm, "template", "trainguard", str(CHART), *command[4:], check=False)

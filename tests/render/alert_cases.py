@@ -1,6 +1,6 @@
 """Must-fire and must-not-fire cases for every catalogue alert, as promtool unit-test data.
 
-Written by hand from ARCHITECTURE section 4, not derived from the renderer, so that a wrong
+Written by hand from docs/architecture.md's alert catalogue, not derived from the renderer, so that a wrong
 expression or threshold in the rules fails here. Series use promtool's expanding notation at a one
 minute interval; label sets are those the exporter sidecar produces.
 """

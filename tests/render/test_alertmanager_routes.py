@@ -1,5 +1,5 @@
 """Rendered Alertmanager configuration, checked by the real amtool: it is valid, and every severity
-reaches exactly the receivers of ARCHITECTURE section 5."""
+reaches exactly the receivers of docs/architecture.md, "Routing defaults"."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The alert catalogue (ARCHITECTURE section 4): every built-in alert with its defaults.
+"""The alert catalogue (docs/architecture.md): every built-in alert with its defaults.
 
 Only data lives here. The PromQL for each alert is built in `trainguard.render.prometheus`, which
 fails loudly (and a test with it) if an alert of this table has no expression.
@@ -82,7 +82,7 @@ class Param:
 
 
 class P0Class(StrEnum):
-    """Which automatic response a P0 alert asks for (ARCHITECTURE section 5, response matrix), and the
+    """Which automatic response a P0 alert asks for (docs/architecture.md, the response matrix), and the
     one P1 the P0 loop also acts on: single-bit ECC errors over the daily threshold isolate the node."""
 
     NONFINITE_LOSS = "nonFiniteLoss"

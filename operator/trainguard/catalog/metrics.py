@@ -1,4 +1,4 @@
-"""The metric contract (ARCHITECTURE section 3): names, types, units and labels.
+"""The metric contract (docs/architecture.md, "The metric contract"): names, types, units and labels.
 
 GPU metrics keep NVIDIA dcgm-exporter's names so existing rules and dashboards keep working on
 clusters that already run it; trainguard's own metrics carry the `trainguard_` prefix.

@@ -1,4 +1,4 @@
-"""What to do about one signal: the P0 response matrix (ARCHITECTURE section 5), decided from the
+"""What to do about one signal: the P0 response matrix (docs/architecture.md), decided from the
 signal, the monitor's `spec.remediation` and the cluster state alone, so every cell is testable without
 a cluster. The executor carries a plan out; nothing here calls anything.
 

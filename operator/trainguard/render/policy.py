@@ -25,7 +25,8 @@ DEFAULT_ROLES_BY_SEVERITY: dict[str, tuple[str, ...]] = {
     "P2": ("email", "ticket"),
     "P3": (),
 }
-"""ARCHITECTURE section 5: which receiver roles each severity reaches when no route says otherwise."""
+"""docs/architecture.md, "Routing defaults": which receiver roles each severity reaches when no route
+says otherwise."""
 
 PAGING_ROLES = frozenset({"phone", "sms"})
 

@@ -1,7 +1,7 @@
 """The review's findings, from firing episodes (history.py): pure, so every threshold is tested on
 synthetic histories.
 
-Definitions (the README's "Rule review" section says the same):
+Definitions (docs/review.md says the same):
 - never fired: a rule with no firing episode that reaches into the last `quiet_window` seconds;
 - fire together: an episode of A overlaps an episode of B of the same job (same `namespace` and
   `training_job`), where an episode lasts from its first firing sample until it was seen resolved; a

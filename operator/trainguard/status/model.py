@@ -1,7 +1,7 @@
 """The status of one monitored job, pure: its health, alerts, throughput against baseline, checkpoint,
 last remediation and training time lost, from what status/fetch.py read.
 
-Training time lost, as defined here (README, Diagnosis): over the monitor's finished remediation
+Training time lost, as defined here (docs/diagnosis.md): over the monitor's finished remediation
 records that stopped training (not a dry run, a Pause or RestartGang step that succeeded), the sum of
   - the stop: from the record's creation (the alert reaching the operator) to its last update (its
     last step done: the gang restarted and placed), a lower bound of fault-to-resume, since the pods
