@@ -6,6 +6,7 @@ e2e/test_remediation_cluster.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -76,9 +77,12 @@ class Apiserver:
                 self._send(200, json.dumps({"kind": "PodList", "metadata": meta, "items": page}).encode())
 
             def _watch(self) -> None:
-                if not server.scripts:
+                if not server.scripts:  # a quiet watch: headers at once, as the apiserver sends them
+                    self._send(200, b"", chunked=True)
+                    self.wfile.flush()
                     server.gate.wait(10)
-                    self._send(200, b"")
+                    with contextlib.suppress(OSError):  # the client may have gone
+                        self.wfile.write(b"0\r\n\r\n")
                     return
                 script = server.scripts.pop(0)
                 if isinstance(script, int):
@@ -178,5 +182,28 @@ def test_a_read_before_the_first_list_fails_instead_of_answering_nothing() -> No
         with pytest.raises(NotSynced, match="pods"):
             informer.items(timeout=0.2)
         wait("the failed list counted", lambda: informer.counts.errors)
+    finally:
+        informer.stop()
+
+
+def test_a_reconnect_watches_again_from_the_last_version_without_a_list(
+    apiserver: tuple[Apiserver, client.ApiClient],
+) -> None:
+    """What the Lease cache does when it has been quiet too long: drop the connection, watch again."""
+    fake, api = apiserver
+    fake.scripts = [[{"type": "ADDED", "object": pod("d", 11)}]]
+    informer = Informer(api, Resource("", "v1", "pods")).start()
+    try:
+        wait("the event", lambda: "d" in names(informer) or None)
+        wait("a quiet watch open", lambda: len([r for r in fake.requests if r.get("watch")]) >= 2
+             and informer._response is not None)  # fmt: skip
+        assert informer.heard_s() < 5
+        informer.reconnect()
+        again = wait("a third watch", lambda: [r for r in fake.requests if r.get("watch")][2:] or None)
+        assert (
+            again[0]["resourceVersion"] == "11"
+            and informer.counts.lists == 2
+            and informer.counts.relists == 0
+        )
     finally:
         informer.stop()

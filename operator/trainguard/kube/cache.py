@@ -19,6 +19,7 @@ from kubernetes import client
 
 from trainguard.api import GROUP, VERSION
 from trainguard.api.common import LabelSelector
+from trainguard.kube.errors import Stale
 from trainguard.kube.objects import labels_of, slim, slim_node, slim_pod
 from trainguard.kube.watch import Counts, Informer, Resource
 
@@ -32,6 +33,10 @@ PODS = Resource("", "v1", "pods")
 NODES = Resource("", "v1", "nodes")
 NODE_LEASES = Resource("coordination.k8s.io", "v1", "leases", "kube-node-lease")
 JOBS = Resource("batch", "v1", "jobs")
+
+LEASES_QUIET_S = 30.0
+"""Every node's kubelet renews its Lease every 10 s: a Lease cache that has heard nothing for this long
+while it holds Leases has lost its watch, and its Leases would all look expired."""
 
 
 def _slim_job(job: Obj) -> Obj:
@@ -127,4 +132,14 @@ class ClusterCache:
         return self.nodes_informer.get(None, name, timeout=self.read_timeout_s)
 
     def node_leases(self) -> list[Obj]:
-        return self.leases_informer.items(timeout=self.read_timeout_s)
+        """The node Leases; Stale (and a new watch) when the cache has been quiet for LEASES_QUIET_S while
+        Leases exist: the node-down detection must not take a silent connection for silent kubelets."""
+        informer = self.leases_informer
+        leases = informer.items(timeout=self.read_timeout_s)
+        quiet = informer.heard_s()
+        if leases and quiet > LEASES_QUIET_S:
+            informer.reconnect()
+            raise Stale(
+                f"the node Lease cache has heard nothing from the API for {quiet:.0f}s; watching again"
+            )
+        return leases

@@ -15,6 +15,7 @@ __all__ = [
     "ConfigError",
     "MissingAPI",
     "NotSynced",
+    "Stale",
     "api_status",
     "is_conflict",
     "is_not_found",
@@ -33,6 +34,11 @@ class MissingAPI(Exception):
 
 class NotSynced(Exception):
     """A watch cache has not finished its first list: reading it now would take "none" for an answer."""
+
+
+class Stale(Exception):
+    """A watch cache that should hear from the API every few seconds has not: what it holds may be old,
+    and a decision that reads absence of change as a fault must not rest on it."""
 
 
 def api_status(exc: ApiError) -> dict[str, Any]:

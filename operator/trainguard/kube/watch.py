@@ -88,6 +88,22 @@ class Informer:
     _stop: threading.Event = field(default_factory=threading.Event)
     _response: Any = None
     _thread: threading.Thread | None = None
+    _heard: float = field(default_factory=time.monotonic)
+
+    def heard_s(self) -> float:
+        """Seconds since the API last told this cache anything (a list, a watch opened, an event, a
+        bookmark): a watch whose connection died without a word shows here first."""
+        return time.monotonic() - self._heard
+
+    def reconnect(self) -> None:
+        """Drop the current watch connection; the loop watches again from the last version it saw."""
+        response = self._response
+        if response is not None:
+            # shut the socket down first: closing it alone does not wake a read blocked on another thread
+            with contextlib.suppress(Exception):
+                response.response.shutdown()
+            with contextlib.suppress(Exception):
+                response.response.close()
 
     # ---- reads ----
 
@@ -127,10 +143,7 @@ class Informer:
 
     def stop(self) -> None:
         self._stop.set()
-        response = self._response
-        if response is not None:
-            with contextlib.suppress(Exception):  # a stream already closed
-                response.close()
+        self.reconnect()
 
     def _run(self) -> None:
         version: str | None = None
@@ -199,6 +212,7 @@ class Informer:
             for (ns, name), obj in objects.items():
                 self._by_namespace.setdefault(ns, {})[name] = obj
         self._synced.set()
+        self._heard = time.monotonic()
         log.debug("listed %d %s at version %s", len(objects), self.resource, version)
         return version
 
@@ -216,6 +230,7 @@ class Informer:
         self.counts.watches += 1
         response = self._request(query, self.watch_timeout_s + 30.0)
         self._response = response
+        self._heard = time.monotonic()
         try:
             for line in _lines(response):
                 if self._stop.is_set():
@@ -228,6 +243,7 @@ class Informer:
         return version
 
     def _apply(self, event: dict[str, Any]) -> str | None:
+        self._heard = time.monotonic()
         kind, obj = event.get("type"), event.get("object") or {}
         if kind == "ERROR":
             if obj.get("code") == 410:

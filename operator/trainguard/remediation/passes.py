@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from trainguard.api import PolicyProblem, TrainingJobMonitor, monitor_of, policies_for
 from trainguard.api.common import LabelSelector
 from trainguard.clients import alertmanager
+from trainguard.kube.errors import Stale
 from trainguard.remediation import detect, escalation, notices, records
 from trainguard.remediation.dispatch import Dispatcher
 from trainguard.remediation.intake import Intake
@@ -39,7 +40,9 @@ class FleetReads(MonitorReads, Protocol):
 
     def nodes(self) -> list[Obj]: ...
 
-    def node_leases(self) -> list[Obj]: ...
+    def node_leases(self) -> list[Obj]:
+        """Raises kube.errors.Stale when the Leases may be old (see kube.ClusterCache.node_leases)."""
+        ...
 
 
 class PolicyReads(MonitorReads, Protocol):
@@ -110,7 +113,7 @@ class WatchPass:
             found += detect.interruptions(pods, jobs, monitor, now)
             if pods:
                 if nodes is None:
-                    nodes, leases = self.reads.nodes(), self.reads.node_leases()
+                    nodes, leases = self.reads.nodes(), self._leases()
                 found += detect.node_faults(nodes, leases, pods, monitor, now)
         if found and self.alertmanager_url:
             try:
@@ -119,6 +122,13 @@ class WatchPass:
                 log.warning("cannot post %d detected fault(s) to Alertmanager: %s", len(found), exc)
         self.intake.submit(found)
         return len(found)
+
+    def _leases(self) -> list[Obj]:
+        try:
+            return self.reads.node_leases()
+        except Stale as exc:
+            log.warning("%s: node down is read from the Ready conditions alone this pass", exc)
+            return []
 
 
 @dataclass
