@@ -35,6 +35,7 @@ from tests.remediation.test_receiver import (
 from trainguard.controller import handlers
 from trainguard.controller.admission import admit
 from trainguard.controller.metrics import OperatorMetrics, parse_addr, reconcile_result, serve
+from trainguard.kube.watch import Counts
 from trainguard.remediation.receiver import Receiver, ReceiverConfig
 
 __all__ = ["certs"]  # the receiver's TLS fixture, shared with tests/remediation/test_receiver.py
@@ -298,3 +299,14 @@ def test_posts_are_counted_by_source_and_result(observed: tuple[Intake, Operator
         if s.name.endswith("_total")
     )
     assert total == 4
+
+
+def test_the_watch_caches_counts_are_read_at_each_scrape() -> None:
+    """A state-free collector: the caches keep the numbers, each scrape reads them as they are."""
+    counts = {"pods": Counts(lists=1, watches=3), "nodes": Counts(lists=1, watches=2, quiet=1)}
+    metrics = OperatorMetrics(CollectorRegistry(), caches=lambda: counts)
+    assert value(metrics, "trainguard_operator_watch_cache_lists_total", resource="pods") == 1
+    assert value(metrics, "trainguard_operator_watch_cache_quiet_total", resource="nodes") == 1
+    counts["pods"].lists += 1  # it listed again
+    assert value(metrics, "trainguard_operator_watch_cache_lists_total", resource="pods") == 2
+    assert value(metrics, "trainguard_operator_watch_cache_watches_total", resource="nodes") == 2

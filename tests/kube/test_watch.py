@@ -207,3 +207,18 @@ def test_a_reconnect_watches_again_from_the_last_version_without_a_list(
         )
     finally:
         informer.stop()
+
+
+def test_a_watch_that_brings_nothing_for_too_long_is_watched_again_without_a_list(
+    apiserver: tuple[Apiserver, client.ApiClient],
+) -> None:
+    """A connection lost without a word (no bookmark, which the apiserver sends about every minute)."""
+    fake, api = apiserver
+    informer = Informer(api, Resource("", "v1", "pods"), quiet_s=0.5).start()
+    try:
+        assert names(informer) == ["a", "b", "c"]
+        again = wait("a second watch", lambda: [r for r in fake.requests if r.get("watch")][1:] or None)
+        assert again[0]["resourceVersion"] == "10"
+        assert informer.counts.quiet >= 1 and informer.counts.lists == 2 and informer.counts.errors == 0
+    finally:
+        informer.stop()

@@ -59,6 +59,7 @@ class CacheCounts(Protocol):
     watches: int
     relists: int
     errors: int
+    quiet: int
 
 
 class WatchCacheCollector(Collector):
@@ -79,6 +80,10 @@ class WatchCacheCollector(Collector):
             "errors": (
                 "trainguard_operator_watch_cache_errors",
                 "Failed lists or watches (retried with backoff)",
+            ),
+            "quiet": (
+                "trainguard_operator_watch_cache_quiet",
+                "Watches that brought nothing for 150 s, not even a bookmark, and were opened again",
             ),
         }
         current = self.counts()

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import urllib3
 from kubernetes import client
 from kubernetes.watch.watch import iter_resp_lines
 
@@ -32,6 +33,10 @@ LIST_PAGE = 500
 WATCH_TIMEOUT_S = 300
 """The server ends each watch after this long (a little jitter added); the cache watches again from
 the last version it saw, bookmarks included, so nothing is listed again."""
+QUIET_S = 150.0
+"""A watch that brings nothing for this long has lost its connection: the apiserver sends a bookmark
+about every minute on a quiet watch (seen at 60 s intervals on the local control plane), so the read
+gives up and the cache watches again from its last version."""
 BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
@@ -68,6 +73,8 @@ class Counts:
     events: int = 0
     relists: int = 0
     errors: int = 0
+    quiet: int = 0
+    """Watches dropped after QUIET_S without a byte (a lost connection), then resumed."""
 
 
 @dataclass
@@ -78,6 +85,7 @@ class Informer:
     """What is kept of each object (slim drops managedFields; pods and nodes drop more)."""
     label_selector: str | None = None
     watch_timeout_s: int = WATCH_TIMEOUT_S
+    quiet_s: float = QUIET_S
     request_timeout_s: float = 30.0
     sleep: Callable[[float], None] = time.sleep
     counts: Counts = field(default_factory=Counts)
@@ -162,6 +170,11 @@ class Informer:
                 log.info("watch of %s: version too old, listing again", self.resource)
                 self.counts.relists += 1
                 version = None
+            except urllib3.exceptions.ReadTimeoutError:
+                if self._stop.is_set():
+                    return
+                log.info("watch of %s: nothing for %.0fs, watching again", self.resource, self.quiet_s)
+                self.counts.quiet += 1
             except Exception as exc:
                 if self._stop.is_set():
                     return
@@ -228,7 +241,7 @@ class Informer:
         if self.label_selector:
             query["labelSelector"] = self.label_selector
         self.counts.watches += 1
-        response = self._request(query, self.watch_timeout_s + 30.0)
+        response = self._request(query, min(self.quiet_s, self.watch_timeout_s + 30.0))
         self._response = response
         self._heard = time.monotonic()
         try:
