@@ -64,6 +64,10 @@ class Gone(Exception):
     """410: the version to watch from is older than the apiserver keeps; list again."""
 
 
+class Dropped(Exception):
+    """The watch connection was given up (nothing for QUIET_S, or `reconnect`): watch again, no list."""
+
+
 @dataclass
 class Counts:
     """What the cache asked of the API, for the operator's metrics and the tests."""
@@ -97,6 +101,7 @@ class Informer:
     _response: Any = None
     _thread: threading.Thread | None = None
     _heard: float = field(default_factory=time.monotonic)
+    _dropping: bool = False
 
     def heard_s(self) -> float:
         """Seconds since the API last told this cache anything (a list, a watch opened, an event, a
@@ -107,6 +112,7 @@ class Informer:
         """Drop the current watch connection; the loop watches again from the last version it saw."""
         response = self._response
         if response is not None:
+            self._dropping = True
             # shut the socket down first: closing it alone does not wake a read blocked on another thread
             with contextlib.suppress(Exception):
                 response.response.shutdown()
@@ -170,10 +176,10 @@ class Informer:
                 log.info("watch of %s: version too old, listing again", self.resource)
                 self.counts.relists += 1
                 version = None
-            except urllib3.exceptions.ReadTimeoutError:
+            except Dropped as exc:
                 if self._stop.is_set():
                     return
-                log.info("watch of %s: nothing for %.0fs, watching again", self.resource, self.quiet_s)
+                log.info("watch of %s: %s, watching again", self.resource, exc)
                 self.counts.quiet += 1
             except Exception as exc:
                 if self._stop.is_set():
@@ -250,7 +256,14 @@ class Informer:
                     break
                 event = json.loads(line)
                 version = self._apply(event) or version
+        except urllib3.exceptions.ReadTimeoutError:
+            raise Dropped(f"nothing for {self.quiet_s:.0f}s") from None
+        except Exception:
+            if self._dropping:
+                raise Dropped("dropped by reconnect") from None
+            raise
         finally:
+            self._dropping = False
             self._response = None
             response.response.release_conn()
         return version
