@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from trainguard.api import PolicyProblem, TrainingJobMonitor, monitor_of, policies_for
 from trainguard.api.common import LabelSelector
 from trainguard.clients import alertmanager
-from trainguard.kube.errors import Stale
+from trainguard.kube.errors import NotSynced, Stale
 from trainguard.remediation import detect, escalation, notices, records
 from trainguard.remediation.dispatch import Dispatcher
 from trainguard.remediation.intake import Intake
@@ -126,7 +126,7 @@ class WatchPass:
     def _leases(self) -> list[Obj]:
         try:
             return self.reads.node_leases()
-        except Stale as exc:
+        except (Stale, NotSynced) as exc:  # a lost watch, or one that cannot list (RBAC on kube-node-lease)
             log.warning("%s: node down is read from the Ready conditions alone this pass", exc)
             return []
 
