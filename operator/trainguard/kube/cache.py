@@ -34,6 +34,8 @@ NODES = Resource("", "v1", "nodes")
 NODE_LEASES = Resource("coordination.k8s.io", "v1", "leases", "kube-node-lease")
 JOBS = Resource("batch", "v1", "jobs")
 
+LEASES_WAIT_S = 5.0
+"""How long a read of the Leases waits for their cache's first list (NotSynced after)."""
 LEASES_QUIET_S = 30.0
 """Every node's kubelet renews its Lease every 10 s: a Lease cache that has heard nothing for this long
 while it holds Leases has lost its watch, and its Leases would all look expired."""
@@ -135,7 +137,8 @@ class ClusterCache:
         """The node Leases; Stale (and a new watch) when the cache has been quiet for LEASES_QUIET_S while
         Leases exist: the node-down detection must not take a silent connection for silent kubelets."""
         informer = self.leases_informer
-        leases = informer.items(timeout=self.read_timeout_s)
+        # a short wait: without Leases the pass still reads the Ready conditions, and must not stall
+        leases = informer.items(timeout=min(self.read_timeout_s, LEASES_WAIT_S))
         quiet = informer.heard_s()
         if leases and quiet > LEASES_QUIET_S:
             informer.reconnect()
