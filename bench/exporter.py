@@ -12,7 +12,6 @@ import argparse
 import os
 import platform
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,16 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "operator")]
 
-from e2e.controlplane.local import cache_dir  # noqa: E402
+from e2e.controlplane.cache import cache_dir  # noqa: E402
+from tests.processes import free_port  # noqa: E402
 from trainguard.sdk import Reporter  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cpu_seconds(pid: int) -> float:
@@ -60,7 +54,8 @@ def wait_up(url: str, proc: subprocess.Popen[bytes]) -> None:
     raise SystemExit(f"{url} did not come up")
 
 
-def scrape(url: str) -> tuple[float, int]:
+def timed_scrape(url: str) -> tuple[float, int]:
+    """One scrape, read whole: how long it took (seconds) and its size (bytes)."""
     t0 = time.perf_counter()
     with urllib.request.urlopen(url, timeout=5) as resp:
         body = resp.read()
@@ -135,14 +130,14 @@ def main() -> int:
         time.sleep(2.5)  # two host polls, so rates exist
         for name in procs:  # warm up
             for _ in range(20):
-                scrape(f"http://127.0.0.1:{ports[name]}/metrics")
+                timed_scrape(f"http://127.0.0.1:{ports[name]}/metrics")
         lat: dict[str, list[float]] = {n: [] for n in procs}
         size: dict[str, int] = {}
         cpu0 = {n: cpu_seconds(p.pid) for n, p in procs.items()}
         wall0 = time.monotonic()
         for _ in range(args.scrapes):
             for name in procs:  # interleaved: every target sees the same machine load
-                seconds, nbytes = scrape(f"http://127.0.0.1:{ports[name]}/metrics")
+                seconds, nbytes = timed_scrape(f"http://127.0.0.1:{ports[name]}/metrics")
                 lat[name].append(seconds)
                 size[name] = nbytes
         wall = time.monotonic() - wall0

@@ -44,7 +44,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "operator")]
 
 from kubernetes import client  # noqa: E402
 
-from e2e.cluster import Cluster, wait_for  # noqa: E402
+from e2e.cluster import Cluster  # noqa: E402
 from e2e.controlplane.local import local_control_plane, prometheus_operator_crds  # noqa: E402
 from e2e.pipeline import (  # noqa: E402
     EVAL_SECONDS,
@@ -62,6 +62,7 @@ from e2e.pipeline import (  # noqa: E402
 from e2e.podprocesses import PodProcesses, PodRun  # noqa: E402
 from e2e.test_p0_loop import records  # noqa: E402
 from e2e.test_remediation_cluster import _restore  # noqa: E402
+from tests.processes import wait_for  # noqa: E402
 from trainguard.render.routing import TIMING  # noqa: E402
 
 PATHS = ("fast path", "Prometheus path")

@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "operator")]
+sys.path[:0] = [str(ROOT), str(ROOT / "operator")]
 
+from tests.processes import free_port  # noqa: E402
 from trainguard.sdk import Reporter  # noqa: E402
 
 try:
@@ -45,12 +45,6 @@ COLLECTIVES_PER_STEP = 4
 REALISTIC_STEP_S = (0.3, 1.0)
 """Step times of real pretraining on GPUs (a fraction of a second to seconds): where the target applies."""
 VOCAB, SEQ, BATCH = 64, 16, 4
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def main() -> int:

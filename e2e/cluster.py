@@ -8,12 +8,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 from kubernetes import client, config
@@ -21,13 +20,12 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from e2e.controlplane.certs import make_ca, make_cert
-from e2e.controlplane.local import free_port
+from tests.processes import free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 OPERATOR_NS = "trainguard-system"
 FAKE_NODE_LABEL = "trainguard.io/fake-node=true"
 RESYNC_SECONDS = 10
-T = TypeVar("T")
 
 
 class _Loader(yaml.SafeLoader):
@@ -39,23 +37,6 @@ _Loader.add_constructor("tag:yaml.org,2002:value", lambda loader, node: loader.c
 
 def load_all(path: Path) -> list[Any]:
     return [d for d in yaml.load_all(path.read_text(), Loader=_Loader) if d]
-
-
-def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 60, interval: float = 0.5) -> T:
-    """Poll until fn returns something truthy; fail with `what` and the last error."""
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = fn()
-            if value:
-                return value
-        except Exception as exc:
-            last = exc
-        time.sleep(interval)
-    raise AssertionError(
-        f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last})" if last else "")
-    )
 
 
 @dataclass

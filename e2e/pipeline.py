@@ -27,8 +27,7 @@ import yaml
 from kubernetes import client
 
 from e2e import prometheus_operator as po
-from e2e.controlplane.local import free_port
-from tests.processes import http_json
+from tests.processes import free_port, http_json
 
 SCRAPE_SECONDS = 1
 EVAL_SECONDS = 1

@@ -31,7 +31,7 @@ from typing import IO, Any
 from kubernetes import client
 
 from e2e.controlplane.fakekubelet import POD_LOG_DIR, cri_line, pod_log_dir
-from e2e.controlplane.local import _die_with_parent
+from e2e.controlplane.local import die_with_parent
 from trainguard.render.sidecar import EXPORTER, RUN_DIR, TOKEN_DIR, TOKEN_VOLUME
 
 REPO = Path(__file__).resolve().parents[1]
@@ -218,7 +218,7 @@ class PodProcesses:
         proc = _spawn_logged(
             [sys.executable, "-m", "trainguard.cli", *args, "--enable-fault-injection"],
             d / "exporter.log", cri_dir / EXPORTER / "0.log" if cri_dir else None, cwd=REPO,
-            preexec_fn=_die_with_parent,  # the sync thread forks; it lives as long as the runner
+            preexec_fn=die_with_parent,  # the sync thread forks; it lives as long as the runner
             env={k: v for k, v in os.environ.items() if not k.startswith("TRAINGUARD_")} | env,
         )  # fmt: skip
         return PodRun(
@@ -260,7 +260,7 @@ class PodProcesses:
             [sys.executable, "examples/train_tiny.py", "--steps", str(self.steps), "--step-delay",
              str(self.step_delay), "--checkpoint-dir", str(ckpt)],
             run.dir / "trainer.log", run.cri_dir / run.trainer_container / "0.log" if run.cri_dir else None,
-            cwd=REPO, env=env, preexec_fn=_die_with_parent,  # as above
+            cwd=REPO, env=env, preexec_fn=die_with_parent,  # as above
         )  # fmt: skip
 
     def _stop(self, run: PodRun) -> None:

@@ -26,13 +26,13 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import REPO, Cluster, wait_for
-from e2e.controlplane.local import free_port
+from e2e.cluster import REPO, Cluster
 from e2e.pipeline import JOB, SELECTOR, Monitoring, Sink, exporter_step, http_text, job, objects
 from e2e.podprocesses import PodProcesses
 from e2e.test_operator import MON, ready
 from e2e.test_p0_loop import records
 from e2e.test_pipeline import diagnostics, stack  # noqa: F401 - the module's fixture
+from tests.processes import free_port, wait_for
 from trainguard.drill.scenarios import DRILL_LABEL
 
 pytestmark = pytest.mark.e2e

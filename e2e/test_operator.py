@@ -10,7 +10,8 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from e2e.cluster import REPO, RESYNC_SECONDS, Cluster, wait_for
+from e2e.cluster import REPO, RESYNC_SECONDS, Cluster
+from tests.processes import wait_for
 from trainguard.api import load_documents
 from trainguard.render import effective_policy, render_kubernetes
 from trainguard.render.kubernetes import alertmanager_config, operator_receiver

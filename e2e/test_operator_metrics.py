@@ -4,16 +4,15 @@ family and counts them."""
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from e2e.cluster import Cluster, wait_for
-from e2e.controlplane.local import free_port
+from e2e.cluster import Cluster
 from e2e.test_operator import quickstart, ready
+from tests.exposition import Samples, metric_families, samples_of, value
+from tests.processes import free_port, wait_for
 
 pytestmark = pytest.mark.e2e
 OPERATOR = "metrics"
@@ -45,13 +44,10 @@ def metrics_port(cluster: Cluster) -> Iterator[int]:
             cluster.start_operator(priority=100, keep_ports=True)
 
 
-def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        assert resp.status == 200
-        assert resp.headers.get_content_type() == "text/plain"
-        families = list(text_string_to_metric_families(resp.read().decode()))
-    assert {f.name for f in families} >= FAMILIES
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families for s in f.samples}
+def operator_samples(port: int) -> Samples:
+    families = metric_families(f"http://127.0.0.1:{port}")
+    assert set(families) >= FAMILIES
+    return samples_of(families.values())
 
 
 def test_metrics_count_a_reconcile_and_an_admission(cluster: Cluster, metrics_port: int, ns: str) -> None:
@@ -61,14 +57,14 @@ def test_metrics_count_a_reconcile_and_an_admission(cluster: Cluster, metrics_po
     reconciled = wait_for(
         "a successful reconcile counted and timed",
         lambda: (
-            (s := scrape(metrics_port))
-            and s[("trainguard_operator_reconcile_total", (("result", "success"),))] >= 1
-            and s[("trainguard_operator_reconcile_duration_seconds_count", ())] >= 1
+            (s := operator_samples(metrics_port))
+            and (value(s, "trainguard_operator_reconcile_total", result="success") or 0) >= 1
+            and (value(s, "trainguard_operator_reconcile_duration_seconds_count") or 0) >= 1
             and s
         ),
     )
-    assert reconciled[("trainguard_operator_leader", ())] == 1
-    assert reconciled[("trainguard_operator_reconcile_errors_total", ())] == 0
+    assert value(reconciled, "trainguard_operator_leader") == 1
+    assert value(reconciled, "trainguard_operator_reconcile_errors_total") == 0
 
     pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod",
                            "metadata": {"name": "trainer-0", "namespace": ns, "labels": {"app": "llama-pretrain"}},
@@ -76,6 +72,6 @@ def test_metrics_count_a_reconcile_and_an_admission(cluster: Cluster, metrics_po
     cluster.apply([pod])
     admitted = cluster.core.read_namespaced_pod("trainer-0", ns)
     assert "trainguard.io/injected" in (admitted.metadata.annotations or {}), "the webhook injected it"
-    after = scrape(metrics_port)
-    assert after[("trainguard_operator_webhook_duration_seconds_count", ())] >= 1
-    assert after[("trainguard_operator_injection_failures_total", ())] == 0
+    after = operator_samples(metrics_port)
+    assert (value(after, "trainguard_operator_webhook_duration_seconds_count") or 0) >= 1
+    assert value(after, "trainguard_operator_injection_failures_total") == 0

@@ -30,11 +30,12 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Cluster, wait_for
+from e2e.cluster import Cluster
 from e2e.pipeline import SELECTOR, Monitoring, Sink, exporter_step, inject, job, objects
 from e2e.podprocesses import PodProcesses
 from e2e.test_operator import ready
 from e2e.test_pipeline import diagnostics, stack  # noqa: F401 - the module's fixture
+from tests.processes import wait_for
 from trainguard.render.inhibition import PATH_LABEL
 
 pytestmark = pytest.mark.e2e

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import OPERATOR_NS, Cluster, wait_for
+from e2e.cluster import OPERATOR_NS, Cluster
 from e2e.test_operator import MON, indexed_job, quickstart, ready
+from tests.processes import wait_for
 from trainguard.remediation import tokens
 
 pytestmark = pytest.mark.e2e

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Cluster, wait_for
+from e2e.cluster import Cluster
 from e2e.pipeline import (
     JOB,
     SELECTOR,
@@ -35,6 +35,7 @@ from e2e.pipeline import (
 from e2e.podprocesses import PodProcesses
 from e2e.test_operator import ready
 from e2e.test_p0_loop import alert_payload, decisions, operator_key, post, records
+from tests.processes import wait_for
 from trainguard.remediation import tokens
 
 pytestmark = pytest.mark.e2e

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from e2e.cluster import REPO, Cluster, wait_for
+from e2e.cluster import REPO, Cluster
 from e2e.pipeline import JOB, Monitoring, Sink, inject
 from e2e.test_pipeline import diagnostics, finished, stack, start  # noqa: F401 - the module's fixture
+from tests.processes import wait_for
 from trainguard.remediation.escalation import parse_time
 
 pytestmark = pytest.mark.e2e

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from e2e.cluster import Cluster, wait_for
+from e2e.cluster import Cluster
+from tests.processes import wait_for
 from trainguard.api.common import LabelSelector
 from trainguard.catalog.kubernetes import (
     CORDON_REASON,

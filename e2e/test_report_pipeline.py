@@ -24,12 +24,13 @@ from pathlib import Path
 
 import pytest
 
-from e2e.cluster import Cluster, wait_for
-from e2e.controlplane.local import cache_dir
+from e2e.cluster import Cluster
+from e2e.controlplane.cache import cache_dir
 from e2e.pipeline import JOB, Monitoring, Sink, inject
 from e2e.podprocesses import PodRun
 from e2e.test_pipeline import diagnostics, start
 from tests.diagnosis.test_report_chromium import _Dom, _pixels, _run, chromium  # noqa: F401 - its fixture
+from tests.processes import wait_for
 from trainguard.diagnosis.configmap import report_name
 
 pytestmark = pytest.mark.e2e

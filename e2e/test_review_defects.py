@@ -17,8 +17,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from e2e.cluster import RESYNC_SECONDS, Cluster, wait_for
+from e2e.cluster import RESYNC_SECONDS, Cluster
 from e2e.test_operator import MON, NAME, condition, quickstart, ready
+from tests.processes import wait_for
 from trainguard.remediation import tokens
 
 PR = ("monitoring.coreos.com/v1", "PrometheusRule")

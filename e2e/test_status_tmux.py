@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from e2e.cluster import Cluster, wait_for
+from e2e.cluster import Cluster
 from e2e.pipeline import JOB, Monitoring, Sink, inject
 from e2e.test_pipeline import diagnostics, finished, stack, start  # noqa: F401 - the module's fixture
+from tests.processes import wait_for
 from trainguard.clients.prometheus import prometheus_client
 from trainguard.status.fetch import fetch_redo
 

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from e2e.cluster import Cluster, wait_for
+from e2e.cluster import Cluster
+from tests.processes import wait_for
 from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT
 from trainguard.kube import ClusterCache, Kube
 from trainguard.remediation.cluster import Cluster as Edge

@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Cluster, wait_for
+from e2e.cluster import Cluster
 from e2e.test_p0_loop import alert_payload, operator_key, post, records, start_job
-from tests.processes import scrape
+from tests.exposition import scrape
+from tests.processes import wait_for
 from trainguard.remediation import tokens
 
 pytestmark = pytest.mark.e2e

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,20 +37,6 @@ def say(msg: str) -> None:
     with _SAY:
         sys.stdout.write(f"[demo {time.strftime('%H:%M:%S')}] {msg}\n")
         sys.stdout.flush()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def get_json(url: str, body: Any = None, method: str | None = None) -> Any:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=5) as resp:
-        raw = resp.read()
-    return json.loads(raw) if raw else None
 
 
 def wait_up(url: str, proc: subprocess.Popen[bytes], what: str, timeout: float = 30) -> None:
@@ -109,7 +94,8 @@ def main() -> int:
     if not prometheus or not alertmanager:
         say("prometheus and alertmanager are needed: apt-get install prometheus prometheus-alertmanager")
         return 1
-    sys.path.insert(0, str(ROOT / "operator"))
+    sys.path[:0] = [str(ROOT), str(ROOT / "operator")]
+    from tests.processes import free_port, http_json, stop  # noqa: PLC0415
     from trainguard.api import load_documents  # noqa: PLC0415
     from trainguard.render import dump_yaml, render_prometheus  # noqa: PLC0415
 
@@ -174,7 +160,7 @@ def main() -> int:
                 "P1 routes wait group_wait 30s" if alert == "GPUThermalThrottling" else "P0 routes wait 5s"
             )
             say(f"injecting '{fault}' on GPU 1: expecting {alert} ({wait_note})")
-            get_json(f"http://127.0.0.1:{exp_port}/v1/faults", {"fault": fault, "gpu": 1})
+            http_json(f"http://127.0.0.1:{exp_port}/v1/faults", {"fault": fault, "gpu": 1})
             deadline = time.monotonic() + 40
             while time.monotonic() < deadline:
                 if any(
@@ -187,17 +173,11 @@ def main() -> int:
             else:
                 say(f"  {alert} did not reach a receiver within 40s (logs in {work})")
                 args.keep = True
-            get_json(f"http://127.0.0.1:{exp_port}/v1/faults", method="DELETE")
+            http_json(f"http://127.0.0.1:{exp_port}/v1/faults", method="DELETE")
         time.sleep(2)
         say(f"done: {len(notifications)} notifications; P1 went to 'im', P0 to 'phone' and 'im', as routed")
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop(procs)
         server.shutdown()
         if args.keep:
             say(f"configs and logs kept in {work}")

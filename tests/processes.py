@@ -1,4 +1,6 @@
-"""Starting real Prometheus-family processes on loopback for integration tests, and stopping them."""
+"""Starting real Prometheus-family processes on loopback for integration tests, and stopping them; a
+free loopback port for them, and waiting for one to answer or for any condition to hold (the tests,
+e2e and the benchmarks share these)."""
 
 from __future__ import annotations
 
@@ -11,17 +13,17 @@ import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from e2e.controlplane.local import cache_dir
+from e2e.controlplane.cache import cache_dir
 
 ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 
 
 def start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -66,9 +68,28 @@ def serve_text(text: str) -> Iterator[str]:
 
 
 def free_port() -> int:
+    """A loopback port free now (the kernel's pick), for a process or server about to listen on it."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 60, interval: float = 0.5) -> T:
+    """Poll until fn returns something truthy, and return that; an exception raised by fn counts as not
+    yet. On timeout, fail with `what` and the last exception."""
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = fn()
+            if value:
+                return value
+        except Exception as exc:
+            last = exc
+        time.sleep(interval)
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last})" if last else "")
+    )
 
 
 def wait_http(url: str, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:
@@ -82,20 +103,6 @@ def wait_http(url: str, timeout: float = 20.0, proc: subprocess.Popen[bytes] | N
         except OSError:
             time.sleep(0.1)
     raise TimeoutError(f"{url} did not answer within {timeout}s")
-
-
-Samples = dict[str, list[tuple[dict[str, str], float]]]
-
-
-def scrape(url: str) -> Samples:
-    """GET /metrics and parse it with prometheus_client's own parser: sample name -> (labels, value)."""
-    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as resp:
-        text = resp.read().decode()
-    out: Samples = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out.setdefault(s.name, []).append((s.labels, s.value))
-    return out
 
 
 def http_json(url: str, body: Any = None, method: str | None = None) -> Any:

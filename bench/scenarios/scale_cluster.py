@@ -33,11 +33,12 @@ from typing import Any
 from bench.scenarios.scale_rules import identity, log, monitor_documents
 from kubernetes import client, config
 
-from e2e.cluster import Cluster, wait_for
-from e2e.controlplane.local import LocalControlPlane, free_port
+from e2e.cluster import Cluster
+from e2e.controlplane.local import LocalControlPlane
 from e2e.test_operator import indexed_job, quickstart, ready
 from e2e.test_p0_loop import alert_payload, operator_key, post, records
-from tests.processes import scrape
+from tests.exposition import scrape
+from tests.processes import free_port, wait_for
 from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT
 from trainguard.remediation import tokens
 

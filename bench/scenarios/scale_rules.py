@@ -36,7 +36,8 @@ from typing import Any
 import yaml
 from bench.scenarios.live import Targets, line, prometheus_cmd, scrape_config, serve_targets
 
-from tests.processes import free_port, scrape, start, stop, wait_http
+from tests.exposition import scrape
+from tests.processes import free_port, start, stop, wait_http
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"

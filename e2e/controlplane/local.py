@@ -9,7 +9,6 @@ import ctypes
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -23,7 +22,9 @@ from pathlib import Path
 import yaml
 from kubernetes import client, config
 
+from e2e.controlplane.cache import cache_dir
 from e2e.controlplane.certs import make_ca, make_cert, make_keypair
+from tests.processes import free_port
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -33,10 +34,6 @@ SERVICE_CIDR = "10.96.0.0/16"
 
 def log(message: str) -> None:
     print(f"[controlplane {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("TRAINGUARD_E2E_CACHE", Path.home() / ".cache" / "trainguard-e2e"))
 
 
 def ensure_binaries() -> Path:
@@ -55,13 +52,7 @@ def prometheus_operator_crds() -> list[Path]:
     return found
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+def die_with_parent() -> None:  # pragma: no cover - runs in the child
     """PR_SET_PDEATHSIG: if the harness dies without its cleanup (SIGKILL, a crash), the kernel kills
     the child too; a graceful stop goes through stop() instead."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -115,7 +106,7 @@ class LocalControlPlane:
             args,
             stdout=out,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - the fork happens before any thread of ours starts
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - the fork happens before any thread of ours starts
             cwd=self.workdir,
             env=env,
         )

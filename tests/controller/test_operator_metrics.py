@@ -8,17 +8,16 @@ from __future__ import annotations
 import copy
 import logging
 import socket
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import MONITOR, POLICY
 from tests.controller.test_reconcile import FakeKube, body, namespace_terminating, refused
+from tests.exposition import metric_families
 from tests.remediation.test_executor import _signal
 from tests.remediation.test_loop import rig
 from tests.remediation.test_receiver import (
@@ -57,13 +56,6 @@ def value(metrics: OperatorMetrics, name: str, **labels: str) -> float:
     return 0.0 if got is None else got
 
 
-def scrape(port: int) -> dict[str, Any]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        assert resp.status == 200
-        text = resp.read().decode()
-    return {f.name: f for f in text_string_to_metric_families(text)}
-
-
 # ---- the endpoint ---------------------------------------------------------------------------------
 
 
@@ -73,9 +65,9 @@ def test_metrics_answer_a_real_scrape_with_every_family_and_the_leader() -> None
     server = serve("127.0.0.1:0", metrics.registry)
     assert server is not None
     try:
-        port = int(server.server_address[1])
+        url = f"http://127.0.0.1:{server.server_address[1]}"
         metrics.reconciled({"conditions": [{"type": "Ready", "status": "True"}]}, 0.2)
-        families = scrape(port)
+        families = metric_families(url)
         assert set(families) >= FAMILIES
         samples = {
             (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -85,7 +77,7 @@ def test_metrics_answer_a_real_scrape_with_every_family_and_the_leader() -> None
         assert samples[("trainguard_operator_reconcile_total", (("result", "error"),))] == 0
         assert families["trainguard_operator_leader"].samples[0].value == 1
         leading[0] = False  # read at each scrape
-        assert scrape(port)["trainguard_operator_leader"].samples[0].value == 0
+        assert metric_families(url)["trainguard_operator_leader"].samples[0].value == 0
     finally:
         server.shutdown()
         server.server_close()

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tests.processes import free_port, http_json, scrape
+from tests.exposition import Samples, scrape, value
+from tests.processes import free_port, http_json
 from trainguard.exporter.app import Exporter
 from trainguard.exporter.flags import add_arguments
 from trainguard.exporter.main import build
@@ -21,15 +22,12 @@ class Running:
     url: str
     socket: str | None
 
-    def scrape(self) -> dict[str, list[tuple[dict[str, str], float]]]:
+    def scrape(self) -> Samples:
         self.exporter.render()
         return scrape(self.url)
 
     def value(self, name: str, **labels: str) -> float | None:
-        for lbl, v in self.scrape().get(name, []):
-            if all(lbl.get(k) == val for k, val in labels.items()):
-                return v
-        return None
+        return value(self.scrape(), name, **labels)
 
     def post(self, path: str, body: Any) -> Any:
         return http_json(f"{self.url}{path}", body)

@@ -7,14 +7,13 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.exporter import fake_nvml
+from tests.exposition import Samples, parse, scrape
 from tests.processes import free_port, wait_http
 from trainguard.exporter.app import Exporter, ExporterConfig
 from trainguard.exporter.faults import Faults
@@ -26,15 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 IDENTITY = {"namespace": "ml", "pod": "p-0", "node": "n1", "training_job": "j"}
 
 
-def parse(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out.setdefault(s.name, []).append((s.labels, s.value))
-    return out
-
-
-def up(scraped: dict[str, list[tuple[dict[str, str], float]]]) -> dict[str, tuple[float, str]]:
+def up(scraped: Samples) -> dict[str, tuple[float, str]]:
     return {lbl["collector"]: (v, lbl["error"]) for lbl, v in scraped["trainguard_exporter_collector_up"]}
 
 
@@ -102,8 +93,7 @@ def test_exporter_command_with_the_nvml_backend_serves_without_a_driver(tmp_path
     )  # fmt: skip
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz", proc=proc)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-            s = parse(resp.read().decode())
+        s = scrape(f"http://127.0.0.1:{port}")
         assert proc.poll() is None, log.read_text()
         value, error = up(s)["gpu"]
         assert value == 0 and error.startswith("NVML init failed"), error

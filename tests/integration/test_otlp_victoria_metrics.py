@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 
+from tests.exposition import scrape
 from tests.integration.test_longterm_storage import DOCS, IDENTITY, logs, vm_query
-from tests.processes import free_port, http_json, scrape, start, stop, victoria_metrics, wait_http
+from tests.processes import free_port, http_json, start, stop, victoria_metrics, wait_http
 from trainguard.api import load_documents
 from trainguard.catalog import METRICS, MetricType
 from trainguard.render import render_prometheus

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import monitor
+from tests.exposition import metric_families
 from tests.processes import free_port, wait_http
 from trainguard.render.sidecar import exporter_args
 
@@ -43,8 +42,7 @@ def test_the_rendered_sidecar_command_serves_metrics(backend: str, tmp_path: Pat
             wait_http(f"http://127.0.0.1:{port}/healthz", timeout=20, proc=proc)
         except (RuntimeError, TimeoutError) as exc:
             raise AssertionError(f"{exc}:\n{(tmp_path / 'exporter.log').read_text()}") from None
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-            families = {f.name: f for f in text_string_to_metric_families(resp.read().decode())}
+        families = metric_families(f"http://127.0.0.1:{port}")
         info = families["trainguard_exporter_info"].samples[0].labels
         assert info["backend"] == {"dcgm": "none"}.get(backend, backend)
         # training series exist whatever the GPU backend: the counters start at zero

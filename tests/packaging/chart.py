@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from e2e.controlplane.local import cache_dir
+from e2e.controlplane.cache import cache_dir
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "trainguard"

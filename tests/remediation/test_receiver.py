@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.processes import alertmanager, http_json
+from tests.processes import alertmanager, http_json, wait_for
 from trainguard.exporter.fastpath import FastPathSender, event
 from trainguard.remediation import tokens
 from trainguard.remediation.model import Signal, Source
@@ -448,15 +448,6 @@ def _am_config(path: Path, url: str, token: str, ca: str) -> Path:
     return path
 
 
-def _wait_for(predicate: Any, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 @pytest.mark.tools
 @pytest.mark.parametrize("right_token", [True, False], ids=["alerts-token", "events-token"])
 def test_a_real_alertmanager_webhook_is_taken_in_with_the_alerts_token_only(
@@ -472,10 +463,12 @@ def test_a_real_alertmanager_webhook_is_taken_in_with_the_alerts_token_only(
         http_json(f"{url}/api/v2/alerts", [{"labels": labels, "annotations": {"summary": "fatal XID"}}])
         if not right_token:
             # Alertmanager does not retry a 4xx; give it time to have tried, then nothing was taken in
-            assert _wait_for(lambda: "401" in (tmp_path / "alertmanager.log").read_text(), 10)
+            wait_for(
+                "Alertmanager's 401", lambda: "401" in (tmp_path / "alertmanager.log").read_text(), 10, 0.05
+            )
             assert intake.calls == []
             return
-        assert _wait_for(lambda: bool(intake.calls), 10)
+        wait_for("the intake's call", lambda: intake.calls, 10, 0.05)
     ((signal,),) = intake.calls[:1]
     fast = event("GPUCriticalXid", IDENTITY | {"gpu": "3", "UUID": "GPU-abc", "xid": "79"}, "x", NOW)
     assert (signal.source, signal.firing, signal.labels) == (Source.ALERTMANAGER, True, labels)

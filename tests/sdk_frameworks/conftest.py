@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from tests.processes import free_port, scrape, wait_http
+from tests.exposition import Samples, scrape, value
+from tests.processes import free_port, wait_for, wait_http
 
 TOKEN = "operator-t0k3n"
 REPO = Path(__file__).resolve().parents[2]
@@ -42,17 +42,6 @@ def require(module: str) -> ModuleType:
         pytest.skip(why, allow_module_level=True)
 
 
-def wait_for(cond: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not met within {timeout}s")
-        time.sleep(0.05)
-
-
 @dataclass
 class Sidecar:
     """A real `trainguard exporter` process: the SDK on its unix socket (as in a pod), /metrics and the
@@ -67,14 +56,11 @@ class Sidecar:
     def endpoint(self) -> str:
         return f"unix://{self.socket}"
 
-    def metrics(self) -> dict[str, list[tuple[dict[str, str], float]]]:
+    def metrics(self) -> Samples:
         return scrape(self.url)
 
     def value(self, name: str, **labels: str) -> float | None:
-        for lbl, v in self.metrics().get(name, []):
-            if all(lbl.get(k) == val for k, val in labels.items()):
-                return v
-        return None
+        return value(self.metrics(), name, **labels)
 
     def settled(
         self, name: str, expected: Callable[[float | None], bool], timeout: float = 10.0
@@ -87,9 +73,10 @@ class Sidecar:
             return expected(got[-1])
 
         try:
-            wait_for(check, timeout, what=name)
-        except AssertionError:
-            raise AssertionError(f"{name} is {got[-1]!r} after {timeout}s\n{self.tail()}") from None
+            wait_for(name, check, timeout, interval=0.05)
+        except AssertionError as exc:
+            seen = repr(got[-1]) if got else f"never read ({exc})"
+            raise AssertionError(f"{name} is {seen} after {timeout}s\n{self.tail()}") from None
         return got[-1]
 
     def operator(self, body: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.sdk_frameworks.conftest import Sidecar, require, wait_for
+from tests.processes import wait_for
+from tests.sdk_frameworks.conftest import Sidecar, require
 from tests.sdk_frameworks.tiny import SEQ, Tokens, gpt2
 from trainguard.sdk import Reporter
 
@@ -92,7 +93,7 @@ class PauseAt(transformers.TrainerCallback):  # type: ignore[misc]
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if state.global_step == self.step:
             self.sidecar.operator({"pause": True})
-            wait_for(self.tg.should_pause, 5.0, "the pause reaching the trainer")
+            wait_for("the pause reaching the trainer", self.tg.should_pause, 5.0, interval=0.05)
 
 
 def test_a_pause_stops_training_and_a_restarted_run_resumes_from_the_checkpoint_resume_from_names(

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from tests.processes import wait_for
 from tests.sdk.fakes import Recorder
-from tests.sdk_frameworks.conftest import Sidecar, require, wait_for
+from tests.sdk_frameworks.conftest import Sidecar, require
 from tests.sdk_frameworks.tiny import SEQ, TinyLM, Tokens
 from trainguard.sdk import Reporter
 
@@ -108,7 +109,7 @@ class PauseAt(L.Callback):  # type: ignore[misc]
     def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
         if trainer.global_step == self.step:
             self.sidecar.operator({"pause": True})
-            wait_for(self.tg.should_pause, 5.0, "the pause reaching the trainer")
+            wait_for("the pause reaching the trainer", self.tg.should_pause, 5.0, interval=0.05)
 
 
 def test_a_pause_stops_training_and_a_restarted_run_resumes_from_the_checkpoint_resume_from_names(
@@ -190,7 +191,12 @@ def test_resuming_with_ckpt_path_is_a_timed_restore(sidecar: Sidecar, tmp_path: 
     tg.close()
     assert sidecar.value("trainguard_checkpoint_restore_read_bytes_per_second") is None, "no restore yet"
     path = f"{tmp_path}/checkpoints/trainguard-step=4-incremental.ckpt"
-    size = wait_for(lambda: sidecar.value("trainguard_checkpoint_last_size_bytes", kind="incremental"))
+    size = wait_for(
+        "the incremental checkpoint's size",
+        lambda: sidecar.value("trainguard_checkpoint_last_size_bytes", kind="incremental"),
+        10,
+        interval=0.05,
+    )
     assert size == os.path.getsize(path), "the SDK measured the file it saved"
     rec = Recorder()
     tg = reporter(sidecar)
