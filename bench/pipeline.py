@@ -46,8 +46,10 @@ from kubernetes import client  # noqa: E402
 
 from e2e.cluster import Cluster  # noqa: E402
 from e2e.controlplane.local import local_control_plane, prometheus_operator_crds  # noqa: E402
+from e2e.nodes import restore  # noqa: E402
 from e2e.pipeline import (  # noqa: E402
     EVAL_SECONDS,
+    FINAL,
     JOB,
     SCRAPE_SECONDS,
     SELECTOR,
@@ -60,14 +62,12 @@ from e2e.pipeline import (  # noqa: E402
     resumed_from,
 )
 from e2e.podprocesses import PodProcesses, PodRun  # noqa: E402
-from e2e.test_p0_loop import records  # noqa: E402
-from e2e.test_remediation_cluster import _restore  # noqa: E402
+from e2e.receiver import records  # noqa: E402
 from tests.processes import wait_for  # noqa: E402
 from trainguard.render.routing import TIMING  # noqa: E402
 
 PATHS = ("fast path", "Prometheus path")
 OPERATOR_PATH = "operator (pod state)"
-FINAL = ("Succeeded", "Failed", "Skipped", "DryRun")
 
 
 def oom_killed(cluster: Cluster, ns: str, run: PodRun) -> None:
@@ -164,7 +164,7 @@ def one(
         cluster.core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
         wait_for("pods gone", lambda: not cluster.core.list_namespaced_pod(ns).items, timeout=60)
         cluster.core.delete_namespace(ns)
-        _restore(cluster.core)
+        restore(cluster.core)
 
 
 def plan(injections: int, per_class: int, kinds: list[str]) -> list[tuple[str, str]]:

@@ -15,7 +15,8 @@ from kubernetes import client
 
 from e2e.cluster import Cluster, new_workdir
 from e2e.controlplane.local import local_control_plane, prometheus_operator_crds
-from e2e.test_remediation_cluster import _restore
+from e2e.nodes import restore
+from e2e.pipeline import Monitoring, Sink, operator_stack
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -83,11 +84,19 @@ def ns(cluster: Cluster) -> Iterator[str]:
     cluster.core.delete_namespace(name, propagation_policy="Background")
 
 
+@pytest.fixture(scope="module")
+def stack(cluster: Cluster) -> Iterator[tuple[Cluster, Monitoring, Sink]]:
+    """The full pipeline (e2e/pipeline.py) for a test module: Prometheus, Alertmanager, the sink and an
+    operator that knows where Alertmanager is, in place of the session's operator until the module ends."""
+    with operator_stack(cluster) as s:
+        yield s
+
+
 @pytest.fixture
 def clean_nodes(cluster: Cluster) -> Iterator[None]:
-    _restore(cluster.core)
+    restore(cluster.core)
     yield
-    _restore(cluster.core)
+    restore(cluster.core)
 
 
 @pytest.fixture
@@ -104,7 +113,7 @@ def spare(cluster: Cluster) -> Iterator[str]:
     cluster.core.patch_node(name, {"metadata": {"labels": {"trainguard.io/spare": None}},
                                    "spec": {"taints": [{k: v for k, v in t.items() if v is not None} for t in keep] or None}},
                             _content_type="application/merge-patch+json")  # fmt: skip
-    _restore(cluster.core)
+    restore(cluster.core)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -5,6 +5,10 @@ phones, IM and e-mail (the receivers' webhooks point at it).
 
 Config changes are picked up the way prometheus-operator's config-reloader picks them up: the files are
 rewritten and Prometheus and Alertmanager are told to reload.
+
+And what the pipeline's tests share: an operator of their own in front of it (operator_stack, the
+`stack` fixture of e2e/conftest.py), a job started and scraped (start), its remediation records done
+(finished), and what to show when something never came (diagnostics).
 """
 
 from __future__ import annotations
@@ -27,12 +31,20 @@ import yaml
 from kubernetes import client
 
 from e2e import prometheus_operator as po
-from tests.processes import free_port, http_json
+from e2e.cluster import Cluster
+from e2e.monitors import ready
+from e2e.podprocesses import PodProcesses
+from e2e.receiver import records
+from tests.processes import free_port, http_json, wait_for
 
 SCRAPE_SECONDS = 1
 EVAL_SECONDS = 1
 JOB = "llama-pretrain"
 SELECTOR = f"app={JOB}"
+OPERATOR = "pipeline"
+"""The name of the stack's operator replica (its log is {workdir}/pipeline.log)."""
+FINAL = ("Succeeded", "Failed", "Skipped", "DryRun")
+"""A remediation record's phases once it is done."""
 
 
 @dataclass
@@ -322,3 +334,82 @@ def inject(run: Any, fault: str, gpu: int | None = 1) -> None:
 def resumed_from(pods: Any, old: set[str]) -> list[str]:
     return [ln for r in pods.running() if r.name not in old for ln in r.trainer_log().splitlines()
             if ln.startswith("resuming after the checkpoint of step")]  # fmt: skip
+
+
+@contextmanager
+def operator_stack(
+    cluster: Cluster, name: str = OPERATOR, *, prometheus: bool = False
+) -> Iterator[tuple[Cluster, Monitoring, Sink]]:
+    """Prometheus, Alertmanager, the sink and an operator replica `name` that knows where Alertmanager is
+    (and Prometheus, with `prometheus`). The session's operator steps aside (the sidecars and
+    Alertmanager must reach this one) and comes back."""
+    had = bool(cluster.operators)
+    cluster.stop_all_operators()
+    with Sink().serve() as sink, Monitoring(cluster.api, cluster.workdir) as mon:
+        extra = ["--alertmanager-url", mon.alertmanager]
+        if prometheus:
+            extra += ["--prometheus-url", mon.prometheus]
+        cluster.start_operator(priority=200, name=name, extra=tuple(extra))
+        try:
+            yield cluster, mon, sink
+        finally:
+            cluster.stop_all_operators()
+            if had:
+                cluster.start_operator(priority=100, keep_ports=True)
+
+
+def start(
+    stack: tuple[Cluster, Monitoring, Sink], ns: str, tmp: Path, remediation: dict[str, Any] | None = None, *,
+    fastpath: bool = True, policy: dict[str, Any] | None = None, completions: int = 2, gpus: int = 8,
+    baseline: dict[str, Any] | None = None,
+) -> PodProcesses:  # fmt: skip
+    """The monitor and policy of objects() Ready, and the job's pods running as processes, each trainer past
+    its first checkpoint and each exporter scraped by a settled Prometheus: the PodProcesses, entered."""
+    cluster, mon, sink = stack
+    cluster.apply(objects(ns, sink, remediation, gpus, policy=policy, baseline=baseline))
+    wait_for("monitor Ready", lambda: ready(cluster, ns), timeout=60)
+    cluster.apply([job(ns, completions, gpus)])
+    pods = PodProcesses(cluster.api, ns, SELECTOR, tmp, fastpath=fastpath).__enter__()
+    try:
+        wait_for(f"{completions} trainers past their first checkpoint", lambda: len(r := pods.running()) == completions
+                 and all(exporter_step(x) >= 120 for x in r), timeout=120)  # fmt: skip
+        wait_for("Prometheus scraping every exporter", lambda: len(
+            [t for t in mon.query(f'up{{namespace="{ns}", container="trainguard-exporter"}} == 1')]) == completions,
+            timeout=30)  # fmt: skip
+        wait_for("Prometheus settled after its last reload", mon.settled, timeout=30)
+    except AssertionError:
+        pods.__exit__(None, None, None)
+        raise AssertionError(diagnostics(cluster, mon, pods, ns)) from None
+    return pods
+
+
+def diagnostics(
+    cluster: Cluster, mon: Monitoring, pods: PodProcesses, ns: str, sink: Sink | None = None
+) -> str:
+    """The records, Prometheus' and Alertmanager's view, and each pod's exporter and trainer logs."""
+    runs = [*pods.finished, *pods.runs.values()]
+    try:
+        am = [
+            (a["labels"].get("alertname"), a["labels"].get("severity"), a["status"])
+            for a in mon.alerts(namespace=ns)
+        ]
+    except OSError as exc:
+        am = [repr(exc)]
+    parts = [f"records: {json.dumps(records(cluster, ns), indent=1)}", f"sync errors: {mon.errors[-3:]}",
+             f"Alertmanager: {am}", "notifier: " + " ".join(
+                 ln for ln in http_text(f"{mon.prometheus}/metrics").splitlines() if ln.startswith("prometheus_notifications_")
+                 and "latency" not in ln), f"reloads: {[(round(t - time.monotonic(), 1), w) for t, w in mon.reloads]}", f"notified: {[(n.receiver, len(n.alerts)) for n in (sink.got if sink else [])][-20:]}",
+             f"pod runner errors: {pods.errors[-3:]}", mon.logs()]  # fmt: skip
+    for r in runs:
+        parts.append(f"--- {r.name} on {r.node} ({r.ip})\nexporter: {r.exporter_log()[-1500:]}\n"
+                     f"trainer: {r.trainer_log()[-800:]}")  # fmt: skip
+    return "\n".join(parts)
+
+
+def finished(cluster: Cluster, ns: str, n: int = 1, timeout: float = 150) -> list[dict[str, Any]]:
+    """The monitor's remediation records once there are `n` or more and all are done."""
+    return wait_for(
+        f"{n} remediation record(s) done",
+        lambda: len(r := records(cluster, ns)) >= n and all(x["phase"] in FINAL for x in r) and r,
+        timeout=timeout,
+    )

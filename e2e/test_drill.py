@@ -27,11 +27,10 @@ from typing import Any
 import pytest
 
 from e2e.cluster import REPO, Cluster
-from e2e.pipeline import JOB, SELECTOR, Monitoring, Sink, exporter_step, http_text, job, objects
+from e2e.monitors import MON, ready
+from e2e.pipeline import JOB, SELECTOR, Monitoring, Sink, diagnostics, exporter_step, http_text, job, objects
 from e2e.podprocesses import PodProcesses
-from e2e.test_operator import MON, ready
-from e2e.test_p0_loop import records
-from e2e.test_pipeline import diagnostics, stack  # noqa: F401 - the module's fixture
+from e2e.receiver import records
 from tests.processes import free_port, wait_for
 from trainguard.drill.scenarios import DRILL_LABEL
 
@@ -40,7 +39,7 @@ TARGET_S = 30.0
 
 
 @pytest.fixture
-def running(stack: tuple[Cluster, Monitoring, Sink], ns: str, tmp_path: Path) -> Iterator[PodProcesses]:  # noqa: F811
+def running(stack: tuple[Cluster, Monitoring, Sink], ns: str, tmp_path: Path) -> Iterator[PodProcesses]:
     cluster, mon, sink = stack
     monitor, policy = objects(ns, sink)  # remediation acting (dryRun unset): the drill must make it dry
     # a port of its own: the fake pod IPs (127.N.0.x) repeat in every harness run with the same pod network
@@ -98,7 +97,7 @@ def assert_clean(cluster: Cluster, mon: Monitoring, pods: PodProcesses, ns: str,
 
 
 def test_a_sidecar_drill_and_a_synthetic_drill_pass_and_leave_nothing_behind(
-    stack: tuple[Cluster, Monitoring, Sink],  # noqa: F811
+    stack: tuple[Cluster, Monitoring, Sink],
     ns: str,
     clean_nodes: None,
     running: PodProcesses,

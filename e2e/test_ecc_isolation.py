@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from e2e.cluster import Cluster
+from e2e.monitors import ready
 from e2e.pipeline import JOB, SELECTOR, Sink, exporter_step, job, objects
 from e2e.podprocesses import PodProcesses
-from e2e.test_operator import ready
-from e2e.test_p0_loop import decisions, operator_key, post, records
+from e2e.receiver import decisions, operator_key, post, records
 from tests.processes import wait_for
 from trainguard.catalog.kubernetes import CORDONED_BY, FAULTY_TAINT
 from trainguard.remediation import tokens

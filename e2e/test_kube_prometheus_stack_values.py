@@ -18,7 +18,7 @@ from kubernetes.dynamic.exceptions import DynamicApiError
 
 from e2e.cluster import Cluster
 from tests.packaging.chart import find_helm
-from tests.packaging.test_chart_remote_write import EVENTS_URL, URL, remote_write_configmap, settings
+from tests.packaging.remote_write import EVENTS_URL, URL, remote_write_configmap, remote_write_settings
 from trainguard.render.longterm import keep_regex
 
 pytestmark = pytest.mark.e2e
@@ -28,7 +28,7 @@ def values_from_the_chart() -> dict[str, Any]:
     helm = find_helm()
     if helm is None:
         pytest.fail("helm is not built: `make helm` builds it from its Go module")
-    cm = remote_write_configmap(helm, *settings(URL, EVENTS_URL))
+    cm = remote_write_configmap(helm, *remote_write_settings(URL, EVENTS_URL))
     values: dict[str, Any] = yaml.safe_load(cm["data"]["kube-prometheus-stack-values.yaml"])
     return values
 

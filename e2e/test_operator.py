@@ -7,53 +7,20 @@ import time
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes.client.exceptions import ApiException
 
-from e2e.cluster import REPO, RESYNC_SECONDS, Cluster
+from e2e.cluster import RESYNC_SECONDS, Cluster
+from e2e.monitors import MON, NAME, QUICKSTART, condition, indexed_job, quickstart, ready
 from tests.processes import wait_for
 from trainguard.api import load_documents
 from trainguard.render import effective_policy, render_kubernetes
 from trainguard.render.kubernetes import alertmanager_config, operator_receiver
 
-QUICKSTART = REPO / "examples" / "quickstart.yaml"
-MON = ("trainguard.io/v1alpha1", "TrainingJobMonitor")
 OWNED = [
     ("monitoring.coreos.com/v1", "PrometheusRule"),
     ("monitoring.coreos.com/v1alpha1", "AlertmanagerConfig"),
     ("monitoring.coreos.com/v1", "PodMonitor"),
 ]
-NAME = "trainguard-llama-pretrain"
-
-
-def quickstart(ns: str, **policy_spec: Any) -> list[dict[str, Any]]:
-    docs = [d for d in yaml.safe_load_all(QUICKSTART.read_text()) if d]
-    for d in docs:
-        d["metadata"]["namespace"] = ns
-        if d["kind"] == "AlertPolicy":
-            d["spec"].update(policy_spec)
-    return docs
-
-
-def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
-    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if c["type"] == type_:
-            return dict(c)
-    return None
-
-
-def ready(
-    cluster: Cluster, ns: str, name: str = "llama-pretrain", generation: int | None = None
-) -> dict[str, Any] | None:
-    obj = cluster.get(*MON, ns, name)
-    c = condition(obj, "Ready")
-    if (
-        c
-        and c["status"] == "True"
-        and (generation is None or obj["status"].get("observedGeneration") == generation)
-    ):
-        return obj
-    return None
 
 
 def rule(cluster: Cluster, ns: str, alert: str) -> dict[str, Any] | None:
@@ -164,34 +131,6 @@ def test_invalid_monitor_is_rejected_by_the_apiserver(
     body = str(exc.value.body)
     assert exc.value.status in (400, 422), body  # 400: strict decoding of an unknown field
     assert field in body, body
-
-
-def indexed_job(ns: str, name: str = "llama-pretrain", completions: int = 2) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "completionMode": "Indexed",
-            "completions": completions,
-            "parallelism": completions,
-            "template": {
-                "metadata": {"labels": {"app": "llama-pretrain"}},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "trainer",
-                            "image": "registry.invalid/llama:1",
-                            "env": [{"name": "EXISTING", "value": "kept"}],
-                            "resources": {"limits": {"nvidia.com/gpu": "8"}},
-                        },
-                        {"name": "logshipper", "image": "registry.invalid/ship:1"},
-                    ],
-                },
-            },
-        },
-    }
 
 
 def test_indexed_job_pods_get_one_sidecar_and_land_on_gpu_nodes(operator: Cluster, ns: str) -> None:

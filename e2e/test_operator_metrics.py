@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from e2e.cluster import Cluster
-from e2e.test_operator import quickstart, ready
+from e2e.monitors import quickstart, ready
 from tests.exposition import Samples, metric_families, samples_of, value
 from tests.processes import free_port, wait_for
 

@@ -31,10 +31,9 @@ from typing import Any
 import pytest
 
 from e2e.cluster import Cluster
-from e2e.pipeline import SELECTOR, Monitoring, Sink, exporter_step, inject, job, objects
+from e2e.monitors import ready
+from e2e.pipeline import SELECTOR, Monitoring, Sink, diagnostics, exporter_step, inject, job, objects
 from e2e.podprocesses import PodProcesses
-from e2e.test_operator import ready
-from e2e.test_pipeline import diagnostics, stack  # noqa: F401 - the module's fixture
 from tests.processes import wait_for
 from trainguard.render.inhibition import PATH_LABEL
 
@@ -95,7 +94,7 @@ class Copies:
 
 
 @pytest.fixture
-def defaults(stack: tuple[Cluster, Monitoring, Sink], ns: str, tmp_path: Path) -> Iterator[PodProcesses]:  # noqa: F811
+def defaults(stack: tuple[Cluster, Monitoring, Sink], ns: str, tmp_path: Path) -> Iterator[PodProcesses]:
     cluster, mon, sink = stack
     cluster.apply(objects(ns, sink, {"dryRun": True}, 8, scrape_interval="15s"))
     wait_for("monitor Ready", lambda: ready(cluster, ns), timeout=60)
@@ -113,7 +112,7 @@ def defaults(stack: tuple[Cluster, Monitoring, Sink], ns: str, tmp_path: Path) -
 
 
 def test_every_p0_class_pages_within_30_s_at_default_settings(
-    stack: tuple[Cluster, Monitoring, Sink],  # noqa: F811
+    stack: tuple[Cluster, Monitoring, Sink],
     ns: str,
     clean_nodes: None,
     defaults: PodProcesses,

@@ -10,105 +10,31 @@ The operator acts through the real scheduler and Job controller.
 
 from __future__ import annotations
 
-import json
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from e2e.cluster import Cluster
 from e2e.pipeline import (
     JOB,
-    SELECTOR,
+    OPERATOR,
     Monitoring,
     Sink,
+    diagnostics,
     exporter_step,
-    http_text,
+    finished,
     inject,
-    job,
-    objects,
     resumed_from,
+    start,
 )
-from e2e.podprocesses import PodProcesses
-from e2e.test_operator import ready
-from e2e.test_p0_loop import alert_payload, decisions, operator_key, post, records
+from e2e.receiver import alert_payload, decisions, operator_key, post, records
 from tests.processes import wait_for
 from trainguard.remediation import tokens
 
 pytestmark = pytest.mark.e2e
-OPERATOR = "pipeline"
-
-
-@pytest.fixture(scope="module")
-def stack(cluster: Cluster) -> Iterator[tuple[Cluster, Monitoring, Sink]]:
-    """Prometheus, Alertmanager, the sink and an operator that knows where Alertmanager is. The
-    session's operator steps aside (the sidecars and Alertmanager must reach this one) and comes back."""
-    had = bool(cluster.operators)
-    cluster.stop_all_operators()
-    with Sink().serve() as sink, Monitoring(cluster.api, cluster.workdir) as mon:
-        cluster.start_operator(priority=200, name=OPERATOR, extra=("--alertmanager-url", mon.alertmanager))
-        try:
-            yield cluster, mon, sink
-        finally:
-            cluster.stop_all_operators()
-            if had:
-                cluster.start_operator(priority=100, keep_ports=True)
-
-
-def start(
-    stack: tuple[Cluster, Monitoring, Sink], ns: str, tmp: Path, remediation: dict[str, Any] | None = None, *,
-    fastpath: bool = True, policy: dict[str, Any] | None = None, completions: int = 2, gpus: int = 8,
-    baseline: dict[str, Any] | None = None,
-) -> PodProcesses:  # fmt: skip
-    cluster, mon, sink = stack
-    cluster.apply(objects(ns, sink, remediation, gpus, policy=policy, baseline=baseline))
-    wait_for("monitor Ready", lambda: ready(cluster, ns), timeout=60)
-    cluster.apply([job(ns, completions, gpus)])
-    pods = PodProcesses(cluster.api, ns, SELECTOR, tmp, fastpath=fastpath).__enter__()
-    try:
-        wait_for(f"{completions} trainers past their first checkpoint", lambda: len(r := pods.running()) == completions
-                 and all(exporter_step(x) >= 120 for x in r), timeout=120)  # fmt: skip
-        wait_for("Prometheus scraping every exporter", lambda: len(
-            [t for t in mon.query(f'up{{namespace="{ns}", container="trainguard-exporter"}} == 1')]) == completions,
-            timeout=30)  # fmt: skip
-        wait_for("Prometheus settled after its last reload", mon.settled, timeout=30)
-    except AssertionError:
-        pods.__exit__(None, None, None)
-        raise AssertionError(diagnostics(cluster, mon, pods, ns)) from None
-    return pods
-
-
-def diagnostics(
-    cluster: Cluster, mon: Monitoring, pods: PodProcesses, ns: str, sink: Sink | None = None
-) -> str:
-    runs = [*pods.finished, *pods.runs.values()]
-    try:
-        am = [
-            (a["labels"].get("alertname"), a["labels"].get("severity"), a["status"])
-            for a in mon.alerts(namespace=ns)
-        ]
-    except OSError as exc:
-        am = [repr(exc)]
-    parts = [f"records: {json.dumps(records(cluster, ns), indent=1)}", f"sync errors: {mon.errors[-3:]}",
-             f"Alertmanager: {am}", "notifier: " + " ".join(
-                 ln for ln in http_text(f"{mon.prometheus}/metrics").splitlines() if ln.startswith("prometheus_notifications_")
-                 and "latency" not in ln), f"reloads: {[(round(t - time.monotonic(), 1), w) for t, w in mon.reloads]}", f"notified: {[(n.receiver, len(n.alerts)) for n in (sink.got if sink else [])][-20:]}",
-             f"pod runner errors: {pods.errors[-3:]}", mon.logs()]  # fmt: skip
-    for r in runs:
-        parts.append(f"--- {r.name} on {r.node} ({r.ip})\nexporter: {r.exporter_log()[-1500:]}\n"
-                     f"trainer: {r.trainer_log()[-800:]}")  # fmt: skip
-    return "\n".join(parts)
-
-
-def finished(cluster: Cluster, ns: str, n: int = 1, timeout: float = 150) -> list[dict[str, Any]]:
-    return wait_for(
-        f"{n} remediation record(s) done",
-        lambda: len(r := records(cluster, ns)) >= n and all(x["phase"] in ("Succeeded", "Failed", "Skipped", "DryRun") for x in r)
-        and r, timeout=timeout,
-    )  # fmt: skip
 
 
 class Stages:

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from e2e.cluster import REPO, Cluster
-from e2e.pipeline import JOB, Monitoring, Sink, inject
-from e2e.test_pipeline import diagnostics, finished, stack, start  # noqa: F401 - the module's fixture
+from e2e.pipeline import JOB, Monitoring, Sink, diagnostics, finished, inject, start
 from tests.processes import wait_for
 from trainguard.remediation.escalation import parse_time
 
@@ -31,7 +30,7 @@ def ack(mon: Monitoring, alert: str, ns: str) -> None:
 
 
 def test_an_unacknowledged_p1_is_escalated_and_an_acknowledged_or_inhibited_one_is_not(
-    stack: tuple[Cluster, Monitoring, Sink],  # noqa: F811
+    stack: tuple[Cluster, Monitoring, Sink],
     ns: str,
     clean_nodes: None,
     tmp_path: Path,
@@ -83,7 +82,7 @@ def test_an_unacknowledged_p1_is_escalated_and_an_acknowledged_or_inhibited_one_
 
 
 def test_gradient_explosion_advice_reaches_the_trainer_when_the_monitor_opts_in(
-    stack: tuple[Cluster, Monitoring, Sink],  # noqa: F811
+    stack: tuple[Cluster, Monitoring, Sink],
     ns: str,
     clean_nodes: None,
     tmp_path: Path,

@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client
 
 from e2e.cluster import Cluster
+from e2e.nodes import NODES, OTHER_TAINT
 from tests.processes import wait_for
 from trainguard.api.common import LabelSelector
 from trainguard.catalog.kubernetes import (
@@ -30,40 +31,15 @@ from trainguard.remediation.cluster import Cluster as Edge
 
 pytestmark = pytest.mark.e2e
 
-NODES = ("gpu-node-0", "gpu-node-1", "gpu-node-2")
-OTHER_TAINT = {"key": "example.com/maintenance", "value": "planned", "effect": "PreferNoSchedule"}
-
-
-def _restore(core: client.CoreV1Api) -> None:
-    """Uncordon, untaint and unlabel what these tests touch on the shared fake nodes."""
-    for name in NODES:
-        node = core.read_node(name)
-        keep = [
-            t.to_dict() for t in node.spec.taints or [] if t.key not in (FAULTY_TAINT, OTHER_TAINT["key"])
-        ]
-        keep = [{k: v for k, v in t.items() if v is not None} for t in keep]
-        core.patch_node(
-            name,
-            {
-                "metadata": {
-                    "annotations": {CORDONED_AT: None, CORDONED_BY: None, CORDON_REASON: None},
-                    "labels": {SPARE_LABEL: None},
-                },
-                "spec": {"unschedulable": None, "taints": keep or None},
-            },
-            _content_type="application/merge-patch+json",
-        )
-
 
 @pytest.fixture
-def edge(cluster: Cluster) -> Iterator[Edge]:
-    _restore(cluster.core)
+def edge(cluster: Cluster, clean_nodes: None) -> Iterator[Edge]:
+    """The edge on the shared nodes, restored before and after each test (conftest.py)."""
     cache = ClusterCache(cluster.api).start()
     try:
         yield Edge(Kube(cluster.api, timeout=10), cache)
     finally:
         cache.stop()
-        _restore(cluster.core)
 
 
 def _taints(cluster: Cluster, node: str) -> list[dict[str, Any]]:

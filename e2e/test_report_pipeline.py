@@ -26,10 +26,9 @@ import pytest
 
 from e2e.cluster import Cluster
 from e2e.controlplane.cache import cache_dir
-from e2e.pipeline import JOB, Monitoring, Sink, inject
+from e2e.pipeline import JOB, Monitoring, Sink, diagnostics, inject, operator_stack, start
 from e2e.podprocesses import PodRun
-from e2e.test_pipeline import diagnostics, start
-from tests.diagnosis.test_report_chromium import _Dom, _pixels, _run, chromium  # noqa: F401 - its fixture
+from tests.diagnosis.chromium import Dom, find_chromium, png_pixels, run_headless
 from tests.processes import wait_for
 from trainguard.diagnosis.configmap import report_name
 
@@ -41,18 +40,14 @@ STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z) (.*)$")
 
 @pytest.fixture(scope="module")
 def report_stack(cluster: Cluster) -> Iterator[tuple[Cluster, Monitoring, Sink]]:
-    """As e2e/test_pipeline.py's stack, the operator with --prometheus-url as well."""
-    had = bool(cluster.operators)
-    cluster.stop_all_operators()
-    with Sink().serve() as sink, Monitoring(cluster.api, cluster.workdir) as mon:
-        cluster.start_operator(priority=200, name=OPERATOR, extra=(
-            "--alertmanager-url", mon.alertmanager, "--prometheus-url", mon.prometheus))  # fmt: skip
-        try:
-            yield cluster, mon, sink
-        finally:
-            cluster.stop_all_operators()
-            if had:
-                cluster.start_operator(priority=100, keep_ports=True)
+    """As e2e/conftest.py's stack, the operator with --prometheus-url as well."""
+    with operator_stack(cluster, OPERATOR, prometheus=True) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    return find_chromium()
 
 
 def kubectl(cluster: Cluster, *args: str) -> str:
@@ -109,7 +104,7 @@ def test_a_p2_report_shows_plots_cause_and_the_trainers_logs_and_the_page_names_
     ns: str,
     clean_nodes: None,
     tmp_path: Path,
-    chromium: str,  # noqa: F811
+    chromium: str,
 ) -> None:
     cluster, mon, sink = report_stack
     t0 = time.monotonic()
@@ -160,19 +155,19 @@ def test_a_p2_report_shows_plots_cause_and_the_trainers_logs_and_the_page_names_
     # the page in headless Chromium: plots, the cause and the log excerpt are on it
     page = tmp_path / "report.html"
     page.write_text(html, encoding="utf-8")
-    dom = _run(chromium, tmp_path, "--dump-dom", page.as_uri())
+    dom = run_headless(chromium, tmp_path, "--dump-dom", page.as_uri())
     assert dom.returncode == 0, dom.stderr[-2000:]
-    parsed = _Dom()
+    parsed = Dom()
     parsed.feed(dom.stdout)
     drawn = {k for k, n in parsed.figures.items() if n}
     assert {"throughput", "loss", "temperature", "utilisation"} <= drawn and len(drawn) >= 6, parsed.figures
     assert parsed.causes, "no probable cause on the page"
     assert any(t in parsed.log_text for t in trainer_lines if t.startswith("step")), parsed.log_text[:1000]
     shot = tmp_path / "report.png"
-    run = _run(chromium, tmp_path, f"--screenshot={shot}", "--window-size=1200,2400", "--hide-scrollbars",
+    run = run_headless(chromium, tmp_path, f"--screenshot={shot}", "--window-size=1200,2400", "--hide-scrollbars",
                page.as_uri())  # fmt: skip
     assert run.returncode == 0 and shot.exists(), run.stderr[-2000:]
-    width, height, channels, rows = _pixels(shot.read_bytes())
+    width, height, channels, rows = png_pixels(shot.read_bytes())
     colours = {row[i : i + 3] for row in rows[::7] for i in range(0, len(row), channels * 11)}
     assert (width, height) == (1200, 2400) and len(colours) > 20, "the screenshot is blank or nearly"
     print(

@@ -18,7 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from e2e.cluster import RESYNC_SECONDS, Cluster
-from e2e.test_operator import MON, NAME, condition, quickstart, ready
+from e2e.monitors import MON, NAME, condition, quickstart, ready
 from tests.processes import wait_for
 from trainguard.remediation import tokens
 

@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 
 from e2e.cluster import Cluster
-from e2e.pipeline import JOB, Monitoring, Sink, inject
-from e2e.test_pipeline import diagnostics, finished, stack, start  # noqa: F401 - the module's fixture
+from e2e.pipeline import JOB, Monitoring, Sink, diagnostics, finished, inject, start
 from tests.processes import wait_for
 from trainguard.clients.prometheus import prometheus_client
 from trainguard.status.fetch import fetch_redo
@@ -80,7 +79,7 @@ def clock(screen: str) -> str:
 
 
 def test_status_watch_in_a_terminal_shows_the_job_then_a_fault_then_its_remediation(
-    stack: tuple[Cluster, Monitoring, Sink],  # noqa: F811
+    stack: tuple[Cluster, Monitoring, Sink],
     ns: str,
     clean_nodes: None,
     tmp_path: Path,

@@ -7,15 +7,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from e2e.cluster import Cluster
+from e2e.nodes import OTHER_TAINT
 from tests.processes import wait_for
-from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT
+from trainguard.catalog.kubernetes import CORDONED_AT, CORDONED_BY, FAULTY_TAINT
 from trainguard.kube import ClusterCache, Kube
 from trainguard.remediation.cluster import Cluster as Edge
 from trainguard.remediation.uncordon import UNCORDON_REASON, UNCORDONED_AT, UNCORDONED_BY
@@ -23,29 +22,12 @@ from trainguard.remediation.uncordon import UNCORDON_REASON, UNCORDONED_AT, UNCO
 pytestmark = pytest.mark.e2e
 
 NODE = "gpu-node-2"
-OTHER_TAINT = {"key": "example.com/maintenance", "value": "planned", "effect": "PreferNoSchedule"}
-OURS = (CORDONED_AT, CORDONED_BY, CORDON_REASON, UNCORDONED_AT, UNCORDONED_BY, UNCORDON_REASON)
-
-
-def _restore(core: client.CoreV1Api) -> None:
-    node: Any = core.read_node(NODE)
-    keep = [t.to_dict() for t in node.spec.taints or [] if t.key not in (FAULTY_TAINT, OTHER_TAINT["key"])]
-    keep = [{k: v for k, v in t.items() if v is not None} for t in keep]
-    core.patch_node(
-        NODE,
-        {
-            "metadata": {"annotations": dict.fromkeys(OURS)},
-            "spec": {"unschedulable": None, "taints": keep or None},
-        },
-        _content_type="application/merge-patch+json",
-    )
 
 
 @pytest.fixture
-def node(cluster: Cluster) -> Iterator[str]:
-    _restore(cluster.core)
-    yield NODE
-    _restore(cluster.core)
+def node(clean_nodes: None) -> str:
+    """The node of these tests, as the shared nodes are restored before and after each (conftest.py)."""
+    return NODE
 
 
 def _uncordon(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:

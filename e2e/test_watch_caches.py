@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from e2e.cluster import Cluster
-from e2e.test_p0_loop import alert_payload, operator_key, post, records, start_job
+from e2e.monitors import start_job
+from e2e.receiver import alert_payload, operator_key, post, records
 from tests.exposition import scrape
 from tests.processes import wait_for
 from trainguard.remediation import tokens

@@ -29,7 +29,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from e2e.cluster import OPERATOR_NS, Cluster
-from e2e.test_operator import quickstart, ready
+from e2e.monitors import quickstart, ready
 from tests.processes import free_port, wait_for
 from trainguard.certs.ca import WEBHOOK_CERT_SECRET
 from trainguard.render.webhook import WEBHOOK_CONFIG_NAME

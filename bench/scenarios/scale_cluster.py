@@ -35,8 +35,8 @@ from kubernetes import client, config
 
 from e2e.cluster import Cluster
 from e2e.controlplane.local import LocalControlPlane
-from e2e.test_operator import indexed_job, quickstart, ready
-from e2e.test_p0_loop import alert_payload, operator_key, post, records
+from e2e.monitors import indexed_job, quickstart, ready
+from e2e.receiver import alert_payload, operator_key, post, records
 from tests.exposition import scrape
 from tests.processes import free_port, wait_for
 from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT

@@ -15,33 +15,16 @@ import pytest
 import yaml
 
 from tests.packaging.chart import CHART, objects, run_helm, template, template_args
+from tests.packaging.remote_write import EVENTS_URL, URL, remote_write_configmap, remote_write_settings
 from trainguard.cli import main
 from trainguard.render.longterm import keep_regex, remote_write, remote_write_kube_prometheus_stack
 
-URL = "http://victoria-metrics.monitoring:8428/api/v1/write"
-EVENTS_URL = "https://vm-events.monitoring:8428/api/v1/write"
 KEEP_FILE = CHART / "files" / "remote-write-keep.yaml"
-
-
-def remote_write_configmap(helm: str, *sets: str) -> dict[str, Any]:
-    docs = objects(template(helm, *sets))
-    found = [
-        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "trainguard-remote-write"
-    ]
-    assert len(found) == 1, f"expected the ConfigMap trainguard-remote-write, rendered {len(found)}"
-    return found[0]
-
-
-def settings(url: str, events_url: str | None) -> list[str]:
-    sets = [f"longTermStorage.remoteWrite.url={url}"]
-    if events_url is not None:
-        sets.append(f"longTermStorage.remoteWrite.eventsUrl={events_url}")
-    return sets
 
 
 @pytest.mark.parametrize("events_url", [None, EVENTS_URL], ids=["one-store", "events-apart"])
 def test_the_configmap_holds_what_the_python_renderer_writes(helm: str, events_url: str | None) -> None:
-    cm = remote_write_configmap(helm, *settings(URL, events_url))
+    cm = remote_write_configmap(helm, *remote_write_settings(URL, events_url))
     assert set(cm["data"]) == {"remote_write.yml", "kube-prometheus-stack-values.yaml"}
     assert yaml.safe_load(cm["data"]["remote_write.yml"]) == remote_write(URL, events_url)
     values = yaml.safe_load(cm["data"]["kube-prometheus-stack-values.yaml"])
@@ -49,7 +32,7 @@ def test_the_configmap_holds_what_the_python_renderer_writes(helm: str, events_u
 
 
 def test_one_store_keeps_the_aggregates_and_the_alert_history_only(helm: str) -> None:
-    cm = remote_write_configmap(helm, *settings(URL, None))
+    cm = remote_write_configmap(helm, *remote_write_settings(URL, None))
     (entry,) = yaml.safe_load(cm["data"]["remote_write.yml"])["remote_write"]
     (relabel,) = entry["write_relabel_configs"]
     assert relabel["action"] == "keep"
@@ -62,7 +45,7 @@ def test_one_store_keeps_the_aggregates_and_the_alert_history_only(helm: str) ->
 def test_promtool_accepts_the_plain_block_in_a_prometheus_yml(
     helm: str, promtool: str, tmp_path: Path, events_url: str | None
 ) -> None:
-    cm = remote_write_configmap(helm, *settings(URL, events_url))
+    cm = remote_write_configmap(helm, *remote_write_settings(URL, events_url))
     config: dict[str, Any] = {"global": {"scrape_interval": "30s"}, "scrape_configs": []}
     config.update(yaml.safe_load(cm["data"]["remote_write.yml"]))
     path = tmp_path / "prometheus.yml"
@@ -138,8 +121,8 @@ def rendered_notes(helm: str, tmp_path: Path, *sets: str) -> str:
 
 
 def test_the_install_notes_say_how_to_apply_it(helm: str, tmp_path: Path) -> None:
-    notes = rendered_notes(helm, tmp_path, *settings(URL, None))
-    cm = remote_write_configmap(helm, *settings(URL, None))
+    notes = rendered_notes(helm, tmp_path, *remote_write_settings(URL, None))
+    cm = remote_write_configmap(helm, *remote_write_settings(URL, None))
     assert "helm upgrade kube-prometheus-stack" in notes
     assert "kubectl -n ml-platform get configmap trainguard-remote-write" in notes
     # each jsonpath names a key the ConfigMap has (dots escaped, as kubectl's jsonpath needs)
