@@ -55,6 +55,14 @@ def merged(base: dict[str, Any], **changes: Any) -> dict[str, Any]:
     return out
 
 
+def monitor_body(**spec: Any) -> dict[str, Any]:
+    """MONITOR as the apiserver holds it (a generation, a uid), its spec updated with `spec`."""
+    body = copy.deepcopy(MONITOR)
+    body["metadata"].update(generation=1, uid="u-1")
+    body["spec"].update(spec)
+    return body
+
+
 def monitor(**changes: Any) -> TrainingJobMonitor:
     obj = parse_object(merged(MONITOR, **changes))
     assert isinstance(obj, TrainingJobMonitor)

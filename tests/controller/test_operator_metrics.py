@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tests.conftest import MONITOR, POLICY
-from tests.controller.test_reconcile import FakeKube, body, namespace_terminating, refused
+from tests.conftest import MONITOR, POLICY, monitor_body
+from tests.controller.test_reconcile import namespace_terminating, refused
 from tests.exposition import metric_families
-from tests.remediation.test_executor import _signal
-from tests.remediation.test_loop import rig
+from tests.kube.fakes import FakeKube
+from tests.remediation.fakes import loop_rig, p0_signal
 from tests.remediation.test_receiver import (
     KEY,
     NOW,
@@ -113,35 +113,19 @@ def test_a_wrong_metrics_addr_is_refused_naming_the_flag(addr: str) -> None:
 # ---- reconciles -----------------------------------------------------------------------------------
 
 
-class MonitorKube(FakeKube):
-    """test_reconcile's stand-in, which also serves the monitor and takes Events."""
-
-    def __init__(self, monitor: dict[str, Any], **kw: Any) -> None:
-        super().__init__(**kw)
-        self.monitor = monitor
-
-    def get_monitor(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return copy.deepcopy(self.monitor)
-
-    def post_event(self, *args: Any, **kw: Any) -> None:
-        pass
-
-
 def test_each_reconcile_counts_its_result_and_only_operator_failures_are_errors() -> None:
     metrics = OperatorMetrics(CollectorRegistry())
     ns, name = MONITOR["metadata"]["namespace"], MONITOR["metadata"]["name"]
-    ok = MonitorKube(body(), policies={"default": POLICY})
+    ok = FakeKube(monitor_body(), POLICY)
     handlers.reconcile(ok, ok, ns, name, metrics=metrics)  # type: ignore[arg-type]
-    no_policy = MonitorKube(body())  # the user's mistake: Degraded, not an operator error
+    no_policy = FakeKube(monitor_body())  # the user's mistake: Degraded, not an operator error
     handlers.reconcile(no_policy, no_policy, ns, name, metrics=metrics)  # type: ignore[arg-type]
-    forbidden = MonitorKube(body(), policies={"default": POLICY}, refuse={"PodMonitor": refused(403, "no")})
+    forbidden = FakeKube(monitor_body(), POLICY, refuse={"PodMonitor": refused(403, "no")})
     handlers.reconcile(forbidden, forbidden, ns, name, metrics=metrics)  # type: ignore[arg-type]
-    down = MonitorKube(body(), policies={"default": POLICY}, refuse={"PrometheusRule": refused(503, "etcd")})
+    down = FakeKube(monitor_body(), POLICY, refuse={"PrometheusRule": refused(503, "etcd")})
     with pytest.raises(Exception, match="503"):
         handlers.reconcile(down, down, ns, name, metrics=metrics)  # type: ignore[arg-type]
-    going = MonitorKube(
-        body(), policies={"default": POLICY}, refuse={"PodMonitor": namespace_terminating(ns)}
-    )
+    going = FakeKube(monitor_body(), POLICY, refuse={"PodMonitor": namespace_terminating(ns)})
     handlers.reconcile(going, going, ns, name, metrics=metrics)  # type: ignore[arg-type]  # returns: kopf does not retry
 
     reconciles = "trainguard_operator_reconcile_total"
@@ -157,20 +141,24 @@ def test_each_reconcile_counts_its_result_and_only_operator_failures_are_errors(
 def test_an_event_refused_in_a_namespace_being_deleted_is_not_logged_as_an_error(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    class Refusing(MonitorKube):
+    class Refusing(FakeKube):
+        """An apiserver that refuses the Event: the namespace is being deleted."""
+
         def post_event(self, *args: Any, **kw: Any) -> None:
             raise namespace_terminating(MONITOR["metadata"]["namespace"])
 
-    post = handlers.announcer(Refusing(body()), body())  # type: ignore[arg-type]
+    post = handlers.announcer(Refusing(monitor_body()), monitor_body())  # type: ignore[arg-type]
     with caplog.at_level(logging.INFO):
         post("Applied", "applied PodMonitor")
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
-    class Broken(MonitorKube):
+    class Broken(FakeKube):
+        """An apiserver that refuses the Event: the operator may not post it."""
+
         def post_event(self, *args: Any, **kw: Any) -> None:
             raise refused(403, "events is forbidden: cannot create")
 
-    handlers.announcer(Broken(body()), body())("Applied", "applied PodMonitor")  # type: ignore[arg-type]
+    handlers.announcer(Broken(monitor_body()), monitor_body())("Applied", "applied PodMonitor")  # type: ignore[arg-type]
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == [
         "could not post the Applied Event"
     ]
@@ -209,12 +197,12 @@ def test_only_a_failed_injection_is_counted_as_one() -> None:
 
 
 def test_remediation_steps_are_counted_once_per_phase_they_enter() -> None:
-    responder, kube, _ = rig()
+    responder, kube, _ = loop_rig()
     metrics = OperatorMetrics(CollectorRegistry())
     responder.store.on_step = metrics.step
-    record = responder.handle(_signal("GPUCriticalXid"))
+    record = responder.handle(p0_signal("GPUCriticalXid"))
     assert record is not None and responder.idle()
-    done = kube.records[0]
+    done = kube.records("ml", "llama-pretrain")[0]
     kinds = [s["kind"] for s in done["steps"]]
     assert kinds, done
     for step in done["steps"]:
@@ -235,7 +223,7 @@ def test_remediation_steps_are_counted_once_per_phase_they_enter() -> None:
     )
     phases_seen: set[tuple[int, str]] = set()
     for write in kube.status_writes:
-        for i, step in enumerate(write[0]["steps"]):
+        for i, step in enumerate(write["remediations"][0]["steps"]):
             phases_seen.add((i, step["phase"]))
     assert entered == len(phases_seen)
 

@@ -9,33 +9,19 @@ from typing import Any
 
 import kopf
 
+from tests.clock import Clock
 from tests.conftest import MONITOR
+from tests.kube.fakes import FakeKube, pod
 from trainguard.controller.handlers import LOCKS, MonitorLocks, register
 from trainguard.controller.periodic import Loop, Periodic
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
+SELECTED = MONITOR["spec"]["selector"]["matchLabels"]
+PODS = [pod("ml", f"llama-{i}", SELECTED, "trainer", "trainguard-exporter") for i in range(3)]
 
 
-class FakeKube:
-    def __init__(self) -> None:
-        self.status: dict[str, Any] = {}
-        self.patches: list[dict[str, Any]] = []
-
-    def monitors(self) -> list[dict[str, Any]]:
-        return [MONITOR | {"status": self.status}]
-
-    def pods(self, namespace: str, selector: Any) -> list[dict[str, Any]]:
-        return [{"spec": {"containers": [{"name": "trainguard-exporter"}]}}] * 3
-
-    def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.patches.append(status)
-        self.status = self.status | status
+def fake(*monitors: dict[str, Any]) -> FakeKube:
+    """The watch caches and the API with `monitors` (the test monitor by default) and three monitored pods."""
+    return FakeKube(*(monitors or [MONITOR]), *PODS)
 
 
 def periodic(leader: bool, clock: Clock, kube: FakeKube, done: list[str]) -> Periodic:
@@ -44,43 +30,43 @@ def periodic(leader: bool, clock: Clock, kube: FakeKube, done: list[str]) -> Per
 
 
 def test_the_leader_resyncs_every_monitor_on_its_interval() -> None:
-    clock, kube, done = Clock(), FakeKube(), []
+    clock, kube, done = Clock(1000.0), fake(), []
     p = periodic(True, clock, kube, done)
     p.tick()
     assert done == []
-    clock.t += 120
+    clock.now += 120
     p.tick()
     assert done == ["ml/llama-pretrain"]
-    clock.t += 60
+    clock.now += 60
     p.tick()
     assert done == ["ml/llama-pretrain"], "not again before the interval"
 
 
 def test_pods_are_counted_and_written_only_when_the_count_changes() -> None:
-    clock, kube, done = Clock(), FakeKube(), []
+    clock, kube, done = Clock(1000.0), fake(), []
     p = periodic(True, clock, kube, done)
-    clock.t += 5
+    clock.now += 5
     p.tick()
-    assert kube.patches == [{"podsMonitored": 3}]
-    clock.t += 15
+    assert kube.status_writes == [{"podsMonitored": 3}]
+    clock.now += 15
     p.tick()
-    assert kube.patches == [{"podsMonitored": 3}]
+    assert kube.status_writes == [{"podsMonitored": 3}]
 
 
 def test_a_standby_does_nothing() -> None:
-    clock, kube, done = Clock(), FakeKube(), []
+    clock, kube, done = Clock(1000.0), fake(), []
     p = periodic(False, clock, kube, done)
-    clock.t += 1000
+    clock.now += 1000
     p.tick()
-    assert done == [] and kube.patches == []
+    assert done == [] and kube.status_writes == []
 
 
 def test_one_failing_monitor_does_not_stop_the_pass() -> None:
-    clock, kube = Clock(), FakeKube()
-    kube.monitors = lambda: [  # type: ignore[method-assign]
+    clock = Clock(1000.0)
+    kube = fake(
         MONITOR | {"metadata": {"name": "a", "namespace": "ml"}},
         MONITOR | {"metadata": {"name": "b", "namespace": "ml"}},
-    ]
+    )
     done: list[str] = []
 
     def reconcile(ns: str, name: str) -> None:
@@ -91,7 +77,7 @@ def test_one_failing_monitor_does_not_stop_the_pass() -> None:
     p = Periodic(
         kube, kube, leader=lambda: True, reconcile=reconcile, lock=LOCKS, resync_s=1, pods_s=100, clock=clock
     )
-    clock.t += 1
+    clock.now += 1
     p.tick()
     assert done == ["b"]
 

@@ -1,113 +1,34 @@
-"""reconcile_monitor's decisions, with an in-memory stand-in for the API edge (the real API is
-exercised by e2e/test_operator.py against a kube-apiserver)."""
+"""reconcile_monitor's decisions, with the in-memory stand-in for the API edge, tests/kube/fakes.py (the
+real API is exercised by e2e/test_operator.py against a kube-apiserver)."""
 
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.conftest import MONITOR, POLICY
+from tests.conftest import MONITOR, POLICY, monitor_body
+from tests.kube.fakes import FakeKube, namespace_terminating, node, pod, refused
 from trainguard.controller.reconcile import NamespaceTerminating, ReceiverSettings, reconcile_monitor
-from trainguard.kube import HASH_ANNOTATION, MissingAPI
+from trainguard.kube import HASH_ANNOTATION
 from trainguard.kube import namespace_terminating as namespace_terminating_refusal
 from trainguard.remediation import tokens
 
-
-class FakeKube:
-    """The API edge as the real one behaves: apply writes only when the object changes (an unchanged
-    server-side apply keeps its resourceVersion) and says whether it did; a refused apply raises the
-    client's ApiException with a Status body."""
-
-    def __init__(
-        self,
-        policies: dict[str, dict[str, Any]] | None = None,
-        missing_kinds: tuple[str, ...] = (),
-        refuse: dict[str, ApiException] | None = None,
-    ) -> None:
-        self.policies = policies or {}
-        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
-        self.applies: list[str] = []
-        """Kinds whose apply changed the object."""
-        self.calls: list[str] = []
-        self.emptied: list[str] = []
-        self.written: set[tuple[str, str]] = set()
-        self.status: dict[str, Any] | None = None
-        self.created: list[str] = []
-        self.missing_kinds = missing_kinds
-        self.refuse = refuse or {}
-
-    def get_policy(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return copy.deepcopy(self.policies.get(name))
-
-    def apply(self, obj: dict[str, Any]) -> bool:
-        self.calls.append(obj["kind"])
-        if obj["kind"] in self.missing_kinds:
-            raise MissingAPI(f"{obj['kind']} is not served")
-        if obj["kind"] in self.refuse:
-            raise self.refuse[obj["kind"]]
-        key = (obj["kind"], obj["metadata"]["name"])
-        first_secret_write = obj["kind"] == "Secret" and key not in self.written
-        changed = self.objects.get(key) != obj
-        if obj["kind"] == "Secret" and key in self.objects and "data" not in obj:
-            self.emptied.append(key[1])  # server-side apply drops the data keys trainguard owned
-        self.objects[key] = copy.deepcopy(obj)
-        self.written.add(key)
-        if changed:
-            self.applies.append(obj["kind"])
-        return None if first_secret_write else changed  # the operator cannot read Secrets
-
-    def create_if_absent(self, obj: dict[str, Any]) -> bool:
-        if obj["metadata"]["name"] in self.created:
-            return False
-        self.created.append(obj["metadata"]["name"])
-        return True
-
-    # the watch caches' reads (kube.ClusterCache)
-
-    def nodes(self) -> list[dict[str, Any]]:
-        return [{"metadata": {"name": "gpu-node-7", "labels": {"rack": "r12"}}},
-                {"metadata": {"name": "gpu-node-8", "labels": {"rack": "r13"}}}]  # fmt: skip
-
-    def pods(self, namespace: str, selector: Any) -> list[dict[str, Any]]:
-        assert selector.to_selector_string() == "app=llama-pretrain"
-        monitored = {"spec": {"containers": [{"name": "trainer"}, {"name": "trainguard-exporter"}]}}
-        plain = {"spec": {"containers": [{"name": "trainer"}]}}  # let through without the sidecar
-        return [monitored, copy.deepcopy(monitored), plain]
-
-    def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.status = status
+NODES = [node("gpu-node-7", rack="r12"), node("gpu-node-8", rack="r13")]
+SELECTED = MONITOR["spec"]["selector"]["matchLabels"]
+PODS = [
+    pod("ml", "llama-0", SELECTED, "trainer", "trainguard-exporter"),
+    pod("ml", "llama-1", SELECTED, "trainer", "trainguard-exporter"),
+    pod("ml", "llama-2", SELECTED, "trainer"),  # let through without the sidecar
+    pod("ml", "web-0", {"app": "web"}, "web", "trainguard-exporter"),  # selected by no monitor
+]
 
 
-def refused(code: int, message: str) -> ApiException:
-    exc = ApiException(status=code, reason="Unprocessable Entity" if code == 422 else "Error")
-    exc.body = json.dumps({"kind": "Status", "status": "Failure", "message": message, "code": code})
-    return exc
-
-
-def namespace_terminating(namespace: str = "ml") -> ApiException:
-    """What the apiserver's NamespaceLifecycle admission answers (k8s.io/apiserver, v0.36.3): a Forbidden
-    Status whose details carry the NamespaceTerminating cause."""
-    exc = ApiException(status=403, reason="Forbidden")
-    exc.body = json.dumps({
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Forbidden", "code": 403,
-        "message": f'podmonitors.monitoring.coreos.com "trainguard-llama-pretrain" is forbidden: unable to create '
-                   f"new content in namespace {namespace} because it is being terminated",
-        "details": {"name": "trainguard-llama-pretrain", "group": "monitoring.coreos.com", "kind": "podmonitors",
-                    "causes": [{"reason": "NamespaceTerminating", "field": "metadata.namespace",
-                                "message": f"namespace {namespace} is being terminated"}]},
-    })  # fmt: skip
-    return exc
-
-
-def body(**spec: Any) -> dict[str, Any]:
-    b = copy.deepcopy(MONITOR)
-    b["metadata"].update(generation=1, uid="u-1")
-    b["spec"].update(spec)
-    return b
+def fake(*policies: dict[str, Any], **kw: Any) -> FakeKube:
+    """The API edge with the cluster's nodes and pods and `policies`."""
+    return FakeKube(*NODES, *PODS, *policies, **kw)
 
 
 def cond(kube: FakeKube, type_: str) -> dict[str, Any]:
@@ -116,41 +37,41 @@ def cond(kube: FakeKube, type_: str) -> dict[str, Any]:
 
 
 def test_applies_everything_then_nothing_when_unchanged() -> None:
-    kube = FakeKube({"default": POLICY})
+    kube = fake(POLICY)
     events: list[tuple[str, str]] = []
-    reconcile_monitor(kube, kube, body(), announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
+    reconcile_monitor(kube, kube, monitor_body(), announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
     assert kube.applies == ["PrometheusRule", "AlertmanagerConfig", "PodMonitor"]
-    assert kube.created == ["trainguard-llama-pretrain-fastpath"]
+    assert [o["metadata"]["name"] for o in kube.created] == ["trainguard-llama-pretrain-fastpath"]
     assert cond(kube, "Ready")["status"] == "True"
     assert kube.status and kube.status["podsMonitored"] == 2
     assert events and events[0][0] == "Applied" and "generation 1" in events[0][1]
     kube.applies.clear()
     events.clear()
-    reconcile_monitor(kube, kube, body(), announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
+    reconcile_monitor(kube, kube, monitor_body(), announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
     assert kube.calls[-3:] == ["PrometheusRule", "AlertmanagerConfig", "PodMonitor"], "applied every time"
     assert kube.applies == [] and events == [], "nothing changed, so nothing is announced"
-    assert kube.objects[("PrometheusRule", "trainguard-llama-pretrain")]["metadata"]["annotations"][
+    assert kube.objects[("PrometheusRule", "ml", "trainguard-llama-pretrain")]["metadata"]["annotations"][
         HASH_ANNOTATION
     ]
 
 
 def test_a_hand_edit_of_an_owned_object_is_repaired_by_the_next_reconcile() -> None:
-    kube = FakeKube({"default": POLICY})
-    reconcile_monitor(kube, kube, body())  # type: ignore[arg-type]
-    rule = kube.objects[("PrometheusRule", "trainguard-llama-pretrain")]
+    kube = fake(POLICY)
+    reconcile_monitor(kube, kube, monitor_body())  # type: ignore[arg-type]
+    rule = kube.objects[("PrometheusRule", "ml", "trainguard-llama-pretrain")]
     rendered = copy.deepcopy(rule["spec"])
     rule["spec"]["groups"][0]["rules"] = []  # kubectl edit: every rule gone, the annotation kept
     kube.applies.clear()
-    reconcile_monitor(kube, kube, body())  # type: ignore[arg-type]
+    reconcile_monitor(kube, kube, monitor_body())  # type: ignore[arg-type]
     assert kube.applies == ["PrometheusRule"]
-    assert kube.objects[("PrometheusRule", "trainguard-llama-pretrain")]["spec"] == rendered
+    assert kube.objects[("PrometheusRule", "ml", "trainguard-llama-pretrain")]["spec"] == rendered
 
 
 def test_an_apply_the_api_refuses_is_degraded_naming_the_object_and_the_message() -> None:
     message = 'admission webhook "prometheusrulevalidate.monitoring.coreos.com" denied the request: bad expr'
-    kube = FakeKube({"default": POLICY}, refuse={"PrometheusRule": refused(422, message)})
+    kube = fake(POLICY, refuse={"PrometheusRule": refused(422, message)})
     events: list[tuple[str, str]] = []
-    reconcile_monitor(kube, kube, body(), announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
+    reconcile_monitor(kube, kube, monitor_body(), announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
     c = cond(kube, "Degraded")
     assert c["status"] == "True" and c["reason"] == "ApplyFailed"
     assert "PrometheusRule ml/trainguard-llama-pretrain" in c["message"] and message in c["message"]
@@ -160,8 +81,8 @@ def test_an_apply_the_api_refuses_is_degraded_naming_the_object_and_the_message(
 
 
 def test_a_forbidden_apply_is_degraded_and_later_objects_say_what_was_applied() -> None:
-    kube = FakeKube({"default": POLICY}, refuse={"PodMonitor": refused(403, "podmonitors is forbidden")})
-    reconcile_monitor(kube, kube, body())  # type: ignore[arg-type]
+    kube = fake(POLICY, refuse={"PodMonitor": refused(403, "podmonitors is forbidden")})
+    reconcile_monitor(kube, kube, monitor_body())  # type: ignore[arg-type]
     c = cond(kube, "Degraded")
     assert c["reason"] == "ApplyFailed" and "PodMonitor" in c["message"] and "RBAC" in c["message"]
     assert cond(kube, "RulesApplied")["status"] == "True"
@@ -169,10 +90,10 @@ def test_a_forbidden_apply_is_degraded_and_later_objects_say_what_was_applied() 
 
 
 def test_a_namespace_being_deleted_is_neither_degraded_nor_announced() -> None:
-    kube = FakeKube(policies={"default": POLICY}, refuse={"PodMonitor": namespace_terminating()})
+    kube = fake(POLICY, refuse={"PodMonitor": namespace_terminating()})
     events: list[tuple[str, str]] = []
     with pytest.raises(NamespaceTerminating, match="namespace ml is being deleted"):
-        reconcile_monitor(kube, kube, body(), announce=lambda r, m: events.append((r, m)))
+        reconcile_monitor(kube, kube, monitor_body(), announce=lambda r, m: events.append((r, m)))
     assert kube.status is None and events == []
 
 
@@ -189,9 +110,9 @@ def test_only_the_namespace_lifecycle_refusal_counts_as_a_namespace_being_delete
 
 
 def test_a_transient_api_failure_is_reported_and_raised_for_kopf_to_retry() -> None:
-    kube = FakeKube({"default": POLICY}, refuse={"PrometheusRule": refused(503, "etcd unavailable")})
+    kube = fake(POLICY, refuse={"PrometheusRule": refused(503, "etcd unavailable")})
     with pytest.raises(ApiException):
-        reconcile_monitor(kube, kube, body())  # type: ignore[arg-type]
+        reconcile_monitor(kube, kube, monitor_body())  # type: ignore[arg-type]
     assert cond(kube, "Degraded")["reason"] == "ApplyFailed"
 
 
@@ -200,17 +121,17 @@ def test_the_receiver_secret_is_emptied_when_the_inline_url_goes() -> None:
     slack["spec"]["receivers"].append(
         {"name": "chat", "type": "slack", "roles": ["im"], "url": "https://hooks.slack.invalid/T/B/x"}
     )
-    kube = FakeKube({"default": slack})
-    status = reconcile_monitor(kube, kube, body())  # type: ignore[arg-type]
+    kube = fake(slack)
+    status = reconcile_monitor(kube, kube, monitor_body())  # type: ignore[arg-type]
     assert status["receiverSecret"] == "trainguard-llama-pretrain-receivers"
-    assert "data" in kube.objects[("Secret", "trainguard-llama-pretrain-receivers")]
-    kube.policies["default"] = POLICY
-    status = reconcile_monitor(kube, kube, body() | {"status": status})  # type: ignore[arg-type]
+    assert "data" in kube.objects[("Secret", "ml", "trainguard-llama-pretrain-receivers")]
+    kube.put(POLICY)
+    status = reconcile_monitor(kube, kube, monitor_body() | {"status": status})  # type: ignore[arg-type]
     assert kube.emptied == ["trainguard-llama-pretrain-receivers"], (
         "the webhook URL no longer sits in a Secret"
     )
     assert status["receiverSecret"] == ""
-    reconcile_monitor(kube, kube, body() | {"status": status})  # type: ignore[arg-type]
+    reconcile_monitor(kube, kube, monitor_body() | {"status": status})  # type: ignore[arg-type]
     assert kube.emptied == ["trainguard-llama-pretrain-receivers"], "emptied once"
 
 
@@ -219,44 +140,48 @@ def test_a_secret_rewritten_after_a_restart_is_not_announced_when_the_input_is_t
     slack["spec"]["receivers"].append(
         {"name": "chat", "type": "slack", "roles": ["im"], "url": "https://hooks.slack.invalid/T/B/x"}
     )
-    kube = FakeKube({"default": slack})
-    status = reconcile_monitor(kube, kube, body())  # type: ignore[arg-type]
+    kube = fake(slack)
+    status = reconcile_monitor(kube, kube, monitor_body())  # type: ignore[arg-type]
     kube.written.clear()  # a restarted operator: it never wrote the Secret in this process
     events: list[tuple[str, str]] = []
-    reconcile_monitor(kube, kube, body() | {"status": status}, announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
+    reconcile_monitor(
+        kube, kube, monitor_body() | {"status": status}, announce=lambda r, m: events.append((r, m))
+    )  # type: ignore[arg-type]
     assert events == []
 
 
 def test_a_persisting_apply_failure_is_announced_once() -> None:
-    kube = FakeKube({"default": POLICY}, refuse={"PrometheusRule": refused(422, "bad rule")})
+    kube = fake(POLICY, refuse={"PrometheusRule": refused(422, "bad rule")})
     events: list[tuple[str, str]] = []
-    status = reconcile_monitor(kube, kube, body(), announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
-    reconcile_monitor(kube, kube, body() | {"status": status}, announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
+    status = reconcile_monitor(kube, kube, monitor_body(), announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
+    reconcile_monitor(
+        kube, kube, monitor_body() | {"status": status}, announce=lambda r, m: events.append((r, m))
+    )  # type: ignore[arg-type]
     assert [r for r, _ in events] == ["ApplyFailed"]
 
 
 def test_policy_change_reapplies_only_what_changed() -> None:
-    kube = FakeKube({"default": POLICY})
-    reconcile_monitor(kube, kube, body())  # type: ignore[arg-type]
+    kube = fake(POLICY)
+    reconcile_monitor(kube, kube, monitor_body())  # type: ignore[arg-type]
     kube.applies.clear()
     changed = copy.deepcopy(POLICY)
     changed["spec"]["alerts"] = [{"name": "GPUThermalThrottling", "threshold": 80}]
-    kube.policies["default"] = changed
-    reconcile_monitor(kube, kube, body())  # type: ignore[arg-type]
+    kube.put(changed)
+    reconcile_monitor(kube, kube, monitor_body())  # type: ignore[arg-type]
     assert kube.applies == ["PrometheusRule"]
 
 
 def test_missing_policy_degrades_and_applies_nothing() -> None:
-    kube = FakeKube()
-    reconcile_monitor(kube, kube, body())  # type: ignore[arg-type]
+    kube = fake()
+    reconcile_monitor(kube, kube, monitor_body())  # type: ignore[arg-type]
     assert kube.applies == []
     assert cond(kube, "Degraded")["reason"] == "PolicyNotFound"
     assert cond(kube, "Ready")["status"] == "False"
 
 
 def test_invalid_spec_degrades_without_raising() -> None:
-    kube = FakeKube({"default": POLICY})
-    reconcile_monitor(kube, kube, body(baseline={"sigma": -1}))  # type: ignore[arg-type]
+    kube = fake(POLICY)
+    reconcile_monitor(kube, kube, monitor_body(baseline={"sigma": -1}))  # type: ignore[arg-type]
     c = cond(kube, "Degraded")
     assert c["reason"] == "InvalidSpec" and "spec.baseline.sigma" in c["message"]
 
@@ -264,15 +189,15 @@ def test_invalid_spec_degrades_without_raising() -> None:
 def test_invalid_policy_degrades_naming_it() -> None:
     bad = copy.deepcopy(POLICY)
     bad["spec"]["alerts"] = [{"name": "GPUMemoryHang", "params": {"nope": 1}}]
-    kube = FakeKube({"default": bad})
-    reconcile_monitor(kube, kube, body())  # type: ignore[arg-type]
+    kube = fake(bad)
+    reconcile_monitor(kube, kube, monitor_body())  # type: ignore[arg-type]
     c = cond(kube, "Degraded")
     assert c["reason"] == "InvalidPolicy" and "AlertPolicy ml/default" in c["message"]
 
 
 def test_missing_prometheus_operator_crds_is_a_clear_condition() -> None:
-    kube = FakeKube({"default": POLICY}, missing_kinds=("PrometheusRule",))
-    reconcile_monitor(kube, kube, body())  # type: ignore[arg-type]
+    kube = fake(POLICY, missing_kinds=("PrometheusRule",))
+    reconcile_monitor(kube, kube, monitor_body())  # type: ignore[arg-type]
     c = cond(kube, "Degraded")
     assert c["reason"] == "MissingCRDs" and "install prometheus-operator's CRDs" in c["message"]
 
@@ -283,9 +208,9 @@ def test_maintenance_window_node_selector_is_resolved_to_node_names() -> None:
         {"name": "rack-12", "start": "2026-12-01T22:00:00Z", "end": "2026-12-01T23:00:00Z",
          "nodeSelector": {"matchLabels": {"rack": "r12"}}}
     ]  # fmt: skip
-    kube = FakeKube({"default": pol})
-    reconcile_monitor(kube, kube, body())  # type: ignore[arg-type]
-    amc = kube.objects[("AlertmanagerConfig", "trainguard-llama-pretrain")]
+    kube = fake(pol)
+    reconcile_monitor(kube, kube, monitor_body())  # type: ignore[arg-type]
+    amc = kube.objects[("AlertmanagerConfig", "ml", "trainguard-llama-pretrain")]
     p0 = amc["spec"]["route"]["routes"][0]
     assert p0["routes"][0]["matchers"] == [{"name": "node", "matchType": "=~", "value": "gpu-node-7"}]
     assert p0["routes"][0]["routes"][0]["muteTimeIntervals"] == ["maintenance-rack-12"]
@@ -293,16 +218,16 @@ def test_maintenance_window_node_selector_is_resolved_to_node_names() -> None:
 
 def test_with_a_receiver_the_credentials_are_derived_and_alertmanager_posts_to_the_operator() -> None:
     key = tokens.new_key()
-    kube = FakeKube({"default": POLICY})
+    kube = fake(POLICY)
     settings = ReceiverSettings(key=key, url="https://op.trainguard-system.svc:8443", ca="CA PEM")
-    reconcile_monitor(kube, kube, body(), receiver=settings)  # type: ignore[arg-type]
+    reconcile_monitor(kube, kube, monitor_body(), receiver=settings)  # type: ignore[arg-type]
     assert kube.created == [], "no random token: the operator derives it and can check it again"
-    secret = kube.objects[("Secret", "trainguard-llama-pretrain-fastpath")]["stringData"]
+    secret = kube.objects[("Secret", "ml", "trainguard-llama-pretrain-fastpath")]["stringData"]
     assert tokens.verify(key, tokens.EVENTS, "ml", "llama-pretrain", secret["token"])
     assert tokens.verify(key, tokens.ALERTS, "ml", "llama-pretrain", secret["alertmanager-token"])
     assert not tokens.verify(key, tokens.ALERTS, "ml", "llama-pretrain", secret["token"])
-    amc = kube.objects[("AlertmanagerConfig", "trainguard-llama-pretrain")]["spec"]
+    amc = kube.objects[("AlertmanagerConfig", "ml", "trainguard-llama-pretrain")]["spec"]
     assert "trainguard-operator" in {r["name"] for r in amc["receivers"]}
     kube.applies.clear()
-    reconcile_monitor(kube, kube, body(), receiver=settings)  # type: ignore[arg-type]
+    reconcile_monitor(kube, kube, monitor_body(), receiver=settings)  # type: ignore[arg-type]
     assert kube.applies == [], "the same key gives the same Secret"

@@ -1,15 +1,14 @@
 """The leader's morning-report pass: once per night and monitor, the marker annotation, retries, and
 what it asks Prometheus.
 
-Stand-ins: a Kubernetes API with no apiserver here (a merge patch of annotations is applied to the
-monitor as the apiserver would), and canned Prometheus answers that record the queries asked
+Stand-ins: the Kubernetes edge in memory, tests/kube/fakes.py (which applies a merge patch of the
+monitor's annotations as the apiserver would), and canned Prometheus answers that record the queries asked
 (tests/integration/test_morning_report.py runs the pass against a real Prometheus). Alertmanager is
 a real process.
 """
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import shutil
 import time
@@ -21,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import MONITOR, POLICY, merged
+from tests.kube.fakes import FakeKube
 from tests.processes import alertmanager, free_port, http_json
 from tests.render.amconfig import write_config
 from trainguard.diagnosis.passes import MARKER, RETRY_S, MorningReports
@@ -31,28 +31,14 @@ END = time.time() // 60 * 60 - 120
 """The quiet hours ended two minutes ago by the real clock, which the real Alertmanager keeps."""
 _END = dt.datetime.fromtimestamp(END, SHANGHAI)
 KEY = _END.strftime("%Y-%m-%dT%H:%M")
+NS, NAME = MONITOR["metadata"]["namespace"], MONITOR["metadata"]["name"]
 QUIET = {"enabled": True, "timezone": "Asia/Shanghai", "start": f"{_END - dt.timedelta(hours=9):%H:%M}",
          "end": f"{_END:%H:%M}"}  # fmt: skip
 
 
-class FakeKube:
-    def __init__(self, monitors: list[dict[str, Any]], policies: list[dict[str, Any]]) -> None:
-        self.bodies = monitors
-        self.policies = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in policies}
-        self.patches: list[tuple[str, str, dict[str, Any]]] = []
-
-    def monitors(self) -> list[dict[str, Any]]:
-        return copy.deepcopy(self.bodies)
-
-    def policy(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return copy.deepcopy(self.policies.get((namespace, name)))
-
-    def patch_monitor(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        self.patches.append((namespace, name, body))
-        for m in self.bodies:
-            if (m["metadata"]["namespace"], m["metadata"]["name"]) == (namespace, name):
-                m["metadata"].setdefault("annotations", {}).update(body["metadata"]["annotations"])
-        return {}
+def marker(k: FakeKube) -> str | None:
+    """The night written in the test monitor's annotation, None before any."""
+    return ((k.get_monitor(NS, NAME) or {})["metadata"].get("annotations") or {}).get(MARKER)
 
 
 class CannedPrometheus:
@@ -91,8 +77,7 @@ def am_url(tmp_path: Path) -> Iterator[str]:
 
 
 def kube(**policy_changes: Any) -> FakeKube:
-    policy = merged(POLICY, **({"spec.quietHours": QUIET} | policy_changes))
-    return FakeKube([copy.deepcopy(MONITOR)], [policy])
+    return FakeKube(MONITOR, merged(POLICY, **({"spec.quietHours": QUIET} | policy_changes)))
 
 
 def reports(k: FakeKube, prom: CannedPrometheus | None, url: str | None, now: list[float]) -> MorningReports:
@@ -113,7 +98,7 @@ def test_one_report_per_night_marked_on_the_monitor(am_url: str) -> None:
     (alert,) = posted(am_url)
     assert alert["labels"]["night"] == KEY
     assert "GPUMemoryHigh" in alert["annotations"]["description"]
-    assert k.bodies[0]["metadata"]["annotations"][MARKER] == KEY
+    assert marker(k) == KEY
     # what it asked: the job's firing alerts over the 9-hour night at its end, and those firing now
     (history, h_params), (current, c_params) = prom.queries
     selector = 'ALERTS{alertstate="firing",namespace="ml",training_job="llama-pretrain"}'
@@ -129,14 +114,14 @@ def test_a_second_pass_and_a_restarted_operator_do_not_report_the_night_again(am
     assert first.run() == 0
     assert reports(k, prom, am_url, now).run() == 0, "a new process reads the marker"
     assert len(prom.queries) == 2, "a reported night is not queried again"
-    assert len(k.patches) == 1
+    assert len(k.monitor_patches) == 1
 
 
 def test_a_quiet_night_sends_nothing_but_is_marked(am_url: str) -> None:
     k = kube()
     assert reports(k, CannedPrometheus([], []), am_url, [END + 60]).run() == 0
     assert posted(am_url) == []
-    assert k.bodies[0]["metadata"]["annotations"][MARKER] == KEY
+    assert marker(k) == KEY
 
 
 def test_a_failure_marks_nothing_and_is_retried_later(am_url: str) -> None:
@@ -144,7 +129,7 @@ def test_a_failure_marks_nothing_and_is_retried_later(am_url: str) -> None:
     prom.fail = ConnectionError("prometheus is down")
     r = reports(k, prom, am_url, now)
     assert r.run() == 0
-    assert MARKER not in k.bodies[0]["metadata"].get("annotations", {})
+    assert marker(k) is None
     prom.fail = None
     now[0] += RETRY_S - 1
     assert r.run() == 0 and len(prom.queries) == 1, "not before RETRY_S"
@@ -156,7 +141,7 @@ def test_alertmanager_down_marks_nothing() -> None:
     k = kube()
     r = reports(k, CannedPrometheus(alerts_history(), []), f"http://127.0.0.1:{free_port()}", [END + 60])
     assert r.run() == 0
-    assert MARKER not in k.bodies[0]["metadata"].get("annotations", {})
+    assert marker(k) is None
 
 
 def test_only_the_leader_with_both_urls_and_quiet_hours_reports() -> None:
@@ -174,8 +159,7 @@ def test_only_the_leader_with_both_urls_and_quiet_hours_reports() -> None:
 
 
 def test_a_monitor_whose_policy_is_missing_is_left_to_its_reconcile() -> None:
-    k = kube()
-    k.policies.clear()
+    k = FakeKube(MONITOR)
     prom = CannedPrometheus(alerts_history(), [])
     assert reports(k, prom, "http://127.0.0.1:1", [END + 60]).run() == 0
     assert prom.queries == []
@@ -186,7 +170,7 @@ def test_the_pass_looks_at_most_once_a_minute() -> None:
     r = MorningReports(k, k, leader=lambda: True, alertmanager_url="http://127.0.0.1:1", prometheus=prom,
                        clock=lambda: now[0])  # fmt: skip
     r.run()
-    k.bodies[0]["metadata"]["annotations"] = {}
+    k.put(merged(MONITOR))  # the marker gone
     now[0] += 30
     r.run()
     assert len(prom.queries) == 2, "one night queried once: the second pass came too soon"

@@ -19,6 +19,7 @@ import pytest
 from tests.conftest import MONITOR, POLICY, merged
 from tests.diagnosis.report_inputs import RECORD, TRACE_ID
 from tests.diagnosis.traces import AT, JOB, NS, trace
+from tests.kube.fakes import FakeKube, pod
 from tests.processes import backfilled_prometheus
 from trainguard.clients.prometheus import prometheus_client
 from trainguard.diagnosis.fetch import LOG_LIMIT_BYTES, build_report
@@ -72,53 +73,29 @@ class _Core:
         )
 
 
-class _Kube(Kube):
-    """The real kube.Kube's pod_log over a stand-in CoreV1Api, and the watch caches' reads."""
+class LoggingKube(FakeKube):
+    """The Kubernetes edge in memory (tests/kube/fakes.py) but for pod_log, which is the real kube.Kube's over
+    a stand-in CoreV1Api: what it asks of the apiserver is checked."""
 
-    def __init__(self) -> None:  # no client: every call below is answered here or by _Core
-        self.timeout = 30.0
-        self.core = _Core()  # type: ignore[assignment]
-        self.monitor = merged(MONITOR, **{"metadata.name": JOB, "metadata.namespace": NS})
-        self.monitor["status"] = {"remediations": [RECORD]}
-        self.monitor["metadata"]["uid"] = "uid-1"
-        self.created: list[dict[str, Any]] = []
-        self.events: list[tuple[str, str]] = []
+    pod_log = Kube.pod_log
 
-    def monitors(self) -> list[dict[str, Any]]:
-        return [self.monitor]
-
-    def create_if_absent(self, obj: dict[str, Any]) -> bool:
-        if any(o["metadata"]["name"] == obj["metadata"]["name"] for o in self.created):
-            return False
-        self.created.append(obj)
-        return True
-
-    def post_event(self, regarding: dict[str, Any], reason: str, message: str, *_: Any, **__: Any) -> None:
-        self.events.append((reason, message))
-
-    def get_monitor(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.monitor if (namespace, name) == (NS, JOB) else None
-
-    def policy(self, namespace: str, name: str) -> dict[str, Any]:
-        return merged(
+    def __init__(self) -> None:
+        monitor = merged(MONITOR, **{"metadata.name": JOB, "metadata.namespace": NS, "metadata.uid": "uid-1"})
+        monitor["status"] = {"remediations": [RECORD]}
+        policy = merged(
             POLICY, **{"metadata.namespace": NS, "spec.runbookBaseUrl": "https://runbooks.example/tg"}
         )
-
-    def pods(self, namespace: str, selector: Any) -> list[dict[str, Any]]:
-        assert selector.to_selector_string() == "app=llama-pretrain"
-        return [
-            {
-                "metadata": {"name": f"{JOB}-worker-1"},
-                "spec": {"nodeName": "gpu-node-0", "containers": [{"name": "trainer"}, {"name": "trainguard-exporter"}]},
-                "status": {"containerStatuses": [
-                    {"name": "trainer", "lastState": {"terminated": {"reason": "OOMKilled", "finishedAt": _stamp(AT - 200)}}}
-                ]},
-            }
-        ]  # fmt: skip
+        selected = monitor["spec"]["selector"]["matchLabels"]
+        worker = pod(NS, f"{JOB}-worker-1", selected, "trainer", "trainguard-exporter", spec={"nodeName": "gpu-node-0"},
+                     status={"containerStatuses": [{"name": "trainer", "lastState": {"terminated": {
+                         "reason": "OOMKilled", "finishedAt": _stamp(AT - 200)}}}]})  # fmt: skip
+        other = pod(NS, "web-0", {"app": "web"}, "web")
+        super().__init__(monitor, policy, worker, other)
+        self.core = _Core()
 
 
 def test_the_report_is_built_from_prometheus_and_the_pods(prometheus: str, tmp_path: Path) -> None:
-    kube = _Kube()
+    kube = LoggingKube()
     report = build_report(kube, kube, prometheus_client(prometheus), NS, JOB, alert=None, at=AT, now=AT + 600)
     md = report.markdown
     assert "# P1 TrainingThroughputDrop" in md and "node gpu-node-0" in md  # the most severe firing
@@ -135,11 +112,13 @@ def test_the_report_is_built_from_prometheus_and_the_pods(prometheus: str, tmp_p
 
 def test_an_unknown_monitor_is_a_lookup_error(prometheus: str) -> None:
     with pytest.raises(LookupError):
-        build_report(_Kube(), _Kube(), prometheus_client(prometheus), NS, "nope", alert=None, at=AT, now=AT)
+        build_report(
+            LoggingKube(), LoggingKube(), prometheus_client(prometheus), NS, "nope", alert=None, at=AT, now=AT
+        )
 
 
 def test_each_firing_p2_is_reported_once_into_a_configmap_owned_by_the_monitor(prometheus: str) -> None:
-    kube = _Kube()
+    kube = LoggingKube()
     clock = [AT]
     passes = DiagnosticReports(
         kube, kube, lambda: True, prometheus_client(prometheus), clock=lambda: clock[0], check_s=0

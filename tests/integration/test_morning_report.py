@@ -4,12 +4,11 @@ operator's pass querying it through prometheus-api-client, a real Alertmanager w
 configuration, and a notification sink behind its receivers. The quiet hours ended ten minutes ago
 by the real clock, which both processes keep.
 
-Stand-in: the Kubernetes API (tests.diagnosis.test_morning_pass.FakeKube); no apiserver here.
+Stand-in: the Kubernetes edge in memory (tests/kube/fakes.py); no apiserver here.
 """
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import shutil
 import time
@@ -22,7 +21,7 @@ import pytest
 import yaml
 
 from tests.conftest import MONITOR, POLICY, merged
-from tests.diagnosis.test_morning_pass import FakeKube
+from tests.kube.fakes import FakeKube
 from tests.processes import alertmanager, backfilled_prometheus
 from tests.render.amconfig import write_config
 from tests.render.notification_sink import Sink, serve
@@ -117,7 +116,7 @@ def stack(prometheus: str, tmp_path: Path) -> Iterator[tuple[str, str, Sink, Fak
         changes = {"spec.quietHours": QUIET, "spec.receivers": receivers}
         config = write_config(tmp_path, **changes)
         _shorten_report_timing(config)
-        kube = FakeKube([copy.deepcopy(MONITOR)], [merged(POLICY, **changes)])
+        kube = FakeKube(MONITOR, merged(POLICY, **changes))
         with alertmanager(binary, config, tmp_path) as am:
             yield prometheus, am, sink, kube
 
@@ -152,7 +151,7 @@ def test_the_night_is_reported_once_to_im_and_email(stack: tuple[str, str, Sink,
                              prometheus=prometheus_client(prom_url), check_s=0)  # fmt: skip
     assert reports.run() == 1
     assert sink.wait(lambda s: {"im", "email"} <= set(reports_of(s)), timeout=20), sink.notifications()
-    assert kube.bodies[0]["metadata"]["annotations"][MARKER] == KEY
+    assert kube.get_monitor("ml", "llama-pretrain")["metadata"]["annotations"][MARKER] == KEY
 
     got = reports_of(sink)
     assert set(got) == {"im", "email"}, "phone and ticket get no report"
@@ -180,7 +179,7 @@ def test_the_night_is_reported_once_to_im_and_email(stack: tuple[str, str, Sink,
     assert again.run() == 0
     # an operator killed between the post and the marker posts the same report again: Alertmanager
     # holds it as the same alert and notifies no one twice
-    del kube.bodies[0]["metadata"]["annotations"][MARKER]
+    kube.put(MONITOR)  # the marker gone
     assert again.run() == 1
     time.sleep(6)  # three report group_intervals
     assert {r: len(a) for r, a in reports_of(sink).items()} == {"im": 1, "email": 1}

@@ -3,16 +3,17 @@ rendered configuration, and stops once the node is returned (the notice then end
 
 from __future__ import annotations
 
-import copy
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import MONITOR
+from tests.clock import Clock
+from tests.conftest import MONITOR, merged
+from tests.kube.fakes import FakeKube
 from tests.processes import alertmanager, http_json
-from tests.remediation.test_executor import Clock, FakeCluster
+from tests.remediation.fakes import FakeCluster
 from tests.remediation.test_notices import record
 from tests.render.amconfig import write_config
 from trainguard.catalog.alerts import NODE_CORDONED
@@ -22,14 +23,9 @@ from trainguard.remediation.passes import CordonNoticePass
 pytestmark = pytest.mark.tools
 
 
-class FakeReads:
-    def __init__(self, records: list[dict[str, Any]]) -> None:
-        self.records = records
-
-    def monitors(self) -> list[dict[str, Any]]:
-        body = copy.deepcopy(MONITOR)
-        body["status"] = {"remediations": self.records}
-        return [body]
+def reads(*records: dict[str, Any]) -> FakeKube:
+    """The watch caches, with the test monitor whose status holds `records`."""
+    return FakeKube(merged(MONITOR, status={"remediations": list(records)}))
 
 
 def test_a_cordoned_node_is_announced_on_each_pass_and_no_longer_once_returned(tmp_path: Path) -> None:
@@ -41,7 +37,7 @@ def test_a_cordoned_node_is_announced_on_each_pass_and_no_longer_once_returned(t
     cluster.nodes["gpu-a"]["annotations"][CORDONED_AT] = str(clock() - 30)
     with alertmanager(binary, write_config(tmp_path), tmp_path) as url:
         responder = CordonNoticePass(
-            FakeReads([record("r1", "gpu-a")]), cluster, leader=lambda: True, alertmanager_url=url
+            reads(record("r1", "gpu-a")), cluster, leader=lambda: True, alertmanager_url=url
         )
         assert responder.run() == 1
         assert responder.run() == 1, "refreshed on every pass"
@@ -52,7 +48,7 @@ def test_a_cordoned_node_is_announced_on_each_pass_and_no_longer_once_returned(t
         del cluster.nodes["gpu-a"]["annotations"][CORDONED_AT]  # trainguard uncordon
         assert responder.run() == 0
         standby = CordonNoticePass(
-            FakeReads([record("r1", "gpu-a")]), cluster, leader=lambda: False, alertmanager_url=url
+            reads(record("r1", "gpu-a")), cluster, leader=lambda: False, alertmanager_url=url
         )
         cluster.nodes["gpu-a"]["annotations"][CORDONED_AT] = str(clock())
         assert standby.run() == 0, "only the leader posts"

@@ -9,14 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.remediation.test_executor import (
-    CKPT_STEP,
-    T0,
-    Crash,
-    Rig,
-    _monitor,
-    kinds_and_phases,
-)
+from tests.clock import T0
+from tests.remediation.fakes import CKPT_STEP, Crash, Rig, job_monitor, kinds_and_phases
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog.events import fingerprint
 from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_BY, FAULTY_TAINT
@@ -39,7 +33,7 @@ def ecc_record(monitor: TrainingJobMonitor, node: str = "gpu-a") -> dict[str, An
 
 def test_checkpoint_from_every_rank_then_cordon_and_taint_and_no_pod_is_touched() -> None:
     rig = Rig()
-    m = _monitor(**{"spec.remediation": {"emergencyCheckpointTimeout": "30s"}})
+    m = job_monitor(**{"spec.remediation": {"emergencyCheckpointTimeout": "30s"}})
     pods_before = dict(rig.cluster.pods)
     done = rig.executor().run(ecc_record(m), m)
 
@@ -67,7 +61,7 @@ def test_checkpoint_from_every_rank_then_cordon_and_taint_and_no_pod_is_touched(
 
 def test_a_checkpoint_that_does_not_come_is_recorded_and_the_node_is_isolated_anyway() -> None:
     rig = Rig(save_after_reads=None)  # the trainers never save
-    m = _monitor(**{"spec.remediation": {"emergencyCheckpointTimeout": "20s"}})
+    m = job_monitor(**{"spec.remediation": {"emergencyCheckpointTimeout": "20s"}})
     done = rig.executor().run(ecc_record(m), m)
     assert done["phase"] == Phase.SUCCEEDED
     assert done["steps"][0]["detail"].startswith("timed out after 20s waiting for job-0, job-1")
@@ -77,7 +71,7 @@ def test_a_checkpoint_that_does_not_come_is_recorded_and_the_node_is_isolated_an
 
 def _clean_calls() -> int:
     rig = Rig()
-    m = _monitor()
+    m = job_monitor()
     rig.executor().run(ecc_record(m), m)
     return rig.cluster.calls
 
@@ -85,7 +79,7 @@ def _clean_calls() -> int:
 @pytest.mark.parametrize("crash_after", range(1, _clean_calls() + 1))
 def test_an_operator_killed_after_any_call_resumes_and_every_effect_happens_once(crash_after: int) -> None:
     rig = Rig()
-    m = _monitor()
+    m = job_monitor()
     rig.cluster.crash_after = crash_after
     with pytest.raises(Crash):
         rig.executor().run(ecc_record(m), m)
@@ -99,7 +93,7 @@ def test_an_operator_killed_after_any_call_resumes_and_every_effect_happens_once
 
 def test_dry_run_says_what_it_would_do_and_calls_nothing() -> None:
     rig = Rig()
-    m = _monitor(**{"spec.remediation": {"dryRun": True, "emergencyCheckpointTimeout": "45s"}})
+    m = job_monitor(**{"spec.remediation": {"dryRun": True, "emergencyCheckpointTimeout": "45s"}})
     done = rig.executor().run(ecc_record(m), m)
     assert rig.cluster.effects == []
     assert [s["detail"] for s in done["steps"]] == [

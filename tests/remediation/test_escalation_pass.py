@@ -3,7 +3,6 @@ unacknowledged P1 past the delay gets one P0 copy; once acknowledged (a silence)
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import shutil
 import time
@@ -13,19 +12,12 @@ from typing import Any
 import pytest
 
 from tests.conftest import MONITOR, POLICY
+from tests.kube.fakes import FakeKube
 from tests.processes import alertmanager, http_json
 from tests.render.amconfig import write_config
 from trainguard.remediation.passes import EscalationPass
 
 pytestmark = pytest.mark.tools
-
-
-class FakeReads:
-    def monitors(self) -> list[dict[str, Any]]:
-        return [copy.deepcopy(MONITOR)]
-
-    def policy(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return copy.deepcopy(POLICY) if name == "default" else None
 
 
 def copies(url: str) -> list[dict[str, Any]]:
@@ -42,7 +34,7 @@ def test_an_unacknowledged_p1_is_escalated_once_and_its_ack_resolves_the_copy(tm
     started = (dt.datetime.now(dt.UTC) - dt.timedelta(minutes=20)).strftime("%Y-%m-%dT%H:%M:%SZ")
     with alertmanager(binary, write_config(tmp_path), tmp_path) as url:
         http_json(f"{url}/api/v2/alerts", [{"labels": labels, "startsAt": started}])
-        escalation = EscalationPass(FakeReads(), leader=lambda: True, alertmanager_url=url)
+        escalation = EscalationPass(FakeKube(MONITOR, POLICY), leader=lambda: True, alertmanager_url=url)
         assert escalation.run() == 1, "15 minutes unacknowledged: escalated"
         got = copies(url)
         assert [a["labels"]["severity"] for a in got] == ["P0"] and got[0]["labels"]["gpu"] == "3"

@@ -9,31 +9,22 @@ import threading
 from typing import Any
 
 from tests.conftest import MONITOR
-from tests.remediation.test_executor import _signal
+from tests.kube.fakes import FakeKube
+from tests.remediation.fakes import p0_signal
 from trainguard.remediation.model import Signal
 from trainguard.remediation.planner import Planner
 from trainguard.remediation.store import RecordStore
 
 
-class Monitors:
+def monitors() -> FakeKube:
     """Two jobs' monitors, each with a cap of one cordoned node cluster-wide."""
-
-    def __init__(self) -> None:
-        self.bodies: dict[tuple[str, str], dict[str, Any]] = {}
-        for name in ("job-a", "job-b"):
-            body = copy.deepcopy(MONITOR)
-            body["metadata"].update(name=name, uid=f"u-{name}")
-            body["spec"]["remediation"] = {"maxCordonedNodes": 1}
-            self.bodies[("ml", name)] = body
-
-    def get_monitor(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return copy.deepcopy(self.bodies.get((namespace, name)))
-
-    def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.bodies[(namespace, name)].setdefault("status", {}).update(copy.deepcopy(status))
-
-    def post_event(self, *args: Any, **kw: Any) -> None:
-        pass
+    bodies = []
+    for name in ("job-a", "job-b"):
+        body = copy.deepcopy(MONITOR)
+        body["metadata"].update(name=name, uid=f"u-{name}")
+        body["spec"]["remediation"] = {"maxCordonedNodes": 1}
+        bodies.append(body)
+    return FakeKube(*bodies)
 
 
 class LaggingNodeCache:
@@ -55,15 +46,15 @@ class NoDispatch:
 
 
 def signal_for(job: str, node: str) -> Signal:
-    s = _signal("GPUCriticalXid", node)
+    s = p0_signal("GPUCriticalXid", node)
     return Signal(s.alertname, s.severity, {**s.labels, "training_job": job}, f"{s.fingerprint}-{job}", s.source,
                   s.starts_at)  # fmt: skip
 
 
 def test_a_planned_cordon_counts_against_the_cap_before_the_cache_shows_it() -> None:
-    monitors = Monitors()
+    kube = monitors()
     locks: dict[tuple[str, str], threading.RLock] = {}
-    store = RecordStore(monitors, lambda ns, n: locks.setdefault((ns, n), threading.RLock()))  # type: ignore[arg-type]
+    store = RecordStore(kube, lambda ns, n: locks.setdefault((ns, n), threading.RLock()))  # type: ignore[arg-type]
     planner = Planner(
         store, LaggingNodeCache(), NoDispatch(), leader=lambda: True, clock=lambda: 1_700_000_000.0
     )  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from tests.kube.fakes import FakeKube
 from trainguard.cli import build_parser
 from trainguard.status.command import status_notes
 from trainguard.status.fetch import Sources, fetch
@@ -195,19 +196,6 @@ def test_the_notes_say_what_the_sources_given_cannot_show() -> None:
     assert "--prometheus" in neither and "--alertmanager" in neither
 
 
-class Kube:
-    """A stand-in for kube.Kube: the real reads are exercised in e2e/test_status_tmux.py."""
-
-    def __init__(self, bodies: list[dict[str, Any]]) -> None:
-        self.bodies = bodies
-
-    def list_monitors(self, namespace: str | None = None) -> list[dict[str, Any]]:
-        return [b for b in self.bodies if namespace in (None, b["metadata"]["namespace"])]
-
-    def get_monitor(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return next((b for b in self.list_monitors(namespace) if b["metadata"]["name"] == name), None)
-
-
 class Prometheus:
     """A stand-in answering instant queries from a table (the queries are checked on a real Prometheus in
     the e2e test); records what was asked."""
@@ -236,7 +224,7 @@ def test_fetch_reads_each_monitors_alerts_series_and_the_redo_at_each_restart() 
         "max(max_over_time(trainguard_checkpoint_last_step": [{"metric": {}, "value": [NOW, "700"]}],
         "max(deriv(trainguard_train_step": [{"metric": {}, "value": [NOW, "4"]}],
     })  # fmt: skip
-    (got,) = fetch(Sources(Kube(bodies), prom), "ml", None, NOW)
+    (got,) = fetch(Sources(FakeKube(*bodies), prom), "ml", None, NOW)
     assert (got.name, got.health, got.series.throughput, got.series.checkpoint_step) == (
         "llama",
         "Critical",
@@ -248,12 +236,12 @@ def test_fetch_reads_each_monitors_alerts_series_and_the_redo_at_each_restart() 
     redo_times = {p["time"] for q, p in prom.asked if q.startswith("max(")}
     assert redo_times == {f"{NOW - 900:.3f}"}, "the redo is read at the record's creation"
     assert all('namespace="ml",training_job="llama"' in q for q, _ in prom.asked)
-    assert [s.name for s in fetch(Sources(Kube(bodies), prom), None, None, NOW)] == ["llama", "bert"]
-    assert fetch(Sources(Kube(bodies), prom), "ml", "nope", NOW) == []
+    assert [s.name for s in fetch(Sources(FakeKube(*bodies), prom), None, None, NOW)] == ["llama", "bert"]
+    assert fetch(Sources(FakeKube(*bodies), prom), "ml", "nope", NOW) == []
 
 
 def test_a_prometheus_that_does_not_answer_leaves_the_series_blank_and_says_so() -> None:
-    sources = Sources(Kube([monitor()]), Prometheus({}, fail=True))
+    sources = Sources(FakeKube(monitor()), Prometheus({}, fail=True))
     (got,) = fetch(sources, None, None, NOW)
     assert got.health == "Healthy" and got.series == Series()
     assert sources.errors == ["Prometheus: connection refused"]

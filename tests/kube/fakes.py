@@ -1,0 +1,240 @@
+"""The Kubernetes edge in memory, for the tests of the rooms that read and write through it: one store of
+objects by kind, namespace and name, served as kube.Kube's calls and kube.ClusterCache's reads, which
+the rooms name in narrow Protocols of their own (controller/reconcile.py ReconcileAPI and ReconcileReads,
+controller/periodic.py, remediation/store.py MonitorAPI, remediation/passes.py, diagnosis/passes.py
+PassAPI and PassReads, diagnosis/fetch.py ReportAPI and ReportReads, status/fetch.py MonitorAPI).
+
+It behaves as the real edge does where the rooms depend on it: a read returns a copy (an object read from
+the API or a watch cache is the reader's own); a server-side apply writes only when the object changes
+and says whether it did (None for a Secret this process had not applied: the operator cannot read
+Secrets), and a refused apply raises the client's ApiException; create_if_absent creates once; a status
+or monitor patch is a JSON merge patch. Every write is recorded for the tests to look at.
+
+The real edge is exercised against a kube-apiserver in e2e/ (e2e/test_remediation_cluster.py,
+e2e/test_watch_caches.py, e2e/test_operator.py)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from trainguard.api.common import LabelSelector
+from trainguard.kube import MissingAPI
+from trainguard.kube.objects import labels_of
+
+Obj = dict[str, Any]
+Key = tuple[str, str, str]
+"""kind, namespace ("" for a cluster-scoped object), name."""
+
+MONITOR = "TrainingJobMonitor"
+POLICY = "AlertPolicy"
+PLURALS = {"trainingjobmonitors": MONITOR, "alertpolicies": POLICY}
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch, as the apiserver applies application/merge-patch+json."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
+
+
+def key_of(obj: Obj) -> Key:
+    meta = obj["metadata"]
+    return obj["kind"], meta.get("namespace") or "", meta["name"]
+
+
+def pod(namespace: str, name: str, labels: dict[str, str], *containers: str, **fields: Any) -> Obj:
+    """A Pod with `containers` (by name), and other top-level fields (spec and status merged in)."""
+    body: Obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"namespace": namespace, "name": name, "labels": dict(labels)},
+        "spec": {"containers": [{"name": c} for c in containers]},
+    }
+    return merge_patch(body, fields) if fields else body
+
+
+def node(name: str, **labels: str) -> Obj:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": dict(labels)}}
+
+
+def refused(code: int, message: str) -> ApiException:
+    """The client's exception for a request the apiserver refused with a Status (422: the object is
+    invalid, 403: forbidden, 503: the apiserver is not well ...)."""
+    exc = ApiException(status=code, reason="Unprocessable Entity" if code == 422 else "Error")
+    exc.body = json.dumps({"kind": "Status", "status": "Failure", "message": message, "code": code})
+    return exc
+
+
+def namespace_terminating(namespace: str = "ml") -> ApiException:
+    """What the apiserver's NamespaceLifecycle admission answers (k8s.io/apiserver, v0.36.3): a Forbidden
+    Status whose details carry the NamespaceTerminating cause."""
+    exc = ApiException(status=403, reason="Forbidden")
+    exc.body = json.dumps({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Forbidden", "code": 403,
+        "message": f'podmonitors.monitoring.coreos.com "trainguard-llama-pretrain" is forbidden: unable to create '
+                   f"new content in namespace {namespace} because it is being terminated",
+        "details": {"name": "trainguard-llama-pretrain", "group": "monitoring.coreos.com", "kind": "podmonitors",
+                    "causes": [{"reason": "NamespaceTerminating", "field": "metadata.namespace",
+                                "message": f"namespace {namespace} is being terminated"}]},
+    })  # fmt: skip
+    return exc
+
+
+class FakeKube:
+    """kube.Kube and kube.ClusterCache over one in-memory store (see the module's docstring).
+
+    `objects` are the store's first contents (monitors, policies, pods, nodes, Leases, Jobs ...; put()
+    adds or replaces more). An apply of a kind in `missing_kinds` raises MissingAPI (its CRD is not
+    installed); one of a kind in `refuse` raises that ApiException."""
+
+    def __init__(
+        self,
+        *objects: Obj,
+        missing_kinds: tuple[str, ...] = (),
+        refuse: dict[str, ApiException] | None = None,
+    ) -> None:
+        self.objects: dict[Key, Obj] = {}
+        self.put(*objects)
+        self.missing_kinds = missing_kinds
+        self.refuse = refuse or {}
+        # what was written
+        self.calls: list[str] = []
+        """The kind of every apply, in order."""
+        self.applies: list[str] = []
+        """The kinds whose apply changed the object."""
+        self.applied: set[Key] = set()
+        """What has ever been applied (server-side apply's field manager owns its fields)."""
+        self.written: set[Key] = set()
+        """What this process has applied (kube.Kube's memory: clear it for a restarted operator)."""
+        self.emptied: list[str] = []
+        """Secrets applied again without their data: server-side apply drops the keys trainguard owned."""
+        self.created: list[Obj] = []
+        self.status_writes: list[Obj] = []
+        """Each patch_status's status, in order."""
+        self.monitor_patches: list[tuple[str, str, Obj]] = []
+        self.events: list[tuple[str, str]] = []
+        """(reason, message) of each Event posted."""
+
+    # ---- the store ----
+
+    def put(self, *objects: Obj) -> None:
+        """Add or replace objects (a test's setup, or a change made by someone else)."""
+        for obj in objects:
+            self.objects[key_of(obj)] = copy.deepcopy(obj)
+
+    def _get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        return copy.deepcopy(self.objects.get((kind, namespace, name)))
+
+    def _list(self, kind: str, namespace: str | None = None) -> list[Obj]:
+        return [copy.deepcopy(o) for (k, ns, _), o in self.objects.items()
+                if k == kind and namespace in (None, ns)]  # fmt: skip
+
+    def records(self, namespace: str, name: str) -> list[Obj]:
+        """The remediation records in the status of the monitor `namespace`/`name`."""
+        return list(
+            ((self._get(MONITOR, namespace, name) or {}).get("status") or {}).get("remediations") or []
+        )
+
+    @property
+    def status(self) -> Obj | None:
+        """The status last written, None before any."""
+        return self.status_writes[-1] if self.status_writes else None
+
+    # ---- kube.Kube: reads ----
+
+    def get_monitor(self, namespace: str, name: str) -> Obj | None:
+        return self._get(MONITOR, namespace, name)
+
+    def get_policy(self, namespace: str, name: str) -> Obj | None:
+        return self._get(POLICY, namespace, name)
+
+    def list_monitors(self, namespace: str | None = None, timeout: float | None = None) -> list[Obj]:
+        return self._list(MONITOR, namespace)
+
+    # ---- kube.Kube: writes ----
+
+    def apply(self, obj: Obj) -> bool | None:
+        self.calls.append(obj["kind"])
+        if obj["kind"] in self.missing_kinds:
+            raise MissingAPI(f"{obj['kind']} is not served")
+        if obj["kind"] in self.refuse:
+            raise self.refuse[obj["kind"]]
+        key = key_of(obj)
+        first_secret_write = obj["kind"] == "Secret" and key not in self.written
+        changed = self.objects.get(key) != obj
+        if obj["kind"] == "Secret" and key in self.applied and "data" not in obj:
+            self.emptied.append(key[2])
+        self.objects[key] = copy.deepcopy(obj)
+        self.applied.add(key)
+        self.written.add(key)
+        if changed:
+            self.applies.append(obj["kind"])
+        return None if first_secret_write else changed
+
+    def create_if_absent(self, obj: Obj) -> bool:
+        key = key_of(obj)
+        if key in self.objects:
+            return False
+        self.objects[key] = copy.deepcopy(obj)
+        self.created.append(copy.deepcopy(obj))
+        return True
+
+    def patch_status(self, plural: str, namespace: str, name: str, status: Obj) -> None:
+        """A merge patch of the object's status; one that is not there is left alone, as kube.Kube does."""
+        self.status_writes.append(copy.deepcopy(status))
+        key = (PLURALS.get(plural, plural), namespace, name)
+        if key in self.objects:
+            self.objects[key] = merge_patch(self.objects[key], {"status": copy.deepcopy(status)})
+
+    def patch_monitor(self, namespace: str, name: str, patch: Obj) -> Obj:
+        self.monitor_patches.append((namespace, name, copy.deepcopy(patch)))
+        key = (MONITOR, namespace, name)
+        self.objects[key] = merge_patch(self.objects[key], copy.deepcopy(patch))
+        return copy.deepcopy(self.objects[key])
+
+    def post_event(
+        self, regarding: Obj, reason: str, message: str, type_: str = "Normal", timeout: float | None = None
+    ) -> None:
+        self.events.append((reason, message))
+
+    # ---- kube.ClusterCache: the watch caches' reads ----
+
+    def monitors(self) -> list[Obj]:
+        return self._list(MONITOR)
+
+    def monitors_in(self, namespace: str, timeout: float | None = None) -> list[Obj]:
+        return self._list(MONITOR, namespace)
+
+    def monitor(self, namespace: str, name: str) -> Obj | None:
+        return self._get(MONITOR, namespace, name)
+
+    def policy(self, namespace: str, name: str) -> Obj | None:
+        return self._get(POLICY, namespace, name)
+
+    def pods(self, namespace: str, selector: LabelSelector) -> list[Obj]:
+        """The namespace's pods that `selector` matches (an empty selector matches none)."""
+        if selector.is_empty():
+            return []
+        return [p for p in self._list("Pod", namespace) if selector.matches(labels_of(p))]
+
+    def job(self, namespace: str, name: str) -> Obj | None:
+        return self._get("Job", namespace, name)
+
+    def nodes(self) -> list[Obj]:
+        return self._list("Node")
+
+    def node(self, name: str) -> Obj | None:
+        return self._get("Node", "", name)
+
+    def node_leases(self) -> list[Obj]:
+        return self._list("Lease")

@@ -1,0 +1,424 @@
+"""The remediation tests' in-memory world: a cluster behind remediation.ops.ClusterOps (FakeCluster)
+that behaves like the real one, the record store, a settable clock, and an executor over them (Rig), the
+P0 loop wired on the Kubernetes edge's fake (loop_rig), and the signals and monitor they act on.
+
+FakeCluster: cordon is idempotent and keeps its first annotations, a taint merges into the node's list,
+deleted pods go Terminating and their Job controller recreates them (scheduled at the scheduler's next
+pass), and sidecars answer control as the exporter does (a body checked whole before anything changes,
+advisories replaced whole, a requested checkpoint saved by the trainer a little later and listed in
+`checkpoints`, a pinned resume_from held until a trainer started after the pin saves past it, new pods'
+sidecars knowing no checkpoint but the workload's resume-from pointer the webhook gave them, held as a
+pin). An older sidecar (`old_sidecars=True`) ignores resume_from posts and shows neither times, pinned
+nor checkpoints."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import re
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from tests.clock import T0, Clock
+from tests.conftest import MONITOR
+from tests.conftest import monitor as make_monitor
+from tests.kube.fakes import FakeKube
+from trainguard.api.monitor import TrainingJobMonitor
+from trainguard.catalog.events import fingerprint
+from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT, RESUME_FROM
+from trainguard.exporter.checkpoints import checkpoint_ref, newer, resume_pointer
+from trainguard.kube.objects import new_pods_placement, taints_with
+from trainguard.remediation.executor import Executor
+from trainguard.remediation.loop import RemediationLoop
+from trainguard.remediation.model import Phase, Signal, Source
+from trainguard.remediation.ops import Sidecar
+from trainguard.remediation.sidecars import ControlError
+
+TOKEN = "sidecar-token"
+PORT = 9400
+CKPT_STEP = 1000
+CKPT_TS = T0 - 60
+HISTORY = 16
+
+
+class Crash(BaseException):
+    """The operator process killed in the middle of a call (not an Exception: nothing may catch it)."""
+
+
+def _ts(seconds: float) -> str:
+    return dt.datetime.fromtimestamp(int(seconds), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class FakeCluster:
+    """ClusterOps over an in-memory cluster. `effects` lists every change that happened, once per change;
+    `timeline` (shared with the test's save) orders changes against saves. `crash_after` kills the
+    caller right after the n-th call took effect."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        timeline: list[tuple[str, ...]],
+        *,
+        nodes: tuple[str, ...] = ("gpu-a", "gpu-b", "gpu-c"),
+        pods: dict[str, str] | None = None,
+        save_after_reads: int | None = 2,
+        old_sidecars: bool = False,
+    ) -> None:
+        self.clock = clock
+        self.timeline = timeline
+        self.nodes: dict[str, dict[str, Any]] = {
+            n: {"unschedulable": False, "annotations": {}, "taints": [], "labels": {}, "gpus": 8}
+            for n in nodes
+        }
+        self.old_sidecars = old_sidecars
+        self.pods: dict[str, dict[str, Any]] = {}
+        for i, (pod, node) in enumerate((pods or {"job-0": "gpu-a", "job-1": "gpu-b"}).items()):
+            self.pods[pod] = {"node": node, "created": int(T0 - 3600), "terminating": False, "index": i}
+        first = {"step": CKPT_STEP, "kind": "full", "path": f"/ckpt/{CKPT_STEP}", "ts": CKPT_TS}
+        self.sidecar: dict[str, dict[str, Any]] = {pod: self._sidecar_state(dict(first)) for pod in self.pods}
+        self.workload = ("Job", "llama-pretrain")
+        """The gang's owner: the webhook reads its resume-from annotation into each new pod's sidecar."""
+        self.workloads: dict[tuple[str, str], dict[str, str]] = {}
+        self.annotations_written: list[dict[str, str | None]] = []
+        self.generation = 0
+        self.save_after_reads = save_after_reads
+        self.unreachable: set[str] = set()
+        self.calls = 0
+        self.crash_after: int | None = None
+        self.effects: list[tuple[str, ...]] = []
+
+    def _sidecar_state(
+        self, newest: dict[str, Any] | None, pin: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """A sidecar as the exporter keeps it: `newest` saved (and listed), or a pod created with the
+        pointer `pin` (held from the start, pinned_at None) and nothing saved yet."""
+        return {
+            "pause": False,
+            "checkpoint": None,
+            "advisories": [],
+            "resume_from": pin or newest,
+            "pinned": pin is not None,
+            "checkpoints": [newest] if newest else [],
+            "pinned_at": None,
+            "newest": newest,
+            "started": self.clock(),  # the trainer's start (the pod's, here)
+            "reads": 0,
+        }
+
+    def _effect(self, *what: str) -> None:
+        self.effects.append(what)
+        self.timeline.append(what)
+
+    def _called(self) -> None:
+        self.calls += 1
+        if self.crash_after is not None and self.calls == self.crash_after:
+            raise Crash(f"killed after call {self.calls}")
+
+    # ---- the cluster's own controllers ----
+
+    def _tick(self) -> None:
+        """The kubelet finishes terminating pods; the scheduler places pods pending since the last pass
+        on a schedulable, untainted node with 8 free GPUs."""
+        for name in [p for p, s in self.pods.items() if s["terminating"]]:
+            del self.pods[name]
+            self.sidecar.pop(name, None)
+        for pod in sorted(self.pods.values(), key=lambda s: int(s["index"])):
+            if pod["node"]:
+                continue
+            if not pod.get("seen"):
+                pod["seen"] = True
+                continue
+            busy = {
+                s["node"] for s in self.pods.values() if not s.get("phase")
+            }  # a finished pod holds no GPUs
+            for name, node in sorted(self.nodes.items()):
+                if node["unschedulable"] or any(t["effect"] == "NoSchedule" for t in node["taints"]):
+                    continue
+                if name not in busy:
+                    pod["node"] = name
+                    break
+
+    def _recreate(self, index: int) -> None:
+        """The Job controller's replacement; the webhook gives its sidecar the workload's resume-from."""
+        self.generation += 1
+        name = f"job-{index}-r{self.generation}"
+        self.pods[name] = {"node": "", "created": int(self.clock()), "terminating": False, "index": index}
+        pointer = self.workloads.get(self.workload, {}).get(RESUME_FROM)
+        self.sidecar[name] = self._sidecar_state(None, resume_pointer(pointer) if pointer else None)
+
+    def _pod_dict(self, name: str) -> dict[str, Any]:
+        s = self.pods[name]
+        meta: dict[str, Any] = {"name": name, "creationTimestamp": _ts(s["created"])}
+        if s["terminating"]:
+            meta["deletionTimestamp"] = _ts(self.clock())
+        return {
+            "metadata": meta,
+            "spec": {"nodeName": s["node"]} if s["node"] else {},
+            "status": {
+                "phase": s.get("phase") or ("Running" if s["node"] else "Pending"),
+                "podIP": f"10.0.0.{s['index']}",
+            },
+        }
+
+    # ---- ClusterOps ----
+
+    def cordon(self, node: str, reason: str, record_id: str) -> str:
+        n = self.nodes[node]
+        if n["unschedulable"] and CORDONED_BY in n["annotations"]:
+            out = f"already cordoned by {n['annotations'][CORDONED_BY]}"
+        elif n["unschedulable"]:
+            out = "already cordoned, not by trainguard: left as is"
+        else:
+            n["unschedulable"] = True
+            n["annotations"].update(
+                {CORDONED_AT: str(int(self.clock())), CORDONED_BY: record_id, CORDON_REASON: reason}
+            )
+            self._effect("cordon", node)
+            out = "cordoned"
+        self._called()
+        return out
+
+    def taint(self, node: str, reason: str) -> str:
+        n = self.nodes[node]
+        merged = taints_with(n["taints"], FAULTY_TAINT, reason, "NoSchedule")
+        if merged is None:
+            out = "already tainted"
+        else:
+            n["taints"] = merged
+            self._effect("taint", node)
+            out = "tainted"
+        self._called()
+        return out
+
+    def cordon_history(self) -> list[tuple[str, float]]:
+        self._called()
+        return [
+            (k, float(n["annotations"][CORDONED_AT]))
+            for k, n in self.nodes.items()
+            if CORDONED_AT in n["annotations"]
+        ]
+
+    def gpu_node_count(self) -> int:
+        self._called()
+        return sum(1 for n in self.nodes.values() if n["gpus"] > 0)
+
+    def spares(self) -> list[str]:
+        self._called()
+        return sorted(
+            k
+            for k, n in self.nodes.items()
+            if n["labels"].get("trainguard.io/spare") == "true" and not n["unschedulable"]
+        )
+
+    def gang_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        self._tick()
+        self._called()
+        return [self._pod_dict(p) for p in sorted(self.pods)]
+
+    def delete_pods(self, namespace: str, names: list[str]) -> list[str]:
+        deleted = []
+        for name in names:
+            pod = self.pods.get(name)
+            if pod is None or pod["terminating"]:
+                continue  # 404, or already being deleted: the apiserver accepts it and nothing changes
+            pod["terminating"] = True
+            self._effect("delete", name)
+            self._recreate(int(pod["index"]))  # the Job controller replaces a terminating pod
+            deleted.append(name)
+        self._called()
+        return deleted
+
+    def placement(self, namespace: str, label_selector: str, created_after: float) -> dict[str, str] | None:
+        pods = self.gang_pods(namespace, label_selector)
+        return new_pods_placement(pods, created_after)
+
+    def annotate_workload(
+        self, namespace: str, api_version: str, kind: str, name: str, annotations: Mapping[str, str | None]
+    ) -> None:
+        """A merge patch: a None (JSON null) removes the key, a missing key stays as it is."""
+        current = self.workloads.setdefault((kind, name), {})
+        if any(current.get(k) != v for k, v in annotations.items()):
+            self.annotations_written.append(dict(annotations))
+            for key, value in annotations.items():
+                if value is None:
+                    current.pop(key, None)
+                else:
+                    current[key] = value
+            self._effect(
+                "unannotate" if all(v is None for v in annotations.values()) else "annotate", kind, name
+            )
+        self._called()
+
+    def sidecars(self, namespace: str, label_selector: str, port: int) -> list[Sidecar]:
+        self._tick()
+        self._called()
+        return sorted(
+            Sidecar(p, s["node"], f"http://{p}:{port}")
+            for p, s in self.pods.items()
+            if s["node"] and not s["terminating"] and not s.get("phase")
+        )
+
+    def _reach(self, base_url: str, token: str) -> tuple[str, dict[str, Any]]:
+        pod = re.sub(r"^http://|:\d+$", "", base_url)
+        if pod in self.unreachable or pod not in self.sidecar:
+            raise ControlError(f"GET {base_url}/v1/control: connection refused")
+        if token != TOKEN:
+            raise ControlError(f"POST {base_url}/v1/control: HTTP 401")
+        return pod, self.sidecar[pod]
+
+    def _view(self, state: dict[str, Any]) -> dict[str, Any]:
+        hidden = {"reads", "pinned_at", "newest", "started"}
+        if self.old_sidecars:  # before the pin: no times, no pinned, no list
+            hidden |= {"pinned", "checkpoints"}
+        view = copy.deepcopy({k: v for k, v in state.items() if k not in hidden})
+        if self.old_sidecars and view["resume_from"]:
+            view["resume_from"].pop("ts", None)
+        return view
+
+    def control(self, base_url: str, token: str, body: dict[str, Any]) -> dict[str, Any]:
+        pod, state = self._reach(base_url, token)
+        if body.get("checkpoint") not in (None, "full", "incremental"):
+            raise ControlError("HTTP 400 checkpoint")  # checked whole: nothing changed
+        try:
+            pin = checkpoint_ref(body["resume_from"]) if "resume_from" in body else None
+        except ValueError as exc:
+            raise ControlError(f"HTTP 400 {exc}") from None
+        if "pause" in body and bool(body["pause"]) != state["pause"]:
+            state["pause"] = bool(body["pause"])
+            self._effect("pause", pod)
+        if "checkpoint" in body and body["checkpoint"] != state["checkpoint"]:
+            state["checkpoint"], state["reads"] = body["checkpoint"], 0
+            self._effect("checkpoint-request", pod)
+        if "advisories" in body and list(body["advisories"])[-32:] != state["advisories"]:
+            state["advisories"] = [dict(a) for a in body["advisories"]][-32:]
+            self._effect("advise", pod)
+        if "resume_from" in body and not self.old_sidecars:  # an older exporter ignores the key
+            self._pin(pod, state, pin)
+        self._called()
+        return self._view(state)
+
+    def _pin(self, pod: str, state: dict[str, Any], pin: dict[str, Any] | None) -> None:
+        before = (state["pinned"], state["resume_from"])
+        if pin is None:
+            state["pinned"], state["pinned_at"], state["resume_from"] = False, None, state["newest"]
+        else:
+            if not (state["pinned"] and state["pinned_at"] is not None and state["resume_from"] == pin):
+                state["pinned_at"] = self.clock()  # the same pin again keeps its time
+            state["pinned"], state["resume_from"] = True, pin
+        if (state["pinned"], state["resume_from"]) != before:
+            self._effect("pin" if pin else "unpin", pod)
+
+    def trainer_saves(self, state: dict[str, Any], kind: str) -> float:
+        """The trainer saved a checkpoint past its newest and reported it; returns its step."""
+        known = [c["step"] for c in state["checkpoints"]] + [(state["resume_from"] or {}).get("step", 0)]
+        step = max(known) + 100
+        ref = {"step": float(step), "kind": kind, "path": f"/ckpt/{step:g}", "ts": self.clock()}
+        state["checkpoints"] = sorted([*state["checkpoints"], ref], key=lambda c: (c["step"], c["ts"]))
+        state["checkpoints"] = state["checkpoints"][-HISTORY:]
+        state["newest"] = newer(state["newest"], ref)
+        pinned_step = (state["resume_from"] or {}).get("step", -1)
+        started_after = state["pinned_at"] is None or state["started"] > state["pinned_at"]
+        if state["pinned"] and not (step > pinned_step and started_after):
+            return float(step)  # the trainers running when the pin was set do not move it
+        state["pinned"], state["pinned_at"], state["resume_from"] = False, None, state["newest"]
+        return float(step)
+
+    def read_control(self, base_url: str, token: str) -> dict[str, Any]:
+        pod, state = self._reach(base_url, token)
+        if state["checkpoint"] and self.save_after_reads is not None:
+            state["reads"] += 1
+            if state["reads"] >= self.save_after_reads:  # the trainer saved and reported it
+                step = self.trainer_saves(state, state["checkpoint"])
+                state["checkpoint"] = None
+                self._effect("checkpoint-saved", pod, f"{step:g}")
+        self._called()
+        return self._view(state)
+
+
+class Store:
+    """The monitor's status: save() keeps the record and notes it on the shared timeline."""
+
+    def __init__(self, timeline: list[tuple[str, ...]]) -> None:
+        self.timeline = timeline
+        self.saved: list[dict[str, Any]] = []
+
+    def save(self, record: dict[str, Any]) -> dict[str, Any]:
+        self.saved.append(copy.deepcopy(record))
+        active = [(s["kind"], s["phase"]) for s in record["steps"] if s["phase"] == Phase.IN_PROGRESS]
+        last = next((s for s in reversed(record["steps"]) if s["phase"] != Phase.PLANNED), None)
+        self.timeline.append(
+            ("save", *(active[0] if active else (last["kind"], last["phase"]) if last else ()))
+        )
+        return copy.deepcopy(record)
+
+    @property
+    def last(self) -> dict[str, Any]:
+        return copy.deepcopy(self.saved[-1])
+
+
+def job_monitor(**changes: Any) -> TrainingJobMonitor:
+    """The test monitor, its workload the Job llama-pretrain (the gang the executor restarts)."""
+    return make_monitor(**{"spec.workloadRef": {"kind": "Job", "name": "llama-pretrain"}, **changes})
+
+
+def p0_signal(alertname: str, node: str = "gpu-a") -> Signal:
+    """A P0 of the job ml/llama-pretrain from a sidecar, on `node` (none: a job-wide one)."""
+    labels = {"alertname": alertname, "severity": "P0", "namespace": "ml", "training_job": "llama-pretrain"}
+    if node:
+        labels["node"] = node
+    return Signal(alertname, "P0", labels, fingerprint(labels), Source.SIDECAR, T0 - 5)
+
+
+class Rig:
+    """An executor on FakeCluster, saving to a Store; what it notifies is kept in `notified`."""
+
+    def __init__(self, **fake: Any) -> None:
+        self.clock = Clock()
+        self.timeline: list[tuple[str, ...]] = []
+        self.cluster = FakeCluster(self.clock, self.timeline, **fake)
+        self.store = Store(self.timeline)
+        self.notified: list[str] = []
+
+    def executor(self) -> Executor:
+        return Executor(
+            self.cluster,
+            self.store.save,
+            lambda ns, name: TOKEN if (ns, name) == ("ml", "llama-pretrain") else "wrong",
+            clock=self.clock,
+            sleep=self.clock.sleep,
+            notify=lambda record, message: self.notified.append(message),
+        )
+
+
+def kinds_and_phases(record: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(s["kind"], s["phase"]) for s in record["steps"]]
+
+
+def loop_rig(leader: bool = True) -> tuple[RemediationLoop, FakeKube, FakeCluster]:
+    """The P0 loop as the operator wires it, on the Kubernetes edge's fake holding the test monitor
+    (workload the Job llama-pretrain) and on FakeCluster, `leader` or a standby."""
+    clock = Clock()
+    timeline: list[tuple[str, ...]] = []
+    cluster = FakeCluster(clock, timeline)
+    body = copy.deepcopy(MONITOR)
+    body["metadata"]["uid"] = "u-1"
+    body["spec"]["workloadRef"] = {"kind": "Job", "name": "llama-pretrain"}
+    body["spec"]["remediation"] = {"emergencyCheckpointTimeout": "30s"}
+    kube = FakeKube(body)
+    locks: dict[tuple[str, str], threading.RLock] = {}
+
+    def executor(c: Any, save: Any, token_for: Any, **kw: Any) -> Executor:
+        return Executor(c, save, lambda ns, name: TOKEN, clock=clock, sleep=clock.sleep, **kw)
+
+    responder = RemediationLoop(
+        kube,
+        kube,
+        cluster,
+        key=lambda: b"k" * 48,
+        leader=lambda: leader,
+        lock=lambda ns, name: locks.setdefault((ns, name), threading.RLock()),
+        clock=clock,
+        executor_factory=executor,
+    )
+    return responder, kube, cluster
