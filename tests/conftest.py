@@ -1,14 +1,17 @@
-"""Shared fixtures: small valid objects, and the real promtool/amtool binaries when installed."""
+"""Shared fixtures: small valid objects, the real promtool/amtool binaries when installed, and the
+certificates of the operator's receiver."""
 
 from __future__ import annotations
 
 import copy
 import os
 import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.remediation.intake import make_certs
 from trainguard.api import AlertPolicy, TrainingJobMonitor, parse_object
 
 MONITOR: dict[str, Any] = {
@@ -94,3 +97,10 @@ def promtool() -> str:
 @pytest.fixture(scope="session")
 def amtool() -> str:
     return _tool("amtool")
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CA and a serving certificate for 127.0.0.1 it signed, for the operator's receiver over real TLS
+    (tests/remediation/intake.py)."""
+    return make_certs(tmp_path_factory.mktemp("certs"))

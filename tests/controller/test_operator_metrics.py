@@ -16,28 +16,15 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests.conftest import MONITOR, POLICY, monitor_body
-from tests.controller.test_reconcile import namespace_terminating, refused
 from tests.exposition import metric_families
-from tests.kube.fakes import FakeKube
+from tests.kube.fakes import FakeKube, namespace_terminating, refused
 from tests.remediation.fakes import loop_rig, p0_signal
-from tests.remediation.test_receiver import (
-    KEY,
-    NOW,
-    Intake,
-    alerts_token,
-    am_payload,
-    certs,
-    events_token,
-    post,
-    xid,
-)
+from tests.remediation.intake import KEY, NOW, Intake, alerts_token, am_payload, events_token, post, xid
 from trainguard.controller import handlers
 from trainguard.controller.admission import admit
 from trainguard.controller.metrics import OperatorMetrics, parse_addr, reconcile_result, serve
 from trainguard.kube.watch import Counts
 from trainguard.remediation.receiver import Receiver, ReceiverConfig
-
-__all__ = ["certs"]  # the receiver's TLS fixture, shared with tests/remediation/test_receiver.py
 
 FAMILIES = {
     "trainguard_operator_reconcile",

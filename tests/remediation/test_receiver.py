@@ -9,66 +9,33 @@ import logging
 import shutil
 import socket
 import ssl
-import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from email.message import Message
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.processes import alertmanager, http_json, wait_for
+from tests.remediation.intake import (
+    IDENTITY,
+    KEY,
+    NOW,
+    Intake,
+    alerts_token,
+    am_payload,
+    events_token,
+    post,
+    xid,
+)
 from trainguard.exporter.fastpath import FastPathSender, event
 from trainguard.remediation import tokens
 from trainguard.remediation.model import Signal, Source
 from trainguard.remediation.receiver import Receiver, ReceiverConfig
 
-KEY = tokens.new_key()
-NOW = 1_700_000_100.0
 MAX_BODY = 1 << 20
 """The default limit: bodies this large are where a server that closes with unread data loses its answer."""
-IDENTITY = {"namespace": "ml", "pod": "llama-0", "node": "gpu-a", "training_job": "llama"}
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("certs")
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=test-ca",
-             "-keyout", "ca.key", "-out", "ca.crt", cwd=d)  # fmt: skip
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=receiver",
-             "-keyout", "tls.key", "-out", "tls.csr", cwd=d)  # fmt: skip
-    (d / "tls.ext").write_text(
-        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
-        "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n"
-    )
-    _openssl("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-             "-days", "2", "-extfile", "tls.ext", "-out", "tls.crt", cwd=d)  # fmt: skip
-    return d
-
-
-@dataclass
-class Intake:
-    receiver: Receiver
-    ca: str
-    calls: list[list[Signal]] = field(default_factory=list)
-    fail: bool = False
-    standby: bool = False
-
-    @property
-    def base(self) -> str:
-        return f"https://127.0.0.1:{self.receiver.port}"
-
-    def context(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cafile=self.ca)
 
 
 @pytest.fixture
@@ -89,56 +56,6 @@ def intake(certs: Path) -> Iterator[Intake]:
         yield it
     finally:
         receiver.stop()
-
-
-def alerts_token(ns: str = "ml", name: str = "llama") -> str:
-    return tokens.derive(KEY, tokens.ALERTS, ns, name)
-
-
-def events_token(ns: str = "ml", name: str = "llama") -> str:
-    return tokens.derive(KEY, tokens.EVENTS, ns, name)
-
-
-def am_payload(*labels: dict[str, str], status: str = "firing") -> dict[str, Any]:
-    alerts = [
-        {
-            "status": status,
-            "labels": lab,
-            "annotations": {"summary": "s"},
-            "startsAt": "2023-11-14T22:13:20.5Z",
-            "endsAt": "0001-01-01T00:00:00Z",
-            "generatorURL": "http://prometheus:9090/graph",
-            "fingerprint": "c6eadffa33fcdf37",
-        }
-        for lab in labels
-    ]
-    return {"receiver": "trainguard", "status": status, "alerts": alerts, "groupLabels": {},
-            "commonLabels": {}, "commonAnnotations": {}, "externalURL": "http://am:9093", "version": "4",
-            "groupKey": "{}:{}", "truncatedAlerts": 0}  # fmt: skip
-
-
-def xid(gpu: str = "3", **over: str) -> dict[str, str]:
-    return (
-        IDENTITY | {"alertname": "GPUCriticalXid", "severity": "P0", "gpu": gpu, "prometheus": "k8s"} | over
-    )
-
-
-def post(
-    it: Intake, path: str, body: bytes | Any, token: str | None, method: str = "POST"
-) -> tuple[int, dict[str, Any], Message]:
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    headers = {"Content-Type": "application/json"}
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
-    req = urllib.request.Request(
-        it.base + path, data=data if method == "POST" else None, headers=headers, method=method
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=10, context=it.context()) as resp:
-            return resp.status, json.loads(resp.read()), resp.headers
-    except urllib.error.HTTPError as exc:
-        raw = exc.read()
-        return exc.code, json.loads(raw) if raw else {}, exc.headers
 
 
 def raw_request(it: Intake, head: list[tuple[str, str]], body: bytes = b"") -> tuple[int, dict[str, Any]]:
