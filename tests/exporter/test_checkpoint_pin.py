@@ -14,19 +14,11 @@ from typing import Any
 
 import pytest
 
+from tests.clock import T0, Clock
 from tests.exporter.running import running_exporter
 from trainguard.exporter.training import CHECKPOINT_HISTORY, TrainingState
 
-T0 = 1_700_000_000.0
 PIN = {"step": 900.0, "kind": "full", "path": "/ckpt/900", "ts": T0 - 50}
-
-
-class Clock:
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def ckpt(step: int, ts: float, started_at: float | None = T0 - 3600, kind: str = "full") -> dict[str, Any]:

@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.exporter import fake_nvml
-from tests.exporter.test_nvml import RecordingSender
+from tests.exporter.nvml_exporter import IDENTITY, RecordingSender, samples
 from trainguard.exporter.app import Exporter, ExporterConfig
 from trainguard.exporter.assignment import Assignment, resolve
 from trainguard.exporter.faults import Faults
@@ -18,7 +17,6 @@ from trainguard.exporter.nvml import NVMLBackend
 from trainguard.exporter.readings import GPUDevice
 from trainguard.exporter.training import TrainingState
 
-IDENTITY = {"namespace": "ml", "pod": "p-0", "node": "n1", "training_job": "j"}
 NODE = [GPUDevice(i, f"GPU-fake-{i}", "H100") for i in range(4)]
 
 
@@ -52,14 +50,6 @@ def test_ids_matching_no_gpu_leave_them_unknown_and_say_which() -> None:
     assert a.indices is None and "GPU-other" in a.reason
     partial = resolve(NODE, visible="GPU-fake-1,GPU-gone")
     assert partial.indices == frozenset({1}) and "GPU-gone" in partial.reason
-
-
-def samples(e: Exporter) -> dict[str, list[tuple[dict[str, str], float]]]:
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for fam in text_string_to_metric_families(e.render().decode()):
-        for s in fam.samples:
-            out.setdefault(s.name, []).append((s.labels, s.value))
-    return out
 
 
 def shared_node(**config: Any) -> tuple[Any, Exporter, RecordingSender]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.exporter import fake_nvml
-from tests.exporter.test_nvml import RecordingSender, exporter_for, samples
+from tests.exporter.nvml_exporter import RecordingSender, exporter_for, samples
 from trainguard.exporter.nvml import NVMLBackend
 
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import ctypes
 import time
-from typing import Any
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.exporter import fake_nvml
-from trainguard.exporter.app import Exporter, ExporterConfig
+from tests.exporter.nvml_exporter import IDENTITY, RecordingSender, exporter_for, samples
 from trainguard.exporter.collectors import (
     ExporterCollector,
     GPUCollector,
@@ -20,47 +18,7 @@ from trainguard.exporter.collectors import (
     SnapshotBox,
     TrainingCollector,
 )
-from trainguard.exporter.faults import Faults
-from trainguard.exporter.nvml import NVMLBackend, handle_address
-from trainguard.exporter.training import TrainingState
-
-IDENTITY = {"namespace": "ml", "pod": "p-0", "node": "n1", "training_job": "j"}
-
-
-def samples(exporter: Exporter) -> dict[str, list[tuple[dict[str, str], float]]]:
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for fam in text_string_to_metric_families(exporter.render().decode()):
-        for s in fam.samples:
-            out.setdefault(s.name, []).append((s.labels, s.value))
-    return out
-
-
-class RecordingSender:
-    """Stands in for FastPathSender: keeps what the detectors send."""
-
-    def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
-        self.results: dict[str, int] = {}
-
-    def send(self, ev: dict[str, Any]) -> bool:
-        self.sent.append(ev)
-        return True
-
-    def alertnames(self) -> list[tuple[str, str]]:
-        return [(e["labels"]["alertname"], e["labels"].get("gpu", "")) for e in self.sent]
-
-
-def exporter_for(
-    nvml: Any, timeout: float = 3.0, sender: RecordingSender | None = None, **config: Any
-) -> Exporter:
-    """An exporter over `nvml`; by default the pod owns the whole node (--gpus-per-pod = all its GPUs)."""
-    backend = NVMLBackend(nvml)
-    faults = Faults()
-    config.setdefault("gpus_per_pod", nvml.nvmlDeviceGetCount())
-    e = Exporter(ExporterConfig(IDENTITY, gpu_timeout_s=timeout, **config), backend, None,
-                 TrainingState(faults=faults), faults, CollectorRegistry(), fastpath=sender)  # type: ignore[arg-type]  # fmt: skip
-    e.poll_hardware()
-    return e
+from trainguard.exporter.nvml import handle_address
 
 
 def test_readings_become_dcgm_named_metrics_with_labels() -> None:

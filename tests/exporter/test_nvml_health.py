@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from tests.clock import Clock
 from tests.exporter import fake_nvml
-from tests.exporter.test_nvml import exporter_for, samples
+from tests.exporter.nvml_exporter import exporter_for, samples
 from trainguard.exporter.nvml import NVMLBackend
 from trainguard.exporter.readings import GPUReading
 
@@ -22,16 +23,8 @@ NEW_GPU_SERIES = (
 )  # fmt: skip
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def backend(*gpus: dict[str, Any]) -> tuple[NVMLBackend, Clock]:
-    clock = Clock()
+    clock = Clock(100.0)
     return NVMLBackend(fake_nvml.make(list(gpus)), clock=clock), clock
 
 
@@ -92,7 +85,7 @@ def test_a_zero_memory_temperature_is_a_gpu_without_an_hbm_sensor() -> None:
 def test_a_gpu_without_nvlink_has_no_nvlink_series() -> None:
     b, clock = backend(fake_nvml.pcie_gpu(0))
     read_one(b)
-    clock.t += 1
+    clock.now += 1
     r = read_one(b)
     assert (r.nvlink_tx_bytes_per_s, r.nvlink_rx_bytes_per_s, r.nvlink_crc_flit_total) == (None, None, None)
 
@@ -107,7 +100,7 @@ def test_nvlink_throughput_is_the_rate_of_the_data_counters_over_the_active_link
     for link in links:
         link["tx_kib"] += 1_000_000  # 1e6 KiB each in 2 s
         link["rx_kib"] += 500_000
-    clock.t += 2
+    clock.now += 2
     r = read_one(b)
     assert r.nvlink_tx_bytes_per_s == 17 * 1_000_000 * 1024 / 2
     assert r.nvlink_rx_bytes_per_s == 17 * 500_000 * 1024 / 2
@@ -121,7 +114,7 @@ def test_nvlink_byte_counters_where_the_kib_counters_are_not_supported() -> None
     read_one(b)
     for link in gpu["nvlink"]:
         link["tx_bytes"] += 10**9
-    clock.t += 1
+    clock.now += 1
     r = read_one(b)
     assert (r.nvlink_tx_bytes_per_s, r.nvlink_rx_bytes_per_s) == (18 * 10**9, 0)
 
@@ -133,11 +126,11 @@ def test_a_link_going_down_skips_one_rate_instead_of_a_drop() -> None:
     for link in gpu["nvlink"]:
         link["tx_kib"] += 1000
     gpu["nvlink"][3]["active"] = 0
-    clock.t += 1
+    clock.now += 1
     assert read_one(b).nvlink_tx_bytes_per_s is None, "other links than last poll: no honest delta"
     for link in gpu["nvlink"]:
         link["tx_kib"] += 1000
-    clock.t += 1
+    clock.now += 1
     assert read_one(b).nvlink_tx_bytes_per_s == 17 * 1000 * 1024
 
 

@@ -13,6 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests.exporter import fake_nvml
+from tests.exporter.nvml_exporter import IDENTITY
 from tests.exposition import Samples, parse, scrape
 from tests.processes import free_port, wait_http
 from trainguard.exporter.app import Exporter, ExporterConfig
@@ -22,7 +23,6 @@ from trainguard.exporter.nvml import NVMLBackend
 from trainguard.exporter.training import TrainingState
 
 ROOT = Path(__file__).resolve().parents[2]
-IDENTITY = {"namespace": "ml", "pod": "p-0", "node": "n1", "training_job": "j"}
 
 
 def up(scraped: Samples) -> dict[str, tuple[float, str]]:

@@ -5,18 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from tests.clock import Clock
 from trainguard.exporter.faults import Faults
 from trainguard.exporter.training import TrainingState
 
 TIB = 2**40
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def restore(state: TrainingState, pid: int, phase: str, rate: float | None = None) -> None:

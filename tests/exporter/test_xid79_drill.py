@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
+from tests.exporter.nvml_exporter import IDENTITY, RecordingSender
 from tests.exporter.running import running_exporter
-from tests.exporter.test_nvml import IDENTITY, RecordingSender
 from trainguard.exporter.app import Exporter, ExporterConfig
 from trainguard.exporter.faults import Faults
 from trainguard.exporter.simulated import SimulatedBackend
