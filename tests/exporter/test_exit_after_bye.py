@@ -10,14 +10,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from tests.exporter.running import running_exporter
-from tests.processes import free_port, http_json, wait_http
+from tests.processes import free_port, http_json, wait_for, wait_http
 from trainguard.exporter.main import wait_for_trainers
 from trainguard.sdk import Reporter
 
@@ -83,13 +83,6 @@ GRACE_S = 2.0
 """Long beside the moment between the waiter's word that it is in the grace and the hello that follows."""
 
 
-def wait(cond: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
-
-
 def test_a_trainer_that_says_hello_during_the_grace_keeps_the_sidecar_up(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -106,9 +99,16 @@ def test_a_trainer_that_says_hello_during_the_grace_keeps_the_sidecar_up(
             target=lambda: result.append(wait_for_trainers(exp.exporter, done, GRACE_S, 0.05))
         )
         waiter.start()
-        wait(lambda: "every training process said bye" in caplog.text)  # in the grace now
+        wait_for(
+            "every training process's bye", lambda: "every training process said bye" in caplog.text, 10, 0.01
+        )  # in the grace now
         training.ingest({"type": "hello", "pid": 11})  # a second training run of the same pod
-        wait(lambda: "said hello during the grace" in caplog.text, timeout=GRACE_S + 10)
+        wait_for(
+            "a hello during the grace",
+            lambda: "said hello during the grace" in caplog.text,
+            GRACE_S + 10,
+            0.01,
+        )
         assert waiter.is_alive(), "still waiting: pid 11 trains"
         training.ingest({"type": "bye", "pid": 11})
         waiter.join(GRACE_S + 10)

@@ -11,9 +11,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from tests.clock import Clock
 from tests.conftest import monitor as make_monitor
 from tests.exporter.running import Running, running_exporter
-from tests.sdk.fakes import wait
+from tests.processes import wait_for
 from trainguard.remediation.cluster import Cluster
 from trainguard.remediation.executor import Executor, choose_checkpoint
 from trainguard.remediation.model import ClusterState, Phase, Signal, Source, StepKind
@@ -25,14 +26,6 @@ from trainguard.sdk import Reporter
 
 TOKEN = "t0k3n"
 MONITOR = make_monitor()
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class ThisPod(Cluster):
@@ -85,7 +78,7 @@ def test_the_executor_pins_the_checkpoint_saved_before_the_nan_and_the_sidecar_h
         tg.checkpoint_saved(900, "incremental", "/ckpt/900")
         clock.now = base + 25
         tg.log_step(950, loss=float("nan"))
-        wait(lambda: knows(exp, 900))
+        wait_for("the exporter to know step 900", lambda: knows(exp, 900), 5, 0.02)
 
         record = nan_plan_run(exp, nan_at=base + 25)
         assert [s["phase"] for s in record["steps"]] == [Phase.SUCCEEDED, Phase.SUCCEEDED], record
@@ -94,10 +87,10 @@ def test_the_executor_pins_the_checkpoint_saved_before_the_nan_and_the_sidecar_h
         assert "not checked" not in pinned, "the sidecar says when each checkpoint was saved"
         assert "do not hold the pin" not in pinned
 
-        wait(tg.should_pause, timeout=2)
+        wait_for("the pause", tg.should_pause, 2, 0.02)
         clock.now = base + 30
         tg.checkpoint_saved(1000, "full", "/ckpt/1000")  # the trainer went on: the corrupted state
-        wait(lambda: knows(exp, 1000))
+        wait_for("the exporter to know step 1000", lambda: knows(exp, 1000), 5, 0.02)
         view = ThisPod(exp.url).read_control(exp.url, TOKEN)
         assert view["pinned"] is True
         assert view["resume_from"] == {
@@ -107,7 +100,7 @@ def test_the_executor_pins_the_checkpoint_saved_before_the_nan_and_the_sidecar_h
             "ts": base + 20,
         }
         # the trainer's own cache holds its newer save until its next control refresh shows the pin
-        wait(lambda: tg.resume_from() == view["resume_from"], timeout=5)
+        wait_for("the trainer to see the pin", lambda: tg.resume_from() == view["resume_from"], 5, 0.02)
         # the executor's own judgement of what the sidecar now shows agrees
         chosen, note = choose_checkpoint([view["resume_from"]], base + 24, None)
         assert chosen == view["resume_from"] and note == ""
@@ -123,7 +116,7 @@ def test_the_view_lists_the_good_checkpoint_when_a_newer_one_followed_the_nan() 
         tg.checkpoint_saved(900, "full", "/ckpt/900")
         clock.now = base + 27
         tg.checkpoint_saved(1000, "full", "/ckpt/1000")  # after the NaN at base + 25
-        wait(lambda: knows(exp, 1000))
+        wait_for("the exporter to know step 1000", lambda: knows(exp, 1000), 5, 0.02)
         view = ThisPod(exp.url).read_control(exp.url, TOKEN)
         assert choose_checkpoint([view["resume_from"]], base + 24, None)[0] is None
         chosen, _ = choose_checkpoint([view["resume_from"], *view["checkpoints"]], base + 24, None)
@@ -138,7 +131,7 @@ def test_the_executor_pins_the_good_checkpoint_when_a_newer_one_followed_the_nan
         tg.checkpoint_saved(900, "full", "/ckpt/900")
         clock.now = base + 27
         tg.checkpoint_saved(1000, "full", "/ckpt/1000")
-        wait(lambda: knows(exp, 1000))
+        wait_for("the exporter to know step 1000", lambda: knows(exp, 1000), 5, 0.02)
         record = nan_plan_run(exp, nan_at=base + 25)
         assert record["steps"][1]["phase"] == Phase.SUCCEEDED, record["steps"][1]["detail"]
         assert exp.exporter.training.control_view()["resume_from"]["path"] == "/ckpt/900"

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from tests.processes import wait_for
 from trainguard.kube import NotSynced
 from trainguard.kube.watch import Informer, Resource
 
@@ -117,15 +118,6 @@ def apiserver() -> Iterator[tuple[Apiserver, client.ApiClient]]:
         server.server_close()
 
 
-def wait(what: str, fn: Any, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := fn():
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def names(informer: Informer, ns: str | None = None) -> list[str]:
     return [o["metadata"]["name"] for o in informer.items(ns, timeout=5)]
 
@@ -142,11 +134,13 @@ def test_it_lists_once_in_pages_then_follows_the_watch_from_the_lists_version(
     ]]  # fmt: skip
     informer = Informer(api, Resource("", "v1", "pods")).start()
     try:
-        wait("the events applied", lambda: names(informer) == ["a", "d", "c"] or None)
+        wait_for("the events applied", lambda: names(informer) == ["a", "d", "c"] or None, 10, 0.02)
         assert names(informer, "ml") == ["a", "d"] and names(informer, "other") == ["c"]
         assert informer.get("ml", "a", timeout=1)["metadata"]["labels"] == {"role": "trainer"}
         assert "managedFields" not in informer.get("ml", "a", timeout=1)["metadata"], "slimmed"
-        watches = wait("the second watch", lambda: [r for r in fake.requests if r.get("watch")][1:] or None)
+        watches = wait_for(
+            "the second watch", lambda: [r for r in fake.requests if r.get("watch")][1:] or None, 10, 0.02
+        )
         lists = [r for r in fake.requests if not r.get("watch")]
         assert len(lists) == 2 and lists[1]["continue"] == "2", "one list, in two pages"
         first_watch = next(r for r in fake.requests if r.get("watch"))
@@ -166,7 +160,7 @@ def test_a_410_gone_lists_again(apiserver: tuple[Apiserver, client.ApiClient], g
     try:
         assert names(informer) == ["a", "b", "c"]
         fake.objects = [pod("z", 30)]
-        wait("the cache listed again", lambda: names(informer) == ["z"] or None)
+        wait_for("the cache listed again", lambda: names(informer) == ["z"] or None, 10, 0.02)
         assert informer.counts.relists == 1
     finally:
         informer.stop()
@@ -181,7 +175,7 @@ def test_a_read_before_the_first_list_fails_instead_of_answering_nothing() -> No
     try:
         with pytest.raises(NotSynced, match="pods"):
             informer.items(timeout=0.2)
-        wait("the failed list counted", lambda: informer.counts.errors)
+        wait_for("the failed list counted", lambda: informer.counts.errors, 10, 0.02)
     finally:
         informer.stop()
 
@@ -194,12 +188,14 @@ def test_a_reconnect_watches_again_from_the_last_version_without_a_list(
     fake.scripts = [[{"type": "ADDED", "object": pod("d", 11)}]]
     informer = Informer(api, Resource("", "v1", "pods")).start()
     try:
-        wait("the event", lambda: "d" in names(informer) or None)
-        wait("a quiet watch open", lambda: len([r for r in fake.requests if r.get("watch")]) >= 2
-             and informer._response is not None)  # fmt: skip
+        wait_for("the event", lambda: "d" in names(informer) or None, 10, 0.02)
+        wait_for("a quiet watch open", lambda: len([r for r in fake.requests if r.get("watch")]) >= 2
+                 and informer._response is not None, 10, 0.02)  # fmt: skip
         assert informer.heard_s() < 5
         informer.reconnect()
-        again = wait("a third watch", lambda: [r for r in fake.requests if r.get("watch")][2:] or None)
+        again = wait_for(
+            "a third watch", lambda: [r for r in fake.requests if r.get("watch")][2:] or None, 10, 0.02
+        )
         assert again[0]["resourceVersion"] == "11"
         assert informer.counts.lists == 2 and informer.counts.relists == 0
         assert informer.counts.errors == 0, "a reconnect is no error"
@@ -215,7 +211,9 @@ def test_a_watch_that_brings_nothing_for_too_long_is_watched_again_without_a_lis
     informer = Informer(api, Resource("", "v1", "pods"), quiet_s=0.5).start()
     try:
         assert names(informer) == ["a", "b", "c"]
-        again = wait("a second watch", lambda: [r for r in fake.requests if r.get("watch")][1:] or None)
+        again = wait_for(
+            "a second watch", lambda: [r for r in fake.requests if r.get("watch")][1:] or None, 10, 0.02
+        )
         assert again[0]["resourceVersion"] == "10"
         assert informer.counts.quiet >= 1 and informer.counts.lists == 2 and informer.counts.errors == 0
     finally:

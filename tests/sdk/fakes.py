@@ -20,13 +20,6 @@ from typing import Any
 from trainguard.sdk import Reporter
 
 
-def wait(cond: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
-
-
 class FakeSidecar:
     """The exporter's two SDK endpoints: POST /v1/report (204) and GET /v1/control (a JSON object).
     `control` is what GET answers; `report_status` other than 204 makes reports fail the way a

@@ -6,7 +6,8 @@ import logging
 
 import pytest
 
-from tests.sdk.fakes import NumpyInt64, running_sidecar, wait
+from tests.processes import wait_for
+from tests.sdk.fakes import NumpyInt64, running_sidecar
 from trainguard.sdk import Reporter
 
 
@@ -17,7 +18,12 @@ def test_a_numpy_step_counter_reaches_the_sidecar_as_a_number() -> None:
             tg.log_step(NumpyInt64(5), loss=1.0)  # type: ignore[arg-type]
             tg.checkpoint_saved(NumpyInt64(5), "full", "/ckpt/5")  # type: ignore[arg-type]
             tg.log_step(6, loss=1.0)
-            wait(lambda: [e.get("step") for e in sidecar.events if e["type"] != "hello"] == [5, 5, 6])
+            wait_for(
+                "the steps 5, 5 and 6",
+                lambda: [e.get("step") for e in sidecar.events if e["type"] != "hello"] == [5, 5, 6],
+                5,
+                0.02,
+            )
         finally:
             tg.close()
 

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from tests.exporter.running import running_exporter
-from tests.sdk.fakes import running_sidecar, wait
+from tests.processes import wait_for
+from tests.sdk.fakes import running_sidecar
 from trainguard.sdk import Reporter
 
 STARTED = 1_700_000_000.0
@@ -56,14 +57,19 @@ def test_a_restarted_sidecar_gets_hello_again_with_the_checkpoints_recorded_befo
             tg.checkpoint_saved(100, "incremental", "/ckpt/100")
             tg.checkpoint_saved(200, "incremental", "/ckpt/200")
             tg.checkpoint_saved(150, "full", "/ckpt/full-150", ok=False)  # a failed save is no checkpoint
-            wait(lambda: sum(e["type"] == "checkpoint" for e in sidecar.events) == 3)
+            wait_for(
+                "the three checkpoint reports",
+                lambda: sum(e["type"] == "checkpoint" for e in sidecar.events) == 3,
+                5,
+                0.02,
+            )
             gets = sidecar.control_gets
-            wait(lambda: sidecar.control_gets >= gets + 3)
+            wait_for("three more control reads", lambda: sidecar.control_gets >= gets + 3, 5, 0.02)
             assert len(sidecar.hellos()) == 1, "the same sidecar gets one hello"
             sidecar.control = control("b")  # it restarted: start time and checkpoint times are gone
-            wait(lambda: len(sidecar.hellos()) == 2)
+            wait_for("the second hello", lambda: len(sidecar.hellos()) == 2, 5, 0.02)
             gets = sidecar.control_gets
-            wait(lambda: sidecar.control_gets >= gets + 3)
+            wait_for("three more control reads", lambda: sidecar.control_gets >= gets + 3, 5, 0.02)
             assert len(sidecar.hellos()) == 2
         finally:
             tg.close()
@@ -78,7 +84,7 @@ def test_an_older_sidecar_without_instance_gets_one_hello() -> None:
         tg = Reporter(url, flush_interval_s=0.02, control_interval_s=0.02)
         try:
             tg.checkpoint_saved(10, "full", "/ckpt/10")
-            wait(lambda: sidecar.control_gets >= 5)
+            wait_for("five control reads", lambda: sidecar.control_gets >= 5, 5, 0.02)
         finally:
             tg.close()
     assert len(sidecar.hellos()) == 1
@@ -103,12 +109,14 @@ def test_a_restarted_sidecar_gets_the_newest_step_in_the_hello() -> None:
         try:
             tg.log_step(41, loss=1.0)
             tg.log_step(42, loss=1.0)
-            wait(lambda: sum(e["type"] == "step" for e in sidecar.events) == 2)
+            wait_for(
+                "the two step reports", lambda: sum(e["type"] == "step" for e in sidecar.events) == 2, 5, 0.02
+            )
             # the Reporter must have seen instance "a" before it changes: this test is about a sidecar
             # that restarts after answering (one that restarts before is the last test's case)
-            wait(lambda: sidecar.control_gets >= 1)
+            wait_for("a control read", lambda: sidecar.control_gets >= 1, 5, 0.02)
             sidecar.control = control("b")
-            wait(lambda: len(sidecar.hellos()) == 2)
+            wait_for("the second hello", lambda: len(sidecar.hellos()) == 2, 5, 0.02)
         finally:
             tg.close()
     assert sidecar.hellos()[0]["last_step"] is None, "no step yet at the first hello"
@@ -123,10 +131,10 @@ def test_a_restarted_exporter_knows_the_last_step_before_the_next_one(tmp_path: 
     try:
         with running_exporter("--backend", "none", "--no-host", socket_path=sock) as exp:
             tg.log_step(7, loss=1.0)
-            wait(lambda: exp.value("trainguard_train_step") == 7)
+            wait_for("step 7 on the exporter", lambda: exp.value("trainguard_train_step") == 7, 5, 0.02)
             stepped = exp.value("trainguard_train_last_step_timestamp_seconds")
         with running_exporter("--backend", "none", "--no-host", socket_path=sock) as exp:  # no step since
-            wait(lambda: exp.value("trainguard_train_step") == 7)
+            wait_for("step 7 on the exporter", lambda: exp.value("trainguard_train_step") == 7, 5, 0.02)
             assert exp.value("trainguard_train_last_step_timestamp_seconds") == stepped
     finally:
         tg.close()
@@ -145,6 +153,6 @@ def test_a_sidecar_that_restarts_right_after_taking_the_first_hello_gets_another
         sidecar.on_report = restart_after_the_hello
         tg = Reporter(url, clock=Clock(), flush_interval_s=0.02, control_interval_s=0.02)
         try:
-            wait(lambda: len(sidecar.hellos()) == 2)
+            wait_for("the second hello", lambda: len(sidecar.hellos()) == 2, 5, 0.02)
         finally:
             tg.close()

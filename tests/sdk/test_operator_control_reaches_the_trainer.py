@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from tests.exporter.running import Running, running_exporter
-from tests.sdk.fakes import running_sidecar, wait
+from tests.processes import wait_for
+from tests.sdk.fakes import running_sidecar
 from trainguard.sdk import Reporter
 
 TOKEN = "t0k3n"
@@ -51,14 +52,16 @@ def operator(exp: Running, body: dict[str, Any]) -> dict[str, Any]:
 def within(cond: Any, seconds: float) -> float:
     """How long cond took to hold; fails past `seconds`."""
     t0 = time.monotonic()
-    wait(cond, timeout=seconds)
+    wait_for("the condition", cond, seconds, 0.02)
     return time.monotonic() - t0
 
 
 def test_a_pause_reaches_should_pause_within_the_control_refresh_interval() -> None:
     with pod() as (exp, tg):
         tg.log_step(1, loss=2.0)
-        wait(lambda: tg.sent >= 2)  # hello and step: the trainer runs
+        wait_for(
+            "the hello and the step sent", lambda: tg.sent >= 2, 5, 0.02
+        )  # hello and step: the trainer runs
         assert tg.should_pause() is False
         operator(exp, {"pause": True})
         took = within(tg.should_pause, REFRESH_S + FLUSH_S + 0.5)
@@ -71,7 +74,12 @@ def test_resume_from_prefers_the_pin_over_the_trainers_own_newer_checkpoints() -
     with pod() as (exp, tg):
         tg.checkpoint_saved(900, "full", "/ckpt/900")
         tg.checkpoint_saved(1000, "incremental", "/ckpt/1000")
-        wait(lambda: (exp.exporter.training.control_view()["resume_from"] or {}).get("step") == 1000)
+        wait_for(
+            "the pin at step 1000",
+            lambda: (exp.exporter.training.control_view()["resume_from"] or {}).get("step") == 1000,
+            5,
+            0.02,
+        )
         good = exp.exporter.training.control_view()["checkpoints"][0]
         assert good["step"] == 900 and good["ts"] > 0
         operator(exp, {"pause": True, "resume_from": good})
@@ -80,7 +88,12 @@ def test_resume_from_prefers_the_pin_over_the_trainers_own_newer_checkpoints() -
         tg.checkpoint_saved(1100, "full", "/ckpt/1100")  # this process went on after the NaN
         assert tg.resume_from() == good, "its own newer checkpoint does not move the pin"
         # the sidecar has heard of it (the report is flushed in the background), and the trainer asked since
-        wait(lambda: exp.exporter.training.snapshot().checkpoint_step.get("full") == 1100)
+        wait_for(
+            "the full checkpoint of step 1100",
+            lambda: exp.exporter.training.snapshot().checkpoint_step.get("full") == 1100,
+            5,
+            0.02,
+        )
         time.sleep(REFRESH_S + FLUSH_S)
         assert tg.resume_from() == good, "nor does the sidecar, which heard of it since"
         # should_checkpoint still follows the operator's request, then the cadence
@@ -96,7 +109,9 @@ def test_resume_from_prefers_the_pin_over_the_trainers_own_newer_checkpoints() -
 def test_a_trainer_started_after_the_pin_resumes_from_it_and_ends_it_by_saving_past_it() -> None:
     with pod() as (exp, old):
         old.checkpoint_saved(900, "full", "/ckpt/900")
-        wait(lambda: exp.exporter.training.control_view()["checkpoints"])
+        wait_for(
+            "the checkpoints listed", lambda: exp.exporter.training.control_view()["checkpoints"], 5, 0.02
+        )
         good = exp.exporter.training.control_view()["checkpoints"][0]
         old.checkpoint_saved(1000, "full", "/ckpt/1000")
         operator(exp, {"resume_from": good})

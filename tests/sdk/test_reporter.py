@@ -16,15 +16,8 @@ from typing import Any
 import pytest
 
 from tests.exporter.running import running_exporter
-from tests.processes import free_port
+from tests.processes import free_port, wait_for
 from trainguard.sdk import Reporter
-
-
-def wait(cond: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 def test_reports_reach_the_exporter_over_a_unix_socket(tmp_path: Path) -> None:
@@ -49,7 +42,7 @@ def test_absent_sidecar_costs_one_warning_and_no_time(caplog: pytest.LogCaptureF
     for step in range(2000):
         tg.log_step(step, loss=1.0)
     per_call = (time.perf_counter() - t0) / 2000
-    wait(lambda: tg.failures >= 3)
+    wait_for("three failed reports", lambda: tg.failures >= 3, 5, 0.02)
     tg.close()
     assert per_call < 0.001, f"log_step took {per_call * 1e6:.0f} us with no sidecar"
     warnings = [r for r in caplog.records if "not reachable" in r.getMessage()]
@@ -91,12 +84,12 @@ def test_restarted_sidecar_gets_reports_again(tmp_path: Path) -> None:
     tg = Reporter(f"unix://{sock}", flush_interval_s=0.05)
     with running_exporter("--backend", "none", "--no-host", socket_path=sock) as exp:
         tg.log_step(1, loss=1.0)
-        wait(lambda: exp.value("trainguard_train_step") == 1)
+        wait_for("step 1 on the exporter", lambda: exp.value("trainguard_train_step") == 1, 5, 0.02)
     tg.log_step(2, loss=1.0)  # the sidecar is down now
-    wait(lambda: tg.failures >= 1)
+    wait_for("a failed report", lambda: tg.failures >= 1, 5, 0.02)
     with running_exporter("--backend", "none", "--no-host", socket_path=sock) as exp:
         tg.log_step(3, loss=1.0)
-        wait(lambda: exp.value("trainguard_train_step") == 3)
+        wait_for("step 3 on the exporter", lambda: exp.value("trainguard_train_step") == 3, 5, 0.02)
     tg.close()
 
 
@@ -114,7 +107,7 @@ def test_operator_requests_reach_the_trainer(tmp_path: Path) -> None:
         req = urllib.request.Request(f"{exp.url}/v1/control", data=body, method="POST",
                                      headers={"Authorization": "Bearer t0k3n"})  # fmt: skip
         urllib.request.urlopen(req).read()
-        wait(tg.should_pause)
+        wait_for("the pause", tg.should_pause, 5, 0.02)
         assert tg.should_checkpoint(7) == "full"
         assert tg.advisories() == [{"action": "clip_gradients", "max_norm": 1.0}]
         before = time.time()
