@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
+from tests.kube.fakes import merge_patch
 from tests.processes import alertmanager, free_port, http_json
-from tests.remediation.test_escalation import ON
+from tests.remediation.escalation_inputs import ON
 from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT
 from trainguard.cli import main
 from trainguard.remediation.escalation import due, escalated, format_time, parse_time
@@ -221,7 +222,7 @@ class FakeApiserver:
                 if wanted and wanted != server.node["metadata"]["resourceVersion"]:
                     self._send(409, {"kind": "Status", "code": 409, "reason": "Conflict"})
                     return
-                server.node = merge(server.node, body)
+                server.node = merge_patch(server.node, body)
                 server.node["metadata"]["resourceVersion"] = str(
                     int(server.node["metadata"]["resourceVersion"]) + 1
                 )
@@ -238,19 +239,6 @@ class FakeApiserver:
 
     def methods(self) -> list[str]:
         return [r[0] for r in self.requests]
-
-
-def merge(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch, as the apiserver applies application/merge-patch+json."""
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = merge(out.get(k), v)
-    return out
 
 
 def kubeconfig(tmp: Path, server: str) -> Path:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import monitor as make_monitor
-from tests.remediation.test_escalation import am
+from tests.remediation.escalation_inputs import am
 from tests.remediation.test_plan import (
     CKPT,
     CORDON,

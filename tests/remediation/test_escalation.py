@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import policy
 from tests.processes import alertmanager, http_json
+from tests.remediation.escalation_inputs import JOB, MIN, NAME, NOW, NS, ON, am
 from tests.render.amconfig import write_config
 from trainguard.remediation.escalation import (
     COPY_TTL_S,
@@ -24,39 +25,6 @@ from trainguard.remediation.escalation import (
     parse_time,
     settings,
 )
-
-NOW = 1_700_000_000.0
-MIN = 60.0
-NS, NAME = "ml", "llama-pretrain"
-JOB = {"namespace": NS, "training_job": NAME}
-ON = Settings(enabled=True, after_s=15 * MIN)
-
-
-def am(
-    name: str,
-    severity: str,
-    age_s: float,
-    state: str = "active",
-    *,
-    silenced_by: tuple[str, ...] = (),
-    inhibited_by: tuple[str, ...] = (),
-    fingerprint: str = "",
-    ends_in_s: float = 300.0,
-    **labels: str,
-) -> dict[str, Any]:
-    """An alert as GET /api/v2/alerts returns it."""
-    all_labels = {"alertname": name, "severity": severity, **JOB, **labels}
-    return {
-        "labels": all_labels,
-        "annotations": {"summary": f"{name} summary", "runbook_url": "https://runbooks/x"},
-        "startsAt": format_time(NOW - age_s),
-        "endsAt": format_time(NOW + ends_in_s),
-        "updatedAt": format_time(NOW),
-        "generatorURL": "http://prometheus/graph",
-        "fingerprint": fingerprint or f"fp-{name}-{severity}-{sorted(labels.items())}",
-        "receivers": [{"name": "im"}],
-        "status": {"state": state, "silencedBy": list(silenced_by), "inhibitedBy": list(inhibited_by)},
-    }
 
 
 def names(alerts: list[dict[str, Any]]) -> list[str]:

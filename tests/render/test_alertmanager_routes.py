@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import monitor, policy
-from tests.render.amconfig import write_config
+from tests.render.amconfig import routes_test, write_config
 from trainguard.api.policy import QuietHours
 from trainguard.render.alertmanager import alertmanager_config_spec
 from trainguard.render.policy import effective_policy
@@ -19,27 +19,6 @@ from trainguard.render.time_intervals import quiet_hours_interval
 pytestmark = pytest.mark.tools
 
 R = "ml/default/"
-
-
-def routes_test(amtool: str, config: Path, labels: dict[str, str], expected: list[str]) -> None:
-    args = [f"{k}={v}" for k, v in labels.items()]
-    result = subprocess.run(
-        [
-            amtool,
-            "config",
-            "routes",
-            "test",
-            f"--config.file={config}",
-            f"--verify.receivers={','.join(expected)}",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, (
-        f"{labels} went to {result.stdout.strip()}, expected {expected}\n{result.stderr}"
-    )
 
 
 def test_amtool_accepts_the_config(amtool: str, tmp_path: Path) -> None:

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import policy
-from tests.render.amconfig import write_config
-from tests.render.test_alertmanager_routes import routes_test
+from tests.render.amconfig import routes_test, write_config
 from trainguard.api import InvalidInput
 from trainguard.api.crd import schema_for
 from trainguard.api.policy import DEFAULT_ALLOWLIST, OPERATOR_ALERT_NAMES, AlertPolicy, QuietHours

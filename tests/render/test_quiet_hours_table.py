@@ -23,9 +23,8 @@ import pytest
 
 from tests.conftest import monitor, policy
 from tests.processes import alertmanager, http_json
-from tests.render.amconfig import write_config
+from tests.render.amconfig import routes_test, write_config
 from tests.render.notification_sink import Sink, serve
-from tests.render.test_alertmanager_routes import routes_test
 from trainguard.render import dump_yaml
 from trainguard.render.alertmanager import plain_route
 from trainguard.render.policy import effective_policy
