@@ -78,7 +78,9 @@ def policy(**changes: Any) -> AlertPolicy:
     return obj
 
 
-def _tool(name: str) -> str:
+def required_tool(name: str) -> str:
+    """The binary `name` on PATH: skips the test without it, or fails it where CI requires the tools
+    (TRAINGUARD_REQUIRE_TOOLS)."""
     path = shutil.which(name)
     if path is None:
         if os.environ.get("TRAINGUARD_REQUIRE_TOOLS"):
@@ -91,12 +93,12 @@ def _tool(name: str) -> str:
 
 @pytest.fixture(scope="session")
 def promtool() -> str:
-    return _tool("promtool")
+    return required_tool("promtool")
 
 
 @pytest.fixture(scope="session")
 def amtool() -> str:
-    return _tool("amtool")
+    return required_tool("amtool")
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.conftest import _tool
+from tests.conftest import required_tool
 from tests.processes import alertmanager, free_port
 from trainguard.catalog.alerts import TRAINING_INTERRUPTED
 from trainguard.clients.alertmanager import (
@@ -44,7 +44,7 @@ CONFIG = {
 
 @pytest.fixture(scope="module")
 def am(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    binary = _tool("prometheus-alertmanager")
+    binary = required_tool("prometheus-alertmanager")
     workdir = tmp_path_factory.mktemp("am")
     config = workdir / "alertmanager.yml"
     config.write_text(json.dumps(CONFIG))  # YAML is a superset of JSON
