@@ -82,5 +82,5 @@ def test_ddp_gradient_all_reduces_are_timed_by_the_comm_hook(two_pods: list[Side
         assert pod.settled("trainguard_train_step", lambda v: v == STEPS) == STEPS
     waited, total = slower_than(fast, "0.05")
     assert total >= STEPS and waited >= STEPS - 2, f"one bucket or more a step: {waited} of {total}"
-    waited, total = slower_than(slow, "0.05")
-    assert total >= STEPS and waited <= 2, (waited, total)
+    waited, total = slower_than(slow, "0.05")  # seldom, as above: a loaded machine stalls a few
+    assert total >= STEPS and waited <= STEPS // 5, (waited, total)

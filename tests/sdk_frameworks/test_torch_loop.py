@@ -112,12 +112,18 @@ def test_load_is_a_timed_restore_of_a_real_checkpoint(sidecar: Sidecar, tmp_path
 def test_collective_timer_observes_each_collective_into_the_histogram(sidecar: Sidecar) -> None:
     tg = Reporter(sidecar.endpoint, flush_interval_s=0.05)
     comm = tt.CollectiveTimer(tg)
+    spans = []
     for _ in range(3):
+        began = time.perf_counter()
         with comm:
             time.sleep(0.004)
+        spans.append(time.perf_counter() - began)  # the timer's own span lies inside this one
     assert comm.take() >= 0.012
     tg.close()
     count = sidecar.settled("trainguard_train_collective_seconds_count", lambda v: v == 3)
     assert count == 3
     buckets = {lbl["le"]: v for lbl, v in sidecar.metrics()["trainguard_train_collective_seconds_bucket"]}
-    assert buckets["0.0025"] == 0 and buckets["0.01"] == 3
+    # each collective took at least its 4 ms sleep; those we saw end within 10 ms are at most 10 ms (a
+    # loaded machine may overrun a sleep into the next bucket: counted, not a failure)
+    assert buckets["0.0025"] == 0 and buckets["+Inf"] == 3
+    assert buckets["0.01"] >= sum(1 for s in spans if s <= 0.01)
