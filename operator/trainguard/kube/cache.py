@@ -11,7 +11,6 @@ them all, and their tests fake only what they name.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,13 +87,6 @@ class ClusterCache:
         for informer in self.informers.values():
             informer.stop()
 
-    def wait_synced(self, timeout: float) -> list[str]:
-        """Wait for every cache's first list; returns the names of those still not listed."""
-        deadline = time.monotonic() + timeout
-        for informer in self.informers.values():
-            informer.wait_synced(max(0.0, deadline - time.monotonic()))
-        return [name for name, informer in self.informers.items() if not informer.synced]
-
     def counts(self) -> dict[str, Counts]:
         return {name: informer.counts for name, informer in self.informers.items()}
 
@@ -106,9 +98,6 @@ class ClusterCache:
     def monitors_in(self, namespace: str, timeout: float | None = None) -> list[Obj]:
         """The namespace's monitors; admission passes a short timeout (it has 5 seconds in all)."""
         return self.monitors_informer.items(namespace, timeout=timeout or self.read_timeout_s)
-
-    def monitor(self, namespace: str, name: str) -> Obj | None:
-        return self.monitors_informer.get(namespace, name, timeout=self.read_timeout_s)
 
     def policy(self, namespace: str, name: str) -> Obj | None:
         return self.policies_informer.get(namespace, name, timeout=self.read_timeout_s)
@@ -129,9 +118,6 @@ class ClusterCache:
 
     def nodes(self) -> list[Obj]:
         return self.nodes_informer.items(timeout=self.read_timeout_s)
-
-    def node(self, name: str) -> Obj | None:
-        return self.nodes_informer.get(None, name, timeout=self.read_timeout_s)
 
     def node_leases(self) -> list[Obj]:
         """The node Leases; Stale (and a new watch) when the cache has been quiet for LEASES_QUIET_S while

@@ -329,14 +329,6 @@ class Kube:
         kwargs: dict[str, Any] = {"label_selector": selector} if selector else {}
         return [self.plain(n) for n in self.core.list_node(_request_timeout=self.timeout, **kwargs).items]
 
-    def list_node_leases(self) -> list[dict[str, Any]]:
-        leases = client.CoordinationV1Api(self.api).list_namespaced_lease(
-            "kube-node-lease", _request_timeout=self.timeout
-        )
-        return [self.plain(lease) for lease in leases.items]
-
-    # ---- nodes and pods, for the P0 loop ----
-
     def read_node(self, name: str) -> dict[str, Any]:
         return self.plain(self.core.read_node(name, _request_timeout=self.timeout))
 
@@ -421,14 +413,3 @@ class Kube:
             return int(exc.status or 0), str(exc.body or "").encode()
         except urllib3.exceptions.HTTPError as exc:  # the apiserver itself unreachable
             return 0, str(exc).encode()
-
-    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            job = client.BatchV1Api(self.api).read_namespaced_job(
-                name, namespace, _request_timeout=self.timeout
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return self.plain(job)

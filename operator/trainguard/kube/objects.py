@@ -36,20 +36,8 @@ def quantity(text: str) -> Decimal:
     return value * _SUFFIX[suffix] if suffix else value
 
 
-def name_of(obj: dict[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("name") or "")
-
-
-def namespace_of(obj: dict[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("namespace") or "")
-
-
 def labels_of(obj: dict[str, Any]) -> dict[str, str]:
     return dict((obj.get("metadata") or {}).get("labels") or {})
-
-
-def annotations_of(obj: dict[str, Any]) -> dict[str, str]:
-    return dict((obj.get("metadata") or {}).get("annotations") or {})
 
 
 def creation_seconds(obj: dict[str, Any]) -> float:

@@ -1,5 +1,5 @@
-"""The same reads as the watch caches (kube/cache.py), made by asking the API now: for the one-shot
-commands (`trainguard status`, `report`), which run once and have no watch to keep."""
+"""Reads a watch cache (kube/cache.py) would serve, made by asking the API now: for a one-shot command,
+which runs once and has no watch to keep."""
 
 from __future__ import annotations
 
@@ -12,17 +12,10 @@ Obj = dict[str, Any]
 
 
 class ApiReads:
+    """The reads `trainguard report` makes (diagnosis.fetch.ReportReads), asked of the API now."""
+
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
-
-    def monitors(self) -> list[Obj]:
-        return self.kube.list_monitors()
-
-    def monitors_in(self, namespace: str, timeout: float | None = None) -> list[Obj]:
-        return self.kube.list_monitors(namespace, timeout=timeout)
-
-    def monitor(self, namespace: str, name: str) -> Obj | None:
-        return self.kube.get_monitor(namespace, name)
 
     def policy(self, namespace: str, name: str) -> Obj | None:
         return self.kube.get_policy(namespace, name)
@@ -31,12 +24,3 @@ class ApiReads:
         if selector.is_empty():
             return []
         return self.kube.list_pods(namespace, selector.to_selector_string())
-
-    def job(self, namespace: str, name: str) -> Obj | None:
-        return self.kube.get_job(namespace, name)
-
-    def nodes(self) -> list[Obj]:
-        return self.kube.list_nodes()
-
-    def node_leases(self) -> list[Obj]:
-        return self.kube.list_node_leases()
