@@ -39,6 +39,10 @@ class InvalidInput(Exception):
         super().__init__("\n".join(str(p) for p in problems))
         self.problems = problems
 
+    def fields(self) -> str:
+        """Every problem as `path: message`, on one line, for a status condition (where is implied)."""
+        return "; ".join(f"{p.path}: {p.message}" if p.path else p.message for p in self.problems)
+
 
 @dataclass
 class Documents:
@@ -179,8 +183,7 @@ def policies_for(
         try:
             parsed = parse_spec(raw, f"{ns}/{ref.name}")
         except InvalidInput as exc:
-            text = "; ".join(f"{p.path}: {p.message}" if p.path else p.message for p in exc.problems)
-            raise PolicyProblem("InvalidPolicy", f"AlertPolicy {ns}/{ref.name}: {text}") from None
+            raise PolicyProblem("InvalidPolicy", f"AlertPolicy {ns}/{ref.name}: {exc.fields()}") from None
         if not isinstance(parsed, AlertPolicy):
             raise PolicyProblem("InvalidPolicy", f"AlertPolicy {ns}/{ref.name}: not an AlertPolicy")
         out.append(parsed)

@@ -47,10 +47,6 @@ def utcnow() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _problem_text(exc: InvalidInput) -> str:
-    return "; ".join(f"{p.path}: {p.message}" if p.path else p.message for p in exc.problems)
-
-
 def _no_announce(reason: str, message: str) -> None:
     return None
 
@@ -129,7 +125,7 @@ def reconcile_monitor(
     try:
         parsed_monitor = parse_object(body, f"{ns}/{name}")
     except InvalidInput as exc:
-        outcome.error_reason, outcome.error_message = "InvalidSpec", _problem_text(exc)
+        outcome.error_reason, outcome.error_message = "InvalidSpec", exc.fields()
         return _write(kube, reads, body, outcome, now=now)
     assert isinstance(parsed_monitor, TrainingJobMonitor)
     monitor = parsed_monitor
