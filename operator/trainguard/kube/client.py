@@ -29,6 +29,13 @@ WORKLOAD_PLURALS = {"Job": "jobs", "JobSet": "jobsets", "PyTorchJob": "pytorchjo
 """The workload kinds a monitor's workloadRef may name, by plural."""
 
 
+def _workload(api_version: str, kind: str) -> tuple[str, str, str] | None:
+    """(group, version, plural) of a workload kind a monitor may name; None for another kind."""
+    group, _, version = api_version.rpartition("/")
+    plural = WORKLOAD_PLURALS.get(kind)
+    return (group, version, plural) if group and plural else None
+
+
 def content_hash(obj: dict[str, Any]) -> str:
     """A stable hash of an object as rendered (before the hash annotation is added)."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:20]
@@ -273,10 +280,10 @@ class Kube:
         timeout: float | None = None,
     ) -> str | None:
         """One annotation of the workload a monitor names (Job, JobSet, PyTorchJob), or None."""
-        group, _, version = api_version.rpartition("/")
-        plural = WORKLOAD_PLURALS.get(kind)
-        if not group or plural is None:
+        where = _workload(api_version, kind)
+        if where is None:
             return None
+        group, version, plural = where
         try:
             obj = self.custom.get_namespaced_custom_object(
                 group, version, namespace, plural, name, _request_timeout=timeout or self.timeout
@@ -295,14 +302,15 @@ class Kube:
         self, namespace: str, api_version: str, kind: str, name: str, annotations: dict[str, str | None]
     ) -> None:
         """A merge patch of the workload's annotations (a None value removes the key)."""
-        group, _, version = api_version.rpartition("/")
-        if kind not in WORKLOAD_PLURALS or not group:
+        where = _workload(api_version, kind)
+        if where is None:
             raise ValueError(f"cannot annotate a {kind} ({api_version})")
+        group, version, plural = where
         self.custom.patch_namespaced_custom_object(
             group,
             version,
             namespace,
-            WORKLOAD_PLURALS[kind],
+            plural,
             name,
             {"metadata": {"annotations": annotations}},
             _content_type=MERGE_PATCH,
