@@ -4,6 +4,7 @@ test_ecc_isolation_plan.py)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from trainguard.remediation.escalation import Settings, format_time
@@ -39,4 +40,16 @@ def am(
         "fingerprint": fingerprint or f"fp-{name}-{severity}-{sorted(labels.items())}",
         "receivers": [{"name": "im"}],
         "status": {"state": state, "silencedBy": list(silenced_by), "inhibitedBy": list(inhibited_by)},
+    }
+
+
+def posted(name: str, severity: str, age_s: float, **labels: str) -> dict[str, Any]:
+    """A postable alert of the job (POST /api/v2/alerts) that started `age_s` ago by the real clock (a
+    real Alertmanager keeps it) and lasts an hour."""
+    now = time.time()
+    return {
+        "labels": {"alertname": name, "severity": severity, **JOB, **labels},
+        "annotations": {"summary": name},
+        "startsAt": format_time(now - age_s),
+        "endsAt": format_time(now + 3600),
     }

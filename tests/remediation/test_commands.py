@@ -17,13 +17,12 @@ import pytest
 
 from tests.kube.fakes import merge_patch
 from tests.processes import alertmanager, free_port, http_json
-from tests.remediation.escalation_inputs import ON
+from tests.remediation.escalation_inputs import ON, posted
 from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT
 from trainguard.cli import main
-from trainguard.remediation.escalation import due, escalated, format_time, parse_time
+from trainguard.remediation.escalation import due, escalated, parse_time
 from trainguard.remediation.uncordon import UNCORDON_REASON, UNCORDONED_AT, UNCORDONED_BY
 
-JOB = {"namespace": "ml", "training_job": "llama-pretrain"}
 AM_CONFIG = """
 route:
   receiver: blackhole
@@ -48,16 +47,6 @@ def am_url(am_binary: str, tmp_path: Path) -> Iterator[str]:
         yield url
 
 
-def _alert(name: str, severity: str, age_s: float, **labels: str) -> dict[str, Any]:
-    now = time.time()
-    return {
-        "labels": {"alertname": name, "severity": severity, **JOB, **labels},
-        "annotations": {"summary": name},
-        "startsAt": format_time(now - age_s),
-        "endsAt": format_time(now + 3600),
-    }
-
-
 def _silenced(url: str) -> dict[tuple[str, str, str], list[str]]:
     """(alertname, training_job, severity) -> the silences muting it, once Alertmanager processed all."""
     deadline = time.monotonic() + 10
@@ -78,14 +67,14 @@ def _silenced(url: str) -> dict[tuple[str, str, str], list[str]]:
 def test_ack_silences_the_alert_of_that_monitor_and_records_who(
     am_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    p1 = _alert("GPUThermalThrottling", "P1", 20 * 60, node="n1", gpu="0")
+    p1 = posted("GPUThermalThrottling", "P1", 20 * 60, node="n1", gpu="0")
     http_json(
         f"{am_url}/api/v2/alerts",
         [
             p1,
             escalated(p1, ON, time.time()),  # a copy already posted is acknowledged with it
-            _alert("GPUThermalThrottling", "P1", 20 * 60, training_job="bert-finetune", gpu="0"),
-            _alert("GPUMemoryCritical", "P1", 20 * 60, gpu="1"),
+            posted("GPUThermalThrottling", "P1", 20 * 60, training_job="bert-finetune", gpu="0"),
+            posted("GPUMemoryCritical", "P1", 20 * 60, gpu="1"),
         ],
     )
     before = time.time()

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import policy
 from tests.processes import alertmanager, http_json
-from tests.remediation.escalation_inputs import JOB, MIN, NAME, NOW, NS, ON, am
+from tests.remediation.escalation_inputs import JOB, MIN, NAME, NOW, NS, ON, am, posted
 from tests.render.amconfig import write_config
 from trainguard.remediation.escalation import (
     COPY_TTL_S,
@@ -147,16 +147,6 @@ def am_binary() -> str:
     return path
 
 
-def _posted(name: str, severity: str, age_s: float, **labels: str) -> dict[str, Any]:
-    now = time.time()
-    return {
-        "labels": {"alertname": name, "severity": severity, **JOB, **labels},
-        "annotations": {"summary": name},
-        "startsAt": format_time(now - age_s),
-        "endsAt": format_time(now + 3600),
-    }
-
-
 def _read(url: str, want: int, muted: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Alertmanager's alerts once it has processed them all and muted `muted`: its inhibitor learns of a
     source alert asynchronously, so right after a post a target can read active for a moment (seen
@@ -181,11 +171,11 @@ def test_on_a_real_alertmanager_acknowledged_and_inhibited_p1s_are_not_escalated
         http_json(
             f"{url}/api/v2/alerts",
             [
-                _posted("GPUThermalThrottling", "P1", 20 * MIN, node="n1", gpu="0"),
-                _posted("GPUMemoryCritical", "P1", 20 * MIN, node="n1", gpu="1"),  # acknowledged
-                _posted("NetworkPacketLossHigh", "P1", 20 * MIN, node="n2", interface="ib0"),  # node down
-                _posted("GPUNodeDown", "P0", 1 * MIN, node="n2", training_job="bert-finetune"),
-                _posted("CheckpointStale", "P1", 5 * MIN),  # too young
+                posted("GPUThermalThrottling", "P1", 20 * MIN, node="n1", gpu="0"),
+                posted("GPUMemoryCritical", "P1", 20 * MIN, node="n1", gpu="1"),  # acknowledged
+                posted("NetworkPacketLossHigh", "P1", 20 * MIN, node="n2", interface="ib0"),  # node down
+                posted("GPUNodeDown", "P0", 1 * MIN, node="n2", training_job="bert-finetune"),
+                posted("CheckpointStale", "P1", 5 * MIN),  # too young
             ],
         )
         http_json(
