@@ -547,3 +547,31 @@ def test_storm_guard_defaults_follow_the_issue() -> None:
     assert (rem.max_cordoned_nodes, rem.cordon_window) == (None, "10m")
     assert (rem.job_restart_budget, rem.budget_window) == (3, "24h")
     assert rem.training_advice is False and rem.actions.interrupted == "RestartFromCheckpoint"
+
+
+# ---- triage: what is dropped before any cluster state is read --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sig", "settings", "reason"),
+    [
+        (signal(namespace="other"), {}, "a signal of other/llama-pretrain"),
+        (signal(firing=False), {}, "resolved"),
+        (signal("GPUMemoryHigh", severity="P3"), {}, "no automatic response to GPUMemoryHigh"),
+        (signal(severity="P1"), {}, "no automatic response to GPUCriticalXid at severity P1"),
+        (signal(), {"enabled": False}, "remediation disabled"),
+        (signal(), {"actions": {"nodeFault": "Notify"}}, "notify only"),
+    ],
+    ids=["foreign", "resolved", "no-response", "below-p0", "disabled", "notify"],
+)
+def test_triage_drops_what_no_cluster_state_could_make_actionable(
+    sig: Signal, settings: dict[str, Any], reason: str
+) -> None:
+    dropped = planning.triage(sig, monitor(**settings))
+    assert dropped is not None and dropped.startswith(reason)
+    decided = plan(sig, monitor(**settings), state())
+    assert quiet(decided) and decided.skipped == dropped
+
+
+def test_triage_passes_an_actionable_p0() -> None:
+    assert planning.triage(signal(), monitor()) is None

@@ -2,9 +2,9 @@
 signal, the monitor's `spec.remediation` and the cluster state alone, so every cell is testable without
 a cluster. The executor carries a plan out; nothing here calls anything.
 
-Guards, in the order they are checked: a signal of another job, a resolved one, one with no automatic
-response (at its severity), an escalated copy of a P1 the loop acts on, a duplicate, remediation
-disabled, a `Notify` action, then the cluster-wide cordon cap and the job's restart budget. A plan
+Guards, in the order they are checked: those of `triage`, which need no cluster state (a signal of
+another job, a resolved one, one with no automatic response at its severity, an escalated copy of a P1
+the loop acts on, remediation disabled, a `Notify` action), then a duplicate, then the cluster-wide cordon cap and the job's restart budget. A plan
 stopped by a guard has no steps (`skipped` says why), except the cap and the budget, which leave one
 NOTIFY step so that a human hears what was not done.
 
@@ -119,6 +119,39 @@ def quiet(plan: Plan) -> bool:
     return bool(plan.skipped) and plan.skipped.startswith(QUIET)
 
 
+def triage(signal: Signal, monitor: TrainingJobMonitor) -> str | None:
+    """Why nothing is done about `signal` whatever the cluster's state (a QUIET skip reason), or None when
+    it may be acted on. Decided from the signal and the spec alone, so the receiver and the planner drop
+    irrelevant signals before reading or writing anything: another job's, a resolved one, one with no
+    automatic response at its severity, an escalated copy, remediation disabled, a Notify action."""
+    rem = monitor.spec.remediation
+    cls = response_class(signal.alertname)
+    if (signal.namespace, signal.training_job) != (monitor.namespace, monitor.name):
+        return f"{FOREIGN}{signal.namespace}/{signal.training_job}, not of {monitor.namespace}/{monitor.name}"
+    if not signal.firing:
+        return RESOLVED
+    if cls is None:
+        return f"{NO_RESPONSE} to {signal.alertname}"
+    if cls == TRAINING_ADVICE and not rem.training_advice:
+        return f"{NO_RESPONSE} to {signal.alertname}: trainingAdvice is off"
+    if cls == ECC_DEGRADED and signal.severity not in ECC_SEVERITIES:
+        return (
+            f"{NO_RESPONSE} to {signal.alertname} at severity {signal.severity or 'unset'}: only a P1 or P0"
+        )
+    if cls not in AT_P1 and signal.severity != "P0":
+        return f"{NO_RESPONSE} to {signal.alertname} at severity {signal.severity or 'unset'}: only a P0"
+    if cls in AT_P1 and ESCALATED_FROM in signal.labels:
+        return (
+            f"{ESCALATED} of {signal.alertname} (from {signal.labels[ESCALATED_FROM] or 'unset'}): it re-pages,"
+            f" the {cls} response was decided on the alert itself"
+        )
+    if not rem.enabled:
+        return DISABLED
+    if _action(rem, cls) == "Notify":
+        return f"{NOTIFY_ONLY}: the {cls} action is Notify, Alertmanager has notified"
+    return None
+
+
 def plan(signal: Signal, monitor: TrainingJobMonitor, state: ClusterState) -> Plan:
     """The plan for `signal` on `monitor`'s job, given `state` (records oldest first)."""
     rem = monitor.spec.remediation
@@ -137,37 +170,13 @@ def plan(signal: Signal, monitor: TrainingJobMonitor, state: ClusterState) -> Pl
     def skip(reason: str, *steps: Step) -> Plan:
         return replace(base, skipped=reason, steps=steps)
 
-    if (signal.namespace, signal.training_job) != (monitor.namespace, monitor.name):
-        return skip(
-            f"{FOREIGN}{signal.namespace}/{signal.training_job}, not of {monitor.namespace}/{monitor.name}"
-        )
-    if not signal.firing:
-        return skip(RESOLVED)
-    if cls is None:
-        return skip(f"{NO_RESPONSE} to {signal.alertname}")
-    if cls == TRAINING_ADVICE and not rem.training_advice:
-        return skip(f"{NO_RESPONSE} to {signal.alertname}: trainingAdvice is off")
-    if cls == ECC_DEGRADED and signal.severity not in ECC_SEVERITIES:
-        return skip(
-            f"{NO_RESPONSE} to {signal.alertname} at severity {signal.severity or 'unset'}: only a P1 or P0"
-        )
-    if cls not in AT_P1 and signal.severity != "P0":
-        return skip(
-            f"{NO_RESPONSE} to {signal.alertname} at severity {signal.severity or 'unset'}: only a P0"
-        )
-    if cls in AT_P1 and ESCALATED_FROM in signal.labels:
-        return skip(
-            f"{ESCALATED} of {signal.alertname} (from {signal.labels[ESCALATED_FROM] or 'unset'}): it re-pages,"
-            f" the {cls} response was decided on the alert itself"
-        )
+    untouched = triage(signal, monitor)
+    if untouched is not None or cls is None:
+        return skip(untouched or NO_RESPONSE)
     dup = _duplicate_of(signal, cls, state.records, state.now, rem.dry_run)
     if dup:
         return skip(f"{DUPLICATE}{dup}")
-    if not rem.enabled:
-        return skip(DISABLED)
     action = _action(rem, cls)
-    if action == "Notify":
-        return skip(f"{NOTIFY_ONLY}: the {cls} action is Notify, Alertmanager has notified")
 
     steps = _steps(signal, monitor, cls, action)
     if not any(s.kind != StepKind.NOTIFY for s in steps):
