@@ -98,15 +98,17 @@ def test_the_node_is_checkpointed_cordoned_and_tainted_and_the_job_keeps_running
     assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
     assert (done["alert"], done["class"], done["node"], done["dryRun"]) == (SBE, "eccDegraded", node, False)
     assert [(s["kind"], s["phase"]) for s in done["steps"]] == [
-        ("RequestCheckpoint", "Succeeded"), ("Cordon", "Succeeded"), ("Taint", "Succeeded")
+        ("Cordon", "Succeeded"), ("Taint", "Succeeded"), ("RequestCheckpoint", "Succeeded")
     ], "no restart, no placement"  # fmt: skip
-    ckpt, cordon, taint = done["steps"]
+    cordon, taint, ckpt = done["steps"]
     # the trainers saved on request, at or past the step they had reached: the checkpoint came, it did
     # not time out (a full one is otherwise due only every 100 steps)
     assert ckpt["detail"].startswith("checkpoint step "), ckpt
     assert float(ckpt["detail"].split()[2]) >= step_before, (step_before, ckpt)
     assert all(r.name in ckpt["detail"] for r in trainers.running()), "every rank, the node's too"
-    assert unix(ckpt["time"]) <= unix(cordon["time"]) <= unix(taint["time"]), done["steps"]
+    assert unix(cordon["time"]) <= unix(taint["time"]) <= unix(ckpt["time"]), "cordoned first: " + str(
+        done["steps"]
+    )
     assert cordon["detail"] == "cordoned" and taint["detail"].startswith("tainted"), done["steps"]
 
     n = operator.core.read_node(node)

@@ -16,10 +16,15 @@ import pytest
 from e2e.cluster import Cluster
 from e2e.monitors import start_job
 from e2e.receiver import alert_payload, decisions, operator_key, post, records
+from e2e.sidecars import sidecar_that_saw
 from tests.processes import wait_for
 from trainguard.remediation import tokens
 
 pytestmark = pytest.mark.e2e
+
+
+def events_token(operator: Cluster, ns: str) -> str:
+    return tokens.derive(operator_key(operator), tokens.EVENTS, ns, "llama-pretrain")
 
 
 def test_a_forged_alert_changes_nothing(operator: Cluster, ns: str, clean_nodes: None) -> None:
@@ -44,18 +49,23 @@ def test_a_node_fault_cordons_taints_and_moves_the_gang_once(
     old = {p.metadata.name for p in pods}
     token = tokens.derive(operator_key(operator), tokens.ALERTS, ns, "llama-pretrain")
     t0 = time.monotonic()
-    status, answer = post(operator, "/v1/alerts", alert_payload(ns, node), token)
-    assert status == 200 and answer["accepted"] == 1, answer
-    done = wait_for(
-        "the remediation Succeeded",
-        lambda: (r := records(operator, ns)) and r[0]["phase"] in ("Succeeded", "Failed") and r[0],
-        timeout=120,
-    )
+    with sidecar_that_saw(pods[0], events_token(operator, ns)):
+        status, answer = post(operator, "/v1/alerts", alert_payload(ns, node), token)
+        assert status == 200 and answer["accepted"] == 1, answer
+        done = wait_for(
+            "the remediation Succeeded",
+            lambda: (r := records(operator, ns)) and r[0]["phase"] in ("Succeeded", "Failed") and r[0],
+            timeout=120,
+        )
     elapsed = time.monotonic() - t0
     assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
     assert [s["kind"] for s in done["steps"]] == [
-        "RequestCheckpoint", "Cordon", "Taint", "RestartGang", "ConfirmPlacement"
+        "ConfirmFault", "Cordon", "Taint", "RequestCheckpoint", "RestartGang", "ConfirmPlacement"
     ]  # fmt: skip
+    assert (
+        done["steps"][0]["detail"]
+        == f"confirmed by the sidecar of {pods[0].metadata.name} on {node}: it saw GPUCriticalXid on GPU 3"
+    )
     n = operator.core.read_node(node)
     assert n.spec.unschedulable is True
     assert any(t.key == "trainguard.io/faulty" and t.effect == "NoSchedule" for t in n.spec.taints or [])
@@ -69,12 +79,45 @@ def test_a_node_fault_cordons_taints_and_moves_the_gang_once(
     # the same fault again, by the sidecars' fast path this time: one fault acts once
     event = {"source": "sidecar", "labels": alert_payload(ns, node)["alerts"][0]["labels"],
              "annotations": {}, "fingerprint": "x", "startsAt": time.time()}  # fmt: skip
-    events_token = tokens.derive(operator_key(operator), tokens.EVENTS, ns, "llama-pretrain")
-    assert post(operator, "/v1/events", event, events_token)[0] == 200
+    fast_token = events_token(operator, ns)
+    assert post(operator, "/v1/events", event, fast_token)[0] == 200
     # the 200 says the event was queued: count the records once the planner has decided on it
     wait_for("the operator's decision on the event", lambda: decisions(operator, ns, "GPUCriticalXid")
              or len(records(operator, ns)) > 1, timeout=30)  # fmt: skip
     assert len(records(operator, ns)) == 1, decisions(operator, ns, "GPUCriticalXid")
+
+
+def test_an_alert_naming_a_node_the_job_does_not_use_cordons_nothing(
+    operator: Cluster, ns: str, clean_nodes: None
+) -> None:
+    """With the job's own Alertmanager token (what anyone who can post to Alertmanager's API gets
+    delivered): a node the job has no pod on, and the job's own node whose sidecar saw no such fault."""
+    pods = start_job(operator, ns)
+    used = {p.spec.node_name for p in pods}
+    other = next(n.metadata.name for n in operator.core.list_node().items if n.metadata.name not in used)
+    token = tokens.derive(operator_key(operator), tokens.ALERTS, ns, "llama-pretrain")
+    assert post(operator, "/v1/alerts", alert_payload(ns, other), token)[0] == 200
+    # the refusal leaves no record: wait for the planner's log line instead of sleeping
+    wait_for(
+        "the refusal",
+        lambda: f"names node {other}, which hosts no live pod" in operator.operator_logs(),
+        timeout=30,
+    )
+    assert records(operator, ns) == []
+    node = pods[0].spec.node_name
+    with sidecar_that_saw(pods[0], events_token(operator, ns), fault="thermal"):  # saw something else
+        assert post(operator, "/v1/alerts", alert_payload(ns, node), token)[0] == 200
+        done = wait_for("the record", lambda: (r := records(operator, ns)) and r[0]["phase"] in
+                        ("Succeeded", "Failed") and r[0], timeout=60)  # fmt: skip
+    assert done["phase"] == "Failed" and done["steps"][0]["kind"] == "ConfirmFault", done
+    assert done["steps"][0]["detail"].startswith(f"unconfirmed: no sidecar on {node} saw GPUCriticalXid"), (
+        done
+    )
+    for name in (other, node):
+        assert not operator.core.read_node(name).spec.unschedulable, f"{name} was cordoned on a claim"
+    assert {p.metadata.name for p in operator.core.list_namespaced_pod(ns).items} >= {
+        p.metadata.name for p in pods
+    }
 
 
 def test_dry_run_records_the_whole_plan_and_changes_nothing(
@@ -105,9 +148,10 @@ def test_at_the_cordon_cap_a_second_node_fault_notifies_and_does_not_cordon(
     pods = start_job(operator, ns, {"maxCordonedNodes": 1, "cordonWindow": "10m"})
     first, second = pods[0].spec.node_name, pods[1].spec.node_name
     token = tokens.derive(operator_key(operator), tokens.ALERTS, ns, "llama-pretrain")
-    assert post(operator, "/v1/alerts", alert_payload(ns, first), token)[0] == 200
-    wait_for("the first remediation done", lambda: (r := records(operator, ns)) and r[0]["phase"] == "Succeeded",
-             timeout=120)  # fmt: skip
+    with sidecar_that_saw(pods[0], events_token(operator, ns)):
+        assert post(operator, "/v1/alerts", alert_payload(ns, first), token)[0] == 200
+        wait_for("the first remediation done", lambda: (r := records(operator, ns)) and r[0]["phase"] == "Succeeded",
+                 timeout=120)  # fmt: skip
     assert post(operator, "/v1/alerts", alert_payload(ns, second, "GPUDoubleBitECCError"), token)[0] == 200
     capped = wait_for("the second record", lambda: len(r := records(operator, ns)) == 2 and r[1], timeout=30)
     assert [s["kind"] for s in capped["steps"]] == ["Notify"], capped
@@ -123,9 +167,10 @@ def test_a_node_fault_moves_the_gang_onto_the_warm_spare(
     assert spare not in {p.spec.node_name for p in pods}, "ordinary placement stays off the spare"
     node = pods[0].spec.node_name
     token = tokens.derive(operator_key(operator), tokens.ALERTS, ns, "llama-pretrain")
-    assert post(operator, "/v1/alerts", alert_payload(ns, node), token)[0] == 200
-    done = wait_for("the remediation done", lambda: (r := records(operator, ns)) and r[0]["phase"] in
-                    ("Succeeded", "Failed") and r[0], timeout=120)  # fmt: skip
+    with sidecar_that_saw(pods[0], events_token(operator, ns)):
+        assert post(operator, "/v1/alerts", alert_payload(ns, node), token)[0] == 200
+        done = wait_for("the remediation done", lambda: (r := records(operator, ns)) and r[0]["phase"] in
+                        ("Succeeded", "Failed") and r[0], timeout=120)  # fmt: skip
     assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
     live = [p for p in operator.core.list_namespaced_pod(ns, label_selector="app=llama-pretrain").items
             if p.metadata.deletion_timestamp is None]  # fmt: skip

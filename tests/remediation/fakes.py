@@ -40,6 +40,7 @@ PORT = 9400
 CKPT_STEP = 1000
 CKPT_TS = T0 - 60
 HISTORY = 16
+SEEN = ("GPUCriticalXid", "GPUDoubleBitECCError", "GPULost")
 
 
 class Crash(BaseException):
@@ -84,6 +85,15 @@ class FakeCluster:
         self.generation = 0
         self.save_after_reads = save_after_reads
         self.unreachable: set[str] = set()
+        self.hardware: dict[str, list[dict[str, Any]]] = {
+            pod: [{"alertname": a, "at": T0 - 5} for a in SEEN]
+            for pod, s in self.pods.items()
+            if s["node"] == "gpu-a"
+        }
+        """GET /v1/hardware per pod: what its sidecar detected itself (by default the sidecar on gpu-a saw
+        the GPU faults p0_signal names there)."""
+        self.down: set[str] = set()
+        """Nodes whose Ready condition is not True."""
         self.calls = 0
         self.crash_after: int | None = None
         self.effects: list[tuple[str, ...]] = []
@@ -334,6 +344,17 @@ class FakeCluster:
                 self._effect("checkpoint-saved", pod, f"{step:g}")
         self._called()
         return self._view(state)
+
+    def read_hardware(self, base_url: str, token: str) -> dict[str, Any]:
+        pod, _ = self._reach(base_url, token)
+        self._called()
+        return {"faults": copy.deepcopy(self.hardware.get(pod, []))}
+
+    def job_nodes(self, namespace: str, label_selector: Any) -> set[str]:
+        return {s["node"] for s in self.pods.values() if s["node"] and not s.get("phase")}
+
+    def unready_nodes(self) -> set[str]:
+        return set(self.down)
 
 
 class Store:

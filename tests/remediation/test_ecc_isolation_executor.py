@@ -26,12 +26,12 @@ def ecc_record(monitor: TrainingJobMonitor, node: str = "gpu-a") -> dict[str, An
     labels = {"alertname": SBE, "severity": "P1", "namespace": "ml", "training_job": "llama-pretrain",
               "node": node, "gpu": "2"}  # fmt: skip
     signal = Signal(SBE, "P1", labels, fingerprint(labels), Source.ALERTMANAGER, T0 - 30)
-    p = plan(signal, monitor, ClusterState(now=T0, gpu_nodes=3))
+    p = plan(signal, monitor, ClusterState(now=T0, gpu_nodes=3, job_nodes=frozenset({"gpu-a", "gpu-b"})))
     assert p.p0_class == ECC_DEGRADED and not p.skipped, p
     return new_record(p, T0)
 
 
-def test_checkpoint_from_every_rank_then_cordon_and_taint_and_no_pod_is_touched() -> None:
+def test_cordon_and_taint_then_checkpoint_from_every_rank_and_no_pod_is_touched() -> None:
     rig = Rig()
     m = job_monitor(**{"spec.remediation": {"emergencyCheckpointTimeout": "30s"}})
     pods_before = dict(rig.cluster.pods)
@@ -39,15 +39,14 @@ def test_checkpoint_from_every_rank_then_cordon_and_taint_and_no_pod_is_touched(
 
     assert done["phase"] == Phase.SUCCEEDED, done
     assert kinds_and_phases(done) == [
-        ("RequestCheckpoint", "Succeeded"), ("Cordon", "Succeeded"), ("Taint", "Succeeded")
+        ("Cordon", "Succeeded"), ("Taint", "Succeeded"), ("RequestCheckpoint", "Succeeded")
     ]  # fmt: skip
     effects = rig.cluster.effects
     asked = [e[1] for e in effects if e[0] == "checkpoint-request"]
     assert asked == ["job-0", "job-1"], "the rank on the degraded node is asked too"
     saved = [i for i, e in enumerate(effects) if e[0] == "checkpoint-saved"]
-    cordon = effects.index(("cordon", "gpu-a"))
-    assert len(saved) == 2 and max(saved) < cordon, f"cordoned before the checkpoint was saved: {effects}"
-    assert effects[cordon:] == [("cordon", "gpu-a"), ("taint", "gpu-a")]
+    assert effects[:2] == [("cordon", "gpu-a"), ("taint", "gpu-a")], "no new pod lands there meanwhile"
+    assert len(saved) == 2 and min(saved) > 1, effects
     assert not [e for e in effects if e[0] in ("delete", "annotate", "pause", "pin")], effects
     assert rig.cluster.pods == pods_before, "the job keeps running where it is"
     detail = {s["kind"]: s["detail"] for s in done["steps"]}
@@ -64,7 +63,7 @@ def test_a_checkpoint_that_does_not_come_is_recorded_and_the_node_is_isolated_an
     m = job_monitor(**{"spec.remediation": {"emergencyCheckpointTimeout": "20s"}})
     done = rig.executor().run(ecc_record(m), m)
     assert done["phase"] == Phase.SUCCEEDED
-    assert done["steps"][0]["detail"].startswith("timed out after 20s waiting for job-0, job-1")
+    assert done["steps"][2]["detail"].startswith("timed out after 20s waiting for job-0, job-1")
     assert rig.clock.now >= T0 + 20, "it waited the whole timeout"
     assert rig.cluster.nodes["gpu-a"]["unschedulable"]
 
@@ -97,7 +96,7 @@ def test_dry_run_says_what_it_would_do_and_calls_nothing() -> None:
     done = rig.executor().run(ecc_record(m), m)
     assert rig.cluster.effects == []
     assert [s["detail"] for s in done["steps"]] == [
-        "would ask the sidecars for a full checkpoint and wait up to 45s",
         f"would cordon node gpu-a ({SBE})",
         f"would taint node gpu-a {FAULTY_TAINT}={SBE}:NoSchedule",
+        "would ask the sidecars for a full checkpoint and wait up to 45s",
     ]

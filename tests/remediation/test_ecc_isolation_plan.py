@@ -34,7 +34,8 @@ from trainguard.remediation.records import mark, new_record
 from trainguard.remediation.signals import from_alertmanager
 
 SBE = "GPUSingleBitECCErrorsHigh"
-ISOLATE = (CKPT, CORDON, TAINT)
+ISOLATE = (CORDON, TAINT, CKPT)
+"""Cordon and taint first (no running pod is disturbed), then the checkpoint."""
 
 
 def sbe(**kw: Any) -> Signal:
@@ -54,19 +55,19 @@ def test_the_alert_is_a_p1_of_the_ecc_degraded_class_and_cordon_after_checkpoint
 # ---- must act ------------------------------------------------------------------------------------------
 
 
-def test_default_checkpoints_every_rank_then_cordons_and_taints_the_node_without_a_restart() -> None:
+def test_default_cordons_and_taints_the_node_then_checkpoints_every_rank_without_a_restart() -> None:
     p = plan(sbe(), make_monitor(), state())
     assert kinds(p) == ISOLATE
     assert (p.p0_class, p.node, p.gpu, p.skipped, p.dry_run) == (planning.ECC_DEGRADED, NODE, "0", "", False)
     params = [s.params for s in p.steps]
     # avoid is empty: the node's ranks are healthy (their errors were corrected) and hold their shards
-    assert params[0] == {"kind": "full", "timeout_s": "300", "avoid": ""}
-    assert params[1] == params[2] == {"node": NODE, "reason": SBE}
+    assert params[2] == {"kind": "full", "timeout_s": "300", "avoid": ""}
+    assert params[0] == params[1] == {"node": NODE, "reason": SBE}
 
 
 def test_the_checkpoint_waits_for_the_emergency_checkpoint_timeout() -> None:
     p = plan(sbe(), monitor(emergencyCheckpointTimeout="90s"), state())
-    assert p.steps[0].params["timeout_s"] == "90"
+    assert p.steps[2].params["timeout_s"] == "90"
 
 
 def test_a_policy_that_raised_it_to_p0_still_isolates() -> None:

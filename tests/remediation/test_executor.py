@@ -35,7 +35,11 @@ from trainguard.remediation.records import new_record
 
 def node_fault_record(monitor: TrainingJobMonitor, timeout_s: int = 30) -> dict[str, Any]:
     """The planner's own node-fault plan (a seam: its params are what the executor reads)."""
-    p = plan(p0_signal("GPUCriticalXid"), monitor, ClusterState(now=T0, gpu_nodes=3))
+    p = plan(
+        p0_signal("GPUCriticalXid"),
+        monitor,
+        ClusterState(now=T0, gpu_nodes=3, job_nodes=frozenset({"gpu-a", "gpu-b"})),
+    )
     steps = tuple(
         Step(s.kind, {**s.params, "timeout_s": str(timeout_s)})
         if s.kind == StepKind.REQUEST_CHECKPOINT
@@ -52,25 +56,27 @@ def record_of(*steps: Step, dry_run: bool = False, node: str = "") -> dict[str, 
 # ---- the node fault, in order -----------------------------------------------------------------------
 
 
-def test_node_fault_runs_checkpoint_cordon_taint_restart_confirm_in_order() -> None:
+def test_node_fault_runs_confirm_cordon_taint_checkpoint_restart_placement_in_order() -> None:
     rig = Rig()
     m = job_monitor()
     done = rig.executor().run(node_fault_record(m), m)
 
     assert done["phase"] == Phase.SUCCEEDED
     assert [k for k, _ in kinds_and_phases(done)] == [
-        "RequestCheckpoint", "Cordon", "Taint", "RestartGang", "ConfirmPlacement",
+        "ConfirmFault", "Cordon", "Taint", "RequestCheckpoint", "RestartGang", "ConfirmPlacement",
     ]  # fmt: skip
     assert all(p == Phase.SUCCEEDED for _, p in kinds_and_phases(done))
     effects = [e[0] for e in rig.cluster.effects]
     assert effects == [
+        "cordon", "taint",  # first: no new pod lands on the faulty node while the checkpoint is taken
         "checkpoint-request", "checkpoint-saved",  # the healthy rank on gpu-b only
-        "cordon", "taint", "annotate", "delete", "delete", "unannotate",
+        "annotate", "delete", "delete", "unannotate",
     ]  # fmt: skip
-    assert rig.cluster.effects[0] == ("checkpoint-request", "job-1"), (
+    assert rig.cluster.effects[2] == ("checkpoint-request", "job-1"), (
         "the rank on the faulty node is not asked"
     )
     detail = {s["kind"]: s["detail"] for s in done["steps"]}
+    assert detail["ConfirmFault"] == "confirmed by the sidecar of job-0 on gpu-a: it saw GPUCriticalXid"
     assert detail["RequestCheckpoint"] == f"checkpoint step {CKPT_STEP + 100} saved on job-1"
     node = rig.cluster.nodes["gpu-a"]
     assert node["unschedulable"] and node["annotations"][CORDONED_BY] == done["id"]
@@ -96,13 +102,15 @@ def test_records_are_saved_before_each_action() -> None:
 
     saves = [t[1:] for t in rig.timeline if t[0] == "save"]
     assert saves == [
-        ("RequestCheckpoint", "InProgress"),
-        ("RequestCheckpoint", "InProgress"),  # "asking ... past step 1000", before asking
-        ("RequestCheckpoint", "Succeeded"),
+        ("ConfirmFault", "InProgress"),
+        ("ConfirmFault", "Succeeded"),
         ("Cordon", "InProgress"),
         ("Cordon", "Succeeded"),
         ("Taint", "InProgress"),
         ("Taint", "Succeeded"),
+        ("RequestCheckpoint", "InProgress"),
+        ("RequestCheckpoint", "InProgress"),  # "asking ... past step 1000", before asking
+        ("RequestCheckpoint", "Succeeded"),
         ("RestartGang", "InProgress"),
         ("RestartGang", "InProgress"),  # "deleting 2 pod(s) created up to ...", before deleting
         ("RestartGang", "Succeeded"),
@@ -115,7 +123,7 @@ def test_records_are_saved_before_each_action() -> None:
         if event[0] in owner:
             last_save = next(t for t in reversed(rig.timeline[:i]) if t[0] == "save")
             assert last_save[1:] == (owner[event[0]], "InProgress"), f"{event} acted before its record"
-    assert rig.store.saved[8]["steps"][3]["detail"].startswith("deleting 2 pod(s) created up to ")
+    assert rig.store.saved[10]["steps"][4]["detail"].startswith("deleting 2 pod(s) created up to ")
 
 
 # ---- a crash anywhere, then a new operator ------------------------------------------------------------
@@ -159,12 +167,12 @@ def test_a_resumed_restart_does_not_delete_the_replacements() -> None:
         rig.executor().run(record, m)
     rig.cluster.crash_after = None
     interrupted = rig.store.last
-    assert interrupted["steps"][3]["phase"] == Phase.IN_PROGRESS
+    assert interrupted["steps"][4]["phase"] == Phase.IN_PROGRESS
     done = rig.executor().run(interrupted, m)
     assert [e for e in rig.cluster.effects if e[0] == "delete"] == [("delete", "job-0"), ("delete", "job-1")]
-    assert done["steps"][3]["detail"].startswith("deleted 2 pod(s) created up to ")
-    assert "(0 of them after the operator restarted)" in done["steps"][3]["detail"]
-    assert done["steps"][3]["progress"]["count"] == 2
+    assert done["steps"][4]["detail"].startswith("deleted 2 pod(s) created up to ")
+    assert "(0 of them after the operator restarted)" in done["steps"][4]["detail"]
+    assert done["steps"][4]["progress"]["count"] == 2
 
 
 def _reworded(record: dict[str, Any]) -> dict[str, Any]:
@@ -217,7 +225,7 @@ def test_dry_run_says_what_it_would_do_and_calls_nothing() -> None:
     p = plan(
         p0_signal("GPUCriticalXid"),
         job_monitor(**{"spec.remediation": {"dryRun": True}}),
-        ClusterState(T0, 3),
+        ClusterState(T0, 3, job_nodes=frozenset({"gpu-a", "gpu-b"})),
     )
     record = new_record(p, T0)
 
@@ -227,10 +235,13 @@ def test_dry_run_says_what_it_would_do_and_calls_nothing() -> None:
     assert done["phase"] == Phase.DRY_RUN
     assert all(s["phase"] == Phase.DRY_RUN for s in done["steps"])
     details = [s["detail"] for s in done["steps"]]
-    assert details[0].startswith("would ask the sidecars not on gpu-a for a full checkpoint")
+    assert (
+        details[0] == "would ask the sidecars of app=llama-pretrain on node gpu-a to confirm GPUCriticalXid"
+    )
     assert details[1] == "would cordon node gpu-a (GPUCriticalXid)"
     assert details[2] == f"would taint node gpu-a {FAULTY_TAINT}=GPUCriticalXid:NoSchedule"
-    assert details[3].startswith("would delete the pods of app=llama-pretrain")
+    assert details[3].startswith("would ask the sidecars not on gpu-a for a full checkpoint")
+    assert details[4].startswith("would delete the pods of app=llama-pretrain")
     pin = record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0)}), dry_run=True)
     assert rig.executor().run(pin, m)["steps"][0]["detail"] == (
         "would pin the newest checkpoint saved before 2023-11-14T22:13:20.000Z"
@@ -253,15 +264,16 @@ def test_a_failing_step_is_recorded_failed_and_nothing_after_it_runs() -> None:
     rig.cluster.taint = boom  # type: ignore[method-assign]
 
     assert kinds_and_phases(done) == [
-        ("RequestCheckpoint", "Succeeded"),
+        ("ConfirmFault", "Succeeded"),
         ("Cordon", "Succeeded"),
         ("Taint", "Failed"),
+        ("RequestCheckpoint", "Planned"),
         ("RestartGang", "Planned"),
         ("ConfirmPlacement", "Planned"),
     ]
     assert done["phase"] == Phase.FAILED
     assert done["steps"][2]["detail"] == 'RuntimeError: nodes "gpu-a" is forbidden'
-    assert not [e for e in rig.cluster.effects if e[0] == "delete"]
+    assert [e[0] for e in rig.cluster.effects] == ["cordon"], "no checkpoint asked, no pod deleted"
     assert rig.executor().run(done, m) == done, "a failed record is not carried on"
 
 
@@ -270,7 +282,7 @@ def test_a_checkpoint_that_does_not_come_is_recorded_and_the_cordon_goes_on() ->
     m = job_monitor()
     done = rig.executor().run(node_fault_record(m, timeout_s=30), m)
 
-    step = done["steps"][0]
+    step = done["steps"][3]
     assert step["phase"] == Phase.SUCCEEDED
     assert step["detail"] == f"timed out after 30s waiting for job-1 to save past step {CKPT_STEP}"
     assert rig.clock() - T0 >= 30
@@ -289,7 +301,7 @@ def test_an_unreachable_healthy_sidecar_does_not_block_the_cordon() -> None:
     rig.cluster.unreachable = {"job-1"}
     m = job_monitor()
     done = rig.executor().run(node_fault_record(m), m)
-    assert done["steps"][0]["detail"].startswith("no sidecar answered the checkpoint request; failed: job-1")
+    assert done["steps"][3]["detail"].startswith("no sidecar answered the checkpoint request; failed: job-1")
     assert done["phase"] == Phase.SUCCEEDED and rig.cluster.nodes["gpu-a"]["unschedulable"]
 
 
@@ -311,7 +323,7 @@ def test_a_spare_that_takes_a_pod_is_recorded() -> None:
     assert done["steps"][-1]["detail"] == (
         "placed job-0-r1->gpu-b, job-1-r2->spare-0; spare used: spare-0; resume-from cleared on Job/llama-pretrain"
     )
-    assert done["steps"][3]["detail"].endswith("; spares available: spare-0")
+    assert done["steps"][4]["detail"].endswith("; spares available: spare-0")
 
 
 def test_a_node_cordoned_by_a_person_is_left_as_it_is() -> None:
@@ -385,7 +397,7 @@ def test_an_older_sidecar_without_times_is_pinned_unchecked_and_its_checkpoint_a
         "checkpoint time)"
     )
     done = rig.executor().run(node_fault_record(m), m)
-    assert done["steps"][0]["detail"] == f"checkpoint step {CKPT_STEP + 100} saved on job-1"
+    assert done["steps"][3]["detail"] == f"checkpoint step {CKPT_STEP + 100} saved on job-1"
 
 
 def test_pin_takes_the_listed_checkpoint_when_the_trainer_saved_after_the_nan() -> None:
@@ -418,7 +430,7 @@ def test_a_pinned_sidecar_answers_the_checkpoint_request_and_the_pointer_keeps_t
 
     done = rig.executor().run(node_fault_record(m, timeout_s=30), m)
 
-    assert done["steps"][0]["detail"] == "checkpoint step 1200 saved on job-1"
+    assert done["steps"][3]["detail"] == "checkpoint step 1200 saved on job-1"
     assert rig.clock() - T0 < 30, "the wait did not run out its timeout"
     pointer = json.loads(str(rig.cluster.annotations_written[0][RESUME_FROM]))
     assert pointer == {"step": 1000, "kind": "full", "path": "/ckpt/1000", "ts": CKPT_TS}
@@ -544,3 +556,44 @@ def test_choose_checkpoint_keeps_the_newest_before_the_fault(
 ) -> None:
     chosen, _ = choose_checkpoint(candidates, before_ts, before_step)
     assert (chosen or {}).get("step") == expected_step
+
+
+# ---- a GPU fault is confirmed by the node's sidecar ------------------------------------------------------
+
+
+def test_a_gpu_fault_no_sidecar_on_the_node_saw_is_not_acted_on() -> None:
+    """A fatal XID posted into Alertmanager by someone else: the job's sidecar on gpu-a never saw it."""
+    rig = Rig()
+    rig.cluster.hardware = {}
+    m = job_monitor()
+    done = rig.executor().run(node_fault_record(m), m)
+    assert done["phase"] == Phase.FAILED
+    assert kinds_and_phases(done)[:2] == [("ConfirmFault", "Failed"), ("Cordon", "Planned")]
+    assert done["steps"][0]["detail"] == (
+        "unconfirmed: no sidecar on gpu-a saw GPUCriticalXid; job-0 did not see it; nothing is done"
+    )
+    assert rig.cluster.effects == [] and not rig.cluster.nodes["gpu-a"]["unschedulable"]
+
+
+def test_a_claim_about_another_gpu_is_not_confirmed_by_a_fault_on_this_one() -> None:
+    rig = Rig()
+    rig.cluster.hardware = {"job-0": [{"alertname": "GPUCriticalXid", "gpu": "1", "at": T0}]}
+    m = job_monitor()
+    step = Step(StepKind.CONFIRM_FAULT, {"node": "gpu-a", "alert": "GPUCriticalXid", "gpu": "3"})
+    done = rig.executor().run(record_of(step, Step(StepKind.CORDON, {"node": "gpu-a"})), m)
+    assert done["phase"] == Phase.FAILED and rig.cluster.effects == []
+    rig.cluster.hardware["job-0"].append({"alertname": "GPUCriticalXid", "gpu": "3", "at": T0})
+    again = rig.executor().run(record_of(step, Step(StepKind.CORDON, {"node": "gpu-a"})), m)
+    assert again["phase"] == Phase.SUCCEEDED and rig.cluster.effects == [("cordon", "gpu-a")]
+
+
+def test_a_node_whose_sidecar_does_not_answer_is_not_cordoned_on_an_alerts_word() -> None:
+    """A node too dead to answer is GPUNodeDown's, judged from node state; the alert alone is a claim."""
+    rig = Rig()
+    rig.cluster.unreachable = {"job-0"}
+    m = job_monitor()
+    done = rig.executor().run(node_fault_record(m), m)
+    assert done["phase"] == Phase.FAILED and rig.cluster.effects == []
+    assert done["steps"][0]["detail"].startswith(
+        "unconfirmed: no sidecar on gpu-a saw GPUCriticalXid; failed: job-0"
+    )

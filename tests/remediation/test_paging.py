@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.kube.fakes import FakeKube
 from tests.processes import alertmanager, http_json
 from tests.render.amconfig import write_config
 from trainguard.catalog.alerts import NODE_CORDONED
@@ -108,7 +109,7 @@ def test_the_operator_pages_a_sidecar_p0_as_soon_as_the_receiver_takes_it(tmp_pa
         pytest.skip("Alertmanager is not installed (.ci/run installs it)")
     with alertmanager(binary, write_config(tmp_path), tmp_path) as url:
         # the planner thread is not started: paging must not wait for planning or leadership
-        responder = RemediationLoop(None, None, None, key=lambda: None, leader=lambda: False, lock=lambda ns, name: None,  # type: ignore[arg-type]
+        responder = RemediationLoop(None, FakeKube(), None, key=lambda: None, leader=lambda: False, lock=lambda ns, name: None,  # type: ignore[arg-type]
                               alertmanager_url=url)  # fmt: skip
         try:
             responder.submit([signal(at=time.time()), signal("GPUThermalThrottling", "P1", at=time.time())])

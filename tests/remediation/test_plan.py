@@ -19,6 +19,7 @@ from trainguard.remediation.model import (
     Plan,
     Signal,
     Source,
+    Step,
     StepKind,
 )
 from trainguard.remediation.plan import cordon_cap, plan, quiet, record_id
@@ -29,6 +30,8 @@ T0 = 1_700_000_000.0
 NODE = "gpu-a"
 JOB = {"namespace": "ml", "training_job": "llama-pretrain"}
 NODE_FAULTS = ("GPUNodeDown", "GPUDoubleBitECCError", "GPUCriticalXid", "GPULost")
+JOB_NODES = frozenset({"gpu-a", "gpu-b"})
+"""The nodes the job's live pods are on, as the pod cache shows them."""
 
 P, PIN, CKPT, CORDON, TAINT, RESTART, CONFIRM, ADVISE, NOTIFY = (
     StepKind.PAUSE,
@@ -41,7 +44,16 @@ P, PIN, CKPT, CORDON, TAINT, RESTART, CONFIRM, ADVISE, NOTIFY = (
     StepKind.ADVISE,
     StepKind.NOTIFY,
 )
-FULL_NODE_FAULT = (CKPT, CORDON, TAINT, RESTART, CONFIRM)
+CONFIRM_FAULT = StepKind.CONFIRM_FAULT
+NODE_DOWN_PLAN = (CORDON, TAINT, CKPT, RESTART, CONFIRM)
+"""GPUNodeDown's plan at the defaults: cordon and taint first, then the checkpoint and the restart."""
+FULL_NODE_FAULT = (CONFIRM_FAULT, *NODE_DOWN_PLAN)
+"""A GPU fault's (XID, DBE, lost): the node's sidecar confirms it first."""
+
+
+def full_plan(alert: str, *, cordon_only: bool = False) -> tuple[StepKind, ...]:
+    steps = (CORDON, TAINT) if cordon_only else NODE_DOWN_PLAN
+    return steps if alert == "GPUNodeDown" else (CONFIRM_FAULT, *steps)
 
 
 def signal(
@@ -81,8 +93,11 @@ def state(
     gpu_nodes: int = 40,
     cordons: tuple[tuple[str, float], ...] = (),
     records: Any = (),
+    job_nodes: frozenset[str] = JOB_NODES,
+    unready: frozenset[str] = JOB_NODES,
 ) -> ClusterState:
-    return ClusterState(now=now, gpu_nodes=gpu_nodes, cordons=cordons, records=tuple(records))
+    return ClusterState(now=now, gpu_nodes=gpu_nodes, cordons=cordons, records=tuple(records),
+                        job_nodes=job_nodes, unready_nodes=unready)  # fmt: skip
 
 
 def kinds(p: Plan) -> tuple[StepKind, ...]:
@@ -102,8 +117,8 @@ def finished(record: dict[str, Any], at: float) -> dict[str, Any]:
 MATRIX: list[tuple[str, dict[str, Any], tuple[StepKind, ...]]] = [
     ("TrainingLossNonFinite", {"actions": {"nonFiniteLoss": "PauseAndPinCheckpoint"}}, (P, PIN)),
     ("TrainingLossNonFinite", {"actions": {"nonFiniteLoss": "Notify"}}, ()),
-    *[(a, {"actions": {"nodeFault": "CheckpointCordonReschedule"}}, FULL_NODE_FAULT) for a in NODE_FAULTS],
-    *[(a, {"actions": {"nodeFault": "Cordon"}}, (CORDON, TAINT)) for a in NODE_FAULTS],
+    *[(a, {"actions": {"nodeFault": "CheckpointCordonReschedule"}}, full_plan(a)) for a in NODE_FAULTS],
+    *[(a, {"actions": {"nodeFault": "Cordon"}}, full_plan(a, cordon_only=True)) for a in NODE_FAULTS],
     *[(a, {"actions": {"nodeFault": "Notify"}}, ()) for a in NODE_FAULTS],
     ("TrainingJobStalled", {"actions": {"stall": "RestartFromCheckpoint"}}, (RESTART, CONFIRM)),
     ("TrainingJobStalled", {"actions": {"stall": "Notify"}}, ()),
@@ -156,7 +171,7 @@ def test_node_fault_steps_name_the_node_and_avoid_it(alert: str) -> None:
 
 def test_emergency_checkpoint_timeout_defaults_to_five_minutes() -> None:
     p = plan(signal("GPUDoubleBitECCError"), make_monitor(), state())
-    assert p.steps[0].params["timeout_s"] == "300"
+    assert {s.kind: s.params for s in p.steps}[CKPT]["timeout_s"] == "300"
 
 
 def test_classes_are_named_after_their_settings() -> None:
@@ -242,7 +257,7 @@ def test_default_cordon_cap_is_ten_percent_of_gpu_nodes_at_least_one(gpu_nodes: 
 def test_storm_guard_default_cap_acts_below_and_notifies_at_it(gpu_nodes: int, cap: int) -> None:
     m = make_monitor()
     below = plan(signal("GPUNodeDown"), m, state(gpu_nodes=gpu_nodes, cordons=cordoned(cap - 1)))
-    assert kinds(below) == FULL_NODE_FAULT
+    assert kinds(below) == NODE_DOWN_PLAN
     at = plan(signal("GPUNodeDown"), m, state(gpu_nodes=gpu_nodes, cordons=cordoned(cap)))
     assert kinds(at) == (NOTIFY,)
     assert at.skipped.startswith(planning.CORDON_CAP) and not quiet(at)
@@ -356,7 +371,12 @@ def test_restart_budget_ignores_dry_runs_and_restarts_never_reached() -> None:
     failed = []
     for i in range(3):
         rec = new_record(
-            plan(signal(node=f"n{i}", starts_at=T0 + i), make_monitor(), state(now=T0 + i)), T0 + i
+            plan(
+                signal(node=f"n{i}", starts_at=T0 + i),
+                make_monitor(),
+                state(now=T0 + i, job_nodes=frozenset({f"n{i}"})),
+            ),
+            T0 + i,
         )
         failed.append(mark(rec, 0, Phase.FAILED, "no sidecar answered", T0 + i + 1))
     assert RESTART in kinds(
@@ -575,3 +595,46 @@ def test_triage_drops_what_no_cluster_state_could_make_actionable(
 
 def test_triage_passes_an_actionable_p0() -> None:
     assert planning.triage(signal(), monitor()) is None
+
+
+# ---- claims are verified against the cluster -------------------------------------------------------
+
+
+@pytest.mark.parametrize("alert", [*NODE_FAULTS, "GPUSingleBitECCErrorsHigh"])
+@pytest.mark.parametrize("source", list(Source))
+def test_a_node_the_job_has_no_live_pod_on_is_never_cordoned(alert: str, source: Source) -> None:
+    """The labels are claims: anyone who reaches Alertmanager's API can post one naming any node."""
+    severity = "P1" if alert == "GPUSingleBitECCErrorsHigh" else "P0"
+    forged = signal(alert, severity=severity, node="gpu-c", source=source)
+    p = plan(forged, make_monitor(), state(unready=frozenset({"gpu-c"})))
+    assert p.steps == () and quiet(p)
+    assert p.skipped.startswith(planning.UNVERIFIED) and "gpu-c" in p.skipped
+
+
+@pytest.mark.parametrize("source", [Source.ALERTMANAGER, Source.SIDECAR])
+def test_a_node_down_claim_on_a_node_the_cache_shows_ready_is_refused(source: Source) -> None:
+    p = plan(signal("GPUNodeDown", gpu="", source=source), make_monitor(), state(unready=frozenset()))
+    assert p.steps == () and p.skipped.startswith(planning.UNVERIFIED) and "Ready" in p.skipped
+    down = plan(
+        signal("GPUNodeDown", gpu="", source=source), make_monitor(), state(unready=frozenset({NODE}))
+    )
+    assert kinds(down) == NODE_DOWN_PLAN
+
+
+def test_the_operators_own_node_down_detection_is_its_own_verification() -> None:
+    """detect.py judged the node from its Lease and conditions on the operator's clock."""
+    own = signal("GPUNodeDown", gpu="", source=Source.OPERATOR)
+    assert kinds(plan(own, make_monitor(), state(unready=frozenset()))) == NODE_DOWN_PLAN
+
+
+@pytest.mark.parametrize("alert", ["GPUCriticalXid", "GPUDoubleBitECCError", "GPULost"])
+def test_a_gpu_fault_is_confirmed_by_the_nodes_sidecar_before_the_cordon(alert: str) -> None:
+    p = plan(signal(alert, gpu="3"), make_monitor(), state())
+    assert p.steps[0] == Step(CONFIRM_FAULT, {"node": NODE, "alert": alert, "gpu": "3"})
+    assert kinds(p)[1:3] == (CORDON, TAINT)
+
+
+def test_a_stall_or_interruption_names_no_node_and_needs_no_node_verification() -> None:
+    m = monitor(actions={"stall": "RestartFromCheckpoint"})
+    for alert in ("TrainingJobStalled", TRAINING_INTERRUPTED):
+        assert kinds(plan(signal(alert, node="gpu-c"), m, state())) == (RESTART, CONFIRM)

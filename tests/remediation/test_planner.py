@@ -8,7 +8,7 @@ import copy
 import threading
 from typing import Any
 
-from tests.conftest import MONITOR
+from tests.conftest import MONITOR, POLICY
 from tests.kube.fakes import FakeKube
 from tests.remediation.fakes import p0_signal
 from trainguard.remediation.model import Signal
@@ -39,6 +39,12 @@ class LaggingNodeCache:
     def spares(self) -> list[str]:
         return []
 
+    def job_nodes(self, namespace: str, selector: Any) -> set[str]:
+        return {"gpu-a", "gpu-b"}
+
+    def unready_nodes(self) -> set[str]:
+        return set()
+
 
 class NoDispatch:
     def dispatch(self, *args: Any, **kw: Any) -> bool:
@@ -65,3 +71,34 @@ def test_a_planned_cordon_counts_against_the_cap_before_the_cache_shows_it() -> 
     assert first is not None and "Cordon" in [s["kind"] for s in first["steps"]]
     assert second is not None and second["skipped"].startswith("cordon cap reached"), second
     assert [s["kind"] for s in second["steps"]] == ["Notify"]
+
+
+def planner_for(kube: FakeKube, policy: Any = lambda ns, name: None) -> Planner:
+    locks: dict[tuple[str, str], threading.RLock] = {}
+    store = RecordStore(kube, lambda ns, n: locks.setdefault((ns, n), threading.RLock()))  # type: ignore[arg-type]
+    return Planner(store, LaggingNodeCache(), NoDispatch(), leader=lambda: True,  # type: ignore[arg-type]
+                   clock=lambda: 1_700_000_000.0, policy=policy)  # fmt: skip
+
+
+def test_a_signal_naming_a_node_the_job_is_not_on_leaves_no_record_and_no_cordon() -> None:
+    kube = monitors()
+    assert planner_for(kube).handle(signal_for("job-a", "gpu-c")) is None
+    assert not (kube.get_monitor("ml", "job-a") or {}).get("status", {}).get("remediations")
+
+
+def test_the_fast_path_follows_the_policy_that_disabled_or_lowered_its_alert() -> None:
+    """The sidecar posts the catalogue's P0; the monitor's AlertPolicy has the last word, as it has for
+    the rule the alert would otherwise come from."""
+
+    def policy(alerts: list[dict[str, Any]]) -> Any:
+        return lambda ns, name: {**copy.deepcopy(POLICY), "spec": {"alerts": alerts}}
+
+    kube = monitors()
+    off = planner_for(kube, policy([{"name": "GPUCriticalXid", "enabled": False}]))
+    assert off.handle(signal_for("job-a", "gpu-a")) is None
+    lowered = planner_for(kube, policy([{"name": "GPUCriticalXid", "severity": "P2"}]))
+    assert lowered.handle(signal_for("job-a", "gpu-a")) is None
+    assert not (kube.get_monitor("ml", "job-a") or {}).get("status", {}).get("remediations")
+    kept = planner_for(kube, policy([{"name": "GPUCriticalXid", "severity": "P0"}]))
+    record = kept.handle(signal_for("job-a", "gpu-a"))
+    assert record is not None and record["steps"][0]["kind"] == "ConfirmFault"

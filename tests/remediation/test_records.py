@@ -375,6 +375,8 @@ def test_a_record_from_the_planner_round_trips_through_status() -> None:
     labels = {"alertname": "GPULost", "severity": "P0", "namespace": "ml", "training_job": "llama-pretrain"}
     labels |= {"node": "gpu-a", "gpu": "1"}
     sig = Signal("GPULost", "P0", labels, fingerprint(labels), Source.SIDECAR, T0)
-    rec = new_record(plan(sig, monitor(), ClusterState(now=T0, gpu_nodes=8)), T0)
+    rec = new_record(
+        plan(sig, monitor(), ClusterState(now=T0, gpu_nodes=8, job_nodes=frozenset({"gpu-a", "gpu-b"}))), T0
+    )
     status = TrainingJobMonitorStatus.model_validate({"remediations": [rec]})
     assert status.model_dump(by_alias=True, exclude_none=True)["remediations"] == [rec]

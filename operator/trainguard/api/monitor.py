@@ -221,9 +221,10 @@ class RemediationActions(Model):
     )
     node_fault: NodeFaultAction = Field(
         default="CheckpointCordonReschedule",
-        description="GPUNodeDown, GPUDoubleBitECCError, GPUCriticalXid, GPULost: an emergency checkpoint "
-        "from the healthy ranks, cordon and taint the node, restart the gang away from it "
-        "(CheckpointCordonReschedule), or only cordon and taint (Cordon).",
+        description="GPUNodeDown, GPUDoubleBitECCError, GPUCriticalXid, GPULost: cordon and taint the node "
+        "(first: that disturbs no running pod), an emergency checkpoint from the healthy ranks, and restart "
+        "the gang away from it (CheckpointCordonReschedule), or only cordon and taint (Cordon). The node "
+        "must host a live pod of the job, and a GPU fault is first confirmed by the job's sidecar there.",
     )
     stall: StallAction = Field(
         default="Notify",
@@ -238,9 +239,9 @@ class RemediationActions(Model):
     ecc_degraded: EccDegradedAction = Field(
         default="CordonAfterCheckpoint",
         description="GPUSingleBitECCErrorsHigh, GPURowRemapPending, GPURowRemapFailure and "
-        "GPURetiredPagesPending (P1s: the GPU's memory is degrading and the node should be drained): ask "
-        "every rank for a checkpoint, then cordon and taint the node "
-        "within maxCordonedNodes (CordonAfterCheckpoint). The job is not restarted: it keeps running on "
+        "GPURetiredPagesPending (P1s: the GPU's memory is degrading and the node should be drained): cordon "
+        "and taint the node within maxCordonedNodes, then ask every rank for a checkpoint "
+        "(CordonAfterCheckpoint: the node takes no new pods before the checkpoint). The job is not restarted: it keeps running on "
         "the node until it next restarts, and the node takes no new pods.",
     )
 
@@ -393,6 +394,7 @@ RemediationStepKind = Literal[
     "Pause",
     "PinCheckpoint",
     "RequestCheckpoint",
+    "ConfirmFault",
     "Cordon",
     "Taint",
     "RestartGang",

@@ -60,6 +60,11 @@ class ExporterConfig:
     trace_id: str = ""
 
 
+HARDWARE_MEMORY_S = 3600.0
+HARDWARE_KEPT = 64
+"""How long, and how many, GPU faults this sidecar detected are kept for the operator to confirm."""
+
+
 @dataclass
 class Exporter:
     config: ExporterConfig
@@ -83,6 +88,8 @@ class Exporter:
     _stalled: bool = False
     assignment: Assignment = field(default_factory=lambda: Assignment(None, "unknown", "not polled yet"))
     _gpu_problem: str = ""
+    _hardware: list[dict[str, Any]] = field(default_factory=list)
+    _hardware_lock: threading.Lock = field(default_factory=threading.Lock)
     _host_problem: str = ""
     _kswapd_problem: str = ""
 
@@ -211,15 +218,31 @@ class Exporter:
         return out
 
     def _detect(self, gpus: list[GPUReading], last_step_ts: float | None, now: float) -> None:
-        if self.fastpath is None:
-            return
         base = dict(self.config.identity)
         for ev in detect_gpu_faults(self._faulted_prev, gpus, base, now):
-            self.fastpath.send(ev)
+            self._saw(ev, now)  # kept for the operator to confirm, whether or not the fast path is on
+            if self.fastpath is not None:
+                self.fastpath.send(ev)
+        if self.fastpath is None:
+            return
         stalled = detect_stall(last_step_ts, now, self.config.stall_after_s)
         if stalled and not self._stalled:
             self.fastpath.send(event("TrainingJobStalled", base, "no step completed on this rank", now))
         self._stalled = stalled
+
+    def _saw(self, ev: dict[str, Any], now: float) -> None:
+        labels = ev["labels"]
+        fault = {k: labels[k] for k in ("alertname", "gpu", "UUID", "xid") if k in labels}
+        with self._hardware_lock:
+            kept = [f for f in self._hardware if now - f["at"] < HARDWARE_MEMORY_S]
+            self._hardware = [*kept, {**fault, "at": now}][-HARDWARE_KEPT:]
+
+    def hardware_faults(self) -> list[dict[str, Any]]:
+        """GET /v1/hardware: the GPU faults this sidecar detected itself in the last hour, which the
+        operator asks for before it cordons a node on an alert's word."""
+        now = self.clock()
+        with self._hardware_lock:
+            return [dict(f) for f in self._hardware if now - f["at"] < HARDWARE_MEMORY_S]
 
     def on_nonfinite_loss(self) -> None:
         """Called on the SDK's request thread: the event leaves within the same request."""

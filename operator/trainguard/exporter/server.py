@@ -110,6 +110,11 @@ class Handler(BaseHTTPRequestHandler):
                 self._json(401, {"error": "a valid bearer token is required (the SDK uses the unix socket)"})
                 return
             self._json(200, self.exporter.training.control_view())
+        elif self.path == "/v1/hardware":
+            if not self._authorized():
+                self._json(401, {"error": "a valid bearer token is required"})
+                return
+            self._json(200, {"faults": self.exporter.hardware_faults()})
         elif self.path == "/v1/faults" and self.fault_injection:
             self._json(200, self.exporter.faults.describe())
         else:

@@ -75,6 +75,21 @@ def spares(nodes: list[dict[str, Any]]) -> list[str]:
     )
 
 
+def job_nodes(pods: list[dict[str, Any]]) -> set[str]:
+    """Nodes hosting a live pod of a job: bound, and not Succeeded or Failed. A terminating pod counts: a
+    dead node's pods stay terminating until the node is gone, and that node is the one at fault."""
+    return {
+        str((p.get("spec") or {}).get("nodeName"))
+        for p in pods
+        if (p.get("spec") or {}).get("nodeName")
+        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    }
+
+
+def unready_nodes(nodes: list[dict[str, Any]]) -> set[str]:
+    return {str(n["metadata"]["name"]) for n in nodes if not is_ready(n)}
+
+
 class Cluster:
     """ClusterOps over the watch caches, the Kubernetes writes and the sidecars' control endpoint."""
 
@@ -152,6 +167,12 @@ class Cluster:
     def spares(self) -> list[str]:
         return spares(self.reads.nodes())
 
+    def unready_nodes(self) -> set[str]:
+        return unready_nodes(self.reads.nodes())
+
+    def job_nodes(self, namespace: str, selector: LabelSelector) -> set[str]:
+        return job_nodes(self.reads.pods(namespace, selector))
+
     # ---- pods and workloads ----
 
     def gang_pods(self, namespace: str, selector: LabelSelector) -> list[dict[str, Any]]:
@@ -182,3 +203,6 @@ class Cluster:
 
     def read_control(self, base_url: str, token: str) -> dict[str, Any]:
         return self.control_client.read_control(base_url, token)
+
+    def read_hardware(self, base_url: str, token: str) -> dict[str, Any]:
+        return self.control_client.read_hardware(base_url, token)

@@ -162,6 +162,17 @@ def _errors(errors: dict[str, str]) -> str:
     )
 
 
+def confirms(view: dict[str, Any], alert: str, gpu: str) -> bool:
+    """Whether a sidecar's GET /v1/hardware answer holds a fault of `alert` (on `gpu` when given)."""
+    faults = view.get("faults")
+    if not isinstance(faults, list):
+        return False
+    return any(
+        isinstance(f, dict) and f.get("alertname") == alert and (not gpu or str(f.get("gpu", "")) == gpu)
+        for f in faults
+    )
+
+
 def would(step: dict[str, Any], monitor: TrainingJobMonitor, default_checkpoint_timeout: float) -> str:
     """What a dry run's step would have done."""
     p: dict[str, str] = step.get("params") or {}
@@ -176,6 +187,8 @@ def would(step: dict[str, Any], monitor: TrainingJobMonitor, default_checkpoint_
         timeout = p.get("timeout_s") or f"{default_checkpoint_timeout:g}"
         away = f" not on {p['avoid']}" if p.get("avoid") else ""
         return f"would ask the sidecars{away} for a full checkpoint and wait up to {timeout}s"
+    if kind == StepKind.CONFIRM_FAULT:
+        return f"would ask the sidecars of {selector} on node {p.get('node', '?')} to confirm {p.get('alert', '?')}"
     if kind == StepKind.CORDON:
         return f"would cordon node {p.get('node', '?')} ({p.get('reason', '')})"
     if kind == StepKind.TAINT:
@@ -270,6 +283,8 @@ class Executor:
             return self._pin(monitor, params)
         if kind == StepKind.REQUEST_CHECKPOINT:
             return self._request_checkpoint(monitor, params, progress, note)
+        if kind == StepKind.CONFIRM_FAULT:
+            return self._confirm_fault(monitor, params)
         if kind == StepKind.CORDON:
             node = params.get("node") or record.get("node", "")
             if not node:
@@ -321,6 +336,27 @@ class Executor:
         if not answers:
             raise StepFailed(f"no sidecar took {what}{_errors(errors)}")
         return f"{what}: {_names(sorted(answers))}{_errors(errors)}"
+
+    def _confirm_fault(self, monitor: TrainingJobMonitor, params: dict[str, str]) -> str:
+        """A GPU fault is acted on once a sidecar of the job on that node says it saw it: the alert's labels
+        are claims. An unanswered or silent sidecar leaves the claim unconfirmed and nothing after this step
+        is done; a node too dead to answer is GPUNodeDown's, judged from node state."""
+        node, alert, gpu = params.get("node", ""), params.get("alert", ""), params.get("gpu", "")
+        sidecars, token = self._sidecars(monitor)
+        here = [sc for sc in sidecars if sc.node == node]
+        what = f"{alert}{f' on GPU {gpu}' if gpu else ''}"
+        if not here:
+            raise StepFailed(
+                f"unconfirmed: no running sidecar of the job on {node} to confirm {what}; nothing is done"
+            )
+        views, errors = self._each(here, lambda sc: self.cluster.read_hardware(sc.base_url, token))
+        for pod, view in sorted(views.items()):
+            if confirms(view, alert, gpu):
+                return f"confirmed by the sidecar of {pod} on {node}: it saw {what}"
+        heard = f"; {_names(sorted(views))} did not see it" if views else ""
+        raise StepFailed(
+            f"unconfirmed: no sidecar on {node} saw {what}{heard}{_errors(errors)}; nothing is done"
+        )
 
     def _pause(self, monitor: TrainingJobMonitor) -> str:
         return self._broadcast(monitor, {"pause": True}, "paused")

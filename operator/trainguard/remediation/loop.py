@@ -26,6 +26,8 @@ from trainguard.remediation.passes import (
 from trainguard.remediation.planner import Planner
 from trainguard.remediation.store import MonitorAPI, Record, RecordStore
 
+PAGING_WORKERS = 2
+
 
 class LoopReads(FleetReads, PolicyReads, Protocol):
     """Everything the passes read (kube.ClusterCache)."""
@@ -48,11 +50,21 @@ class RemediationLoop:
         on_step: Callable[[str, str], None] = lambda kind, phase: None,
     ) -> None:
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trainguard-remediation")
+        # pages on their own threads: executors block up to emergencyCheckpointTimeout, and a new P0's
+        # page must not wait behind running remediations
+        self.paging = ThreadPoolExecutor(max_workers=PAGING_WORKERS, thread_name_prefix="trainguard-paging")
         self.store = RecordStore(api, lock, on_step)
-        self.intake = Intake(self.pool, Pager(alertmanager_url, clock) if alertmanager_url else None)
+        self.intake = Intake(self.paging, Pager(alertmanager_url, clock) if alertmanager_url else None)
         self.dispatcher = Dispatcher(self.store, cluster, self.pool, key=key, alertmanager_url=alertmanager_url,
                                      executor_factory=executor_factory)  # fmt: skip
-        self.planner = Planner(self.store, cluster, self.dispatcher, leader=leader, clock=clock)
+        self.planner = Planner(
+            self.store,
+            cluster,
+            self.dispatcher,
+            leader=leader,
+            clock=clock,
+            policy=reads.policy,
+        )
         self.resume = ResumePass(reads, self.dispatcher, leader)
         self.watch = WatchPass(reads, self.intake, leader, alertmanager_url, clock)
         self.escalate = EscalationPass(reads, leader, alertmanager_url, clock)
@@ -85,3 +97,4 @@ class RemediationLoop:
     def stop(self) -> None:
         self._stop.set()
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.paging.shutdown(wait=False, cancel_futures=True)

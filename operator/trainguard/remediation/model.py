@@ -49,6 +49,9 @@ class StepKind(StrEnum):
     """Point every sidecar's resume_from at the newest good checkpoint, one saved before params['before_ts']."""
     REQUEST_CHECKPOINT = "RequestCheckpoint"
     """Ask the healthy ranks for an emergency full checkpoint; wait up to params['timeout_s'] for it."""
+    CONFIRM_FAULT = "ConfirmFault"
+    """Ask the job's sidecars on params['node'] whether they saw params['alert'] (on GPU params['gpu']):
+    a hardware claim is acted on only once the sidecar on that node confirms it."""
     CORDON = "Cordon"
     """Mark params['node'] unschedulable, annotated with who, when and why."""
     TAINT = "Taint"
@@ -108,3 +111,9 @@ class ClusterState:
     """This monitor's remediation records (status.remediations), oldest first."""
     spares: tuple[str, ...] = ()
     """Schedulable nodes labelled trainguard.io/spare=true."""
+    job_nodes: frozenset[str] = frozenset()
+    """Nodes that host a live pod of the monitor's job, read from the pod cache (never from a label): a
+    node fault names one of these or is not acted on."""
+    unready_nodes: frozenset[str] = frozenset()
+    """Nodes whose Ready condition is not True in the node cache: a GPUNodeDown that another sender
+    claims is acted on only for these (the operator's own detection judges Leases by its clock)."""

@@ -82,7 +82,14 @@ CORDON_CAP = "cordon cap reached"
 RESTART_BUDGET = "restart budget spent"
 NO_NODE = "no node label"
 ESCALATED = "escalated copy"
-QUIET = (RESOLVED, FOREIGN, NO_RESPONSE, ESCALATED, DUPLICATE, DISABLED, NOTIFY_ONLY)
+UNVERIFIED = "unverified claim"
+QUIET = (RESOLVED, FOREIGN, NO_RESPONSE, ESCALATED, DUPLICATE, DISABLED, NOTIFY_ONLY, UNVERIFIED)
+
+NODE_DOWN = "GPUNodeDown"
+HARDWARE_CLAIMS = ("GPUCriticalXid", "GPUDoubleBitECCError", "GPULost")
+"""Alerts that claim a GPU fault the job's sidecar on that node saw itself (exporter/fastpath.py): their
+plans start with CONFIRM_FAULT, so that a label in an alert posted by anyone who reaches Alertmanager's
+API cordons nothing the sidecar has not seen."""
 
 
 def response_class(alertname: str) -> str | None:
@@ -178,6 +185,9 @@ def plan(signal: Signal, monitor: TrainingJobMonitor, state: ClusterState) -> Pl
         return skip(f"{DUPLICATE}{dup}")
     action = _action(rem, cls)
 
+    doubt = _unverified(signal, cls, state)
+    if doubt:
+        return skip(f"{UNVERIFIED}: {doubt}")
     steps = _steps(signal, monitor, cls, action)
     if not any(s.kind != StepKind.NOTIFY for s in steps):
         # nothing but the notice of what could not be done
@@ -202,6 +212,28 @@ def plan(signal: Signal, monitor: TrainingJobMonitor, state: ClusterState) -> Pl
     return replace(base, steps=steps)
 
 
+def _unverified(signal: Signal, cls: str, state: ClusterState) -> str:
+    """Why the node a signal names is not to be believed, or "" when it is. A node is cordoned only when
+    the cluster says the job runs there (a live pod of its selector, from the pod cache), and a
+    GPUNodeDown from a sender other than the operator's own detection only when the node cache shows the
+    node not Ready. The labels of an alert are claims: Alertmanager's API takes posts from anyone who
+    reaches it, and a tenant's token is the tenant's."""
+    if cls not in (NODE_FAULT, ECC_DEGRADED) or not signal.node:
+        return ""
+    if signal.node not in state.job_nodes:
+        return (
+            f"{signal.alertname} names node {signal.node}, which hosts no live pod of"
+            f" {signal.namespace}/{signal.training_job}; nothing is done"
+        )
+    if (
+        signal.alertname == NODE_DOWN
+        and signal.source != Source.OPERATOR
+        and signal.node not in state.unready_nodes
+    ):
+        return f"GPUNodeDown names node {signal.node}, which the node cache shows Ready; nothing is done"
+    return ""
+
+
 def _action(rem: Remediation, cls: str) -> str:
     actions = rem.actions
     return {
@@ -224,8 +256,17 @@ def _checkpoint(monitor: TrainingJobMonitor, avoid: str) -> Step:
     return Step(StepKind.REQUEST_CHECKPOINT, {"kind": "full", "timeout_s": str(timeout), "avoid": avoid})
 
 
-def _isolate(node: str, reason: str) -> tuple[Step, Step]:
+def _isolate(signal: Signal, node: str, reason: str) -> tuple[Step, ...]:
+    """Cordon and taint, first: they disturb no running pod and stop new pods landing on a known-bad node
+    while the checkpoint is taken. A hardware claim is confirmed by the node's sidecar before either."""
+    confirm: tuple[Step, ...] = ()
+    if signal.alertname in HARDWARE_CLAIMS:
+        params = {"node": node, "alert": signal.alertname}
+        if signal.labels.get("gpu"):
+            params["gpu"] = signal.labels["gpu"]
+        confirm = (Step(StepKind.CONFIRM_FAULT, params),)
     return (
+        *confirm,
         Step(StepKind.CORDON, {"node": node, "reason": reason}),
         Step(StepKind.TAINT, {"node": node, "reason": reason}),
     )
@@ -233,12 +274,13 @@ def _isolate(node: str, reason: str) -> tuple[Step, Step]:
 
 def _steps(signal: Signal, monitor: TrainingJobMonitor, cls: str, action: str) -> tuple[Step, ...]:
     if cls == ECC_DEGRADED:
-        # CordonAfterCheckpoint. Every rank is asked, those on the node too: its errors were corrected,
-        # its ranks hold their shards, and the checkpoint is the one to resume from if they turn
-        # uncorrectable. No restart: the job runs on until it next restarts, the node takes no new pods.
+        # CordonAfterCheckpoint: the node is cordoned first (no running pod is disturbed), then every
+        # rank is asked, those on the node too: its errors were corrected, its ranks hold their shards,
+        # and the checkpoint is the one to resume from if they turn uncorrectable. No restart: the job
+        # runs on until it next restarts, the node takes no new pods.
         if not signal.node:
             return (_notify(f"{NO_NODE} on {signal.alertname}: the degraded GPU's node cannot be cordoned"),)
-        return (_checkpoint(monitor, ""), *_isolate(signal.node, signal.alertname))
+        return (*_isolate(signal, signal.node, signal.alertname), _checkpoint(monitor, ""))
     node = signal.node if cls == NODE_FAULT else ""
     restart = (
         Step(StepKind.RESTART_GANG, {"from": NEWEST_GOOD_CHECKPOINT, "avoid": node}),
@@ -260,10 +302,10 @@ def _steps(signal: Signal, monitor: TrainingJobMonitor, cls: str, action: str) -
         if action == "Cordon":
             return (notice,)
         return (notice, checkpoint, *restart)
-    cordon = _isolate(node, signal.alertname)
+    cordon = _isolate(signal, node, signal.alertname)
     if action == "Cordon":
         return cordon
-    return (checkpoint, *cordon, *restart)
+    return (*cordon, checkpoint, *restart)
 
 
 def _nan_bound(signal: Signal, monitor: TrainingJobMonitor) -> float:

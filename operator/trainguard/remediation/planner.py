@@ -8,14 +8,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
+from dataclasses import replace
+from typing import Any, Protocol
 
+from trainguard.api import PolicyProblem, TrainingJobMonitor, policies_for
+from trainguard.api.common import LabelSelector
+from trainguard.catalog import ALERTS_BY_NAME
 from trainguard.remediation import records
 from trainguard.remediation.dispatch import Dispatcher
 from trainguard.remediation.intake import Intake
-from trainguard.remediation.model import ClusterState, Signal, StepKind
-from trainguard.remediation.plan import plan, quiet
+from trainguard.remediation.model import ClusterState, Signal, Source, StepKind
+from trainguard.remediation.plan import DISABLED, UNVERIFIED, plan, quiet, triage
 from trainguard.remediation.store import Record, RecordStore, records_of, summary
+from trainguard.render.policy import effective_policy
 
 log = logging.getLogger("trainguard.remediation")
 
@@ -24,13 +29,17 @@ PLANNED_MEMORY_S = 3600.0
 
 
 class PlanningReads(Protocol):
-    """What a plan is decided on besides the monitor (ClusterOps, over the node watch cache)."""
+    """What a plan is decided on besides the monitor (ClusterOps, over the pod and node watch caches)."""
 
     def gpu_node_count(self) -> int: ...
 
     def cordon_history(self) -> list[tuple[str, float]]: ...
 
     def spares(self) -> list[str]: ...
+
+    def job_nodes(self, namespace: str, selector: LabelSelector) -> set[str]: ...
+
+    def unready_nodes(self) -> set[str]: ...
 
 
 class Planner:
@@ -42,8 +51,12 @@ class Planner:
         *,
         leader: Callable[[], bool],
         clock: Callable[[], float] = time.time,
+        policy: Callable[[str, str], dict[str, Any] | None] = lambda namespace, name: None,
     ) -> None:
         self.store = store
+        self.policy = policy
+        """An AlertPolicy by namespace and name (the watch cache): the fast path's and the operator's own
+        signals carry the catalogue's severity, which the monitor's policies may lower or disable."""
         self.cluster = cluster
         self.dispatcher = dispatcher
         self.leader = leader
@@ -66,6 +79,11 @@ class Planner:
                             signal.alertname, ns, name)  # fmt: skip
                 return None
             body, monitor = found
+            signal, disabled = self._as_policy_says(signal, monitor)
+            dropped = disabled or triage(signal, monitor)
+            if dropped:  # decided before any cluster state is read
+                log.info("%s for %s/%s: %s", signal.alertname, ns, name, dropped)
+                return None
             now = self.clock()
             state = ClusterState(
                 now=now,
@@ -73,10 +91,16 @@ class Planner:
                 cordons=self._cordons(now),
                 records=tuple(records_of(body)),
                 spares=tuple(self.cluster.spares()),
+                job_nodes=frozenset(self.cluster.job_nodes(ns, monitor.spec.selector)),
+                unready_nodes=frozenset(self.cluster.unready_nodes()),
             )
             decided = plan(signal, monitor, state)
             if quiet(decided):
-                log.info("%s for %s/%s: %s", signal.alertname, ns, name, decided.skipped)
+                if decided.skipped.startswith(UNVERIFIED):
+                    log.warning("%s for %s/%s from %s refused: %s", signal.alertname, ns, name,
+                                signal.source, decided.skipped)  # fmt: skip
+                else:
+                    log.info("%s for %s/%s: %s", signal.alertname, ns, name, decided.skipped)
                 return None
             record = self.store.save(
                 body, records.new_record(decided, self.clock())
@@ -87,6 +111,29 @@ class Planner:
         self.store.announce(body, "RemediationPlanned", summary(record))
         self.dispatcher.dispatch(record, monitor, body)
         return record
+
+    def _as_policy_says(self, signal: Signal, monitor: TrainingJobMonitor) -> tuple[Signal, str]:
+        """The signal at the severity the monitor's policies give its alert, or why it is dropped (the
+        policy disabled it). Alertmanager's alerts already carry the rendered severity (and escalation's
+        copies a raised one); the sidecars and the operator's own detection post the catalogue's."""
+        if signal.source == Source.ALERTMANAGER or signal.alertname not in ALERTS_BY_NAME:
+            return signal, ""
+        try:
+            policies = policies_for(monitor, self.policy)
+        except PolicyProblem as problem:
+            log.warning("%s for %s/%s: the catalogue's settings apply, the policies cannot be read: %s",
+                        signal.alertname, monitor.namespace, monitor.name, problem)  # fmt: skip
+            return signal, ""
+        found = [a for a in effective_policy(monitor, policies).alerts if a.name == signal.alertname]
+        if not found:
+            return signal, ""
+        alert = found[0]
+        if not alert.enabled:
+            return signal, f"{DISABLED} for {signal.alertname} by the monitor's AlertPolicy"
+        if alert.severity != signal.severity:
+            labels = {**signal.labels, "severity": alert.severity}
+            return replace(signal, severity=alert.severity, labels=labels), ""
+        return signal, ""
 
     def _cordons(self, now: float) -> tuple[tuple[str, float], ...]:
         """The cordons the node cache shows, and this planner's own the cache may not show yet."""

@@ -45,3 +45,7 @@ class SidecarControl:
 
     def read_control(self, base_url: str, token: str) -> dict[str, Any]:
         return self._call("GET", f"{base_url}/v1/control", token, None)
+
+    def read_hardware(self, base_url: str, token: str) -> dict[str, Any]:
+        """GET /v1/hardware: the GPU faults the sidecar saw itself ({"faults": [...]})."""
+        return self._call("GET", f"{base_url}/v1/hardware", token, None)
