@@ -16,6 +16,9 @@ Decisions taken here:
 - PinCheckpoint fails when no checkpoint before the fault is known: nothing good can be pinned. It
   looks at every checkpoint a sidecar lists, not only its resume_from: a trainer may save once more
   between the NaN and the pause.
+- The checkpoint the gang resumes from (the pin, the resume-from pointer) is the newest one every rank
+  that answered reports saved, never the highest step one rank has: a partial checkpoint (rank 0 at
+  1100, rank 1 at 1000) gives 1000 (`gang_checkpoint`).
 - The resume-from pointer on the workload lives from the gang's deletion until its replacements are
   placed (the webhook has read it by then): a pod recreated later for another reason must not start
   pinned to an old checkpoint.
