@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import policy
+from tests.conftest import monitor, policy
 from tests.processes import alertmanager, http_json
 from tests.remediation.escalation_inputs import JOB, MIN, NAME, NOW, NS, ON, am, posted
 from tests.render.amconfig import write_config
@@ -25,6 +25,10 @@ from trainguard.remediation.escalation import (
     parse_time,
     settings,
 )
+from trainguard.remediation.executor import choose_checkpoint
+from trainguard.remediation.model import ClusterState, Signal, StepKind
+from trainguard.remediation.plan import plan, record_id
+from trainguard.remediation.signals import from_alertmanager
 
 
 def names(alerts: list[dict[str, Any]]) -> list[str]:
@@ -72,7 +76,7 @@ def test_an_alert_without_a_readable_start_is_never_escalated_at_once() -> None:
 def test_already_escalated_is_not_due_until_its_copy_nears_its_end() -> None:
     p1 = am("GPUThermalThrottling", "P1", 20 * MIN, gpu="0", node="n1")
     fresh = escalated(p1, ON, NOW)
-    fresh_read = am("GPUThermalThrottling", "P0", 5 * MIN, ends_in_s=COPY_TTL_S, fingerprint="fp-copy")
+    fresh_read = am("GPUThermalThrottling", "P0", 20 * MIN, ends_in_s=COPY_TTL_S, fingerprint="fp-copy")
     fresh_read["labels"] = fresh["labels"]
     assert due_for_job([p1, fresh_read]) == [], "a copy that stays up is not posted again"
 
@@ -90,7 +94,7 @@ def test_a_p1_inhibited_only_by_escalated_copies_stays_escalated() -> None:
     # the job's P0-mutes-P1 inhibition makes a copy (a P0) inhibit its own P1; that must not resolve
     # the copy on the next pass and escalate it again on the one after
     p1 = am("GPUThermalThrottling", "P1", 20 * MIN, "suppressed", inhibited_by=("fp-copy",), gpu="0")
-    copy = am("GPUThermalThrottling", "P0", 5 * MIN, fingerprint="fp-copy", ends_in_s=COPY_TTL_S)
+    copy = am("GPUThermalThrottling", "P0", 20 * MIN, fingerprint="fp-copy", ends_in_s=COPY_TTL_S)
     copy["labels"] = escalated(p1, ON, NOW)["labels"]
     assert due_for_job([p1, copy]) == []
     assert ended([p1, copy], ON, NOW, namespace=NS, training_job=NAME) == []
@@ -107,7 +111,7 @@ def test_the_copy_is_the_p1_raised_to_p0_with_the_delay_in_its_summary() -> None
         "summary": "[escalated after 15m] GPUThermalThrottling summary",
         "runbook_url": "https://runbooks/x",
     }
-    assert parse_time(copy["startsAt"]) == NOW - 5 * MIN, "escalated when the delay ran out"
+    assert copy["startsAt"] == p1["startsAt"], "the P1's start: the fault's, not the escalation's"
     assert parse_time(copy["endsAt"]) == NOW + COPY_TTL_S
     assert copy["generatorURL"] == "http://prometheus/graph"
     assert set(copy) == {"labels", "annotations", "startsAt", "endsAt", "generatorURL"}, "postable only"
@@ -115,16 +119,45 @@ def test_the_copy_is_the_p1_raised_to_p0_with_the_delay_in_its_summary() -> None
     assert escalated(p1, ON, NOW + 60)["labels"] == copy["labels"], "one alert in Alertmanager per P1"
 
 
+def delivered(copy: dict[str, Any], now: float) -> Signal:
+    """The posted copy as Alertmanager's webhook hands it to the receiver (it keeps the startsAt posted)."""
+    alert = {k: copy[k] for k in ("labels", "annotations", "startsAt", "endsAt")} | {"status": "firing"}
+    (signal,) = from_alertmanager({"version": "4", "status": "firing", "alerts": [alert]}, now)
+    return signal
+
+
+def test_an_escalated_nan_pins_a_checkpoint_saved_before_the_nan_not_before_its_escalation() -> None:
+    """A TrainingLossNonFinite a policy lowered to P1 fired at the NaN and nobody acknowledged it: its P0
+    copy reaches the operator through Alertmanager and is planned like any P0 NaN. The pin's cut-off
+    comes from the copy's startsAt, so that is the P1's: a checkpoint saved 5 minutes after the NaN is
+    not chosen, and the copy posted again on a later pass is the same instance (one record id)."""
+    nan = NOW - 20 * MIN
+    (p1,) = due_for_job([am("TrainingLossNonFinite", "P1", 20 * MIN)])
+    copy = escalated(p1, ON, NOW)
+    signal = delivered(copy, NOW + 30)
+    done = plan(signal, monitor(), ClusterState(now=NOW + 30, gpu_nodes=4))
+    pin = next(s for s in done.steps if s.kind == StepKind.PIN_CHECKPOINT)
+    before_ts = float(pin.params["before_ts"])
+    assert before_ts - nan <= 0, "the cut-off is at or before the NaN"
+    assert signal.starts_at == parse_time(copy["startsAt"]) == nan, "the copy carries the fault's start"
+    saved = [{"step": 900, "ts": nan - 10 * MIN}, {"step": 1000, "ts": nan + 5 * MIN}]
+    chosen, _ = choose_checkpoint(saved, before_ts, None)
+    assert chosen is not None and chosen["step"] == 900, "the checkpoint saved after the NaN is not pinned"
+
+    later = delivered(escalated(p1, ON, NOW + 5 * MIN), NOW + 5 * MIN + 30)
+    assert record_id(later) == record_id(signal) == done.record_id
+
+
 def test_copies_end_when_their_p1_is_gone_acknowledged_or_escalation_is_off() -> None:
     p1 = am("GPUThermalThrottling", "P1", 20 * MIN, gpu="0")
-    copy = am("GPUThermalThrottling", "P0", 5 * MIN, fingerprint="fp-copy")
+    copy = am("GPUThermalThrottling", "P0", 20 * MIN, fingerprint="fp-copy")
     copy["labels"] = escalated(p1, ON, NOW)["labels"]
     other_job_copy = copy | {"labels": copy["labels"] | {"training_job": "bert-finetune"}}
 
     assert ended([p1, copy], ON, NOW, namespace=NS, training_job=NAME) == []
     (gone,) = ended([copy, other_job_copy], ON, NOW, namespace=NS, training_job=NAME)
     assert gone["labels"] == copy["labels"] and parse_time(gone["endsAt"]) == NOW
-    assert parse_time(gone["startsAt"]) == NOW - 5 * MIN
+    assert parse_time(gone["startsAt"]) == NOW - 20 * MIN
     acked = p1 | {"status": {"state": "suppressed", "silencedBy": ["sil"], "inhibitedBy": []}}
     assert len(ended([acked, copy], ON, NOW, namespace=NS, training_job=NAME)) == 1
     assert len(ended([p1, copy], Settings(enabled=False), NOW, namespace=NS, training_job=NAME)) == 1
@@ -207,6 +240,13 @@ def test_on_a_real_alertmanager_acknowledged_and_inhibited_p1s_are_not_escalated
             for a in alerts
             if a["labels"]["alertname"] == "GPUThermalThrottling" and a["labels"]["severity"] == "P1"
         )
+        # Alertmanager keeps the startsAt posted, and the earliest on a re-post of the same labels: the
+        # copy reaches the operator dated from its P1's start, pass after pass
+        assert parse_time(copies[0]["startsAt"]) == parse_time(p1["startsAt"])
+        http_json(f"{url}/api/v2/alerts", [escalated(a, ON, time.time() + 60) for a in todo])
+        (again,) = [a for a in _read(url, 6) if a["labels"].get("escalated_from") == "P1"]
+        assert parse_time(again["startsAt"]) == parse_time(p1["startsAt"])
+        assert parse_time(again["endsAt"]) > parse_time(copies[0]["endsAt"]), "the re-post moved only endsAt"
         # the copy does not mute its own P1 (nor the job's other alerts): the job-P0 inhibition's source
         # excludes escalated copies; the P1 stays escalated, nothing more is due
         assert p1["status"]["inhibitedBy"] == []

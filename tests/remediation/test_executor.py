@@ -27,7 +27,7 @@ from tests.remediation.fakes import (
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_BY, FAULTY_TAINT, RESUME_FROM
 from trainguard.exporter.checkpoints import checkpoint_ref
-from trainguard.remediation.executor import choose_checkpoint
+from trainguard.remediation.executor import choose_checkpoint, gang_checkpoint
 from trainguard.remediation.model import ClusterState, Phase, Plan, Step, StepKind
 from trainguard.remediation.plan import plan
 from trainguard.remediation.records import new_record
@@ -284,7 +284,9 @@ def test_a_checkpoint_that_does_not_come_is_recorded_and_the_cordon_goes_on() ->
 
     step = done["steps"][3]
     assert step["phase"] == Phase.SUCCEEDED
-    assert step["detail"] == f"timed out after 30s waiting for job-1 to save past step {CKPT_STEP}"
+    assert step["detail"] == (
+        f"timed out after 30s waiting for job-1 to save past step {CKPT_STEP}; every rank has step {CKPT_STEP}"
+    )
     assert rig.clock() - T0 >= 30
     assert done["phase"] == Phase.SUCCEEDED
     assert rig.cluster.nodes["gpu-a"]["unschedulable"]
@@ -365,6 +367,112 @@ def test_an_interrupted_gang_restarts_its_live_pods_and_leaves_the_finished_one(
     ]
     assert done["steps"][0]["detail"].startswith("deleted 2 pod(s): job-0, job-1-r0")
     assert done["steps"][1]["detail"].startswith("placed job-0-r1->gpu-a, job-1-r2->gpu-b; ")
+
+
+# ---- the checkpoint every rank has ---------------------------------------------------------------------
+
+
+def restart_record() -> dict[str, Any]:
+    """A gang restart with no faulty node (a stall, an interrupted trainer): every rank counts."""
+    return record_of(
+        Step(StepKind.RESTART_GANG, {"avoid": ""}), Step(StepKind.CONFIRM_PLACEMENT, {"avoid": ""})
+    )
+
+
+def pointer_step(rig: Rig) -> Any:
+    return json.loads(str(rig.cluster.annotations_written[0][RESUME_FROM]))["step"]
+
+
+def test_the_gang_resumes_from_the_newest_checkpoint_every_rank_saved() -> None:
+    """A partial emergency checkpoint: rank 0 saved step 1100, rank 1 is still at 1000. The gang
+    resumes from 1000, which both ranks hold, not from 1100."""
+    rig = Rig()
+    rig.cluster.trainer_saves(rig.cluster.sidecar["job-0"], "full")  # step 1100 on rank 0 only
+    done = rig.executor().run(restart_record(), job_monitor())
+
+    assert done["phase"] == Phase.SUCCEEDED
+    assert pointer_step(rig) == CKPT_STEP
+    assert "resume-from step 1000 on Job/llama-pretrain" in done["steps"][0]["detail"]
+    assert all(s["resume_from"]["step"] == CKPT_STEP for s in rig.cluster.sidecar.values())
+
+
+def test_a_checkpoint_request_one_healthy_rank_missed_is_recorded_and_not_resumed_from() -> None:
+    """A node fault with three ranks: the faulty node's is not asked; of the two healthy ones, job-1
+    saves 1100 and job-2 never does. The step records the timeout and the step every rank has, and
+    the gang resumes from that one."""
+    rig = Rig(
+        pods={"job-0": "gpu-a", "job-1": "gpu-b", "job-2": "gpu-c"},
+        nodes=("gpu-a", "gpu-b", "gpu-c", "gpu-d"),
+    )
+    stuck = rig.cluster.sidecar["job-2"]
+    read = rig.cluster.read_control
+
+    def never_saves(base_url: str, token: str) -> dict[str, Any]:
+        stuck["reads"] = -1_000_000  # its trainer never gets round to the request
+        return read(base_url, token)
+
+    rig.cluster.read_control = never_saves  # type: ignore[method-assign]
+    m = job_monitor()
+    done = rig.executor().run(node_fault_record(m, timeout_s=30), m)
+
+    assert done["steps"][3]["detail"] == (
+        "timed out after 30s waiting for job-2 to save past step 1000; step 1100 on job-1;"
+        " every rank has step 1000"
+    )
+    assert pointer_step(rig) == CKPT_STEP
+
+
+def test_the_emergency_checkpoint_of_the_healthy_ranks_is_resumed_from_without_the_faulty_nodes() -> None:
+    """The rank on the faulty node was not asked for the emergency checkpoint (its GPU is suspect): its
+    older checkpoints do not hold the gang back from the one every healthy rank saved."""
+    rig = Rig()
+    m = job_monitor()
+    rig.executor().run(node_fault_record(m), m)
+    assert pointer_step(rig) == CKPT_STEP + 100
+
+
+def test_a_rank_that_does_not_answer_leaves_the_choice_to_those_that_do() -> None:
+    rig = Rig()
+    rig.cluster.trainer_saves(rig.cluster.sidecar["job-0"], "full")
+    rig.cluster.trainer_saves(rig.cluster.sidecar["job-1"], "full")
+    rig.cluster.trainer_saves(rig.cluster.sidecar["job-0"], "full")  # 1200 on rank 0 only
+    rig.cluster.unreachable = {"job-1"}
+    done = rig.executor().run(record_of(Step(StepKind.RESTART_GANG, {"avoid": ""})), job_monitor())
+    assert pointer_step(rig) == CKPT_STEP + 200
+    assert "resume-from step 1200 on Job/llama-pretrain" in done["steps"][0]["detail"]
+
+
+def test_no_checkpoint_every_rank_has_writes_no_pointer() -> None:
+    rig = Rig()
+    rig.cluster.sidecar["job-1"]["checkpoints"], rig.cluster.sidecar["job-1"]["resume_from"] = [], None
+    done = rig.executor().run(record_of(Step(StepKind.RESTART_GANG, {"avoid": ""})), job_monitor())
+    assert rig.cluster.annotations_written == []
+    assert "no checkpoint every rank has for resume-from" in done["steps"][0]["detail"]
+
+
+def test_a_nan_pins_the_newest_checkpoint_every_rank_saved_before_it() -> None:
+    """Rank 0 saved step 1100 before the NaN, rank 1 did not: 1000 is pinned on both, and the detail
+    says why 1100 was not."""
+    rig = Rig()
+    rig.cluster.trainer_saves(rig.cluster.sidecar["job-0"], "full")  # at T0, before the NaN at T0 + 5
+    done = rig.executor().run(
+        record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0 + 5)})), job_monitor()
+    )
+    assert done["steps"][0]["detail"] == "pinned step 1000 (/ckpt/1000); step 1100 is not on every rank"
+    assert all(s["resume_from"]["step"] == CKPT_STEP for s in rig.cluster.sidecar.values())
+
+
+def test_a_nan_pin_fails_when_no_checkpoint_before_it_is_on_every_rank() -> None:
+    rig = Rig()
+    rig.cluster.sidecar["job-1"]["checkpoints"], rig.cluster.sidecar["job-1"]["resume_from"] = [], None
+    done = rig.executor().run(
+        record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0)})), job_monitor()
+    )
+    assert done["phase"] == Phase.FAILED
+    assert done["steps"][0]["detail"] == (
+        "no checkpoint saved before the fault is on every sidecar that answered (newest: job-0 1000, job-1 none)"
+    )
+    assert not any(s["pinned"] for s in rig.cluster.sidecar.values())
 
 
 # ---- the non-finite loss and advice ----------------------------------------------------------------------
@@ -556,6 +664,40 @@ def test_choose_checkpoint_keeps_the_newest_before_the_fault(
 ) -> None:
     chosen, _ = choose_checkpoint(candidates, before_ts, before_step)
     assert (chosen or {}).get("step") == expected_step
+
+
+@pytest.mark.parametrize(
+    ("ranks", "before_ts", "expected_step", "note"),
+    [
+        # a partial emergency checkpoint: rank 0 at 1100, rank 1 at 1000
+        (
+            {"r0": [{"step": 1000}, {"step": 1100}], "r1": [{"step": 1000}]},
+            None,
+            1000,
+            "; step 1100 is not on every rank",
+        ),
+        ({"r0": [{"step": 1000}, {"step": 1100}], "r1": [{"step": 1100}, {"step": 1000}]}, None, 1100, ""),
+        ({"r0": [{"step": 1100}], "r1": [{"step": 1000}]}, None, None, "; step 1100 is not on every rank"),
+        ({"r0": [{"step": 1000}], "r1": []}, None, None, "; step 1000 is not on every rank"),
+        ({}, None, None, ""),
+        # before the fault on every rank: rank 1 saved its part of 1100 after the NaN
+        (
+            {
+                "r0": [{"step": 1000, "ts": T0 - 60}, {"step": 1100, "ts": T0 - 1}],
+                "r1": [{"step": 1000, "ts": T0 - 60}, {"step": 1100, "ts": T0 + 1}],
+            },
+            T0,
+            1000,
+            "; step 1100 is not on every rank",
+        ),
+    ],
+)
+def test_gang_checkpoint_is_the_newest_every_rank_saved_before_the_fault(
+    ranks: dict[str, list[dict[str, Any]]], before_ts: float | None, expected_step: int | None, note: str
+) -> None:
+    chosen, said = gang_checkpoint(ranks, before_ts, None)
+    assert (chosen or {}).get("step") == expected_step
+    assert said == note
 
 
 # ---- a GPU fault is confirmed by the node's sidecar ------------------------------------------------------

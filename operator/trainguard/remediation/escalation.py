@@ -174,18 +174,25 @@ def _postable(alert: Mapping[str, Any]) -> Alert:
 def escalated(alert: Mapping[str, Any], escalation: Settings, now: float, ttl_s: float = COPY_TTL_S) -> Alert:
     """The P0 copy of a due P1 to post: its labels with severity P0 and escalated_from P1, its
     annotations with the summary prefixed by the delay. Same labels on every pass, so Alertmanager
-    keeps one alert and only moves its endsAt; startsAt is when the delay ran out."""
+    keeps one alert and only moves its endsAt.
+
+    startsAt is the P1's, the fault's start, not when the delay ran out: the copy reaches the operator's
+    receiver through Alertmanager's webhook, and what is decided from a signal's start is decided from
+    it (a non-finite loss pins the newest checkpoint saved before it, the record id, a duplicate's
+    window). Alertmanager keeps the startsAt posted (the earliest, when an alert of the same labels is
+    posted again while it is active), so the copy of one P1 has one start on every pass: one record
+    id."""
     labels = _labels(alert)
     annotations = {str(k): str(v) for k, v in (alert.get("annotations") or {}).items()}
     summary = annotations.get("summary") or labels.get("alertname", "alert")
     annotations["summary"] = f"[escalated after {format_duration(escalation.after_s)}] {summary}"
     started = parse_time(alert.get("startsAt"))
-    escalated_at = now if started is None else min(now, started + escalation.after_s)
+    starts = now if started is None else min(now, started)
     copy: Alert = {
         "labels": labels
         | {"severity": ESCALATED_SEVERITY, ESCALATED_FROM: labels.get("severity", ESCALATES)},
         "annotations": annotations,
-        "startsAt": format_time(escalated_at),
+        "startsAt": format_time(starts),
         "endsAt": format_time(now + ttl_s),
     }
     if alert.get("generatorURL"):

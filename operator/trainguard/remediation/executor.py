@@ -16,6 +16,9 @@ Decisions taken here:
 - PinCheckpoint fails when no checkpoint before the fault is known: nothing good can be pinned. It
   looks at every checkpoint a sidecar lists, not only its resume_from: a trainer may save once more
   between the NaN and the pause.
+- The checkpoint the gang resumes from (the pin, the resume-from pointer) is the newest one every rank
+  that answered reports saved, never the highest step one rank has: a partial checkpoint (rank 0 at
+  1100, rank 1 at 1000) gives 1000 (`gang_checkpoint`).
 - The resume-from pointer on the workload lives from the gang's deletion until its replacements are
   placed (the webhook has read it by then): a pod recreated later for another reason must not start
   pinned to an old checkpoint.
@@ -75,6 +78,16 @@ def _float(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def _good(candidate: dict[str, Any], before_ts: float | None, before_step: float | None) -> bool:
+    """Saved before the fault, as far as its step and ts tell: one without a ts passes `before_ts`."""
+    step, ts = _float(candidate.get("step")), _float(candidate.get("ts"))
+    if step is None:
+        return False
+    if before_step is not None and step >= before_step:
+        return False
+    return before_ts is None or ts is None or ts < before_ts
+
+
 def choose_checkpoint(
     candidates: list[dict[str, Any]], before_ts: float | None, before_step: float | None
 ) -> tuple[dict[str, Any] | None, str]:
@@ -82,23 +95,55 @@ def choose_checkpoint(
     judged by it against `before_ts`; one with a step against `before_step`. One without a ts takes the
     ts of a candidate of the same step and path; an older sidecar's resume_from has none at all: with
     only `before_ts` to go by, it is kept and the note says it could not be checked."""
-    good: list[dict[str, Any]] = []
-    unchecked = False
-    for c in _dated(candidates):
-        step, ts = _float(c.get("step")), _float(c.get("ts"))
-        if step is None:
-            continue
-        if before_step is not None and step >= before_step:
-            continue
-        if before_ts is not None and ts is not None and ts >= before_ts:
-            continue
-        good.append(c)
+    good = [c for c in _dated(candidates) if _good(c, before_ts, before_step)]
     if not good:
         return None, ""
     best = max(good, key=lambda c: (float(c["step"]), _float(c.get("ts")) is not None))
-    if before_ts is not None and _float(best.get("ts")) is None and before_step is None:
-        unchecked = True
+    unchecked = before_ts is not None and _float(best.get("ts")) is None and before_step is None
     return best, " (saved before the fault: not checked, the sidecar reports no checkpoint time)" * unchecked
+
+
+def gang_checkpoint(
+    ranks: dict[str, list[dict[str, Any]]], before_ts: float | None, before_step: float | None
+) -> tuple[dict[str, Any] | None, str]:
+    """The newest checkpoint every rank saved before the fault, and a note: what the gang resumes from.
+
+    `ranks` holds, per sidecar that answered (its pod), the checkpoints it reports saved. A step counts
+    only when every one of them reports it, and reports it saved before the fault: a checkpoint that
+    some ranks wrote and others did not (an emergency checkpoint that timed out on one rank, a trainer
+    killed while saving) cannot be resumed by the whole gang. So rank 0 at 1100 and rank 1 at 1000
+    resume from 1000, never from the highest step any rank has. The note says when a newer one was
+    passed over because it is not on every rank.
+
+    A sidecar that did not answer is not in `ranks`, and the choice is made by those that did rather
+    than refused. The callers ask when the job is in trouble: a rank whose sidecar is gone is most
+    often on the node that failed, and refusing would leave the gang with no pin after a NaN (its
+    trainers would resume from the checkpoint saved after it) or with no pointer after a node fault;
+    the step's detail names the sidecars that did not answer, so people can see what was not checked.
+    None when `ranks` is empty or no step is on every rank before the fault."""
+    if not ranks:
+        return None, ""
+    everything = [c for listed in ranks.values() for c in listed]
+    dated = {pod: _dated(listed, everything) for pod, listed in ranks.items()}
+    steps = [
+        {s for c in listed if _good(c, before_ts, before_step) and (s := _float(c.get("step"))) is not None}
+        for listed in dated.values()
+    ]
+    common = steps[0].intersection(*steps[1:])
+    best, note = choose_checkpoint(
+        [c for listed in dated.values() for c in listed if _float(c.get("step")) in common],
+        before_ts,
+        before_step,
+    )
+    newest = max(set[float]().union(*steps), default=None)
+    if newest is not None and (best is None or newest > float(best["step"])):
+        note += f"; step {_fmt_step(newest)} is not on every rank"
+    return best, note
+
+
+def newest_by_rank(ranks: dict[str, list[dict[str, Any]]]) -> str:
+    """Each rank's newest reported step, for a detail: "job-0 1100, job-1 none"."""
+    return _names([f"{pod} {_fmt_step(_newest(listed))}" for pod, listed in sorted(ranks.items())])
 
 
 def _dated(candidates: list[dict[str, Any]], known: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
@@ -130,10 +175,22 @@ def _checkpoints(view: dict[str, Any]) -> list[dict[str, Any]]:
     return [*out, resume] if isinstance(resume, dict) else out
 
 
+def _newest(checkpoints: list[dict[str, Any]]) -> float | None:
+    return max((s for s in (_float(c.get("step")) for c in checkpoints) if s is not None), default=None)
+
+
 def _newest_step(view: dict[str, Any]) -> float | None:
     """The highest step the sidecar knows saved. Not resume_from alone: a pinned one does not move."""
-    steps = [s for s in (_float(c.get("step")) for c in _checkpoints(view)) if s is not None]
-    return max(steps, default=None)
+    return _newest(_checkpoints(view))
+
+
+def _held(view: dict[str, Any]) -> list[dict[str, Any]]:
+    """What a rank offers the gang to resume from: its pin while it holds one (checkpoints saved since
+    followed a NaN), else every checkpoint it lists."""
+    resume = view.get("resume_from")
+    if view.get("pinned") is True and isinstance(resume, dict):
+        return [resume]
+    return _checkpoints(view)
 
 
 def _pointer(chosen: dict[str, Any]) -> dict[str, Any]:
@@ -364,12 +421,17 @@ class Executor:
     def _pin(self, monitor: TrainingJobMonitor, params: dict[str, str]) -> str:
         sidecars, token = self._sidecars(monitor)
         views, errors = self._each(sidecars, lambda sc: self.cluster.read_control(sc.base_url, token))
-        candidates = [c for v in views.values() for c in _checkpoints(v)]
+        ranks = {pod: _checkpoints(v) for pod, v in views.items()}
         before_ts, before_step = _float(params.get("before_ts")), _float(params.get("before_step"))
-        chosen, note = choose_checkpoint(candidates, before_ts, before_step)
+        chosen, note = gang_checkpoint(ranks, before_ts, before_step)
         if chosen is None:
+            if choose_checkpoint([c for cs in ranks.values() for c in cs], before_ts, before_step)[0] is None:
+                raise StepFailed(
+                    f"no checkpoint saved before the fault is known to the sidecars{_errors(errors)}"
+                )
             raise StepFailed(
-                f"no checkpoint saved before the fault is known to the sidecars{_errors(errors)}"
+                "no checkpoint saved before the fault is on every sidecar that answered"
+                f" (newest: {newest_by_rank(ranks)}){_errors(errors)}"
             )
         pinned = _pointer(chosen)
         answers, set_errors = self._each(
@@ -429,6 +491,7 @@ class Executor:
         reached: dict[str, float] = {
             p: s for p in waiting if done(views[p]) and (s := _newest_step(views[p])) is not None
         }
+        latest = dict(views)
         deadline = self.clock() + timeout
         while len(reached) < len(waiting) and self.clock() < deadline:
             self.sleep(self.poll_interval)
@@ -439,18 +502,26 @@ class Executor:
                     errors[pod] = str(exc) or type(exc).__name__
                     continue
                 errors.pop(pod, None)
+                latest[pod] = view
                 step = _newest_step(view)
                 if step is not None and done(view):
                     reached[pod] = step
+        # what the gang can resume from now: the newest step every rank that answered lists
+        shared, _ = gang_checkpoint({p: _checkpoints(v) for p, v in latest.items()}, None, None)
+        every = _float(shared.get("step")) if shared else None
         if len(reached) == len(waiting):
+            on = f"saved on {_names(sorted(reached))}"
+            if every is not None and (past is None or every > past):
+                return f"checkpoint step {_fmt_step(every)} {on}" + _errors(errors)
             return (
-                f"checkpoint step {_fmt_step(min(reached.values()))} saved on {_names(sorted(reached))}"
-                + _errors(errors)
+                f"checkpoints past step {_fmt_step(past)} {on}, no one step on every rank;"
+                f" every rank has step {_fmt_step(every)}" + _errors(errors)
             )
         missing = sorted(set(waiting) - set(reached))
         got = f"; step {_fmt_step(min(reached.values()))} on {_names(sorted(reached))}" if reached else ""
         return (
-            f"timed out after {timeout:g}s waiting for {_names(missing)} to save past step {_fmt_step(past)}{got}"
+            f"timed out after {timeout:g}s waiting for {_names(missing)} to save past step {_fmt_step(past)}{got};"
+            f" every rank has step {_fmt_step(every)}"
             + _errors({p: e for p, e in errors.items() if p not in reached})
         )
 
@@ -475,7 +546,7 @@ class Executor:
                 live = [p for p in live if creation_seconds(p) < before]
             old, count = live, len(live)
             cut = max((creation_seconds(p) for p in old), default=0.0)
-            pointer = self._resume_pointer(monitor)
+            pointer = self._resume_pointer(monitor, _restart_avoid(record))
             note(f"deleting {count} pod(s) created up to {cut:.0f}: {_names(_pod_names(old))}; {pointer}",
                  {"count": count, "createdUpTo": int(cut)})  # fmt: skip
         deleted = self.cluster.delete_pods(namespace, _pod_names(old))
@@ -488,26 +559,31 @@ class Executor:
             detail += f"; spares available: {_names(spares)}"
         return detail
 
-    def _resume_pointer(self, monitor: TrainingJobMonitor) -> str:
-        """Write the checkpoint the sidecars would resume from on the workload as trainguard.io/resume-from
+    def _resume_pointer(self, monitor: TrainingJobMonitor, avoid: set[str]) -> str:
+        """Write the checkpoint the gang resumes from on the workload as trainguard.io/resume-from
         ({step, path, kind, ts}) before its pods go (they take their sidecars' view with them): the
         webhook gives it to the new sidecars, which hold it as a pin, and its ts lets a later NaN pin
-        judge it. A pin one of them holds wins over newer checkpoints (those followed a NaN). Says
-        what was done. Best effort: without it the new sidecar learns the checkpoints from the
+        judge it. It is the newest checkpoint every rank has (`gang_checkpoint`: a sidecar that does not
+        answer leaves the choice to those that do); a rank holding a pin offers only its pin (newer
+        checkpoints followed a NaN). The ranks on an avoided node (the faulty one) do not count while
+        any other rank answers: the emergency checkpoint did not ask them (their GPU is suspect), so
+        their older checkpoints must not hold the gang back from the one every healthy rank saved.
+        Says what was done. Best effort: without it the new sidecar learns the checkpoints from the
         trainer's hello."""
         sidecars, token = self._sidecars(monitor)
-        views, _ = self._each(sidecars, lambda sc: self.cluster.read_control(sc.base_url, token))
-        held = [v for v in views.values() if v.get("pinned") is True] or list(views.values())
-        listed = [c for v in views.values() for c in _checkpoints(v)]
-        candidates = [v["resume_from"] for v in held if isinstance(v.get("resume_from"), dict)]
-        best, _ = choose_checkpoint(_dated(candidates, listed), None, None)
+        views, errors = self._each(sidecars, lambda sc: self.cluster.read_control(sc.base_url, token))
+        healthy = {sc.pod for sc in sidecars if sc.node not in avoid} & set(views)
+        ranks = {pod: _held(v) for pod, v in views.items() if pod in healthy or not healthy}
+        best, note = gang_checkpoint(ranks, None, None)
         if best is None:
-            return "no checkpoint known for resume-from"
+            if not any(ranks.values()):
+                return "no checkpoint known for resume-from"
+            return f"no checkpoint every rank has for resume-from (newest: {newest_by_rank(ranks)})"
         pointer = _pointer(best)
         step = _fmt_step(_float(best.get("step")))
         ref = monitor.spec.workload_ref
         if ref is None:
-            return f"resume-from step {step} (no workloadRef to annotate)"
+            return f"resume-from step {step} (no workloadRef to annotate){note}"
         try:
             self.cluster.annotate_workload(
                 monitor.namespace,
@@ -518,7 +594,8 @@ class Executor:
             )
         except Exception as exc:
             return f"resume-from step {step} not written on {ref.kind}/{ref.name}: {str(exc)[:80]}"
-        return f"resume-from step {step} on {ref.kind}/{ref.name}"
+        unasked = f" (no answer from {_names(sorted(errors))})" if errors else ""
+        return f"resume-from step {step} on {ref.kind}/{ref.name}{note}{unasked}"
 
     def _confirm(self, record: Record, monitor: TrainingJobMonitor, params: dict[str, str]) -> str:
         """Wait until as many live pods as were deleted exist, created since the record, all scheduled
@@ -594,6 +671,14 @@ def _live(pod: dict[str, Any]) -> bool:
 
 def _pod_names(pods: list[dict[str, Any]]) -> list[str]:
     return sorted(str(p["metadata"]["name"]) for p in pods)
+
+
+def _restart_avoid(record: Record) -> set[str]:
+    """The nodes the record's RestartGang step avoids (a node fault's node); none for another restart."""
+    for step in record.get("steps", []):
+        if step.get("kind") == StepKind.RESTART_GANG:
+            return _avoid(step.get("params") or {})
+    return set()
 
 
 def _gang_size(record: Record) -> int:
