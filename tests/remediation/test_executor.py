@@ -55,7 +55,7 @@ def record_of(*steps: Step, dry_run: bool = False, node: str = "") -> dict[str, 
 def test_node_fault_runs_checkpoint_cordon_taint_restart_confirm_in_order() -> None:
     rig = Rig()
     m = job_monitor()
-    done = rig.executor().run(node_fault_record(m), m)
+    done = rig.run(node_fault_record(m), m)
 
     assert done["phase"] == Phase.SUCCEEDED
     assert [k for k, _ in kinds_and_phases(done)] == [
@@ -92,10 +92,11 @@ def test_node_fault_runs_checkpoint_cordon_taint_restart_confirm_in_order() -> N
 def test_records_are_saved_before_each_action() -> None:
     rig = Rig()
     m = job_monitor()
-    rig.executor().run(node_fault_record(m), m)
+    rig.run(node_fault_record(m), m)
 
     saves = [t[1:] for t in rig.timeline if t[0] == "save"]
     assert saves == [
+        (),  # the claim: this executor's owner written before any step
         ("RequestCheckpoint", "InProgress"),
         ("RequestCheckpoint", "InProgress"),  # "asking ... past step 1000", before asking
         ("RequestCheckpoint", "Succeeded"),
@@ -115,7 +116,8 @@ def test_records_are_saved_before_each_action() -> None:
         if event[0] in owner:
             last_save = next(t for t in reversed(rig.timeline[:i]) if t[0] == "save")
             assert last_save[1:] == (owner[event[0]], "InProgress"), f"{event} acted before its record"
-    assert rig.store.saved[8]["steps"][3]["detail"].startswith("deleting 2 pod(s) created up to ")
+    assert rig.store.saved[0]["owner"] == rig.store.saved[-1]["owner"] != ""
+    assert rig.store.saved[9]["steps"][3]["detail"].startswith("deleting 2 pod(s) created up to ")
 
 
 # ---- a crash anywhere, then a new operator ------------------------------------------------------------
@@ -124,7 +126,7 @@ def test_records_are_saved_before_each_action() -> None:
 def _clean_run() -> tuple[list[tuple[str, ...]], int]:
     rig = Rig()
     m = job_monitor()
-    rig.executor().run(node_fault_record(m), m)
+    rig.run(node_fault_record(m), m)
     return rig.cluster.effects, rig.cluster.calls
 
 
@@ -137,11 +139,11 @@ def test_an_operator_killed_after_any_call_resumes_and_every_effect_happens_once
     m = job_monitor()
     rig.cluster.crash_after = crash_after
     with pytest.raises(Crash):
-        rig.executor().run(node_fault_record(m), m)
+        rig.run(node_fault_record(m), m)
     rig.cluster.crash_after = None
     assert rig.store.saved, "the record is saved before the first call"
 
-    done = rig.executor().run(rig.store.last, m)  # a new operator, from the record in the status
+    done = rig.run(rig.store.last, m)  # a new operator, from the record in the status
 
     assert done["phase"] == Phase.SUCCEEDED, done
     assert rig.cluster.effects == CLEAN_EFFECTS
@@ -156,11 +158,11 @@ def test_a_resumed_restart_does_not_delete_the_replacements() -> None:
     )
     rig.cluster.crash_after = calls_before_delete
     with pytest.raises(Crash):
-        rig.executor().run(record, m)
+        rig.run(record, m)
     rig.cluster.crash_after = None
     interrupted = rig.store.last
     assert interrupted["steps"][3]["phase"] == Phase.IN_PROGRESS
-    done = rig.executor().run(interrupted, m)
+    done = rig.run(interrupted, m)
     assert [e for e in rig.cluster.effects if e[0] == "delete"] == [("delete", "job-0"), ("delete", "job-1")]
     assert done["steps"][3]["detail"].startswith("deleted 2 pod(s) created up to ")
     assert "(0 of them after the operator restarted)" in done["steps"][3]["detail"]
@@ -186,10 +188,10 @@ def test_a_resume_reads_the_progress_fields_not_the_messages(crash_after: int) -
     m = job_monitor()
     rig.cluster.crash_after = crash_after
     with pytest.raises(Crash):
-        rig.executor().run(node_fault_record(m), m)
+        rig.run(node_fault_record(m), m)
     rig.cluster.crash_after = None
 
-    done = rig.executor().run(_reworded(rig.store.last), m)
+    done = rig.run(_reworded(rig.store.last), m)
 
     assert done["phase"] == Phase.SUCCEEDED, done
     assert rig.cluster.effects == CLEAN_EFFECTS
@@ -204,7 +206,7 @@ def _effects_after(calls: int) -> list[tuple[str, ...]]:
     m = job_monitor()
     rig.cluster.crash_after = calls
     with contextlib.suppress(Crash):
-        rig.executor().run(node_fault_record(m), m)
+        rig.run(node_fault_record(m), m)
     return rig.cluster.effects
 
 
@@ -221,7 +223,7 @@ def test_dry_run_says_what_it_would_do_and_calls_nothing() -> None:
     )
     record = new_record(p, T0)
 
-    done = rig.executor().run(record, m)
+    done = rig.run(record, m)
 
     assert rig.cluster.calls == 0 and rig.cluster.effects == []
     assert done["phase"] == Phase.DRY_RUN
@@ -232,10 +234,10 @@ def test_dry_run_says_what_it_would_do_and_calls_nothing() -> None:
     assert details[2] == f"would taint node gpu-a {FAULTY_TAINT}=GPUCriticalXid:NoSchedule"
     assert details[3].startswith("would delete the pods of app=llama-pretrain")
     pin = record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0)}), dry_run=True)
-    assert rig.executor().run(pin, m)["steps"][0]["detail"] == (
+    assert rig.run(pin, m)["steps"][0]["detail"] == (
         "would pin the newest checkpoint saved before 2023-11-14T22:13:20.000Z"
     )
-    assert rig.executor().run(done, m) == done, "recorded once"
+    assert rig.run(done, m) == done, "recorded once"
     assert rig.cluster.calls == 0 and len(rig.store.saved) == 2
 
 
@@ -249,7 +251,7 @@ def test_a_failing_step_is_recorded_failed_and_nothing_after_it_runs() -> None:
         raise RuntimeError('nodes "gpu-a" is forbidden')
 
     rig.cluster.taint = refused  # type: ignore[method-assign]
-    done = rig.executor().run(record, m)
+    done = rig.run(record, m)
     rig.cluster.taint = boom  # type: ignore[method-assign]
 
     assert kinds_and_phases(done) == [
@@ -262,13 +264,13 @@ def test_a_failing_step_is_recorded_failed_and_nothing_after_it_runs() -> None:
     assert done["phase"] == Phase.FAILED
     assert done["steps"][2]["detail"] == 'RuntimeError: nodes "gpu-a" is forbidden'
     assert not [e for e in rig.cluster.effects if e[0] == "delete"]
-    assert rig.executor().run(done, m) == done, "a failed record is not carried on"
+    assert rig.run(done, m) == done, "a failed record is not carried on"
 
 
 def test_a_checkpoint_that_does_not_come_is_recorded_and_the_cordon_goes_on() -> None:
     rig = Rig(save_after_reads=None)  # the trainer never saves
     m = job_monitor()
-    done = rig.executor().run(node_fault_record(m, timeout_s=30), m)
+    done = rig.run(node_fault_record(m, timeout_s=30), m)
 
     step = done["steps"][0]
     assert step["phase"] == Phase.SUCCEEDED
@@ -288,7 +290,7 @@ def test_an_unreachable_healthy_sidecar_does_not_block_the_cordon() -> None:
     rig = Rig()
     rig.cluster.unreachable = {"job-1"}
     m = job_monitor()
-    done = rig.executor().run(node_fault_record(m), m)
+    done = rig.run(node_fault_record(m), m)
     assert done["steps"][0]["detail"].startswith("no sidecar answered the checkpoint request; failed: job-1")
     assert done["phase"] == Phase.SUCCEEDED and rig.cluster.nodes["gpu-a"]["unschedulable"]
 
@@ -296,7 +298,7 @@ def test_an_unreachable_healthy_sidecar_does_not_block_the_cordon() -> None:
 def test_placement_that_never_comes_fails_the_confirmation() -> None:
     rig = Rig(nodes=("gpu-a", "gpu-b"))  # no room for the second pod once gpu-a is cordoned
     m = job_monitor()
-    done = rig.executor().run(node_fault_record(m), m)
+    done = rig.run(node_fault_record(m), m)
     assert kinds_and_phases(done)[-1] == ("ConfirmPlacement", "Failed")
     assert done["steps"][-1]["detail"].startswith(
         "the new pods were not all placed away from gpu-a within 120s"
@@ -307,7 +309,7 @@ def test_a_spare_that_takes_a_pod_is_recorded() -> None:
     rig = Rig(nodes=("gpu-a", "gpu-b", "spare-0"))
     rig.cluster.nodes["spare-0"]["labels"]["trainguard.io/spare"] = "true"
     m = job_monitor()
-    done = rig.executor().run(node_fault_record(m), m)
+    done = rig.run(node_fault_record(m), m)
     assert done["steps"][-1]["detail"] == (
         "placed job-0-r1->gpu-b, job-1-r2->spare-0; spare used: spare-0; resume-from cleared on Job/llama-pretrain"
     )
@@ -318,7 +320,7 @@ def test_a_node_cordoned_by_a_person_is_left_as_it_is() -> None:
     rig = Rig()
     rig.cluster.nodes["gpu-a"]["unschedulable"] = True
     m = job_monitor()
-    done = rig.executor().run(record_of(Step(StepKind.CORDON, {"node": "gpu-a", "reason": "XID"})), m)
+    done = rig.run(record_of(Step(StepKind.CORDON, {"node": "gpu-a", "reason": "XID"})), m)
     assert done["steps"][0]["detail"] == "already cordoned, not by trainguard: left as is"
     assert rig.cluster.nodes["gpu-a"]["annotations"] == {}
 
@@ -329,7 +331,7 @@ def test_taint_merges_with_existing_taints_once() -> None:
     rig.cluster.nodes["gpu-a"]["taints"] = [other]
     m = job_monitor()
     taint = Step(StepKind.TAINT, {"node": "gpu-a", "reason": "GPULost"})
-    rig.executor().run(record_of(taint, taint), m)
+    rig.run(record_of(taint, taint), m)
     assert rig.cluster.nodes["gpu-a"]["taints"] == [
         other,
         {"key": FAULTY_TAINT, "value": "GPULost", "effect": "NoSchedule"},
@@ -344,7 +346,7 @@ def test_an_interrupted_gang_restarts_its_live_pods_and_leaves_the_finished_one(
     rig.cluster.pods["job-1-r0"]["index"] = 1
     m = job_monitor()
     restart = (Step(StepKind.RESTART_GANG, {"avoid": ""}), Step(StepKind.CONFIRM_PLACEMENT, {"avoid": ""}))
-    done = rig.executor().run(record_of(*restart), m)
+    done = rig.run(record_of(*restart), m)
 
     assert done["phase"] == Phase.SUCCEEDED, done
     assert [e for e in rig.cluster.effects if e[0] == "delete"] == [
@@ -361,7 +363,7 @@ def test_an_interrupted_gang_restarts_its_live_pods_and_leaves_the_finished_one(
 def test_non_finite_loss_pauses_every_sidecar_and_pins_the_checkpoint_before_it() -> None:
     rig = Rig()
     m = job_monitor()
-    done = rig.executor().run(
+    done = rig.run(
         record_of(Step(StepKind.PAUSE), Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0 - 6)})), m
     )
     assert done["phase"] == Phase.SUCCEEDED
@@ -379,12 +381,12 @@ def test_an_older_sidecar_without_times_is_pinned_unchecked_and_its_checkpoint_a
     progress from resume_from."""
     rig = Rig(old_sidecars=True)
     m = job_monitor()
-    nan = rig.executor().run(record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0 - 6)})), m)
+    nan = rig.run(record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0 - 6)})), m)
     assert nan["steps"][0]["detail"] == (
         "pinned step 1000 (/ckpt/1000) (saved before the fault: not checked, the sidecar reports no "
         "checkpoint time)"
     )
-    done = rig.executor().run(node_fault_record(m), m)
+    done = rig.run(node_fault_record(m), m)
     assert done["steps"][0]["detail"] == f"checkpoint step {CKPT_STEP + 100} saved on job-1"
 
 
@@ -395,9 +397,7 @@ def test_pin_takes_the_listed_checkpoint_when_the_trainer_saved_after_the_nan() 
     for state in rig.cluster.sidecar.values():
         rig.cluster.trainer_saves(state, "incremental")  # step 1100 at T0, after the NaN at T0 - 6
         assert state["resume_from"]["step"] == CKPT_STEP + 100
-    done = rig.executor().run(
-        record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0 - 6)})), job_monitor()
-    )
+    done = rig.run(record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0 - 6)})), job_monitor())
 
     assert done["phase"] == Phase.SUCCEEDED, done["steps"][0]["detail"]
     assert done["steps"][0]["detail"] == "pinned step 1000 (/ckpt/1000)"
@@ -416,7 +416,7 @@ def test_a_pinned_sidecar_answers_the_checkpoint_request_and_the_pointer_keeps_t
         rig.cluster.trainer_saves(state, "full")  # step 1100: the trainer went on, the pin holds
         assert state["pinned"] and state["resume_from"]["step"] == CKPT_STEP
 
-    done = rig.executor().run(node_fault_record(m, timeout_s=30), m)
+    done = rig.run(node_fault_record(m, timeout_s=30), m)
 
     assert done["steps"][0]["detail"] == "checkpoint step 1200 saved on job-1"
     assert rig.clock() - T0 < 30, "the wait did not run out its timeout"
@@ -427,7 +427,7 @@ def test_a_pinned_sidecar_answers_the_checkpoint_request_and_the_pointer_keeps_t
 def test_the_pointer_is_cleared_once_the_gang_is_placed_and_a_later_pod_starts_unpinned() -> None:
     rig = Rig()
     m = job_monitor()
-    done = rig.executor().run(node_fault_record(m), m)
+    done = rig.run(node_fault_record(m), m)
     assert done["phase"] == Phase.SUCCEEDED
     assert [e for e in rig.cluster.effects if e[0].endswith("annotate")] == [
         ("annotate", "Job", "llama-pretrain"),
@@ -454,7 +454,7 @@ def test_a_pointer_that_cannot_be_cleared_is_said_and_the_placement_stands() -> 
         annotate(namespace, api_version, kind, name, annotations)
 
     rig.cluster.annotate_workload = refused  # type: ignore[method-assign]
-    done = rig.executor().run(node_fault_record(m), m)
+    done = rig.run(node_fault_record(m), m)
 
     assert done["phase"] == Phase.SUCCEEDED
     assert done["steps"][-1]["detail"].endswith(
@@ -465,7 +465,7 @@ def test_a_pointer_that_cannot_be_cleared_is_said_and_the_placement_stands() -> 
 def test_pause_fails_when_no_sidecar_takes_it() -> None:
     rig = Rig()
     rig.cluster.unreachable = {"job-0", "job-1"}
-    done = rig.executor().run(record_of(Step(StepKind.PAUSE), Step(StepKind.PIN_CHECKPOINT)), job_monitor())
+    done = rig.run(record_of(Step(StepKind.PAUSE), Step(StepKind.PIN_CHECKPOINT)), job_monitor())
     assert kinds_and_phases(done) == [("Pause", "Failed"), ("PinCheckpoint", "Planned")]
     assert done["steps"][0]["detail"].startswith("no sidecar took paused; failed: job-0: GET")
 
@@ -474,18 +474,14 @@ def test_pin_fails_when_no_checkpoint_is_known() -> None:
     rig = Rig()
     for state in rig.cluster.sidecar.values():
         state["resume_from"], state["checkpoints"] = None, []
-    done = rig.executor().run(
-        record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0)})), job_monitor()
-    )
+    done = rig.run(record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0)})), job_monitor())
     assert done["phase"] == Phase.FAILED
     assert done["steps"][0]["detail"] == "no checkpoint saved before the fault is known to the sidecars"
 
 
 def test_pin_fails_when_every_checkpoint_followed_the_fault() -> None:
     rig = Rig()
-    done = rig.executor().run(
-        record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(CKPT_TS - 1)})), job_monitor()
-    )
+    done = rig.run(record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(CKPT_TS - 1)})), job_monitor())
     assert done["phase"] == Phase.FAILED
     assert not any(s["pinned"] for s in rig.cluster.sidecar.values())
 
@@ -496,7 +492,7 @@ def test_advice_is_appended_once_to_each_sidecar() -> None:
     for state in rig.cluster.sidecar.values():
         state["advisories"] = [earlier]
     advise = Step(StepKind.ADVISE, {"advice": "clip_gradients"})
-    rig.executor().run(record_of(advise, advise), job_monitor())  # the second is a redo of the first
+    rig.run(record_of(advise, advise), job_monitor())  # the second is a redo of the first
     for state in rig.cluster.sidecar.values():
         assert state["advisories"] == [earlier, {"advice": "clip_gradients", "record": "rec-1"}]
     assert [e[0] for e in rig.cluster.effects] == ["advise", "advise"]
@@ -504,9 +500,7 @@ def test_advice_is_appended_once_to_each_sidecar() -> None:
 
 def test_notify_goes_to_the_notifier_and_is_recorded() -> None:
     rig = Rig()
-    done = rig.executor().run(
-        record_of(Step(StepKind.NOTIFY, {"reason": "cordon cap reached"})), job_monitor()
-    )
+    done = rig.run(record_of(Step(StepKind.NOTIFY, {"reason": "cordon cap reached"})), job_monitor())
     assert rig.notified == ["cordon cap reached"]
     assert done["steps"][0]["detail"] == "notified: cordon cap reached"
     assert rig.cluster.calls == 0
@@ -515,7 +509,7 @@ def test_notify_goes_to_the_notifier_and_is_recorded() -> None:
 def test_a_wrong_token_reaches_no_sidecar() -> None:
     rig = Rig()
     m = make_monitor(**{"metadata.name": "other-job"})
-    done = rig.executor().run(record_of(Step(StepKind.PAUSE)), m)
+    done = rig.run(record_of(Step(StepKind.PAUSE)), m)
     assert done["phase"] == Phase.FAILED and "HTTP 401" in done["steps"][0]["detail"]
     assert rig.cluster.effects == []
 

@@ -41,6 +41,7 @@ class RemediationLoop:
         key: Callable[[], bytes | None],
         leader: Callable[[], bool],
         lock: Callable[[str, str], Any],
+        mode: Callable[[], str] = lambda: "act",
         clock: Callable[[], float] = time.time,
         workers: int = 4,
         executor_factory: Callable[..., Executor] = Executor,
@@ -48,10 +49,10 @@ class RemediationLoop:
         on_step: Callable[[str, str], None] = lambda kind, phase: None,
     ) -> None:
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trainguard-remediation")
-        self.store = RecordStore(api, lock, on_step)
+        self.store = RecordStore(api, lock, on_step, key=key)
         self.intake = Intake(self.pool, Pager(alertmanager_url, clock) if alertmanager_url else None)
-        self.dispatcher = Dispatcher(self.store, cluster, self.pool, key=key, alertmanager_url=alertmanager_url,
-                                     executor_factory=executor_factory)  # fmt: skip
+        self.dispatcher = Dispatcher(self.store, cluster, self.pool, key=key, leader=leader, mode=mode,
+                                     alertmanager_url=alertmanager_url, executor_factory=executor_factory)  # fmt: skip
         self.planner = Planner(self.store, cluster, self.dispatcher, leader=leader, clock=clock)
         self.resume = ResumePass(reads, self.dispatcher, leader)
         self.watch = WatchPass(reads, self.intake, leader, alertmanager_url, clock)
