@@ -353,6 +353,11 @@ class Store:
         self.records: dict[str, dict[str, Any]] = {}
         self.monitor: TrainingJobMonitor | None = None
         self.interleave: list[Callable[[Store], None]] = []
+        self.watchers: list[tuple[Callable[[dict[str, Any]], bool], Callable[[Store], None]]] = []
+
+    def when(self, saved: Callable[[dict[str, Any]], bool], change: Callable[[Store], None]) -> None:
+        """Make `change` (someone else's) once, right after the first save of a record that `saved` holds."""
+        self.watchers.append((saved, change))
 
     def put(self, record: dict[str, Any]) -> None:
         """A record written by someone (the planner, another executor, a user)."""
@@ -388,6 +393,9 @@ class Saver:
         self.store.put(record)
         self.seen = copy.deepcopy(record)
         self.store.saved.append(copy.deepcopy(record))
+        for watcher in [w for w in self.store.watchers if w[0](record)]:
+            self.store.watchers.remove(watcher)
+            watcher[1](self.store)
         active = [(s["kind"], s["phase"]) for s in record["steps"] if s["phase"] == Phase.IN_PROGRESS]
         last = next((s for s in reversed(record["steps"]) if s["phase"] != Phase.PLANNED), None)
         self.store.timeline.append(
@@ -454,11 +462,16 @@ def sign(record: dict[str, Any], monitor: TrainingJobMonitor) -> dict[str, Any]:
     return records.sign(record, KEY, monitor.namespace, monitor.name)
 
 
+def step_done(kind: str) -> Callable[[dict[str, Any]], bool]:
+    """Whether a saved record has its `kind` step Succeeded (for Store.when)."""
+    return lambda record: any(s["kind"] == kind and s["phase"] == Phase.SUCCEEDED for s in record["steps"])
+
+
 def kinds_and_phases(record: dict[str, Any]) -> list[tuple[str, str]]:
     return [(s["kind"], s["phase"]) for s in record["steps"]]
 
 
-def loop_rig(leader: bool = True) -> tuple[RemediationLoop, FakeKube, FakeCluster]:
+def loop_rig(leader: bool = True, mode: str = "act") -> tuple[RemediationLoop, FakeKube, FakeCluster]:
     """The P0 loop as the operator wires it, on the Kubernetes edge's fake holding the test monitor
     (workload the Job llama-pretrain) and on FakeCluster, `leader` or a standby."""
     clock = Clock()
@@ -480,6 +493,7 @@ def loop_rig(leader: bool = True) -> tuple[RemediationLoop, FakeKube, FakeCluste
         cluster,
         key=lambda: KEY,
         leader=lambda: leader,
+        mode=lambda: mode,
         lock=lambda ns, name: locks.setdefault((ns, name), threading.RLock()),
         clock=clock,
         executor_factory=executor,

@@ -23,10 +23,13 @@ from tests.remediation.fakes import (
     job_monitor,
     kinds_and_phases,
     p0_signal,
+    sign,
+    step_done,
 )
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_BY, FAULTY_TAINT, RESUME_FROM
 from trainguard.exporter.checkpoints import checkpoint_ref
+from trainguard.remediation import records
 from trainguard.remediation.executor import choose_checkpoint
 from trainguard.remediation.model import ClusterState, Phase, Plan, Step, StepKind
 from trainguard.remediation.plan import plan
@@ -538,3 +541,167 @@ def test_choose_checkpoint_keeps_the_newest_before_the_fault(
 ) -> None:
     chosen, _ = choose_checkpoint(candidates, before_ts, before_step)
     assert (chosen or {}).get("step") == expected_step
+
+
+# ---- exactly once: the gate before every step, claims, signatures -------------------------------------
+
+
+def effects_of(rig: Rig) -> list[str]:
+    return [e[0] for e in rig.cluster.effects]
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"spec.remediation.enabled": False}, "spec.remediation.enabled: false"),
+        ({"spec.remediation.dryRun": True}, "spec.remediation.dryRun: true"),
+    ],
+)
+def test_a_monitor_turned_off_mid_run_skips_the_remaining_steps(change: dict[str, Any], why: str) -> None:
+    rig = Rig()
+    m = job_monitor()
+    rig.store.when(
+        step_done("RequestCheckpoint"), lambda store: setattr(store, "monitor", job_monitor(**change))
+    )
+    done = rig.run(node_fault_record(m), m)
+
+    assert done["phase"] == Phase.SKIPPED and why in done["message"], done["message"]
+    assert kinds_and_phases(done)[0] == ("RequestCheckpoint", Phase.SUCCEEDED)
+    assert all(p == Phase.SKIPPED for _, p in kinds_and_phases(done)[1:])
+    assert all(why in s["detail"] for s in done["steps"][1:])
+    assert effects_of(rig) == ["checkpoint-request", "checkpoint-saved"], "nothing after the change"
+    assert rig.store.records[done["id"]] == done, "saved"
+
+
+@pytest.mark.parametrize("mode", ["off", "dry-run"])
+def test_the_operator_mode_turned_off_mid_run_skips_the_remaining_steps(mode: str) -> None:
+    rig = Rig()
+    m = job_monitor()
+    rig.store.when(step_done("Cordon"), lambda store: setattr(rig, "mode", mode))
+    done = rig.run(node_fault_record(m), m)
+
+    assert done["phase"] == Phase.SKIPPED and f"mode is {mode}" in done["message"]
+    assert [p for _, p in kinds_and_phases(done)] == [Phase.SUCCEEDED] * 2 + [Phase.SKIPPED] * 3
+    assert "taint" not in effects_of(rig) and "delete" not in effects_of(rig)
+
+
+def test_an_operator_off_from_the_start_does_nothing() -> None:
+    rig = Rig()
+    rig.mode = "off"
+    m = job_monitor()
+    done = rig.run(node_fault_record(m), m)
+    assert done["phase"] == Phase.SKIPPED and rig.cluster.effects == [] and rig.cluster.calls == 0
+
+
+def test_an_executor_that_loses_the_lead_stops_and_the_new_leader_finishes_once() -> None:
+    rig = Rig()
+    m = job_monitor()
+    rig.store.when(step_done("Cordon"), lambda store: setattr(rig, "leads", False))
+    old = rig.run(node_fault_record(m), m)
+
+    assert rig.last is not None and "no longer leads" in rig.last.stopped
+    left = rig.store.records[old["id"]]
+    assert left == old and left["phase"] == Phase.IN_PROGRESS, "left as it stands for the new leader"
+    assert kinds_and_phases(left)[2] == ("Taint", Phase.PLANNED)
+    assert effects_of(rig) == ["checkpoint-request", "checkpoint-saved", "cordon"]
+
+    rig.leads = True  # the new leader's executor, resuming from the status
+    done = rig.executor(owner="new-leader").run(left, m)
+    assert done["phase"] == Phase.SUCCEEDED and done["owner"] == "new-leader"
+    assert effects_of(rig).count("cordon") == 1 and effects_of(rig).count("taint") == 1
+    assert effects_of(rig).count("delete") == 2, "one gang restart"
+
+
+def test_a_standby_does_not_claim_or_act() -> None:
+    rig = Rig()
+    rig.leads = False
+    m = job_monitor()
+    record = node_fault_record(m)
+    rig.run(record, m)
+    assert rig.store.saved == [] and rig.cluster.calls == 0
+    assert rig.store.records[record["id"]].get("owner") is None
+
+
+def test_a_stale_copy_of_a_record_another_executor_finished_is_not_run_again() -> None:
+    rig = Rig()
+    m = job_monitor()
+    snapshot = node_fault_record(m)
+    done = rig.run(snapshot, m)
+    effects = list(rig.cluster.effects)
+
+    again = rig.executor().run(snapshot, m)  # a resume from a cache that still shows it Planned
+    assert again == done and rig.cluster.effects == effects
+    assert rig.last is not None and "already Succeeded" in rig.last.stopped
+
+
+def test_an_executor_whose_record_another_executor_claimed_stops_without_acting() -> None:
+    """An old leader and a new one on the same record: the new one claims it while the old one is in
+    the middle; the old one's next save finds the record moved and it stops before its next action."""
+    rig = Rig()
+    m = job_monitor()
+
+    def other_claims(store: Any) -> None:
+        store.put(records.claimed(store.records[record["id"]], "other-executor"))
+
+    record = node_fault_record(m)
+    rig.store.when(step_done("Cordon"), other_claims)
+    rig.run(record, m)
+
+    assert rig.last is not None and "moved on" in rig.last.stopped
+    assert effects_of(rig) == ["checkpoint-request", "checkpoint-saved", "cordon"], "no taint, no restart"
+    assert rig.store.records[record["id"]]["owner"] == "other-executor", "the other executor's record is kept"
+
+
+def test_a_record_moved_between_two_writes_of_a_step_stops_its_executor() -> None:
+    """Someone else's write lands between this executor's gate and its InProgress save: the conditional
+    save refuses, and the step's action is never taken."""
+    rig = Rig()
+    m = job_monitor()
+    record = node_fault_record(m)
+
+    def moved(store: Any) -> None:
+        store.put(records.claimed(store.records[record["id"]], "other-executor"))
+
+    rig.store.when(step_done("RequestCheckpoint"), lambda store: store.interleave.append(moved))
+    rig.run(record, m)
+    assert "cordon" not in effects_of(rig) and ("superseded",) in rig.timeline
+
+
+def test_an_altered_record_is_refused_before_any_step() -> None:
+    rig = Rig()
+    m = job_monitor()
+    record = sign(node_fault_record(m), m)
+    record["steps"][1]["params"]["node"] = "gpu-c"  # someone with status rights points the cordon elsewhere
+    done = rig.run(record, m, signed=False)
+
+    assert done["phase"] == Phase.FAILED and done["message"].startswith("refused")
+    assert all(p == Phase.SKIPPED for _, p in kinds_and_phases(done))
+    assert rig.cluster.calls == 0 and rig.cluster.effects == []
+
+
+def test_an_unsigned_record_is_refused_even_one_from_before_signatures() -> None:
+    rig = Rig()
+    m = job_monitor()
+    done = rig.run(node_fault_record(m), m, signed=False)
+    assert done["phase"] == Phase.FAILED and "signature" in done["message"]
+    assert rig.cluster.calls == 0
+
+
+def test_a_record_signed_for_another_monitor_is_refused() -> None:
+    rig = Rig()
+    m = job_monitor()
+    other = make_monitor(**{"metadata.name": "other-job"})
+    done = rig.run(sign(node_fault_record(m), other), m, signed=False)
+    assert done["phase"] == Phase.FAILED and rig.cluster.calls == 0
+
+
+def test_without_the_operator_key_nothing_is_checked_or_done() -> None:
+    rig = Rig()
+    m = job_monitor()
+    record = node_fault_record(m)
+    rig.store.monitor = m
+    rig.store.put(sign(record, m))
+    executor = rig.executor()
+    executor.key = lambda: None
+    executor.run(record, m)
+    assert "no operator key" in executor.stopped and rig.store.saved == [] and rig.cluster.calls == 0
