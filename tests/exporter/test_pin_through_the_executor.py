@@ -15,6 +15,7 @@ from tests.clock import Clock
 from tests.conftest import monitor as make_monitor
 from tests.exporter.running import Running, running_exporter
 from tests.processes import wait_for
+from tests.remediation.fakes import KEY, Store, sign
 from trainguard.remediation.cluster import Cluster
 from trainguard.remediation.executor import Executor, choose_checkpoint
 from trainguard.remediation.model import ClusterState, Phase, Signal, Source, StepKind
@@ -60,8 +61,13 @@ def nan_plan_run(exp: Running, nan_at: float) -> dict[str, Any]:
     signal = Signal("TrainingLossNonFinite", "P0", labels, "fp-nan", Source.SIDECAR, nan_at)
     p = plan(signal, MONITOR, ClusterState(now=time.time(), gpu_nodes=2))
     assert [s.kind for s in p.steps] == [StepKind.PAUSE, StepKind.PIN_CHECKPOINT]
-    executor = Executor(ThisPod(exp.url), lambda r: r, lambda ns, name: TOKEN)
-    return executor.run(new_record(p, time.time()), MONITOR)
+    store = Store([])  # the monitor's status, holding the record as the planner signed it
+    store.monitor = MONITOR
+    record = sign(new_record(p, time.time()), MONITOR)
+    store.put(record)
+    saver = store.saver()
+    executor = Executor(ThisPod(exp.url), saver, lambda ns, name: TOKEN, read=saver.read, key=lambda: KEY)
+    return executor.run(record, MONITOR)
 
 
 def knows(exp: Running, step: int) -> bool:

@@ -8,7 +8,10 @@ It behaves as the real edge does where the rooms depend on it: a read returns a 
 the API or a watch cache is the reader's own); a server-side apply writes only when the object changes
 and says whether it did (None for a Secret this process had not applied: the operator cannot read
 Secrets), and a refused apply raises the client's ApiException; create_if_absent creates once; a status
-or monitor patch is a JSON merge patch. Every write is recorded for the tests to look at.
+or monitor patch is a JSON merge patch. Every write moves the object's resourceVersion (get_monitor
+shows it), and a status patch given a resourceVersion that is no longer the object's is refused with
+409, as the apiserver does; `interleave` holds writes of someone else's that land just before the next
+status patch. Every write is recorded for the tests to look at.
 
 The real edge is exercised against a kube-apiserver in e2e/ (e2e/test_remediation_cluster.py,
 e2e/test_watch_caches.py, e2e/test_operator.py)."""
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -104,6 +108,12 @@ class FakeKube:
         refuse: dict[str, ApiException] | None = None,
     ) -> None:
         self.objects: dict[Key, Obj] = {}
+        self.versions: dict[Key, int] = {}
+        """Each object's resourceVersion, moved by every write."""
+        self.interleave: list[Callable[[FakeKube], None]] = []
+        """Someone else's writes, each landing just before the next status patch (taken in order)."""
+        self.conflicts = 0
+        """Status patches refused for a stale resourceVersion."""
         self.put(*objects)
         self.missing_kinds = missing_kinds
         self.refuse = refuse or {}
@@ -131,6 +141,10 @@ class FakeKube:
         """Add or replace objects (a test's setup, or a change made by someone else)."""
         for obj in objects:
             self.objects[key_of(obj)] = copy.deepcopy(obj)
+            self._moved(key_of(obj))
+
+    def _moved(self, key: Key) -> None:
+        self.versions[key] = self.versions.get(key, 0) + 1
 
     def _get(self, kind: str, namespace: str, name: str) -> Obj | None:
         return copy.deepcopy(self.objects.get((kind, namespace, name)))
@@ -153,7 +167,12 @@ class FakeKube:
     # ---- kube.Kube: reads ----
 
     def get_monitor(self, namespace: str, name: str) -> Obj | None:
-        return self._get(MONITOR, namespace, name)
+        found = self._get(MONITOR, namespace, name)
+        if found is not None:
+            found.setdefault("metadata", {})["resourceVersion"] = str(
+                self.versions.get((MONITOR, namespace, name), 0)
+            )
+        return found
 
     def get_policy(self, namespace: str, name: str) -> Obj | None:
         return self._get(POLICY, namespace, name)
@@ -175,6 +194,8 @@ class FakeKube:
         if obj["kind"] == "Secret" and key in self.applied and "data" not in obj:
             self.emptied.append(key[2])
         self.objects[key] = copy.deepcopy(obj)
+        if changed:
+            self._moved(key)
         self.applied.add(key)
         self.written.add(key)
         if changed:
@@ -186,20 +207,35 @@ class FakeKube:
         if key in self.objects:
             return False
         self.objects[key] = copy.deepcopy(obj)
+        self._moved(key)
         self.created.append(copy.deepcopy(obj))
         return True
 
-    def patch_status(self, plural: str, namespace: str, name: str, status: Obj) -> None:
-        """A merge patch of the object's status; one that is not there is left alone, as kube.Kube does."""
-        self.status_writes.append(copy.deepcopy(status))
+    def patch_status(
+        self, plural: str, namespace: str, name: str, status: Obj, *, resource_version: str | None = None
+    ) -> None:
+        """A merge patch of the object's status; one that is not there is left alone, as kube.Kube does; one
+        with a resourceVersion the object has moved past is refused with 409."""
+        if self.interleave:
+            self.interleave.pop(0)(self)
         key = (PLURALS.get(plural, plural), namespace, name)
+        if (
+            key in self.objects
+            and resource_version is not None
+            and resource_version != str(self.versions.get(key, 0))
+        ):
+            self.conflicts += 1
+            raise ApiException(status=409, reason="Conflict")
+        self.status_writes.append(copy.deepcopy(status))
         if key in self.objects:
             self.objects[key] = merge_patch(self.objects[key], {"status": copy.deepcopy(status)})
+            self._moved(key)
 
     def patch_monitor(self, namespace: str, name: str, patch: Obj) -> Obj:
         self.monitor_patches.append((namespace, name, copy.deepcopy(patch)))
         key = (MONITOR, namespace, name)
         self.objects[key] = merge_patch(self.objects[key], copy.deepcopy(patch))
+        self._moved(key)
         return copy.deepcopy(self.objects[key])
 
     def post_event(

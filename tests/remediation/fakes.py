@@ -17,7 +17,7 @@ import copy
 import datetime as dt
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tests.clock import T0, Clock
@@ -29,13 +29,17 @@ from trainguard.catalog.events import fingerprint
 from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT, RESUME_FROM
 from trainguard.exporter.checkpoints import checkpoint_ref, newer, resume_pointer
 from trainguard.kube.objects import new_pods_placement, taints_with
+from trainguard.remediation import records
 from trainguard.remediation.executor import Executor
 from trainguard.remediation.loop import RemediationLoop
 from trainguard.remediation.model import Phase, Signal, Source
 from trainguard.remediation.ops import Sidecar
 from trainguard.remediation.sidecars import ControlError
+from trainguard.remediation.store import Fresh
 
 TOKEN = "sidecar-token"
+KEY = b"k" * 48
+"""The operator key (records are signed with it)."""
 PORT = 9400
 CKPT_STEP = 1000
 CKPT_TS = T0 - 60
@@ -358,24 +362,67 @@ class FakeCluster:
 
 
 class Store:
-    """The monitor's status: save() keeps the record and notes it on the shared timeline."""
+    """The monitor's status as the executor sees it through store.Saver: `saver()` gives one run its read
+    and save, which keep the record (noted on the shared timeline) only while the stored copy stands
+    where that run last read or wrote it (else records.Superseded, as the real store). `monitor` is the
+    monitor as the API has it now; `interleave` holds someone else's changes (a spec edited, another
+    executor's write), each landing just before the next save."""
 
     def __init__(self, timeline: list[tuple[str, ...]]) -> None:
         self.timeline = timeline
         self.saved: list[dict[str, Any]] = []
+        self.records: dict[str, dict[str, Any]] = {}
+        self.monitor: TrainingJobMonitor | None = None
+        self.interleave: list[Callable[[Store], None]] = []
+        self.watchers: list[tuple[Callable[[dict[str, Any]], bool], Callable[[Store], None]]] = []
 
-    def save(self, record: dict[str, Any]) -> dict[str, Any]:
-        self.saved.append(copy.deepcopy(record))
-        active = [(s["kind"], s["phase"]) for s in record["steps"] if s["phase"] == Phase.IN_PROGRESS]
-        last = next((s for s in reversed(record["steps"]) if s["phase"] != Phase.PLANNED), None)
-        self.timeline.append(
-            ("save", *(active[0] if active else (last["kind"], last["phase"]) if last else ()))
-        )
-        return copy.deepcopy(record)
+    def when(self, saved: Callable[[dict[str, Any]], bool], change: Callable[[Store], None]) -> None:
+        """Make `change` (someone else's) once, right after the first save of a record that `saved` holds."""
+        self.watchers.append((saved, change))
+
+    def put(self, record: dict[str, Any]) -> None:
+        """A record written by someone (the planner, another executor, a user)."""
+        self.records[record["id"]] = copy.deepcopy(record)
+
+    def saver(self) -> Saver:
+        return Saver(self)
 
     @property
     def last(self) -> dict[str, Any]:
         return copy.deepcopy(self.saved[-1])
+
+
+class Saver:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.seen: dict[str, Any] | None = None
+
+    def read(self, record_id: str) -> Fresh | None:
+        if self.store.monitor is None:
+            return None
+        record = copy.deepcopy(self.store.records.get(record_id))
+        self.seen = record
+        return Fresh(record, self.store.monitor)
+
+    def __call__(self, record: dict[str, Any]) -> dict[str, Any]:
+        while self.store.interleave:
+            self.store.interleave.pop(0)(self.store)
+        current = self.store.records.get(record["id"])
+        if current is None or not records.same(current, self.seen):
+            self.store.timeline.append(("superseded",))
+            raise records.Superseded(f"record {record['id']} moved on")
+        self.store.put(record)
+        self.seen = copy.deepcopy(record)
+        self.store.saved.append(copy.deepcopy(record))
+        for watcher in [w for w in self.store.watchers if w[0](record)]:
+            self.store.watchers.remove(watcher)
+            watcher[1](self.store)
+        active = [(s["kind"], s["phase"]) for s in record["steps"] if s["phase"] == Phase.IN_PROGRESS]
+        last = next((s for s in reversed(record["steps"]) if s["phase"] != Phase.PLANNED), None)
+        self.store.timeline.append(
+            ("save", *(active[0] if active else (last["kind"], last["phase"]) if last else ()))
+        )
+        return copy.deepcopy(record)
 
 
 def job_monitor(**changes: Any) -> TrainingJobMonitor:
@@ -392,7 +439,8 @@ def p0_signal(alertname: str, node: str = "gpu-a") -> Signal:
 
 
 class Rig:
-    """An executor on FakeCluster, saving to a Store; what it notifies is kept in `notified`."""
+    """An executor on FakeCluster, saving to a Store; what it notifies is kept in `notified`. `leads` and
+    `mode` are what the executor is told of leadership and the operator's mode (tests change them)."""
 
     def __init__(self, **fake: Any) -> None:
         self.clock = Clock()
@@ -400,23 +448,51 @@ class Rig:
         self.cluster = FakeCluster(self.clock, self.timeline, **fake)
         self.store = Store(self.timeline)
         self.notified: list[str] = []
+        self.leads = True
+        self.mode = "act"
+        self.last: Executor | None = None
 
-    def executor(self) -> Executor:
-        return Executor(
+    def executor(self, owner: str = "") -> Executor:
+        saver = self.store.saver()
+        self.last = Executor(
             self.cluster,
-            self.store.save,
+            saver,
             lambda ns, name: TOKEN if (ns, name) == ("ml", "llama-pretrain") else "wrong",
+            read=saver.read,
+            key=lambda: KEY,
+            leader=lambda: self.leads,
+            mode=lambda: self.mode,
+            owner=owner,
             clock=self.clock,
             sleep=self.clock.sleep,
             notify=lambda record, message: self.notified.append(message),
         )
+        return self.last
+
+    def run(
+        self, record: dict[str, Any], monitor: TrainingJobMonitor, *, signed: bool = True
+    ) -> dict[str, Any]:
+        """The record as the planner wrote it (signed, unless not `signed`) carried out by a new executor."""
+        self.store.monitor = monitor
+        self.store.put(sign(record, monitor) if signed else record)
+        return self.executor().run(record, monitor)
+
+
+def sign(record: dict[str, Any], monitor: TrainingJobMonitor) -> dict[str, Any]:
+    """The record with the operator's signature (under KEY) for `monitor`."""
+    return records.sign(record, KEY, monitor.namespace, monitor.name)
+
+
+def step_done(kind: str) -> Callable[[dict[str, Any]], bool]:
+    """Whether a saved record has its `kind` step Succeeded (for Store.when)."""
+    return lambda record: any(s["kind"] == kind and s["phase"] == Phase.SUCCEEDED for s in record["steps"])
 
 
 def kinds_and_phases(record: dict[str, Any]) -> list[tuple[str, str]]:
     return [(s["kind"], s["phase"]) for s in record["steps"]]
 
 
-def loop_rig(leader: bool = True) -> tuple[RemediationLoop, FakeKube, FakeCluster]:
+def loop_rig(leader: bool = True, mode: str = "act") -> tuple[RemediationLoop, FakeKube, FakeCluster]:
     """The P0 loop as the operator wires it, on the Kubernetes edge's fake holding the test monitor
     (workload the Job llama-pretrain) and on FakeCluster, `leader` or a standby."""
     clock = Clock()
@@ -436,8 +512,9 @@ def loop_rig(leader: bool = True) -> tuple[RemediationLoop, FakeKube, FakeCluste
         kube,
         kube,
         cluster,
-        key=lambda: b"k" * 48,
+        key=lambda: KEY,
         leader=lambda: leader,
+        mode=lambda: mode,
         lock=lambda ns, name: locks.setdefault((ns, name), threading.RLock()),
         clock=clock,
         executor_factory=executor,

@@ -35,7 +35,7 @@ def test_cordon_and_taint_then_checkpoint_from_every_rank_and_no_pod_is_touched(
     rig = Rig()
     m = job_monitor(**{"spec.remediation": {"emergencyCheckpointTimeout": "30s"}})
     pods_before = dict(rig.cluster.pods)
-    done = rig.executor().run(ecc_record(m), m)
+    done = rig.run(ecc_record(m), m)
 
     assert done["phase"] == Phase.SUCCEEDED, done
     assert kinds_and_phases(done) == [
@@ -61,7 +61,7 @@ def test_cordon_and_taint_then_checkpoint_from_every_rank_and_no_pod_is_touched(
 def test_a_checkpoint_that_does_not_come_is_recorded_and_the_node_is_isolated_anyway() -> None:
     rig = Rig(save_after_reads=None)  # the trainers never save
     m = job_monitor(**{"spec.remediation": {"emergencyCheckpointTimeout": "20s"}})
-    done = rig.executor().run(ecc_record(m), m)
+    done = rig.run(ecc_record(m), m)
     assert done["phase"] == Phase.SUCCEEDED
     assert done["steps"][2]["detail"].startswith("timed out after 20s waiting for job-0, job-1")
     assert rig.clock.now >= T0 + 20, "it waited the whole timeout"
@@ -71,7 +71,7 @@ def test_a_checkpoint_that_does_not_come_is_recorded_and_the_node_is_isolated_an
 def _clean_calls() -> int:
     rig = Rig()
     m = job_monitor()
-    rig.executor().run(ecc_record(m), m)
+    rig.run(ecc_record(m), m)
     return rig.cluster.calls
 
 
@@ -81,9 +81,9 @@ def test_an_operator_killed_after_any_call_resumes_and_every_effect_happens_once
     m = job_monitor()
     rig.cluster.crash_after = crash_after
     with pytest.raises(Crash):
-        rig.executor().run(ecc_record(m), m)
+        rig.run(ecc_record(m), m)
     rig.cluster.crash_after = None
-    done = rig.executor().run(rig.store.last, m)
+    done = rig.run(rig.store.last, m)
     assert done["phase"] == Phase.SUCCEEDED, done
     once = [e for e in rig.cluster.effects if e[0] in ("cordon", "taint", "checkpoint-request")]
     assert sorted(once) == sorted(set(once)), rig.cluster.effects
@@ -93,7 +93,7 @@ def test_an_operator_killed_after_any_call_resumes_and_every_effect_happens_once
 def test_dry_run_says_what_it_would_do_and_calls_nothing() -> None:
     rig = Rig()
     m = job_monitor(**{"spec.remediation": {"dryRun": True, "emergencyCheckpointTimeout": "45s"}})
-    done = rig.executor().run(ecc_record(m), m)
+    done = rig.run(ecc_record(m), m)
     assert rig.cluster.effects == []
     assert [s["detail"] for s in done["steps"]] == [
         f"would cordon node gpu-a ({SBE})",

@@ -23,10 +23,13 @@ from tests.remediation.fakes import (
     job_monitor,
     kinds_and_phases,
     p0_signal,
+    sign,
+    step_done,
 )
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_BY, FAULTY_TAINT, RESUME_FROM
 from trainguard.exporter.checkpoints import checkpoint_ref
+from trainguard.remediation import records
 from trainguard.remediation.executor import choose_checkpoint, gang_checkpoint
 from trainguard.remediation.model import ClusterState, Phase, Plan, Step, StepKind
 from trainguard.remediation.plan import plan
@@ -59,7 +62,7 @@ def record_of(*steps: Step, dry_run: bool = False, node: str = "") -> dict[str, 
 def test_node_fault_runs_confirm_cordon_taint_checkpoint_restart_placement_in_order() -> None:
     rig = Rig()
     m = job_monitor()
-    done = rig.executor().run(node_fault_record(m), m)
+    done = rig.run(node_fault_record(m), m)
 
     assert done["phase"] == Phase.SUCCEEDED
     assert [k for k, _ in kinds_and_phases(done)] == [
@@ -98,10 +101,11 @@ def test_node_fault_runs_confirm_cordon_taint_checkpoint_restart_placement_in_or
 def test_records_are_saved_before_each_action() -> None:
     rig = Rig()
     m = job_monitor()
-    rig.executor().run(node_fault_record(m), m)
+    rig.run(node_fault_record(m), m)
 
     saves = [t[1:] for t in rig.timeline if t[0] == "save"]
     assert saves == [
+        (),  # the claim: this executor's owner written before any step
         ("ConfirmFault", "InProgress"),
         ("ConfirmFault", "Succeeded"),
         ("Cordon", "InProgress"),
@@ -123,7 +127,8 @@ def test_records_are_saved_before_each_action() -> None:
         if event[0] in owner:
             last_save = next(t for t in reversed(rig.timeline[:i]) if t[0] == "save")
             assert last_save[1:] == (owner[event[0]], "InProgress"), f"{event} acted before its record"
-    assert rig.store.saved[10]["steps"][4]["detail"].startswith("deleting 2 pod(s) created up to ")
+    assert rig.store.saved[0]["owner"] == rig.store.saved[-1]["owner"] != ""
+    assert rig.store.saved[11]["steps"][4]["detail"].startswith("deleting 2 pod(s) created up to ")
 
 
 # ---- a crash anywhere, then a new operator ------------------------------------------------------------
@@ -132,7 +137,7 @@ def test_records_are_saved_before_each_action() -> None:
 def _clean_run() -> tuple[list[tuple[str, ...]], int]:
     rig = Rig()
     m = job_monitor()
-    rig.executor().run(node_fault_record(m), m)
+    rig.run(node_fault_record(m), m)
     return rig.cluster.effects, rig.cluster.calls
 
 
@@ -145,11 +150,11 @@ def test_an_operator_killed_after_any_call_resumes_and_every_effect_happens_once
     m = job_monitor()
     rig.cluster.crash_after = crash_after
     with pytest.raises(Crash):
-        rig.executor().run(node_fault_record(m), m)
+        rig.run(node_fault_record(m), m)
     rig.cluster.crash_after = None
     assert rig.store.saved, "the record is saved before the first call"
 
-    done = rig.executor().run(rig.store.last, m)  # a new operator, from the record in the status
+    done = rig.run(rig.store.last, m)  # a new operator, from the record in the status
 
     assert done["phase"] == Phase.SUCCEEDED, done
     assert rig.cluster.effects == CLEAN_EFFECTS
@@ -164,11 +169,11 @@ def test_a_resumed_restart_does_not_delete_the_replacements() -> None:
     )
     rig.cluster.crash_after = calls_before_delete
     with pytest.raises(Crash):
-        rig.executor().run(record, m)
+        rig.run(record, m)
     rig.cluster.crash_after = None
     interrupted = rig.store.last
     assert interrupted["steps"][4]["phase"] == Phase.IN_PROGRESS
-    done = rig.executor().run(interrupted, m)
+    done = rig.run(interrupted, m)
     assert [e for e in rig.cluster.effects if e[0] == "delete"] == [("delete", "job-0"), ("delete", "job-1")]
     assert done["steps"][4]["detail"].startswith("deleted 2 pod(s) created up to ")
     assert "(0 of them after the operator restarted)" in done["steps"][4]["detail"]
@@ -194,10 +199,10 @@ def test_a_resume_reads_the_progress_fields_not_the_messages(crash_after: int) -
     m = job_monitor()
     rig.cluster.crash_after = crash_after
     with pytest.raises(Crash):
-        rig.executor().run(node_fault_record(m), m)
+        rig.run(node_fault_record(m), m)
     rig.cluster.crash_after = None
 
-    done = rig.executor().run(_reworded(rig.store.last), m)
+    done = rig.run(_reworded(rig.store.last), m)
 
     assert done["phase"] == Phase.SUCCEEDED, done
     assert rig.cluster.effects == CLEAN_EFFECTS
@@ -212,7 +217,7 @@ def _effects_after(calls: int) -> list[tuple[str, ...]]:
     m = job_monitor()
     rig.cluster.crash_after = calls
     with contextlib.suppress(Crash):
-        rig.executor().run(node_fault_record(m), m)
+        rig.run(node_fault_record(m), m)
     return rig.cluster.effects
 
 
@@ -229,7 +234,7 @@ def test_dry_run_says_what_it_would_do_and_calls_nothing() -> None:
     )
     record = new_record(p, T0)
 
-    done = rig.executor().run(record, m)
+    done = rig.run(record, m)
 
     assert rig.cluster.calls == 0 and rig.cluster.effects == []
     assert done["phase"] == Phase.DRY_RUN
@@ -243,10 +248,10 @@ def test_dry_run_says_what_it_would_do_and_calls_nothing() -> None:
     assert details[3].startswith("would ask the sidecars not on gpu-a for a full checkpoint")
     assert details[4].startswith("would delete the pods of app=llama-pretrain")
     pin = record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0)}), dry_run=True)
-    assert rig.executor().run(pin, m)["steps"][0]["detail"] == (
+    assert rig.run(pin, m)["steps"][0]["detail"] == (
         "would pin the newest checkpoint saved before 2023-11-14T22:13:20.000Z"
     )
-    assert rig.executor().run(done, m) == done, "recorded once"
+    assert rig.run(done, m) == done, "recorded once"
     assert rig.cluster.calls == 0 and len(rig.store.saved) == 2
 
 
@@ -260,7 +265,7 @@ def test_a_failing_step_is_recorded_failed_and_nothing_after_it_runs() -> None:
         raise RuntimeError('nodes "gpu-a" is forbidden')
 
     rig.cluster.taint = refused  # type: ignore[method-assign]
-    done = rig.executor().run(record, m)
+    done = rig.run(record, m)
     rig.cluster.taint = boom  # type: ignore[method-assign]
 
     assert kinds_and_phases(done) == [
@@ -274,13 +279,13 @@ def test_a_failing_step_is_recorded_failed_and_nothing_after_it_runs() -> None:
     assert done["phase"] == Phase.FAILED
     assert done["steps"][2]["detail"] == 'RuntimeError: nodes "gpu-a" is forbidden'
     assert [e[0] for e in rig.cluster.effects] == ["cordon"], "no checkpoint asked, no pod deleted"
-    assert rig.executor().run(done, m) == done, "a failed record is not carried on"
+    assert rig.run(done, m) == done, "a failed record is not carried on"
 
 
 def test_a_checkpoint_that_does_not_come_is_recorded_and_the_cordon_goes_on() -> None:
     rig = Rig(save_after_reads=None)  # the trainer never saves
     m = job_monitor()
-    done = rig.executor().run(node_fault_record(m, timeout_s=30), m)
+    done = rig.run(node_fault_record(m, timeout_s=30), m)
 
     step = done["steps"][3]
     assert step["phase"] == Phase.SUCCEEDED
@@ -302,7 +307,7 @@ def test_an_unreachable_healthy_sidecar_does_not_block_the_cordon() -> None:
     rig = Rig()
     rig.cluster.unreachable = {"job-1"}
     m = job_monitor()
-    done = rig.executor().run(node_fault_record(m), m)
+    done = rig.run(node_fault_record(m), m)
     assert done["steps"][3]["detail"].startswith("no sidecar answered the checkpoint request; failed: job-1")
     assert done["phase"] == Phase.SUCCEEDED and rig.cluster.nodes["gpu-a"]["unschedulable"]
 
@@ -310,7 +315,7 @@ def test_an_unreachable_healthy_sidecar_does_not_block_the_cordon() -> None:
 def test_placement_that_never_comes_fails_the_confirmation() -> None:
     rig = Rig(nodes=("gpu-a", "gpu-b"))  # no room for the second pod once gpu-a is cordoned
     m = job_monitor()
-    done = rig.executor().run(node_fault_record(m), m)
+    done = rig.run(node_fault_record(m), m)
     assert kinds_and_phases(done)[-1] == ("ConfirmPlacement", "Failed")
     assert done["steps"][-1]["detail"].startswith(
         "the new pods were not all placed away from gpu-a within 120s"
@@ -321,7 +326,7 @@ def test_a_spare_that_takes_a_pod_is_recorded() -> None:
     rig = Rig(nodes=("gpu-a", "gpu-b", "spare-0"))
     rig.cluster.nodes["spare-0"]["labels"]["trainguard.io/spare"] = "true"
     m = job_monitor()
-    done = rig.executor().run(node_fault_record(m), m)
+    done = rig.run(node_fault_record(m), m)
     assert done["steps"][-1]["detail"] == (
         "placed job-0-r1->gpu-b, job-1-r2->spare-0; spare used: spare-0; resume-from cleared on Job/llama-pretrain"
     )
@@ -332,7 +337,7 @@ def test_a_node_cordoned_by_a_person_is_left_as_it_is() -> None:
     rig = Rig()
     rig.cluster.nodes["gpu-a"]["unschedulable"] = True
     m = job_monitor()
-    done = rig.executor().run(record_of(Step(StepKind.CORDON, {"node": "gpu-a", "reason": "XID"})), m)
+    done = rig.run(record_of(Step(StepKind.CORDON, {"node": "gpu-a", "reason": "XID"})), m)
     assert done["steps"][0]["detail"] == "already cordoned, not by trainguard: left as is"
     assert rig.cluster.nodes["gpu-a"]["annotations"] == {}
 
@@ -343,7 +348,7 @@ def test_taint_merges_with_existing_taints_once() -> None:
     rig.cluster.nodes["gpu-a"]["taints"] = [other]
     m = job_monitor()
     taint = Step(StepKind.TAINT, {"node": "gpu-a", "reason": "GPULost"})
-    rig.executor().run(record_of(taint, taint), m)
+    rig.run(record_of(taint, taint), m)
     assert rig.cluster.nodes["gpu-a"]["taints"] == [
         other,
         {"key": FAULTY_TAINT, "value": "GPULost", "effect": "NoSchedule"},
@@ -358,7 +363,7 @@ def test_an_interrupted_gang_restarts_its_live_pods_and_leaves_the_finished_one(
     rig.cluster.pods["job-1-r0"]["index"] = 1
     m = job_monitor()
     restart = (Step(StepKind.RESTART_GANG, {"avoid": ""}), Step(StepKind.CONFIRM_PLACEMENT, {"avoid": ""}))
-    done = rig.executor().run(record_of(*restart), m)
+    done = rig.run(record_of(*restart), m)
 
     assert done["phase"] == Phase.SUCCEEDED, done
     assert [e for e in rig.cluster.effects if e[0] == "delete"] == [
@@ -388,7 +393,7 @@ def test_the_gang_resumes_from_the_newest_checkpoint_every_rank_saved() -> None:
     resumes from 1000, which both ranks hold, not from 1100."""
     rig = Rig()
     rig.cluster.trainer_saves(rig.cluster.sidecar["job-0"], "full")  # step 1100 on rank 0 only
-    done = rig.executor().run(restart_record(), job_monitor())
+    done = rig.run(restart_record(), job_monitor())
 
     assert done["phase"] == Phase.SUCCEEDED
     assert pointer_step(rig) == CKPT_STEP
@@ -413,7 +418,7 @@ def test_a_checkpoint_request_one_healthy_rank_missed_is_recorded_and_not_resume
 
     rig.cluster.read_control = never_saves  # type: ignore[method-assign]
     m = job_monitor()
-    done = rig.executor().run(node_fault_record(m, timeout_s=30), m)
+    done = rig.run(node_fault_record(m, timeout_s=30), m)
 
     assert done["steps"][3]["detail"] == (
         "timed out after 30s waiting for job-2 to save past step 1000; step 1100 on job-1;"
@@ -427,7 +432,7 @@ def test_the_emergency_checkpoint_of_the_healthy_ranks_is_resumed_from_without_t
     older checkpoints do not hold the gang back from the one every healthy rank saved."""
     rig = Rig()
     m = job_monitor()
-    rig.executor().run(node_fault_record(m), m)
+    rig.run(node_fault_record(m), m)
     assert pointer_step(rig) == CKPT_STEP + 100
 
 
@@ -437,7 +442,7 @@ def test_a_rank_that_does_not_answer_leaves_the_choice_to_those_that_do() -> Non
     rig.cluster.trainer_saves(rig.cluster.sidecar["job-1"], "full")
     rig.cluster.trainer_saves(rig.cluster.sidecar["job-0"], "full")  # 1200 on rank 0 only
     rig.cluster.unreachable = {"job-1"}
-    done = rig.executor().run(record_of(Step(StepKind.RESTART_GANG, {"avoid": ""})), job_monitor())
+    done = rig.run(record_of(Step(StepKind.RESTART_GANG, {"avoid": ""})), job_monitor())
     assert pointer_step(rig) == CKPT_STEP + 200
     assert "resume-from step 1200 on Job/llama-pretrain" in done["steps"][0]["detail"]
 
@@ -445,7 +450,7 @@ def test_a_rank_that_does_not_answer_leaves_the_choice_to_those_that_do() -> Non
 def test_no_checkpoint_every_rank_has_writes_no_pointer() -> None:
     rig = Rig()
     rig.cluster.sidecar["job-1"]["checkpoints"], rig.cluster.sidecar["job-1"]["resume_from"] = [], None
-    done = rig.executor().run(record_of(Step(StepKind.RESTART_GANG, {"avoid": ""})), job_monitor())
+    done = rig.run(record_of(Step(StepKind.RESTART_GANG, {"avoid": ""})), job_monitor())
     assert rig.cluster.annotations_written == []
     assert "no checkpoint every rank has for resume-from" in done["steps"][0]["detail"]
 
@@ -455,9 +460,7 @@ def test_a_nan_pins_the_newest_checkpoint_every_rank_saved_before_it() -> None:
     says why 1100 was not."""
     rig = Rig()
     rig.cluster.trainer_saves(rig.cluster.sidecar["job-0"], "full")  # at T0, before the NaN at T0 + 5
-    done = rig.executor().run(
-        record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0 + 5)})), job_monitor()
-    )
+    done = rig.run(record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0 + 5)})), job_monitor())
     assert done["steps"][0]["detail"] == "pinned step 1000 (/ckpt/1000); step 1100 is not on every rank"
     assert all(s["resume_from"]["step"] == CKPT_STEP for s in rig.cluster.sidecar.values())
 
@@ -465,9 +468,7 @@ def test_a_nan_pins_the_newest_checkpoint_every_rank_saved_before_it() -> None:
 def test_a_nan_pin_fails_when_no_checkpoint_before_it_is_on_every_rank() -> None:
     rig = Rig()
     rig.cluster.sidecar["job-1"]["checkpoints"], rig.cluster.sidecar["job-1"]["resume_from"] = [], None
-    done = rig.executor().run(
-        record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0)})), job_monitor()
-    )
+    done = rig.run(record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0)})), job_monitor())
     assert done["phase"] == Phase.FAILED
     assert done["steps"][0]["detail"] == (
         "no checkpoint saved before the fault is on every sidecar that answered (newest: job-0 1000, job-1 none)"
@@ -481,7 +482,7 @@ def test_a_nan_pin_fails_when_no_checkpoint_before_it_is_on_every_rank() -> None
 def test_non_finite_loss_pauses_every_sidecar_and_pins_the_checkpoint_before_it() -> None:
     rig = Rig()
     m = job_monitor()
-    done = rig.executor().run(
+    done = rig.run(
         record_of(Step(StepKind.PAUSE), Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0 - 6)})), m
     )
     assert done["phase"] == Phase.SUCCEEDED
@@ -499,12 +500,12 @@ def test_an_older_sidecar_without_times_is_pinned_unchecked_and_its_checkpoint_a
     progress from resume_from."""
     rig = Rig(old_sidecars=True)
     m = job_monitor()
-    nan = rig.executor().run(record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0 - 6)})), m)
+    nan = rig.run(record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0 - 6)})), m)
     assert nan["steps"][0]["detail"] == (
         "pinned step 1000 (/ckpt/1000) (saved before the fault: not checked, the sidecar reports no "
         "checkpoint time)"
     )
-    done = rig.executor().run(node_fault_record(m), m)
+    done = rig.run(node_fault_record(m), m)
     assert done["steps"][3]["detail"] == f"checkpoint step {CKPT_STEP + 100} saved on job-1"
 
 
@@ -515,9 +516,7 @@ def test_pin_takes_the_listed_checkpoint_when_the_trainer_saved_after_the_nan() 
     for state in rig.cluster.sidecar.values():
         rig.cluster.trainer_saves(state, "incremental")  # step 1100 at T0, after the NaN at T0 - 6
         assert state["resume_from"]["step"] == CKPT_STEP + 100
-    done = rig.executor().run(
-        record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0 - 6)})), job_monitor()
-    )
+    done = rig.run(record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0 - 6)})), job_monitor())
 
     assert done["phase"] == Phase.SUCCEEDED, done["steps"][0]["detail"]
     assert done["steps"][0]["detail"] == "pinned step 1000 (/ckpt/1000)"
@@ -536,7 +535,7 @@ def test_a_pinned_sidecar_answers_the_checkpoint_request_and_the_pointer_keeps_t
         rig.cluster.trainer_saves(state, "full")  # step 1100: the trainer went on, the pin holds
         assert state["pinned"] and state["resume_from"]["step"] == CKPT_STEP
 
-    done = rig.executor().run(node_fault_record(m, timeout_s=30), m)
+    done = rig.run(node_fault_record(m, timeout_s=30), m)
 
     assert done["steps"][3]["detail"] == "checkpoint step 1200 saved on job-1"
     assert rig.clock() - T0 < 30, "the wait did not run out its timeout"
@@ -547,7 +546,7 @@ def test_a_pinned_sidecar_answers_the_checkpoint_request_and_the_pointer_keeps_t
 def test_the_pointer_is_cleared_once_the_gang_is_placed_and_a_later_pod_starts_unpinned() -> None:
     rig = Rig()
     m = job_monitor()
-    done = rig.executor().run(node_fault_record(m), m)
+    done = rig.run(node_fault_record(m), m)
     assert done["phase"] == Phase.SUCCEEDED
     assert [e for e in rig.cluster.effects if e[0].endswith("annotate")] == [
         ("annotate", "Job", "llama-pretrain"),
@@ -574,7 +573,7 @@ def test_a_pointer_that_cannot_be_cleared_is_said_and_the_placement_stands() -> 
         annotate(namespace, api_version, kind, name, annotations)
 
     rig.cluster.annotate_workload = refused  # type: ignore[method-assign]
-    done = rig.executor().run(node_fault_record(m), m)
+    done = rig.run(node_fault_record(m), m)
 
     assert done["phase"] == Phase.SUCCEEDED
     assert done["steps"][-1]["detail"].endswith(
@@ -585,7 +584,7 @@ def test_a_pointer_that_cannot_be_cleared_is_said_and_the_placement_stands() -> 
 def test_pause_fails_when_no_sidecar_takes_it() -> None:
     rig = Rig()
     rig.cluster.unreachable = {"job-0", "job-1"}
-    done = rig.executor().run(record_of(Step(StepKind.PAUSE), Step(StepKind.PIN_CHECKPOINT)), job_monitor())
+    done = rig.run(record_of(Step(StepKind.PAUSE), Step(StepKind.PIN_CHECKPOINT)), job_monitor())
     assert kinds_and_phases(done) == [("Pause", "Failed"), ("PinCheckpoint", "Planned")]
     assert done["steps"][0]["detail"].startswith("no sidecar took paused; failed: job-0: GET")
 
@@ -594,18 +593,14 @@ def test_pin_fails_when_no_checkpoint_is_known() -> None:
     rig = Rig()
     for state in rig.cluster.sidecar.values():
         state["resume_from"], state["checkpoints"] = None, []
-    done = rig.executor().run(
-        record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0)})), job_monitor()
-    )
+    done = rig.run(record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0)})), job_monitor())
     assert done["phase"] == Phase.FAILED
     assert done["steps"][0]["detail"] == "no checkpoint saved before the fault is known to the sidecars"
 
 
 def test_pin_fails_when_every_checkpoint_followed_the_fault() -> None:
     rig = Rig()
-    done = rig.executor().run(
-        record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(CKPT_TS - 1)})), job_monitor()
-    )
+    done = rig.run(record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(CKPT_TS - 1)})), job_monitor())
     assert done["phase"] == Phase.FAILED
     assert not any(s["pinned"] for s in rig.cluster.sidecar.values())
 
@@ -616,7 +611,7 @@ def test_advice_is_appended_once_to_each_sidecar() -> None:
     for state in rig.cluster.sidecar.values():
         state["advisories"] = [earlier]
     advise = Step(StepKind.ADVISE, {"advice": "clip_gradients"})
-    rig.executor().run(record_of(advise, advise), job_monitor())  # the second is a redo of the first
+    rig.run(record_of(advise, advise), job_monitor())  # the second is a redo of the first
     for state in rig.cluster.sidecar.values():
         assert state["advisories"] == [earlier, {"advice": "clip_gradients", "record": "rec-1"}]
     assert [e[0] for e in rig.cluster.effects] == ["advise", "advise"]
@@ -624,9 +619,7 @@ def test_advice_is_appended_once_to_each_sidecar() -> None:
 
 def test_notify_goes_to_the_notifier_and_is_recorded() -> None:
     rig = Rig()
-    done = rig.executor().run(
-        record_of(Step(StepKind.NOTIFY, {"reason": "cordon cap reached"})), job_monitor()
-    )
+    done = rig.run(record_of(Step(StepKind.NOTIFY, {"reason": "cordon cap reached"})), job_monitor())
     assert rig.notified == ["cordon cap reached"]
     assert done["steps"][0]["detail"] == "notified: cordon cap reached"
     assert rig.cluster.calls == 0
@@ -635,7 +628,7 @@ def test_notify_goes_to_the_notifier_and_is_recorded() -> None:
 def test_a_wrong_token_reaches_no_sidecar() -> None:
     rig = Rig()
     m = make_monitor(**{"metadata.name": "other-job"})
-    done = rig.executor().run(record_of(Step(StepKind.PAUSE)), m)
+    done = rig.run(record_of(Step(StepKind.PAUSE)), m)
     assert done["phase"] == Phase.FAILED and "HTTP 401" in done["steps"][0]["detail"]
     assert rig.cluster.effects == []
 
@@ -708,7 +701,7 @@ def test_a_gpu_fault_no_sidecar_on_the_node_saw_is_not_acted_on() -> None:
     rig = Rig()
     rig.cluster.hardware = {}
     m = job_monitor()
-    done = rig.executor().run(node_fault_record(m), m)
+    done = rig.run(node_fault_record(m), m)
     assert done["phase"] == Phase.FAILED
     assert kinds_and_phases(done)[:2] == [("ConfirmFault", "Failed"), ("Cordon", "Planned")]
     assert done["steps"][0]["detail"] == (
@@ -722,10 +715,10 @@ def test_a_claim_about_another_gpu_is_not_confirmed_by_a_fault_on_this_one() -> 
     rig.cluster.hardware = {"job-0": [{"alertname": "GPUCriticalXid", "gpu": "1", "at": T0}]}
     m = job_monitor()
     step = Step(StepKind.CONFIRM_FAULT, {"node": "gpu-a", "alert": "GPUCriticalXid", "gpu": "3"})
-    done = rig.executor().run(record_of(step, Step(StepKind.CORDON, {"node": "gpu-a"})), m)
+    done = rig.run(record_of(step, Step(StepKind.CORDON, {"node": "gpu-a"})), m)
     assert done["phase"] == Phase.FAILED and rig.cluster.effects == []
     rig.cluster.hardware["job-0"].append({"alertname": "GPUCriticalXid", "gpu": "3", "at": T0})
-    again = rig.executor().run(record_of(step, Step(StepKind.CORDON, {"node": "gpu-a"})), m)
+    again = rig.run(record_of(step, Step(StepKind.CORDON, {"node": "gpu-a"})), m)
     assert again["phase"] == Phase.SUCCEEDED and rig.cluster.effects == [("cordon", "gpu-a")]
 
 
@@ -734,8 +727,170 @@ def test_a_node_whose_sidecar_does_not_answer_is_not_cordoned_on_an_alerts_word(
     rig = Rig()
     rig.cluster.unreachable = {"job-0"}
     m = job_monitor()
-    done = rig.executor().run(node_fault_record(m), m)
+    done = rig.run(node_fault_record(m), m)
     assert done["phase"] == Phase.FAILED and rig.cluster.effects == []
     assert done["steps"][0]["detail"].startswith(
         "unconfirmed: no sidecar on gpu-a saw GPUCriticalXid; failed: job-0"
     )
+
+
+# ---- exactly once: the gate before every step, claims, signatures -------------------------------------
+
+
+def effects_of(rig: Rig) -> list[str]:
+    return [e[0] for e in rig.cluster.effects]
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"spec.remediation.enabled": False}, "spec.remediation.enabled: false"),
+        ({"spec.remediation.dryRun": True}, "spec.remediation.dryRun: true"),
+    ],
+)
+def test_a_monitor_turned_off_mid_run_skips_the_remaining_steps(change: dict[str, Any], why: str) -> None:
+    rig = Rig()
+    m = job_monitor()
+    rig.store.when(step_done("Cordon"), lambda store: setattr(store, "monitor", job_monitor(**change)))
+    done = rig.run(node_fault_record(m), m)
+
+    assert done["phase"] == Phase.SKIPPED and why in done["message"], done["message"]
+    assert kinds_and_phases(done)[:2] == [("ConfirmFault", Phase.SUCCEEDED), ("Cordon", Phase.SUCCEEDED)]
+    assert all(p == Phase.SKIPPED for _, p in kinds_and_phases(done)[2:])
+    assert all(why in s["detail"] for s in done["steps"][2:])
+    assert effects_of(rig) == ["cordon"], "nothing after the change"
+    assert rig.store.records[done["id"]] == done, "saved"
+
+
+@pytest.mark.parametrize("mode", ["off", "dry-run"])
+def test_the_operator_mode_turned_off_mid_run_skips_the_remaining_steps(mode: str) -> None:
+    rig = Rig()
+    m = job_monitor()
+    rig.store.when(step_done("Cordon"), lambda store: setattr(rig, "mode", mode))
+    done = rig.run(node_fault_record(m), m)
+
+    assert done["phase"] == Phase.SKIPPED and f"mode is {mode}" in done["message"]
+    assert [p for _, p in kinds_and_phases(done)] == [Phase.SUCCEEDED] * 2 + [Phase.SKIPPED] * 4
+    assert "taint" not in effects_of(rig) and "delete" not in effects_of(rig)
+
+
+def test_an_operator_off_from_the_start_does_nothing() -> None:
+    rig = Rig()
+    rig.mode = "off"
+    m = job_monitor()
+    done = rig.run(node_fault_record(m), m)
+    assert done["phase"] == Phase.SKIPPED and rig.cluster.effects == [] and rig.cluster.calls == 0
+
+
+def test_an_executor_that_loses_the_lead_stops_and_the_new_leader_finishes_once() -> None:
+    rig = Rig()
+    m = job_monitor()
+    rig.store.when(step_done("Cordon"), lambda store: setattr(rig, "leads", False))
+    old = rig.run(node_fault_record(m), m)
+
+    assert rig.last is not None and "no longer leads" in rig.last.stopped
+    left = rig.store.records[old["id"]]
+    assert left == old and left["phase"] == Phase.IN_PROGRESS, "left as it stands for the new leader"
+    assert kinds_and_phases(left)[2] == ("Taint", Phase.PLANNED)
+    assert effects_of(rig) == ["cordon"]
+
+    rig.leads = True  # the new leader's executor, resuming from the status
+    done = rig.executor(owner="new-leader").run(left, m)
+    assert done["phase"] == Phase.SUCCEEDED and done["owner"] == "new-leader"
+    assert effects_of(rig).count("cordon") == 1 and effects_of(rig).count("taint") == 1
+    assert effects_of(rig).count("delete") == 2, "one gang restart"
+
+
+def test_a_standby_does_not_claim_or_act() -> None:
+    rig = Rig()
+    rig.leads = False
+    m = job_monitor()
+    record = node_fault_record(m)
+    rig.run(record, m)
+    assert rig.store.saved == [] and rig.cluster.calls == 0
+    assert rig.store.records[record["id"]].get("owner") is None
+
+
+def test_a_stale_copy_of_a_record_another_executor_finished_is_not_run_again() -> None:
+    rig = Rig()
+    m = job_monitor()
+    snapshot = node_fault_record(m)
+    done = rig.run(snapshot, m)
+    effects = list(rig.cluster.effects)
+
+    again = rig.executor().run(snapshot, m)  # a resume from a cache that still shows it Planned
+    assert again == done and rig.cluster.effects == effects
+    assert rig.last is not None and "already Succeeded" in rig.last.stopped
+
+
+def test_an_executor_whose_record_another_executor_claimed_stops_without_acting() -> None:
+    """An old leader and a new one on the same record: the new one claims it while the old one is in
+    the middle; the old one's next save finds the record moved and it stops before its next action."""
+    rig = Rig()
+    m = job_monitor()
+
+    def other_claims(store: Any) -> None:
+        store.put(records.claimed(store.records[record["id"]], "other-executor"))
+
+    record = node_fault_record(m)
+    rig.store.when(step_done("Cordon"), other_claims)
+    rig.run(record, m)
+
+    assert rig.last is not None and "moved on" in rig.last.stopped
+    assert effects_of(rig) == ["cordon"], "no taint, no restart"
+    assert rig.store.records[record["id"]]["owner"] == "other-executor", "the other executor's record is kept"
+
+
+def test_a_record_moved_between_two_writes_of_a_step_stops_its_executor() -> None:
+    """Someone else's write lands between this executor's gate and its InProgress save: the conditional
+    save refuses, and the step's action is never taken."""
+    rig = Rig()
+    m = job_monitor()
+    record = node_fault_record(m)
+
+    def moved(store: Any) -> None:
+        store.put(records.claimed(store.records[record["id"]], "other-executor"))
+
+    rig.store.when(step_done("ConfirmFault"), lambda store: store.interleave.append(moved))
+    rig.run(record, m)
+    assert "cordon" not in effects_of(rig) and ("superseded",) in rig.timeline
+
+
+def test_an_altered_record_is_refused_before_any_step() -> None:
+    rig = Rig()
+    m = job_monitor()
+    record = sign(node_fault_record(m), m)
+    record["steps"][1]["params"]["node"] = "gpu-c"  # someone with status rights points the cordon elsewhere
+    done = rig.run(record, m, signed=False)
+
+    assert done["phase"] == Phase.FAILED and done["message"].startswith("refused")
+    assert all(p == Phase.SKIPPED for _, p in kinds_and_phases(done))
+    assert rig.cluster.calls == 0 and rig.cluster.effects == []
+
+
+def test_an_unsigned_record_is_refused_even_one_from_before_signatures() -> None:
+    rig = Rig()
+    m = job_monitor()
+    done = rig.run(node_fault_record(m), m, signed=False)
+    assert done["phase"] == Phase.FAILED and "signature" in done["message"]
+    assert rig.cluster.calls == 0
+
+
+def test_a_record_signed_for_another_monitor_is_refused() -> None:
+    rig = Rig()
+    m = job_monitor()
+    other = make_monitor(**{"metadata.name": "other-job"})
+    done = rig.run(sign(node_fault_record(m), other), m, signed=False)
+    assert done["phase"] == Phase.FAILED and rig.cluster.calls == 0
+
+
+def test_without_the_operator_key_nothing_is_checked_or_done() -> None:
+    rig = Rig()
+    m = job_monitor()
+    record = node_fault_record(m)
+    rig.store.monitor = m
+    rig.store.put(sign(record, m))
+    executor = rig.executor()
+    executor.key = lambda: None
+    executor.run(record, m)
+    assert "no operator key" in executor.stopped and rig.store.saved == [] and rig.cluster.calls == 0

@@ -94,3 +94,45 @@ def test_a_record_the_cache_still_shows_unfinished_is_read_again_before_it_is_re
     assert kube.records(NS, JOB)[0] == done and len(cluster.effects) == effects, (
         "the finished record was left alone"
     )
+
+
+def test_a_record_written_into_the_status_by_someone_else_is_refused_with_a_warning() -> None:
+    """Who may patch the status could write an unfinished record; without the operator's signature it is
+    not carried out: Failed, an Event, and no cordon."""
+    responder, kube, cluster = loop_rig()
+    responder.handle(p0_signal("GPUCriticalXid"))
+    assert responder.idle()
+    forged = copy.deepcopy(kube.records(NS, JOB)[0])
+    forged.update(id="forged-1", phase=Phase.PLANNED, signature="")
+    for step in forged["steps"]:
+        step.update(phase=Phase.PLANNED, detail="")
+    forged["steps"][1]["params"]["node"] = "gpu-c"
+    kube.put(merge_patch(kube.get_monitor(NS, JOB), {"status": {"remediations": [forged]}}))
+    effects = len(cluster.effects)
+    assert responder.resume.run() == 1
+    assert responder.idle()
+    refused = kube.records(NS, JOB)[0]
+    assert refused["phase"] == Phase.FAILED and refused["message"].startswith("refused"), refused
+    assert len(cluster.effects) == effects and not cluster.nodes["gpu-c"]["unschedulable"]
+    warnings = [m for r, m in kube.events if r == "RemediationFailed"]
+    assert len(warnings) == 1 and "refused" in warnings[0]
+    assert responder.resume.run() == 0, "refused once"
+
+
+def test_the_operator_mode_reaches_the_executor() -> None:
+    responder, kube, cluster = loop_rig(mode="off")
+    responder.handle(p0_signal("GPUCriticalXid"))
+    assert responder.idle()
+    done = kube.records(NS, JOB)[0]
+    assert done["phase"] == Phase.SKIPPED and "mode is off" in done["message"]
+    assert cluster.effects == [] and ("RemediationSkipped" in [r for r, _ in kube.events])
+
+
+def test_a_plan_written_while_the_reconcile_writes_the_status_is_written_once() -> None:
+    responder, kube, _ = loop_rig()
+    kube.interleave.append(
+        lambda k: k.put(merge_patch(k.get_monitor(NS, JOB), {"status": {"conditions": [{"type": "Ready"}]}}))
+    )
+    assert responder.handle(p0_signal("GPUCriticalXid")) is not None
+    assert responder.idle()
+    assert kube.conflicts == 1 and [r["phase"] for r in kube.records(NS, JOB)] == [Phase.SUCCEEDED]

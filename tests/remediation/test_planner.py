@@ -10,7 +10,7 @@ from typing import Any
 
 from tests.conftest import MONITOR, POLICY
 from tests.kube.fakes import FakeKube
-from tests.remediation.fakes import p0_signal
+from tests.remediation.fakes import KEY, p0_signal
 from trainguard.remediation.model import Signal
 from trainguard.remediation.planner import Planner
 from trainguard.remediation.store import RecordStore
@@ -60,7 +60,7 @@ def signal_for(job: str, node: str) -> Signal:
 def test_a_planned_cordon_counts_against_the_cap_before_the_cache_shows_it() -> None:
     kube = monitors()
     locks: dict[tuple[str, str], threading.RLock] = {}
-    store = RecordStore(kube, lambda ns, n: locks.setdefault((ns, n), threading.RLock()))  # type: ignore[arg-type]
+    store = RecordStore(kube, lambda ns, n: locks.setdefault((ns, n), threading.RLock()), key=lambda: KEY)  # type: ignore[arg-type]
     planner = Planner(
         store, LaggingNodeCache(), NoDispatch(), leader=lambda: True, clock=lambda: 1_700_000_000.0
     )  # type: ignore[arg-type]
@@ -75,7 +75,7 @@ def test_a_planned_cordon_counts_against_the_cap_before_the_cache_shows_it() -> 
 
 def planner_for(kube: FakeKube, policy: Any = lambda ns, name: None) -> Planner:
     locks: dict[tuple[str, str], threading.RLock] = {}
-    store = RecordStore(kube, lambda ns, n: locks.setdefault((ns, n), threading.RLock()))  # type: ignore[arg-type]
+    store = RecordStore(kube, lambda ns, n: locks.setdefault((ns, n), threading.RLock()), key=lambda: KEY)  # type: ignore[arg-type]
     return Planner(store, LaggingNodeCache(), NoDispatch(), leader=lambda: True,  # type: ignore[arg-type]
                    clock=lambda: 1_700_000_000.0, policy=policy)  # fmt: skip
 

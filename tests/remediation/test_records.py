@@ -20,6 +20,7 @@ from trainguard.api.monitor import (
     TrainingJobMonitorStatus,
 )
 from trainguard.catalog.events import fingerprint
+from trainguard.remediation import records
 from trainguard.remediation.model import ClusterState, Phase, Plan, Signal, Source, Step, StepKind
 from trainguard.remediation.plan import plan
 from trainguard.remediation.records import (
@@ -119,6 +120,14 @@ def every_stage() -> list[dict[str, Any]]:
         out.append(rec)
     out.append(mark(new_record(node_fault_plan(), T0), 0, Phase.FAILED, "x" * 10_000, T0 + 1))
     out.append(done(new_record(skipped_plan(notify=True), T0)))
+    signed = records.claimed(
+        records.sign(new_record(node_fault_plan(), T0), b"s" * 48, "ml", "job"), "a" * 128
+    )
+    out += [
+        signed,
+        records.skip_rest(signed, "y" * 10_000, T0 + 1),
+        records.refused(signed, "refused", T0 + 1),
+    ]
     return out
 
 
@@ -380,3 +389,69 @@ def test_a_record_from_the_planner_round_trips_through_status() -> None:
     )
     status = TrainingJobMonitorStatus.model_validate({"remediations": [rec]})
     assert status.model_dump(by_alias=True, exclude_none=True)["remediations"] == [rec]
+
+
+# ---- the operator's signature, claims and stopping ------------------------------------------------------
+
+SIGN_KEY = b"s" * 48
+
+
+def test_a_signature_holds_through_every_change_the_executor_makes() -> None:
+    rec = records.sign(new_record(node_fault_plan(), T0), SIGN_KEY, "ml", "job")
+    moved = records.claimed(mark(rec, 0, Phase.IN_PROGRESS, "asking", T0 + 1, progress={"asked": 2}), "me")
+    assert records.signed(rec, SIGN_KEY, "ml", "job") and records.signed(moved, SIGN_KEY, "ml", "job")
+    assert records.signed(records.skip_rest(moved, "disabled", T0 + 2), SIGN_KEY, "ml", "job")
+
+
+@pytest.mark.parametrize(
+    "alter",
+    [
+        lambda r: r.update(node="gpu-z"),
+        lambda r: r.update(dryRun=True),
+        lambda r: r.update(created="2020-01-01T00:00:00.000Z"),
+        lambda r: r["steps"][0]["params"].update(node="gpu-z"),
+        lambda r: r["steps"].append({"kind": "Cordon", "params": {"node": "gpu-z"}, "phase": "Planned"}),
+        lambda r: r["steps"].pop(),
+        lambda r: r.update(signature=r["signature"][:-2] + "AA"),
+        lambda r: r.pop("signature"),
+    ],
+)
+def test_any_change_to_what_a_record_orders_breaks_its_signature(alter: Any) -> None:
+    rec = records.sign(new_record(node_fault_plan(), T0), SIGN_KEY, "ml", "job")
+    altered = copy.deepcopy(rec)
+    alter(altered)
+    assert not records.signed(altered, SIGN_KEY, "ml", "job")
+
+
+def test_a_signature_is_the_monitors_and_the_keys() -> None:
+    rec = records.sign(new_record(node_fault_plan(), T0), SIGN_KEY, "ml", "job")
+    assert not records.signed(rec, SIGN_KEY, "ml", "other-job")
+    assert not records.signed(rec, SIGN_KEY, "other-ns", "job")
+    assert not records.signed(rec, b"t" * 48, "ml", "job")
+    assert not records.signed(new_record(node_fault_plan(), T0), SIGN_KEY, "ml", "job"), "unsigned"
+
+
+def test_skip_rest_skips_what_is_not_done_and_says_why() -> None:
+    rec = mark(
+        mark(new_record(node_fault_plan(), T0), 0, Phase.SUCCEEDED, "ok", T0 + 1),
+        1,
+        Phase.IN_PROGRESS,
+        "",
+        T0 + 2,
+    )
+    out = records.skip_rest(rec, "disabled", T0 + 3)
+    assert out["phase"] == Phase.SKIPPED and out["message"] == "disabled"
+    assert out["steps"][0]["phase"] == Phase.SUCCEEDED
+    assert {s["phase"] for s in out["steps"][1:]} == {Phase.SKIPPED}
+    assert records.next_step(out) is None
+    refused = records.refused(new_record(node_fault_plan(), T0), "refused: unsigned", T0)
+    assert refused["phase"] == Phase.FAILED and records.is_finished(refused)
+
+
+def test_two_copies_are_the_same_only_at_the_same_point_and_owner() -> None:
+    rec = new_record(node_fault_plan(), T0)
+    assert records.same(rec, copy.deepcopy(rec)) and records.same(rec, {**rec, "extra": 1})
+    assert not records.same(rec, records.claimed(rec, "me"))
+    assert not records.same(records.claimed(rec, "a"), records.claimed(rec, "b")), "even in the same instant"
+    assert not records.same(rec, mark(rec, 0, Phase.IN_PROGRESS, "", T0))
+    assert not records.same(rec, None) and records.same(None, None)

@@ -476,6 +476,17 @@ class RemediationRecord(Model):
     created: str = Field(max_length=40, description="RFC 3339.")
     updated: str = Field(max_length=40, description="RFC 3339.")
     steps: list[RemediationStep] = Field(default_factory=list, max_length=REMEDIATION_STEPS_MAX)
+    signature: str | None = Field(
+        default=None,
+        max_length=64,
+        description="The operator's HMAC over what the record orders; a record without a valid one is "
+        "refused.",
+    )
+    owner: str | None = Field(
+        default=None,
+        max_length=128,
+        description="The executor carrying the record out (claimed before it acts).",
+    )
 
 
 class TrainingJobMonitorStatus(Model):

@@ -190,10 +190,24 @@ class Kube:
         info = client.VersionApi(self.api).get_code(_request_timeout=self.timeout)
         return str(info.major), str(info.minor)
 
-    def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
+    def patch_status(
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        *,
+        resource_version: str | None = None,
+    ) -> None:
+        """A merge patch of the object's status. With `resource_version` the write is conditional: the
+        apiserver answers 409 (kube.errors.is_conflict) when the object has been written since that
+        version was read."""
+        body: dict[str, Any] = {"status": status}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
         try:
             self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, plural, name, {"status": status}, _request_timeout=self.timeout
+                GROUP, VERSION, namespace, plural, name, body, _request_timeout=self.timeout
             )
         except ApiException as exc:
             if exc.status != 404:  # deleted meanwhile: nothing to report on

@@ -1,7 +1,8 @@
 """Records out: each record is carried out by an executor on a pool thread, one thread per record at
-most. A record handed over again (a new leader's resume, a second pass) while it runs is ignored, and
-one resumed from the watch cache is read again from the API first: the cache may still show a record
-as unfinished that its executor finished a moment ago."""
+most. A record handed over again (a new leader's resume, a second pass) while it runs is ignored. The
+executor reads every record again from the API before it runs it (the watch cache, or the planner's
+copy, may be behind), through a store.Saver of its own, and is given this replica's leadership, the
+operator's mode and the operator key to check the record's signature with."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 from trainguard.api import TrainingJobMonitor
 from trainguard.clients import alertmanager
-from trainguard.remediation import notices, records, tokens
+from trainguard.remediation import notices, tokens
 from trainguard.remediation.executor import Executor
 from trainguard.remediation.ops import ClusterOps
 from trainguard.remediation.store import Record, RecordStore, summary
@@ -30,6 +31,8 @@ class Dispatcher:
         pool: Pool,
         *,
         key: Callable[[], bytes | None],
+        leader: Callable[[], bool],
+        mode: Callable[[], str] = lambda: "act",
         alertmanager_url: str | None = None,
         executor_factory: Callable[..., Executor] = Executor,
     ) -> None:
@@ -37,7 +40,12 @@ class Dispatcher:
         self.cluster = cluster
         self.pool = pool
         self.key = key
-        """The operator key the sidecars' tokens derive from (None until the receiver has one)."""
+        """The operator key the sidecars' tokens derive from and records are signed with (None until the
+        receiver has one)."""
+        self.leader = leader
+        """Whether this replica leads (each executor asks before every step)."""
+        self.mode = mode
+        """The operator-wide mode, "act", "dry-run" or "off" (each executor asks before every step)."""
         self.alertmanager_url = alertmanager_url
         self.executor_factory = executor_factory
         self._running: set[str] = set()
@@ -47,11 +55,9 @@ class Dispatcher:
         with self._guard:
             return record_id in self._running
 
-    def dispatch(
-        self, record: Record, monitor: TrainingJobMonitor, body: dict[str, Any], *, reread: bool = False
-    ) -> bool:
-        """Carry `record` out on a pool thread; False when it already runs. With `reread`, the record is
-        read again from the API before it runs, and left alone if it has finished meanwhile."""
+    def dispatch(self, record: Record, monitor: TrainingJobMonitor, body: dict[str, Any]) -> bool:
+        """Carry `record` out on a pool thread; False when it already runs here. The executor reads it
+        again from the API and leaves it alone if it finished or someone else has it."""
         with self._guard:
             if record["id"] in self._running:
                 return False
@@ -61,15 +67,15 @@ class Dispatcher:
         def notify(r: Record, message: str) -> None:
             self.notify({**r, "namespace": ns, "trainingJob": name}, message)
 
-        executor = self.executor_factory(self.cluster, self.store.saver(ns, name), self._token, notify=notify)
+        saver = self.store.saver(ns, name)
+        executor = self.executor_factory(self.cluster, saver, self._token, read=saver.read, key=self.key,
+                                         leader=self.leader, mode=self.mode, notify=notify)  # fmt: skip
 
         def work() -> None:
             try:
-                current: Record | None = self.store.current(ns, name, record["id"]) if reread else record
-                if current is None or (reread and records.is_finished(current)):
-                    return  # finished meanwhile (a fresh record runs even finished: a dry run's details)
-                done = executor.run(current, monitor)
-                self.store.announce(body, f"Remediation{done.get('phase', '')}", summary(done))
+                done = executor.run(record, monitor)
+                if not executor.stopped:
+                    self.store.announce(body, f"Remediation{done.get('phase', '')}", summary(done))
             except Exception:
                 log.exception("remediation %s stopped; it resumes at the next pass", record["id"])
             finally:

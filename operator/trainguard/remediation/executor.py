@@ -22,17 +22,28 @@ Decisions taken here:
 - The resume-from pointer on the workload lives from the gang's deletion until its replacements are
   placed (the webhook has read it by then): a pod recreated later for another reason must not start
   pinned to an old checkpoint.
+
+Exactly once: the executor never trusts the copy it was handed. It reads the record and its monitor
+from the API first (`read`), refuses a record without the operator's signature (Failed, nothing done),
+claims the record (`owner`) with a conditional write, and before every step asks `gate`, pure, whether
+it may go on: this replica must still lead, the API's copy must stand where this run left it (else
+another executor has it: stop, write nothing), and the operator's mode and the monitor's
+`spec.remediation` (read again) must still let it act (else the remaining steps are Skipped, saying
+why). Every save is conditional (store.Saver): a save that finds the record moved raises
+records.Superseded, and the run stops without acting.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from trainguard.api.common import duration_seconds
 from trainguard.api.monitor import TrainingJobMonitor
@@ -41,9 +52,15 @@ from trainguard.kube.objects import creation_seconds, is_terminating, label_valu
 from trainguard.remediation import records
 from trainguard.remediation.model import Phase, StepKind
 from trainguard.remediation.ops import ClusterOps, Sidecar
+from trainguard.remediation.records import Superseded
 from trainguard.times import rfc3339, unix
 
+log = logging.getLogger("trainguard.remediation")
+
 Record = dict[str, Any]
+
+MODES: tuple[str, ...] = ("act", "dry-run", "off")
+"""The operator-wide mode (the platform's guardrail): act, record what would be done, or do nothing."""
 
 PLACEMENT_TIMEOUT_S = 120.0
 POLL_INTERVAL_S = 1.0
@@ -60,6 +77,61 @@ class Progress:
 
     fields: dict[str, Any]
     redo: bool = False
+
+
+class Fresh(Protocol):
+    """A record and its monitor as the API holds them now (store.Fresh)."""
+
+    @property
+    def record(self) -> Record | None: ...
+
+    @property
+    def monitor(self) -> TrainingJobMonitor: ...
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What `gate` decided before a step: go on, `stop` (leave the record as it stands, write nothing:
+    it is someone else's), or `skip` (the remaining steps are Skipped, saying why)."""
+
+    stop: str = ""
+    skip: str = ""
+
+    @property
+    def go(self) -> bool:
+        return not (self.stop or self.skip)
+
+
+def gate(ours: Record, fresh: Fresh | None, *, leads: bool, mode: str) -> Verdict:
+    """Whether the next step of `ours` (the record as this run last saved it) may be carried out, given the
+    API's copy and monitor now, whether this replica leads and the operator's mode."""
+    if not leads:
+        return Verdict(stop="this replica no longer leads; the record is left to the new leader")
+    if fresh is None:
+        return Verdict(stop="the monitor is gone or invalid")
+    if fresh.record is None:
+        return Verdict(stop="the record is gone from the monitor's status")
+    if not records.same(fresh.record, ours):
+        theirs = fresh.record
+        return Verdict(stop=f"the record moved on without this executor ({theirs.get('phase')}, owner "
+                            f"{theirs.get('owner') or 'none'})")  # fmt: skip
+    if mode == "off":
+        return Verdict(skip="the operator's remediation mode is off")
+    if mode == "dry-run":
+        return Verdict(skip="the operator's remediation mode is dry-run")
+    if mode != "act":
+        return Verdict(skip=f"unknown operator remediation mode {mode!r}")
+    remediation = fresh.monitor.spec.remediation
+    if not remediation.enabled:
+        return Verdict(skip="remediation was disabled on the monitor (spec.remediation.enabled: false)")
+    if remediation.dry_run:
+        return Verdict(skip="the monitor was switched to dry run (spec.remediation.dryRun: true)")
+    return Verdict()
+
+
+def new_owner() -> str:
+    """A fresh identity for one executor run."""
+    return uuid.uuid4().hex[:16]
 
 
 Note = Callable[[str, dict[str, Any]], None]
@@ -269,6 +341,11 @@ class Executor:
         save: Callable[[Record], Record],
         token_for: Callable[[str, str], str],
         *,
+        read: Callable[[str], Fresh | None],
+        key: Callable[[], bytes | None],
+        leader: Callable[[], bool] = lambda: True,
+        mode: Callable[[], str] = lambda: "act",
+        owner: str = "",
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         notify: Callable[[Record, str], None] | None = None,
@@ -276,7 +353,17 @@ class Executor:
     ) -> None:
         self.cluster = cluster
         self.save = save
-        """Writes the record (the monitor's status) and returns it as written."""
+        """Writes the record (the monitor's status) and returns it as written; raises records.Superseded
+        when the API's copy is no longer where this run last read or wrote it."""
+        self.read = read
+        """record id -> the record and its monitor as the API holds them now (None: the monitor is gone)."""
+        self.key = key
+        """The operator key records are signed with (None until the receiver has one)."""
+        self.leader = leader
+        """Whether this replica leads now (asked before every step: a fencing check)."""
+        self.mode = mode
+        """The operator-wide mode: "act", "dry-run" or "off" (asked before every step)."""
+        self.owner = owner or new_owner()
         self.token_for = token_for
         """(namespace, monitor name) -> the bearer token of that monitor's sidecars."""
         self.clock = clock
@@ -284,12 +371,59 @@ class Executor:
         self.notify = notify
         """Posts a NOTIFY step's message (to Alertmanager, in the wiring); without it NOTIFY only records."""
         self.poll_interval = poll_interval
+        self.stopped = ""
+        """Why the last run stopped without finishing the record ("" when it did not): it is someone
+        else's, this replica no longer leads, or there is no key to check it with."""
 
     def run(self, record: Record, monitor: TrainingJobMonitor) -> Record:
-        """Carry the record out from its next step; returns the record as last saved."""
+        """Carry the record out from its next step, as the API holds it (`record` and `monitor` are only
+        what the caller saw); returns the record as last saved, or as found when this run stops."""
+        self.stopped = ""
+        try:
+            return self._run(record, monitor)
+        except Superseded as exc:
+            self.stopped = str(exc)
+            log.info("remediation %s stops without acting: %s", record.get("id"), exc)
+            return record
+
+    def _stop(self, record: Record, why: str) -> Record:
+        self.stopped = why
+        log.info("remediation %s stops without acting: %s", record.get("id"), why)
+        return record
+
+    def _run(self, snapshot: Record, monitor: TrainingJobMonitor) -> Record:
+        fresh = self.read(snapshot["id"])
+        if fresh is None or fresh.record is None:
+            return self._stop(snapshot, "the record or its monitor is gone")
+        record, monitor = fresh.record, fresh.monitor
+        key = self.key()
+        if key is None:
+            return self._stop(record, "no operator key yet to check the record's signature with")
+        if not records.signed(record, key, monitor.namespace, monitor.name):
+            why = ("refused: the record does not carry the operator's signature (written by someone else, "
+                   "altered since, or written before records were signed)")  # fmt: skip
+            log.warning("remediation %s of %s/%s %s; nothing of it is carried out", record.get("id"),
+                        monitor.namespace, monitor.name, why)  # fmt: skip
+            if records.is_finished(record):
+                return self._stop(record, why)
+            return self.save(records.refused(record, why, self.clock()))
         if record.get("dryRun"):
             return self._dry_run(record, monitor)
+        if records.next_step(record) is None:
+            return self._stop(record, f"the record is already {record.get('phase')}")
+        if not self.leader():
+            return self._stop(record, "this replica does not lead")
+        record = self.save(records.claimed(record, self.owner))
         while (index := records.next_step(record)) is not None:
+            fresh = self.read(record["id"])
+            verdict = gate(record, fresh, leads=self.leader(), mode=self.mode())
+            if verdict.stop:
+                return self._stop(record, verdict.stop)
+            if verdict.skip:
+                log.warning("remediation %s: %s; its remaining steps are skipped", record["id"], verdict.skip)
+                return self.save(records.skip_rest(record, verdict.skip, self.clock()))
+            if fresh is not None:
+                monitor = fresh.monitor  # the spec as it is now: it may have changed since the last step
             step = record["steps"][index]
             # a step left InProgress by a crash says in its progress fields how far it got; its detail
             # (what it was about to do) is kept for people until the redo writes its own
@@ -307,6 +441,8 @@ class Executor:
 
             try:
                 detail = self._act(record, index, monitor, progress, note)
+            except Superseded:
+                raise
             except Exception as exc:  # a crash (SystemExit, KeyboardInterrupt) is not a failed step
                 message = str(exc) if isinstance(exc, StepFailed) else f"{type(exc).__name__}: {exc}"
                 return self.save(records.mark(record, index, Phase.FAILED, message, self.clock()))

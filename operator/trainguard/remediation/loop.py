@@ -43,6 +43,7 @@ class RemediationLoop:
         key: Callable[[], bytes | None],
         leader: Callable[[], bool],
         lock: Callable[[str, str], Any],
+        mode: Callable[[], str] = lambda: "act",
         clock: Callable[[], float] = time.time,
         workers: int = 4,
         executor_factory: Callable[..., Executor] = Executor,
@@ -53,10 +54,10 @@ class RemediationLoop:
         # pages on their own threads: executors block up to emergencyCheckpointTimeout, and a new P0's
         # page must not wait behind running remediations
         self.paging = ThreadPoolExecutor(max_workers=PAGING_WORKERS, thread_name_prefix="trainguard-paging")
-        self.store = RecordStore(api, lock, on_step)
+        self.store = RecordStore(api, lock, on_step, key=key)
         self.intake = Intake(self.paging, Pager(alertmanager_url, clock) if alertmanager_url else None)
-        self.dispatcher = Dispatcher(self.store, cluster, self.pool, key=key, alertmanager_url=alertmanager_url,
-                                     executor_factory=executor_factory)  # fmt: skip
+        self.dispatcher = Dispatcher(self.store, cluster, self.pool, key=key, leader=leader, mode=mode,
+                                     alertmanager_url=alertmanager_url, executor_factory=executor_factory)  # fmt: skip
         self.planner = Planner(
             self.store,
             cluster,

@@ -61,7 +61,9 @@ def valid_monitors(reads: MonitorReads) -> list[tuple[Obj, TrainingJobMonitor]]:
 
 @dataclass
 class ResumePass:
-    """Start every unfinished record (a killed operator's): each step is idempotent."""
+    """Start every unfinished record (a killed operator's, or an old leader's): each step is idempotent.
+    The cache's copy only says which records to look at: the executor reads each again from the API,
+    claims it, and leaves it alone when it finished or another executor holds it."""
 
     reads: MonitorReads
     dispatcher: Dispatcher
@@ -75,7 +77,7 @@ class ResumePass:
             for record in records_of(body):
                 if records.is_finished(record) or self.dispatcher.running(record["id"]):
                     continue
-                if self.dispatcher.dispatch(record, monitor, body, reread=True):
+                if self.dispatcher.dispatch(record, monitor, body):  # read again before it runs
                     log.info(
                         "resuming remediation %s of %s/%s", record["id"], monitor.namespace, monitor.name
                     )

@@ -24,6 +24,9 @@ from trainguard.render.policy import effective_policy
 
 log = logging.getLogger("trainguard.remediation")
 
+PLAN_ATTEMPTS = 3
+"""Plans of one signal tried when the monitor keeps changing under the record's conditional write."""
+
 PLANNED_MEMORY_S = 3600.0
 """How long a planned cordon counts without its annotation (a cordon that failed is not retried)."""
 
@@ -102,7 +105,7 @@ class Planner:
                 else:
                     log.info("%s for %s/%s: %s", signal.alertname, ns, name, decided.skipped)
                 return None
-            record = self.store.save(
+            record = self.store.create(
                 body, records.new_record(decided, self.clock())
             )  # before anything is done
             for step in decided.steps:
@@ -149,7 +152,12 @@ class Planner:
             if signal is None:
                 continue
             try:
-                self.handle(signal)
+                for _ in range(PLAN_ATTEMPTS):
+                    try:
+                        self.handle(signal)
+                        break
+                    except records.Superseded as exc:  # the monitor changed under the plan's write
+                        log.info("planning %s again: %s", signal.alertname, exc)
             except Exception:
                 log.exception(
                     "planning %s for %s/%s failed", signal.alertname, signal.namespace, signal.training_job

@@ -5,11 +5,22 @@ A record is written before its first step is taken and after every step changes,
 restarts halfway finds the record and resumes at `next_step` instead of repeating or losing a step.
 Every function here is pure: it returns a new record or list and never changes its arguments.
 The shape is api.monitor.RemediationRecord's (camelCase); strings are clipped to its bounds.
+
+Trust: anyone who may patch the monitor's status could write a record, so a record carries the
+operator's signature (`sign`), an HMAC under the operator key over the fields that say what it orders
+(id, fingerprint, alert, class, node, gpu, created, dryRun, each step's kind and params) and the
+monitor it belongs to; the executor refuses a record whose signature does not check (`signed`). Which
+executor carries a record out is its `owner`, claimed by a conditional write: another executor that
+finds the record moved (`same` is false) stops.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
+import hashlib
+import hmac
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -32,6 +43,15 @@ FINISHED: frozenset[str] = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.SKIPP
 
 _STEP_DONE: frozenset[str] = frozenset({Phase.SUCCEEDED, Phase.SKIPPED})
 _MARKS: frozenset[str] = frozenset({Phase.IN_PROGRESS, Phase.SUCCEEDED, Phase.FAILED, Phase.SKIPPED})
+
+
+SIGNATURE_CONTEXT = "trainguard.io/remediation-record/v1"
+"""Sets a record's signature apart from every other HMAC under the operator key (tokens.derive's)."""
+
+
+class Superseded(Exception):
+    """The record in the API has moved past this executor (another executor claimed it or moved it on, it
+    finished, or it is gone): the executor stops without acting."""
 
 
 class TooManyUnfinished(ValueError):
@@ -176,4 +196,89 @@ def mark(
         out["phase"] = str(Phase.SKIPPED if out.get("skipped") else Phase.SUCCEEDED)
     else:
         out["phase"] = str(Phase.IN_PROGRESS)
+    return out
+
+
+def _signed_fields(record: Mapping[str, Any]) -> dict[str, Any]:
+    """What a record orders, the fields nothing changes after the planner wrote it."""
+    return {
+        "id": record.get("id"),
+        "fingerprint": record.get("fingerprint"),
+        "alert": record.get("alert"),
+        "class": record.get("class"),
+        "node": record.get("node", ""),
+        "gpu": record.get("gpu", ""),
+        "created": record.get("created"),
+        "dryRun": bool(record.get("dryRun", False)),
+        "steps": [
+            {"kind": s.get("kind"), "params": dict(s.get("params") or {})}
+            for s in record.get("steps") or []
+            if isinstance(s, Mapping)
+        ],
+    }
+
+
+def signature(record: Mapping[str, Any], key: bytes, namespace: str, name: str) -> str:
+    """HMAC-SHA256 under the operator key of the record's immutable fields and the monitor it belongs to
+    (so a record copied into another monitor's status does not check), urlsafe base64 unpadded."""
+    fields = json.dumps(_signed_fields(record), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    message = f"{SIGNATURE_CONTEXT}\n{namespace}\n{name}\n{fields}".encode()
+    mac = hmac.new(key, message, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(mac).rstrip(b"=").decode("ascii")
+
+
+def sign(record: Record, key: bytes, namespace: str, name: str) -> Record:
+    """The record with the operator's signature, for the monitor `namespace`/`name`."""
+    return {**copy.deepcopy(record), "signature": signature(record, key, namespace, name)}
+
+
+def signed(record: Mapping[str, Any], key: bytes, namespace: str, name: str) -> bool:
+    """Whether the record carries the operator's signature for this monitor and is unaltered since
+    (a record written before records were signed has none, and does not check), in constant time."""
+    given = record.get("signature")
+    if not isinstance(given, str) or not given:
+        return False
+    expected = signature(record, key, namespace, name)
+    return hmac.compare_digest(expected.encode("ascii"), given.encode("ascii", "replace"))
+
+
+def claimed(record: Record, owner: str) -> Record:
+    """The record with `owner` as the executor carrying it out."""
+    return {**copy.deepcopy(record), "owner": owner}
+
+
+def same(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    """Whether two copies of a record stand at the same point: the same owner, phase and time, and each
+    step at the same phase and time (what a write moves; fields the API may add are not compared)."""
+    if a is None or b is None:
+        return a is b
+
+    def position(r: Mapping[str, Any]) -> tuple[Any, ...]:
+        steps = tuple((s.get("kind"), s.get("phase"), s.get("time")) for s in r.get("steps") or [])
+        return (r.get("id"), r.get("owner", ""), r.get("phase"), r.get("updated"), steps)
+
+    return position(a) == position(b)
+
+
+def skip_rest(record: Record, reason: str, now: float) -> Record:
+    """The record stopped before its next step: every step not done yet (one left InProgress too) Skipped
+    with `reason` as its detail, and the record Skipped with `reason` as its message."""
+    if is_finished(record):
+        raise ValueError(f"record {record.get('id')} is {record.get('phase')}: nothing is left to skip")
+    out = copy.deepcopy(record)
+    time = rfc3339(now)
+    for step in out.get("steps", []):
+        if step.get("phase") not in _STEP_DONE:
+            step.update(phase=str(Phase.SKIPPED), detail=_clip(f"not carried out: {reason}", REMEDIATION_DETAIL_MAX),
+                        time=time)  # fmt: skip
+    out.update(phase=str(Phase.SKIPPED), updated=time, skipped=_clip(reason, REMEDIATION_MESSAGE_MAX),
+               message=_clip(reason, REMEDIATION_MESSAGE_MAX))  # fmt: skip
+    return out
+
+
+def refused(record: Record, reason: str, now: float) -> Record:
+    """A record the executor will not carry out (unsigned, or altered since it was signed): Failed with
+    `reason` as its message, its steps not done yet Skipped; nothing of it is acted on."""
+    out = skip_rest(record, reason, now)
+    out.update(phase=str(Phase.FAILED), skipped="")
     return out

@@ -1,6 +1,13 @@
 """The remediation records in the monitors' status: read fresh by name (a GET, not the watch cache: the
 record written a moment ago must be seen) under the monitor's lock, written before each action, and
-announced as Events."""
+announced as Events.
+
+Every write is conditional: the status patch carries the resourceVersion of the monitor as read, so the
+apiserver refuses (409) a write over one it has not seen, from another replica (an old leader during a
+rolling upgrade), a user or the operator's own other writers. On a conflict the store reads again and
+writes again only if the change still applies: a new record when the spec and the records it was
+planned on are unchanged (only other status fields moved), an executor's change when the record stands
+where that executor last saw it; otherwise it raises records.Superseded."""
 
 from __future__ import annotations
 
@@ -9,11 +16,16 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from trainguard.api import TrainingJobMonitor, monitor_of
+from trainguard.kube.errors import is_conflict
 from trainguard.remediation import records
+from trainguard.remediation.records import Superseded
 
 log = logging.getLogger("trainguard.remediation")
 
 Record = dict[str, Any]
+
+WRITE_ATTEMPTS = 5
+"""Conditional writes tried before giving up when other writers keep moving the monitor."""
 
 
 class MonitorAPI(Protocol):
@@ -21,7 +33,15 @@ class MonitorAPI(Protocol):
 
     def get_monitor(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
-    def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None: ...
+    def patch_status(
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        *,
+        resource_version: str | None = None,
+    ) -> None: ...
 
     def post_event(
         self, regarding: dict[str, Any], reason: str, message: str, type_: str = "Normal"
@@ -52,18 +72,35 @@ def summary(record: Record) -> str:
     )
 
 
+def _version(body: dict[str, Any]) -> str | None:
+    version = (body.get("metadata") or {}).get("resourceVersion")
+    return str(version) if version else None
+
+
+class Fresh:
+    """A record and its monitor as the API holds them now (record None: no record of that id)."""
+
+    def __init__(self, record: Record | None, monitor: TrainingJobMonitor) -> None:
+        self.record = record
+        self.monitor = monitor
+
+
 class RecordStore:
     def __init__(
         self,
         api: MonitorAPI,
         lock: Callable[[str, str], Any],
         on_step: Callable[[str, str], None] = lambda kind, phase: None,
+        *,
+        key: Callable[[], bytes | None],
     ) -> None:
         self.api = api
         self.lock = lock
         """The monitor's lock (controller.handlers.LOCKS): its reconcile writes the same status."""
         self.on_step = on_step
         """Told (kind, phase) of each step that a saved record moved into a new phase (metrics)."""
+        self.key = key
+        """The operator key new records are signed with (None until the receiver has one)."""
 
     def read(self, namespace: str, name: str) -> tuple[dict[str, Any], TrainingJobMonitor] | None:
         """The monitor's body and model, read now; None when it is gone or invalid. Call under its lock."""
@@ -71,38 +108,56 @@ class RecordStore:
         monitor = monitor_of(body)
         return None if body is None or monitor is None else (body, monitor)
 
-    def save(self, body: dict[str, Any], record: Record) -> Record:
-        """Write the record into the body's status (under the monitor's lock, read fresh by the caller)."""
+    def _write(self, body: dict[str, Any], record: Record) -> Record:
+        """Write the record into the body's status, conditional on the body's resourceVersion; raises the
+        API's conflict when the monitor was written since `body` was read."""
         meta = body["metadata"]
         before = next((r for r in records_of(body) if r.get("id") == record.get("id")), None)
         updated = records.with_record(records_of(body), record)
-        self.api.patch_status(
-            "trainingjobmonitors", meta["namespace"], meta["name"], {"remediations": updated}
-        )
+        self.api.patch_status("trainingjobmonitors", meta["namespace"], meta["name"],
+                              {"remediations": updated}, resource_version=_version(body))  # fmt: skip
         body.setdefault("status", {})["remediations"] = updated
         for kind, phase in step_changes(before, record):
             self.on_step(kind, phase)
         return record
 
-    def saver(self, namespace: str, name: str) -> Callable[[Record], Record]:
-        """What the executor saves with: the monitor read fresh under its lock for every write."""
+    def create(self, body: dict[str, Any], record: Record) -> Record:
+        """Sign a new record and write it into the body's status (under the monitor's lock, the body read
+        fresh by the caller, who planned on it). On a conflict the monitor is read again: when its spec
+        and records are those the plan was made on, the record is written onto the fresh body; else
+        Superseded (plan again)."""
+        meta = body["metadata"]
+        key = self.key()
+        if key is None:
+            raise RuntimeError("no operator key yet: a remediation record cannot be signed")
+        signed = records.sign(record, key, meta["namespace"], meta["name"])
+        current = body
+        for _ in range(WRITE_ATTEMPTS):
+            try:
+                self._write(current, signed)
+            except Exception as exc:
+                if not is_conflict(exc):
+                    raise
+                fresh = self.api.get_monitor(meta["namespace"], meta["name"])
+                if (
+                    fresh is None
+                    or fresh.get("spec") != body.get("spec")
+                    or records_of(fresh) != records_of(body)
+                ):
+                    raise Superseded(
+                        f"monitor {meta['namespace']}/{meta['name']} changed while planning"
+                    ) from None
+                current = fresh
+                continue
+            if current is not body:
+                body.clear()
+                body.update(current)
+            return signed
+        raise Superseded(f"monitor {meta['namespace']}/{meta['name']} kept changing while planning")
 
-        def save(record: Record) -> Record:
-            with self.lock(namespace, name):
-                fresh = self.api.get_monitor(namespace, name)
-                if fresh is None:
-                    raise RuntimeError(
-                        f"monitor {namespace}/{name} is gone; remediation {record['id']} stops"
-                    )
-                return self.save(fresh, record)
-
-        return save
-
-    def current(self, namespace: str, name: str, record_id: str) -> Record | None:
-        """The record as the API has it now (a watch cache may be a moment behind the executor)."""
-        with self.lock(namespace, name):
-            body = self.api.get_monitor(namespace, name)
-        return next((r for r in records_of(body or {}) if r.get("id") == record_id), None)
+    def saver(self, namespace: str, name: str) -> Saver:
+        """What one executor run reads and saves with (a new one for each run)."""
+        return Saver(self, namespace, name)
 
     def announce(self, body: dict[str, Any], reason: str, message: str) -> None:
         try:
@@ -110,3 +165,51 @@ class RecordStore:
             self.api.post_event(body, reason, message, "Warning" if warning else "Normal")
         except Exception:
             log.exception("could not post the %s Event", reason)
+
+
+class Saver:
+    """One executor run's view of its record: `read` takes the record and the monitor from the API
+    under the monitor's lock and remembers where the record stood; `__call__` writes a change of the
+    record only while the API's copy still stands where this run last read or wrote it (records.same),
+    conditionally on the monitor's resourceVersion, reading again after a conflict. Anything else
+    raises records.Superseded: someone else moved the record, and this run must not act on it."""
+
+    def __init__(self, store: RecordStore, namespace: str, name: str) -> None:
+        self.store = store
+        self.namespace = namespace
+        self.name = name
+        self.seen: Record | None = None
+
+    def read(self, record_id: str) -> Fresh | None:
+        """The record and its monitor now; None when the monitor is gone or invalid."""
+        with self.store.lock(self.namespace, self.name):
+            found = self.store.read(self.namespace, self.name)
+        if found is None:
+            return None
+        body, monitor = found
+        record = next((r for r in records_of(body) if r.get("id") == record_id), None)
+        self.seen = record
+        return Fresh(record, monitor)
+
+    def __call__(self, record: Record) -> Record:
+        where = f"{self.namespace}/{self.name}"
+        for _ in range(WRITE_ATTEMPTS):
+            with self.store.lock(self.namespace, self.name):
+                body = self.store.api.get_monitor(self.namespace, self.name)
+                if body is None:
+                    raise Superseded(f"monitor {where} is gone; remediation {record['id']} stops")
+                current = next((r for r in records_of(body) if r.get("id") == record["id"]), None)
+                if current is None or not records.same(current, self.seen):
+                    raise Superseded(
+                        f"remediation {record['id']} of {where} was moved on by someone else "
+                        f"(now {(current or {}).get('phase', 'gone')}, owner {(current or {}).get('owner') or 'none'})"
+                    )
+                try:
+                    self.store._write(body, record)
+                except Exception as exc:
+                    if is_conflict(exc):
+                        continue  # written meanwhile: read again, and write only if the record stands
+                    raise
+            self.seen = record
+            return record
+        raise Superseded(f"monitor {where} kept changing; remediation {record['id']} stops for now")
