@@ -638,3 +638,10 @@ def test_a_stall_or_interruption_names_no_node_and_needs_no_node_verification() 
     m = monitor(actions={"stall": "RestartFromCheckpoint"})
     for alert in ("TrainingJobStalled", TRAINING_INTERRUPTED):
         assert kinds(plan(signal(alert, node="gpu-c"), m, state())) == (RESTART, CONFIRM)
+
+
+def test_a_dry_run_plans_an_unverified_claim_since_it_acts_on_nothing() -> None:
+    """A drill posts synthetic alerts (a GPUNodeDown for a node that is Ready) to a monitor it has put in
+    dry run: the plan is recorded, and nothing is done."""
+    p = plan(signal("GPUNodeDown", gpu=""), monitor(dryRun=True), state(unready=frozenset()))
+    assert p.dry_run and kinds(p) == NODE_DOWN_PLAN
