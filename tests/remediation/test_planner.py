@@ -39,6 +39,12 @@ class LaggingNodeCache:
     def spares(self) -> list[str]:
         return []
 
+    def held_cordons(self) -> list[str]:
+        return []
+
+    def pools(self, label: str) -> list[tuple[str, str, bool]]:
+        return [(f"gpu-{i}", "", True) for i in range(10)]
+
 
 class NoDispatch:
     def dispatch(self, *args: Any, **kw: Any) -> bool:
@@ -65,3 +71,22 @@ def test_a_planned_cordon_counts_against_the_cap_before_the_cache_shows_it() -> 
     assert first is not None and "Cordon" in [s["kind"] for s in first["steps"]]
     assert second is not None and second["skipped"].startswith("cordon cap reached"), second
     assert [s["kind"] for s in second["steps"]] == ["Notify"]
+
+
+def test_mode_off_plans_nothing_and_an_open_breaker_withholds_the_cordon() -> None:
+    kube = monitors()
+    locks: dict[tuple[str, str], threading.RLock] = {}
+    store = RecordStore(kube, lambda ns, n: locks.setdefault((ns, n), threading.RLock()))  # type: ignore[arg-type]
+    mode = ["off"]
+    planner = Planner(store, LaggingNodeCache(), NoDispatch(), leader=lambda: True,  # type: ignore[arg-type]
+                      clock=lambda: 1_700_000_000.0, mode=lambda: mode[0],
+                      breaker=lambda: {"": "5 of 10 node(s) look down at once"})  # fmt: skip
+
+    assert planner.handle(signal_for("job-a", "gpu-1")) is None
+    assert kube.status_writes == [] and kube.events == [], "nothing written"
+    mode[0] = "act"
+    record = planner.handle(signal_for("job-a", "gpu-1"))
+    assert record is not None and record["skipped"].startswith("circuit breaker open for all GPU nodes"), (
+        record
+    )
+    assert [s["kind"] for s in record["steps"]] == ["Notify"]

@@ -7,11 +7,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Protocol
 
 from trainguard.remediation import records
 from trainguard.remediation.dispatch import Dispatcher
+from trainguard.remediation.guardrails import ACT, OFF, Guardrails
 from trainguard.remediation.intake import Intake
 from trainguard.remediation.model import ClusterState, Signal, StepKind
 from trainguard.remediation.plan import plan, quiet
@@ -32,6 +35,10 @@ class PlanningReads(Protocol):
 
     def spares(self) -> list[str]: ...
 
+    def held_cordons(self) -> list[str]: ...
+
+    def pools(self, label: str) -> list[tuple[str, str, bool]]: ...
+
 
 class Planner:
     def __init__(
@@ -42,12 +49,20 @@ class Planner:
         *,
         leader: Callable[[], bool],
         clock: Callable[[], float] = time.time,
+        guardrails: Guardrails | None = None,
+        mode: Callable[[], str] = lambda: ACT,
+        breaker: Callable[[], Mapping[str, str]] = dict,
     ) -> None:
         self.store = store
         self.cluster = cluster
         self.dispatcher = dispatcher
         self.leader = leader
         self.clock = clock
+        self.guardrails = guardrails or Guardrails()
+        self.mode = mode
+        """The operator-wide mode now: act, dry-run or off (--remediation-mode)."""
+        self.breaker = breaker
+        """The open circuit breakers, pool -> why, stepped on the node cache now (remediation/breaker.py)."""
         self._planned: dict[str, float] = {}
         """Nodes this planner's plans cordon, with when: the cap counts them before their annotations
         reach the node watch cache (plans of every monitor, in the one planning thread)."""
@@ -59,6 +74,11 @@ class Planner:
                      signal.training_job)  # fmt: skip
             return None
         ns, name = signal.namespace, signal.training_job
+        mode = self.mode()
+        if mode == OFF:
+            log.info("%s for %s/%s: remediation is off operator-wide (--remediation-mode off); nothing planned",
+                     signal.alertname, ns, name)  # fmt: skip
+            return None
         with self.store.lock(ns, name):
             found = self.store.read(ns, name)
             if found is None:
@@ -67,12 +87,19 @@ class Planner:
                 return None
             body, monitor = found
             now = self.clock()
+            cordons = self._cordons(now)
+            pools = {node: pool for node, pool, _ in self.cluster.pools(self.guardrails.pool_label)}
             state = ClusterState(
                 now=now,
                 gpu_nodes=self.cluster.gpu_node_count(),
-                cordons=self._cordons(now),
+                cordons=cordons,
                 records=tuple(records_of(body)),
                 spares=tuple(self.cluster.spares()),
+                guardrails=replace(self.guardrails, mode=mode),
+                held=frozenset(self.cluster.held_cordons()) | frozenset(self._planned),
+                pools=pools,
+                pool_sizes=dict(Counter(pools.values())),
+                open_breakers=dict(self.breaker()),
             )
             decided = plan(signal, monitor, state)
             if quiet(decided):
