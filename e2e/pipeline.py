@@ -338,18 +338,18 @@ def resumed_from(pods: Any, old: set[str]) -> list[str]:
 
 @contextmanager
 def operator_stack(
-    cluster: Cluster, name: str = OPERATOR, *, prometheus: bool = False
+    cluster: Cluster, name: str = OPERATOR, *, prometheus: bool = False, flags: tuple[str, ...] = ()
 ) -> Iterator[tuple[Cluster, Monitoring, Sink]]:
     """Prometheus, Alertmanager, the sink and an operator replica `name` that knows where Alertmanager is
-    (and Prometheus, with `prometheus`). The session's operator steps aside (the sidecars and
-    Alertmanager must reach this one) and comes back."""
+    (and Prometheus, with `prometheus`), started with `flags` besides. The session's operator steps aside
+    (the sidecars and Alertmanager must reach this one) and comes back."""
     had = bool(cluster.operators)
     cluster.stop_all_operators()
     with Sink().serve() as sink, Monitoring(cluster.api, cluster.workdir) as mon:
         extra = ["--alertmanager-url", mon.alertmanager]
         if prometheus:
             extra += ["--prometheus-url", mon.prometheus]
-        cluster.start_operator(priority=200, name=name, extra=tuple(extra))
+        cluster.start_operator(priority=200, name=name, extra=(*extra, *flags))
         try:
             yield cluster, mon, sink
         finally:

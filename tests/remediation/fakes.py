@@ -217,6 +217,19 @@ class FakeCluster:
         self._called()
         return sum(1 for n in self.nodes.values() if n["gpus"] > 0)
 
+    def held_cordons(self) -> list[str]:
+        # no _called(): the guardrails' reads do not shift the crash points the executor's tests count
+        return sorted(
+            k for k, n in self.nodes.items() if n["unschedulable"] and CORDONED_BY in n["annotations"]
+        )
+
+    def pools(self, label: str) -> list[tuple[str, str, bool]]:
+        return sorted(
+            (k, n["labels"].get(label, "") if label else "", not n.get("down", False))
+            for k, n in self.nodes.items()
+            if n["gpus"] > 0
+        )
+
     def spares(self) -> list[str]:
         self._called()
         return sorted(

@@ -40,10 +40,16 @@ class LaggingNodeCache:
         return []
 
     def job_nodes(self, namespace: str, selector: Any) -> set[str]:
-        return {"gpu-a", "gpu-b"}
+        return {"gpu-a", "gpu-b", "gpu-1"}
 
     def unready_nodes(self) -> set[str]:
         return set()
+
+    def held_cordons(self) -> list[str]:
+        return []
+
+    def pools(self, label: str) -> list[tuple[str, str, bool]]:
+        return [(f"gpu-{i}", "", True) for i in range(10)]
 
 
 class NoDispatch:
@@ -102,3 +108,22 @@ def test_the_fast_path_follows_the_policy_that_disabled_or_lowered_its_alert() -
     kept = planner_for(kube, policy([{"name": "GPUCriticalXid", "severity": "P0"}]))
     record = kept.handle(signal_for("job-a", "gpu-a"))
     assert record is not None and record["steps"][0]["kind"] == "ConfirmFault"
+
+
+def test_mode_off_plans_nothing_and_an_open_breaker_withholds_the_cordon() -> None:
+    kube = monitors()
+    locks: dict[tuple[str, str], threading.RLock] = {}
+    store = RecordStore(kube, lambda ns, n: locks.setdefault((ns, n), threading.RLock()), key=lambda: KEY)  # type: ignore[arg-type]
+    mode = ["off"]
+    planner = Planner(store, LaggingNodeCache(), NoDispatch(), leader=lambda: True,  # type: ignore[arg-type]
+                      clock=lambda: 1_700_000_000.0, mode=lambda: mode[0],
+                      breaker=lambda: {"": "5 of 10 node(s) look down at once"})  # fmt: skip
+
+    assert planner.handle(signal_for("job-a", "gpu-1")) is None
+    assert kube.status_writes == [] and kube.events == [], "nothing written"
+    mode[0] = "act"
+    record = planner.handle(signal_for("job-a", "gpu-1"))
+    assert record is not None and record["skipped"].startswith("circuit breaker open for all GPU nodes"), (
+        record
+    )
+    assert [s["kind"] for s in record["steps"]] == ["Notify"]

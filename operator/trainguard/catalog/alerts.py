@@ -58,7 +58,10 @@ WITHHELD = "TrainguardRemediationWithheld"
 """The notice a storm guard or budget posts instead of an action, so that a person acts."""
 NODE_CORDONED = "TrainguardNodeCordoned"
 """The notice that a node trainguard cordoned waits for a person (remediation/notices.py)."""
-OPERATOR_ALERT_NAMES: tuple[str, ...] = (TRAINING_INTERRUPTED, WITHHELD, NODE_CORDONED)
+BREAKER_OPEN = "TrainguardRemediationBreakerOpen"
+"""The page that the circuit breaker opened: much of a node pool looks down at once and trainguard has
+stopped cordoning there (remediation/breaker.py). A P0 for the platform: it carries no namespace."""
+OPERATOR_ALERT_NAMES: tuple[str, ...] = (TRAINING_INTERRUPTED, WITHHELD, NODE_CORDONED, BREAKER_OPEN)
 """Alerts the operator posts to Alertmanager itself, routed like the catalogue's."""
 SEVERITY_ORDER: dict[str, int] = {s: i for i, s in enumerate(SEVERITIES)}
 """Rank of each severity, most severe first (0); sort unknown ones last with .get(s, len(SEVERITIES))."""

@@ -4,7 +4,123 @@ from __future__ import annotations
 
 import argparse
 
-from trainguard.args import duration, need
+from trainguard.args import duration, fail, kubeconfig_flag, need, who
+from trainguard.remediation import guardrails as guard
+
+BREAKER_RESET_HELP = (
+    "re-arm the circuit breaker now (ConfigMap trainguard-guardrails, read by the leader each pass)"
+)
+
+
+def limit(text: str) -> guard.Limit:
+    """A count of nodes or a percentage, refused at parse time (exit 2, naming the flag)."""
+    try:
+        return guard.limit(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def share(text: str) -> float:
+    try:
+        return guard.share(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of nodes, 1 or more")
+    return value
+
+
+def add_guardrails(op: argparse.ArgumentParser) -> None:
+    """The guardrails the platform owns (remediation/guardrails.py): a monitor may lower them, never raise them."""
+    g = op.add_argument_group(
+        "guardrails",
+        "the platform's limits on remediation; a monitor's spec.remediation may lower them, never raise them",
+    )
+    g.add_argument(
+        "--remediation-mode",
+        default=guard.ACT,
+        choices=guard.MODES,
+        help="act: carry plans out; dry-run: every plan is a dry run (recorded, announced, nothing done) whatever "
+        "the monitor says; off: nothing is planned (default: act)",
+    )
+    g.add_argument(
+        "--max-cordoned-nodes",
+        type=limit,
+        default=guard.limit("10%"),
+        metavar="N|P%",
+        help="the ceiling: GPU nodes trainguard holds cordoned at once (its annotation, still unschedulable), a "
+        "count or a percentage of the GPU nodes (at least 1); at it a node fault notifies instead (default: 10%%)",
+    )
+    g.add_argument(
+        "--max-cordons-per-window",
+        type=limit,
+        default=guard.limit("10%"),
+        metavar="N|P%",
+        help="the rate: new cordons per --cordon-window, cluster-wide (default: 10%% of the GPU nodes)",
+    )
+    g.add_argument(
+        "--cordon-window",
+        type=duration,
+        default=600.0,
+        help="the window --max-cordons-per-window counts over (default: 10m)",
+    )
+    g.add_argument(
+        "--pool-label",
+        default="",
+        metavar="LABEL",
+        help="the node label that groups GPU nodes into pools (such as nvidia.com/gpu.product or a rack label) for "
+        "the pool budgets and the circuit breaker; empty: one pool of every GPU node",
+    )
+    g.add_argument(
+        "--pool-max-cordoned",
+        type=limit,
+        metavar="N|P%",
+        help="each pool's budget: its nodes trainguard holds cordoned at once, a count or a percentage of the pool "
+        "(at least 1) (default: none)",
+    )
+    g.add_argument(
+        "--breaker-threshold",
+        type=share,
+        default=0.3,
+        metavar="P%",
+        help="open a pool's circuit breaker (no cordon there, a P0 page) when this share of its GPU nodes looks "
+        "down at once (Ready False or Unknown); 0 turns it off (default: 30%%)",
+    )
+    g.add_argument(
+        "--breaker-min-down",
+        type=at_least_one,
+        default=3,
+        metavar="N",
+        help="and at least this many nodes (one node of three is not a storm) (default: 3)",
+    )
+    g.add_argument(
+        "--breaker-rearm",
+        type=duration,
+        default=600.0,
+        help="re-arm a breaker once its pool has looked up this long; `trainguard guardrails reset` re-arms at "
+        "once (default: 10m)",
+    )
+
+
+def guardrails_of(args: argparse.Namespace) -> guard.Guardrails:
+    return guard.Guardrails(
+        mode=args.remediation_mode,
+        max_cordoned=args.max_cordoned_nodes,
+        max_cordons=args.max_cordons_per_window,
+        cordon_window_s=args.cordon_window,
+        pool_label=args.pool_label,
+        pool_max_cordoned=args.pool_max_cordoned,
+        breaker=guard.BreakerConfig(
+            share=args.breaker_threshold, min_down=args.breaker_min_down, rearm_s=args.breaker_rearm
+        ),
+    )
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -98,7 +214,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "--pods-seconds", type=float, default=15.0, help="refresh status.podsMonitored this often"
     )
     op.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_guardrails(op)
     op.set_defaults(func=cmd_operator)
+
+    gr = sub.add_parser(
+        "guardrails", help="the platform's remediation guardrails: re-arm the circuit breaker"
+    )
+    verbs = gr.add_subparsers(dest="guardrails_command", metavar="VERB", required=True)
+    reset = verbs.add_parser("reset", help=BREAKER_RESET_HELP)
+    kubeconfig_flag(reset)
+    reset.add_argument("--namespace", default="trainguard-system", help="the operator's own namespace")
+    reset.add_argument("--by", help="who resets (default: $USER@hostname), kept in the ConfigMap")
+    reset.set_defaults(func=cmd_guardrails_reset)
 
 
 def cmd_operator(args: argparse.Namespace) -> int:
@@ -142,6 +269,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
             resync_seconds=args.resync_seconds,
             pods_seconds=args.pods_seconds,
             self_managed_certs=args.self_managed_certs,
+            guardrails=guardrails_of(args),
             cert_policy=CertPolicy(
                 serving_lifetime=dt.timedelta(seconds=args.cert_duration),
                 renew_before=dt.timedelta(seconds=args.cert_renew_before),
@@ -149,4 +277,33 @@ def cmd_operator(args: argparse.Namespace) -> int:
             ),
         )
     )
+    return 0
+
+
+def cmd_guardrails_reset(args: argparse.Namespace) -> int:
+    """Write the reset time into the ConfigMap trainguard-guardrails: the leader re-arms every breaker
+    opened before it on its next pass (one whose pool still looks down opens again at once)."""
+    need("operator", "kubernetes")
+    import time
+
+    from trainguard.kube import Kube, api_client
+    from trainguard.remediation.breaker import RESET_CONFIGMAP, RESET_KEY
+
+    now = int(time.time())
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": RESET_CONFIGMAP,
+            "namespace": args.namespace,
+            "labels": {"app.kubernetes.io/part-of": "trainguard"},
+        },
+        "data": {RESET_KEY: str(now), "reset-by": who(args.by)},
+    }
+    try:
+        Kube(api_client(args.kubeconfig, component="guardrails")).apply(config_map)
+    except Exception as exc:
+        fail(f"could not write ConfigMap {args.namespace}/{RESET_CONFIGMAP}: {exc}")
+    print(f"circuit breakers opened before {now} re-arm on the leader's next pass (ConfigMap "
+          f"{args.namespace}/{RESET_CONFIGMAP}); a pool that still looks down opens again")  # fmt: skip
     return 0

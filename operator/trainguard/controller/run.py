@@ -31,7 +31,9 @@ from trainguard.controller.reconcile import ReceiverSettings
 from trainguard.diagnosis.passes import DiagnosticReports, MorningReports
 from trainguard.kube import ClusterCache, Kube, api_client, credentials
 from trainguard.remediation import tokens
+from trainguard.remediation.breaker import RESET_CONFIGMAP, reset_time
 from trainguard.remediation.cluster import Cluster
+from trainguard.remediation.guardrails import Guardrails
 from trainguard.remediation.loop import RemediationLoop
 from trainguard.remediation.model import Signal
 from trainguard.remediation.receiver import Receiver, ReceiverConfig
@@ -92,6 +94,9 @@ class OperatorOptions:
     """Keep the webhook's and receiver's certificates in a Secret of our own (certs/)
     instead of --webhook-cert/--webhook-key/--webhook-ca files."""
     cert_policy: CertPolicy = field(default_factory=CertPolicy)
+    guardrails: Guardrails = field(default_factory=Guardrails)
+    """The platform's limits on remediation and the operator-wide mode (--remediation-mode and the
+    guardrail flags)."""
     cert_dir: str | None = None
     """Where the self-managed certificate files are written for the servers (default: a private tmp dir)."""
 
@@ -143,6 +148,9 @@ def run(opts: OperatorOptions) -> None:
         lock=LOCKS,
         alertmanager_url=opts.alertmanager_url,
         on_step=metrics.step,
+        guardrails=opts.guardrails,
+        mode=lambda: opts.guardrails.mode,
+        reset=lambda: reset_time(kube.read_config_map(opts.namespace, RESET_CONFIGMAP)),
     )
 
     prometheus_url = opts.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV) or None

@@ -381,6 +381,18 @@ class Kube:
             namespace, cast(Any, event), _request_timeout=timeout or self.timeout
         )
 
+    # ---- the guardrails' ConfigMap (the circuit breaker's manual reset) ----
+
+    def read_config_map(self, namespace: str, name: str) -> dict[str, str] | None:
+        """A ConfigMap's data, or None when it is absent."""
+        try:
+            found = self.core.read_namespaced_config_map(name, namespace, _request_timeout=self.timeout)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return {str(k): str(v) for k, v in (found.data or {}).items()}
+
     # ---- the operator's own Secrets (the key, the self-managed certificates) ----
 
     def read_secret(self, namespace: str, name: str) -> tuple[dict[str, str], str] | None:

@@ -60,6 +60,31 @@ def cordon_history(nodes: list[dict[str, Any]]) -> list[tuple[str, float]]:
     return sorted(out, key=lambda item: item[1])
 
 
+def held_cordons(nodes: list[dict[str, Any]]) -> list[str]:
+    """Nodes trainguard holds cordoned now: its annotation on a node still unschedulable (a node someone
+    uncordoned by hand is no longer held, whatever its annotations say)."""
+    return sorted(
+        str(n["metadata"]["name"])
+        for n in nodes
+        if CORDONED_BY in ((n.get("metadata") or {}).get("annotations") or {})
+        and (n.get("spec") or {}).get("unschedulable")
+    )
+
+
+def pools(nodes: list[dict[str, Any]], label: str) -> list[tuple[str, str, bool]]:
+    """(node, pool, ready) of every GPU node: its pool is the value of `label` ("" without it, or when no
+    label is named); ready is its Ready condition True (False and Unknown look down)."""
+    return sorted(
+        (
+            str(n["metadata"]["name"]),
+            ((n.get("metadata") or {}).get("labels") or {}).get(label, "") if label else "",
+            is_ready(n),
+        )
+        for n in nodes
+        if gpus(n) > 0
+    )
+
+
 def gpu_node_count(nodes: list[dict[str, Any]]) -> int:
     return sum(1 for n in nodes if gpus(n) > 0)
 
@@ -163,6 +188,12 @@ class Cluster:
 
     def gpu_node_count(self) -> int:
         return gpu_node_count(self.reads.nodes())
+
+    def held_cordons(self) -> list[str]:
+        return held_cordons(self.reads.nodes())
+
+    def pools(self, label: str) -> list[tuple[str, str, bool]]:
+        return pools(self.reads.nodes(), label)
 
     def spares(self) -> list[str]:
         return spares(self.reads.nodes())

@@ -10,8 +10,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
+from trainguard.remediation.breaker import Breaker
 from trainguard.remediation.dispatch import Dispatcher
 from trainguard.remediation.executor import Executor
+from trainguard.remediation.guardrails import ACT, Guardrails
 from trainguard.remediation.intake import Intake, Pager
 from trainguard.remediation.model import Signal
 from trainguard.remediation.ops import ClusterOps
@@ -43,13 +45,17 @@ class RemediationLoop:
         key: Callable[[], bytes | None],
         leader: Callable[[], bool],
         lock: Callable[[str, str], Any],
-        mode: Callable[[], str] = lambda: "act",
         clock: Callable[[], float] = time.time,
         workers: int = 4,
         executor_factory: Callable[..., Executor] = Executor,
         alertmanager_url: str | None = None,
         on_step: Callable[[str, str], None] = lambda kind, phase: None,
+        guardrails: Guardrails | None = None,
+        mode: Callable[[], str] = lambda: ACT,
+        reset: Callable[[], float | None] = lambda: None,
     ) -> None:
+        """`guardrails` are the platform's limits (operator flags); `mode` the operator-wide mode now
+        (act, dry-run, off); `reset` reads the time of the last manual reset of the circuit breaker."""
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trainguard-remediation")
         # pages on their own threads: executors block up to emergencyCheckpointTimeout, and a new P0's
         # page must not wait behind running remediations
@@ -58,14 +64,11 @@ class RemediationLoop:
         self.intake = Intake(self.paging, Pager(alertmanager_url, clock) if alertmanager_url else None)
         self.dispatcher = Dispatcher(self.store, cluster, self.pool, key=key, leader=leader, mode=mode,
                                      alertmanager_url=alertmanager_url, executor_factory=executor_factory)  # fmt: skip
-        self.planner = Planner(
-            self.store,
-            cluster,
-            self.dispatcher,
-            leader=leader,
-            clock=clock,
-            policy=reads.policy,
-        )
+        guard = guardrails or Guardrails()
+        self.breaker = Breaker(cluster, guard, leader=leader, reset=reset, alertmanager_url=alertmanager_url,
+                               clock=clock)  # fmt: skip
+        self.planner = Planner(self.store, cluster, self.dispatcher, leader=leader, clock=clock, guardrails=guard,
+                               mode=mode, breaker=self.breaker.evaluate, policy=reads.policy)  # fmt: skip
         self.resume = ResumePass(reads, self.dispatcher, leader)
         self.watch = WatchPass(reads, self.intake, leader, alertmanager_url, clock)
         self.escalate = EscalationPass(reads, leader, alertmanager_url, clock)
@@ -80,8 +83,10 @@ class RemediationLoop:
         return self.planner.handle(signal)
 
     def passes(self) -> None:
-        """One periodic round, in order: resume unfinished records first, then detect, escalate, announce."""
+        """One periodic round, in order: resume unfinished records first, then step the circuit breaker,
+        detect, escalate, announce."""
         self.resume.run()
+        self.breaker.run()
         self.watch.run()
         self.escalate.run()
         self.cordon_notices.run()

@@ -3,9 +3,12 @@ plan is decided on. Plain, JSON-friendly data: records of plans live in the moni
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from trainguard.remediation.guardrails import Guardrails
 
 
 class Source(StrEnum):
@@ -117,3 +120,14 @@ class ClusterState:
     unready_nodes: frozenset[str] = frozenset()
     """Nodes whose Ready condition is not True in the node cache: a GPUNodeDown that another sender
     claims is acted on only for these (the operator's own detection judges Leases by its clock)."""
+    guardrails: Guardrails = field(default_factory=Guardrails)
+    """The platform's limits (operator flags), with the operator-wide mode read for this signal."""
+    held: frozenset[str] = frozenset()
+    """Nodes trainguard holds cordoned now: its annotation on a node still unschedulable, plus the
+    cordons planned that the node cache does not show yet (the ceiling and the pool budgets)."""
+    pools: Mapping[str, str] = field(default_factory=dict)
+    """GPU node -> its pool (the value of the pool label; "" without it)."""
+    pool_sizes: Mapping[str, int] = field(default_factory=dict)
+    """GPU nodes per pool."""
+    open_breakers: Mapping[str, str] = field(default_factory=dict)
+    """Pool -> why its circuit breaker is open: no cordon there."""

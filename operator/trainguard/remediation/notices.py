@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from trainguard.catalog.alerts import NODE_CORDONED, WITHHELD
+from trainguard.catalog.alerts import BREAKER_OPEN, NODE_CORDONED, WITHHELD
 from trainguard.remediation.escalation import format_time
 from trainguard.remediation.model import Phase, StepKind
 from trainguard.remediation.plan import ECC_DEGRADED
@@ -84,4 +84,31 @@ def withheld(record: Mapping[str, Any], message: str) -> dict[str, Any]:
             "summary": f"trainguard withheld an action: {message}",
             "description": f"{record.get('alert')}: {message}",
         },
+    }
+
+
+def breaker_open(
+    pool: str, pool_label: str, opened_at: float, reason: str, now: float, *, resolved: bool = False
+) -> dict[str, Any]:
+    """The postable P0 of an open circuit breaker, for the platform (no namespace: a tenant's
+    AlertmanagerConfig does not match it; the platform's own route must). Refreshed on every pass
+    while open (it ends HOLD_S after the last refresh); `resolved` ends it now, when the breaker re-arms."""
+    labels = {"alertname": BREAKER_OPEN, "severity": "P0"}
+    if pool_label:
+        labels["pool_label"] = pool_label
+    if pool:
+        labels["pool"] = pool
+    where = (
+        f"{pool_label}={pool}" if pool else (f"nodes without {pool_label}" if pool_label else "all GPU nodes")
+    )
+    return {
+        "labels": labels,
+        "annotations": {
+            "summary": f"trainguard stopped cordoning in {where}: {reason}",
+            "description": f"the circuit breaker opened at {format_time(opened_at)}: node faults there are "
+            "not acted on (each is posted as TrainguardRemediationWithheld) until the pool has looked up for "
+            "the re-arm time, or `trainguard guardrails reset`",
+        },
+        "startsAt": format_time(opened_at),
+        "endsAt": format_time(now if resolved else now + HOLD_S),
     }

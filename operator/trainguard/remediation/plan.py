@@ -4,9 +4,11 @@ a cluster. The executor carries a plan out; nothing here calls anything.
 
 Guards, in the order they are checked: those of `triage`, which need no cluster state (a signal of
 another job, a resolved one, one with no automatic response at its severity, an escalated copy of a P1
-the loop acts on, remediation disabled, a `Notify` action), then a duplicate, then the cluster-wide cordon cap and the job's restart budget. A plan
-stopped by a guard has no steps (`skipped` says why), except the cap and the budget, which leave one
-NOTIFY step so that a human hears what was not done.
+the loop acts on, remediation disabled, a `Notify` action), then a duplicate, then the cordon guards (the platform's circuit breaker, ceiling, pool budget and
+rate, remediation/guardrails.py, and the monitor's own cap, which may only lower them) and the job's
+restart budget. A plan stopped by a guard has no steps (`skipped` says why), except the cordon guards
+and the budget, which leave one NOTIFY step so that a human hears what was not done. With the
+operator in dry-run mode every plan is a dry run.
 
 Two classes are acted on at P1: trainingAdvice (GradientExplosion, opt-in) and eccDegraded
 (GPUSingleBitECCErrorsHigh: a checkpoint, then cordon and taint; the job is not restarted). The
@@ -26,6 +28,14 @@ from trainguard.api.monitor import Remediation, TrainingJobMonitor
 from trainguard.catalog import ALERTS_BY_NAME
 from trainguard.catalog.alerts import TRAINING_INTERRUPTED
 from trainguard.remediation.escalation import ESCALATED_FROM
+from trainguard.remediation.guardrails import (
+    CORDON_CAP,
+    DRY_RUN,
+    OFF,
+    CordonView,
+    withheld_by_breaker,
+    withheld_cordon,
+)
 from trainguard.remediation.model import (
     ClusterState,
     Phase,
@@ -78,12 +88,12 @@ NO_RESPONSE = "no automatic response"
 DUPLICATE = "duplicate of "
 DISABLED = "remediation disabled"
 NOTIFY_ONLY = "notify only"
-CORDON_CAP = "cordon cap reached"
 RESTART_BUDGET = "restart budget spent"
 NO_NODE = "no node label"
 ESCALATED = "escalated copy"
 UNVERIFIED = "unverified claim"
-QUIET = (RESOLVED, FOREIGN, NO_RESPONSE, ESCALATED, DUPLICATE, DISABLED, NOTIFY_ONLY, UNVERIFIED)
+MODE_OFF = "remediation off operator-wide"
+QUIET = (RESOLVED, FOREIGN, NO_RESPONSE, ESCALATED, DUPLICATE, DISABLED, NOTIFY_ONLY, UNVERIFIED, MODE_OFF)
 
 NODE_DOWN = "GPUNodeDown"
 HARDWARE_CLAIMS = ("GPUCriticalXid", "GPUDoubleBitECCError", "GPULost")
@@ -105,8 +115,9 @@ def response_class(alertname: str) -> str | None:
 
 
 def cordon_cap(remediation: Remediation, gpu_nodes: int) -> int:
-    """Nodes trainguard may cordon per cordonWindow, cluster-wide: maxCordonedNodes, or when unset
-    10% of the GPU nodes (rounded down), at least 1."""
+    """The monitor's own cap: nodes trainguard may cordon per cordonWindow, cluster-wide:
+    maxCordonedNodes, or when unset 10% of the GPU nodes (rounded down), at least 1. The platform's
+    guardrails apply besides (remediation/guardrails.py): this can only lower them."""
     if remediation.max_cordoned_nodes is not None:
         return remediation.max_cordoned_nodes
     return max(1, gpu_nodes // 10)
@@ -121,7 +132,7 @@ def quiet(plan: Plan) -> bool:
     """A skip that needs no record: another job's signal, a resolved one, one with no automatic
     response, an escalated copy of a P1 (the P1 was decided), a duplicate (its record exists),
     remediation disabled or a Notify action (Alertmanager has notified, the spec says nothing more is
-    wanted). Not recording these also means that turning
+    wanted), or the operator's mode off. Not recording these also means that turning
     remediation on mid-incident acts on the next re-post of a firing alert."""
     return bool(plan.skipped) and plan.skipped.startswith(QUIET)
 
@@ -171,7 +182,7 @@ def plan(signal: Signal, monitor: TrainingJobMonitor, state: ClusterState) -> Pl
         steps=(),
         node=signal.node,
         gpu=signal.labels.get("gpu", ""),
-        dry_run=rem.dry_run,
+        dry_run=rem.dry_run or state.guardrails.mode == DRY_RUN,
     )
 
     def skip(reason: str, *steps: Step) -> Plan:
@@ -180,7 +191,9 @@ def plan(signal: Signal, monitor: TrainingJobMonitor, state: ClusterState) -> Pl
     untouched = triage(signal, monitor)
     if untouched is not None or cls is None:
         return skip(untouched or NO_RESPONSE)
-    dup = _duplicate_of(signal, cls, state.records, state.now, rem.dry_run)
+    if state.guardrails.mode == OFF:
+        return skip(f"{MODE_OFF} (--remediation-mode off)")
+    dup = _duplicate_of(signal, cls, state.records, state.now, base.dry_run)
     if dup:
         return skip(f"{DUPLICATE}{dup}")
     action = _action(rem, cls)
@@ -193,6 +206,18 @@ def plan(signal: Signal, monitor: TrainingJobMonitor, state: ClusterState) -> Pl
         # nothing but the notice of what could not be done
         return skip(steps[0].params["reason"], *steps)
     if any(s.kind == StepKind.CORDON for s in steps):
+        guard = state.guardrails
+        view = CordonView(
+            gpu_nodes=state.gpu_nodes,
+            held=state.held,
+            recent=frozenset(_cordoned_nodes(state, guard.cordon_window_s)),
+            pools=state.pools,
+            pool_sizes=state.pool_sizes,
+            open_breakers=state.open_breakers,
+        )
+        breaker = withheld_by_breaker(signal.node, guard, view)
+        if breaker:
+            return skip(breaker, _notify(breaker))
         cordoned = _cordoned_nodes(state, duration_seconds(rem.cordon_window))
         cap = cordon_cap(rem, state.gpu_nodes)
         if signal.node not in cordoned and len(cordoned) >= cap:
@@ -201,6 +226,9 @@ def plan(signal: Signal, monitor: TrainingJobMonitor, state: ClusterState) -> Pl
                 f" (cap {cap}); {signal.node} is not cordoned and nothing is done"
             )
             return skip(reason, _notify(reason))
+        withheld = withheld_cordon(signal.node, guard, rem.max_cordoned_nodes, view)
+        if withheld:
+            return skip(withheld, _notify(withheld))
     if any(s.kind == StepKind.RESTART_GANG for s in steps):
         restarts = _restarts(state, duration_seconds(rem.budget_window))
         if restarts >= rem.job_restart_budget:

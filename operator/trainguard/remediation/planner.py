@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -16,6 +17,7 @@ from trainguard.api.common import LabelSelector
 from trainguard.catalog import ALERTS_BY_NAME
 from trainguard.remediation import records
 from trainguard.remediation.dispatch import Dispatcher
+from trainguard.remediation.guardrails import ACT, OFF, Guardrails
 from trainguard.remediation.intake import Intake
 from trainguard.remediation.model import ClusterState, Signal, Source, StepKind
 from trainguard.remediation.plan import DISABLED, UNVERIFIED, plan, quiet, triage
@@ -43,6 +45,9 @@ class PlanningReads(Protocol):
     def job_nodes(self, namespace: str, selector: LabelSelector) -> set[str]: ...
 
     def unready_nodes(self) -> set[str]: ...
+    def held_cordons(self) -> list[str]: ...
+
+    def pools(self, label: str) -> list[tuple[str, str, bool]]: ...
 
 
 class Planner:
@@ -55,6 +60,9 @@ class Planner:
         leader: Callable[[], bool],
         clock: Callable[[], float] = time.time,
         policy: Callable[[str, str], dict[str, Any] | None] = lambda namespace, name: None,
+        guardrails: Guardrails | None = None,
+        mode: Callable[[], str] = lambda: ACT,
+        breaker: Callable[[], Mapping[str, str]] = dict,
     ) -> None:
         self.store = store
         self.policy = policy
@@ -64,6 +72,11 @@ class Planner:
         self.dispatcher = dispatcher
         self.leader = leader
         self.clock = clock
+        self.guardrails = guardrails or Guardrails()
+        self.mode = mode
+        """The operator-wide mode now: act, dry-run or off (--remediation-mode)."""
+        self.breaker = breaker
+        """The open circuit breakers, pool -> why, stepped on the node cache now (remediation/breaker.py)."""
         self._planned: dict[str, float] = {}
         """Nodes this planner's plans cordon, with when: the cap counts them before their annotations
         reach the node watch cache (plans of every monitor, in the one planning thread)."""
@@ -75,6 +88,11 @@ class Planner:
                      signal.training_job)  # fmt: skip
             return None
         ns, name = signal.namespace, signal.training_job
+        mode = self.mode()
+        if mode == OFF:
+            log.info("%s for %s/%s: remediation is off operator-wide (--remediation-mode off); nothing planned",
+                     signal.alertname, ns, name)  # fmt: skip
+            return None
         with self.store.lock(ns, name):
             found = self.store.read(ns, name)
             if found is None:
@@ -88,14 +106,21 @@ class Planner:
                 log.info("%s for %s/%s: %s", signal.alertname, ns, name, dropped)
                 return None
             now = self.clock()
+            cordons = self._cordons(now)
+            pools = {node: pool for node, pool, _ in self.cluster.pools(self.guardrails.pool_label)}
             state = ClusterState(
                 now=now,
                 gpu_nodes=self.cluster.gpu_node_count(),
-                cordons=self._cordons(now),
+                cordons=cordons,
                 records=tuple(records_of(body)),
                 spares=tuple(self.cluster.spares()),
                 job_nodes=frozenset(self.cluster.job_nodes(ns, monitor.spec.selector)),
                 unready_nodes=frozenset(self.cluster.unready_nodes()),
+                guardrails=replace(self.guardrails, mode=mode),
+                held=frozenset(self.cluster.held_cordons()) | frozenset(self._planned),
+                pools=pools,
+                pool_sizes=dict(Counter(pools.values())),
+                open_breakers=dict(self.breaker()),
             )
             decided = plan(signal, monitor, state)
             if quiet(decided):
