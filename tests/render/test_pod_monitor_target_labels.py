@@ -4,7 +4,11 @@ tenant's pod must not pose as another tenant's job (issue 21)."""
 from __future__ import annotations
 
 import re
+import textwrap
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from tests.conftest import monitor, policy
 from trainguard.catalog import COMMON_LABELS
@@ -62,3 +66,15 @@ def test_the_reconciled_objects_carry_the_same_pod_monitor() -> None:
     m = monitor()
     objs = monitor_objects(m, effective_policy(m, [policy()]))
     assert next(o for o in objs if o["kind"] == "PodMonitor") == pod_monitor(m)
+
+
+def test_the_plain_prometheus_job_in_the_docs_does_what_the_pod_monitor_does() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "rendering.md").read_text()
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "kubernetes_sd_configs" in b)
+    (job,) = yaml.safe_load(textwrap.dedent(block))
+    assert "honor_labels" not in job
+    relabels = {r["target_label"]: r for r in job["relabel_configs"] if "target_label" in r}
+    for rule in endpoint()["relabelings"]:
+        assert relabels[rule["targetLabel"]].get("source_labels") == rule.get("sourceLabels"), rule
+        assert relabels[rule["targetLabel"]].get("replacement") == rule.get("replacement"), rule
+    assert job["metric_relabel_configs"] == [{"regex": EXPORTED_TARGET_LABELS, "action": "labeldrop"}]
