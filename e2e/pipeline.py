@@ -130,16 +130,10 @@ class Monitoring:
     def __enter__(self) -> Monitoring:
         d = self.dir
         (d / "rules.yml").write_text("groups: []\n")
-        (d / "targets.json").write_text("[]")
+        (d / "targets").mkdir()
         (d / "alertmanager.yml").write_text(yaml.safe_dump(po.alertmanager_yml([], {}, d / "secrets")))
-        (d / "prometheus.yml").write_text(yaml.safe_dump({
-            "global": {"scrape_interval": f"{SCRAPE_SECONDS}s", "evaluation_interval": f"{EVAL_SECONDS}s"},
-            "rule_files": [str(d / "rules.yml")],
-            "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{self.am_port}"]}]}]},
-            # honor_labels: the PodMonitor's honorLabels (the exporter's namespace, pod and node win)
-            "scrape_configs": [{"job_name": "podmonitors", "honor_labels": True,
-                                "file_sd_configs": [{"files": [str(d / "targets.json")], "refresh_interval": "1s"}]}],
-        }))  # fmt: skip
+        self.written["prometheus.yml"] = self._prometheus_yml([])
+        (d / "prometheus.yml").write_text(self.written["prometheus.yml"])
         self.procs.append(self._start("alertmanager", ["prometheus-alertmanager", f"--config.file={d / 'alertmanager.yml'}",
                           f"--storage.path={d / 'am-data'}", f"--web.listen-address=127.0.0.1:{self.am_port}",
                           "--cluster.listen-address="]))  # fmt: skip
@@ -162,6 +156,15 @@ class Monitoring:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+    def _prometheus_yml(self, podmonitors: list[dict[str, Any]]) -> str:
+        """prometheus.yml with a scrape job per PodMonitor endpoint, as prometheus-operator writes it."""
+        return yaml.safe_dump({
+            "global": {"scrape_interval": f"{SCRAPE_SECONDS}s", "evaluation_interval": f"{EVAL_SECONDS}s"},
+            "rule_files": [str(self.dir / "rules.yml")],
+            "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{self.am_port}"]}]}]},
+            "scrape_configs": po.scrape_configs(podmonitors, self.dir / "targets"),
+        }, sort_keys=False)  # fmt: skip
 
     def _start(self, name: str, cmd: list[str]) -> subprocess.Popen[bytes]:
         return subprocess.Popen(cmd, stdout=(self.dir / f"{name}.log").open("ab"), stderr=subprocess.STDOUT)
@@ -203,19 +206,24 @@ class Monitoring:
             for ns in namespaces
             for p in self.core.list_namespaced_pod(ns).items
         ]
+        targets = {f"targets/{name}": json.dumps(groups, sort_keys=True)
+                   for name, groups in po.scrape_targets(pms, pods).items()}  # fmt: skip
         files = {
+            **targets,  # before prometheus.yml, so a new scrape job finds its targets file at the reload
             "rules.yml": yaml.safe_dump(po.rules_yml(rules), sort_keys=False),
             "alertmanager.yml": yaml.safe_dump(po.alertmanager_yml(amcs, secrets, self.dir / "secrets"), sort_keys=False),
-            "targets.json": json.dumps(po.scrape_targets(pms, pods), sort_keys=True),
+            "prometheus.yml": self._prometheus_yml(pms),
         }  # fmt: skip
         changed = {name for name, text in files.items() if self.written.get(name) != text}
-        for name in changed:
-            tmp = self.dir / f".{name}.tmp"
-            tmp.write_text(files[name])
+        for name, text in files.items():  # in order: the targets before prometheus.yml
+            if name not in changed:
+                continue
+            tmp = self.dir / f".{name.replace('/', '-')}.tmp"
+            tmp.write_text(text)
             tmp.replace(self.dir / name)
-            self.written[name] = files[name]
-        if "rules.yml" in changed:
-            self._reload(self.prometheus, "rules.yml")
+            self.written[name] = text
+        if changed & {"rules.yml", "prometheus.yml"}:
+            self._reload(self.prometheus, "prometheus.yml" if "prometheus.yml" in changed else "rules.yml")
         if "alertmanager.yml" in changed:
             self._reload(self.alertmanager, "alertmanager.yml")
 
@@ -226,7 +234,7 @@ class Monitoring:
 
     def settled(self, seconds: float = 6.0) -> bool:
         """Prometheus has not reloaded for `seconds`: it knows its Alertmanager again."""
-        last = max((t for t, what in self.reloads if what == "rules.yml"), default=0.0)
+        last = max((t for t, what in self.reloads if what in ("rules.yml", "prometheus.yml")), default=0.0)
         return time.monotonic() - last > seconds
 
     def _loop(self) -> None:

@@ -9,8 +9,11 @@ prometheus-operator's documented behaviour (pkg/alertmanager/amcfg.go, pkg/prome
   top route gets a `namespace="<ns>"` matcher and `continue: true` and hangs under a root route whose
   receiver is "null"; inhibit rules get the namespace matcher on both sides; secret references are
   resolved (the CA to a file, as the operator mounts it).
-- PodMonitor: the pods its selector matches, on the named container port, with the labels
-  prometheus-operator sets (namespace, pod, container, endpoint, job) and the monitor's relabelings.
+- PodMonitor: a scrape job per endpoint, with the relabel_configs prometheus-operator writes (namespace,
+  container, pod, job, endpoint, then the endpoint's relabelings), its metricRelabelings as
+  metric_relabel_configs and honor_labels only where honorLabels says so; its targets are the pods its
+  selector matches, on the named container port, fed through file_sd with the __meta_kubernetes_*
+  labels kubernetes_sd would give them, so the real Prometheus does the relabeling.
 - PrometheusRule: its groups, verbatim.
 """
 
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -183,43 +186,99 @@ def _selected(selector: Obj, labels: dict[str, str], where: str) -> bool:
     return all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items())
 
 
-def _relabel(rule: Obj, meta: dict[str, str], labels: dict[str, str], where: str) -> None:
-    _only(rule, {"sourceLabels", "targetLabel", "replacement", "action"}, where)
-    if rule.get("action", "replace") != "replace":
-        raise Unsupported(f"{where}: action {rule['action']!r}")
-    source = ";".join((meta | labels).get(s, "") for s in rule.get("sourceLabels") or [])
-    value = rule.get("replacement", "$1").replace("$1", source)
-    if value:
-        labels[rule["targetLabel"]] = value
+_META = (
+    "__meta_kubernetes_namespace",
+    "__meta_kubernetes_pod_name",
+    "__meta_kubernetes_pod_node_name",
+    "__meta_kubernetes_pod_ip",
+    "__meta_kubernetes_pod_container_name",
+    "__meta_kubernetes_pod_container_port_name",
+)
+"""The discovery labels each target carries, as kubernetes_sd's pod role names them: a relabeling may read
+these (or a label already set), and reading any other __meta_ label is refused rather than left empty."""
+_RELABEL_FIELDS = {"sourceLabels", "separator", "targetLabel", "regex", "modulus", "replacement", "action"}
+_ENDPOINT_FIELDS = {"port", "path", "interval", "honorLabels", "relabelings", "metricRelabelings"}
 
 
-def scrape_targets(podmonitors: list[Obj], pods: list[Obj]) -> list[Obj]:
-    """file_sd target groups: what kubernetes_sd plus the PodMonitor's relabelings would yield."""
-    groups: list[Obj] = []
+def relabel_config(rule: Obj, where: str) -> Obj:
+    """A PodMonitor RelabelConfig as Prometheus' relabel_config: the same fields in snake_case, the
+    action lower-cased (prometheus-operator accepts either case)."""
+    _only(rule, _RELABEL_FIELDS, where)
+    unknown = [s for s in rule.get("sourceLabels") or [] if s.startswith("__meta_") and s not in _META]
+    if unknown:
+        raise Unsupported(f"{where}: the stand-in's targets carry no {unknown}")
+    out = {snake(k): v for k, v in rule.items()}
+    if "action" in out:
+        out["action"] = str(out["action"]).lower()
+    return out
+
+
+def _endpoints(podmonitors: list[Obj]) -> Iterator[tuple[str, str, Obj, Obj]]:
+    """(job name, targets file name, PodMonitor, endpoint) of every endpoint, in a stable order."""
     for pm in sorted(podmonitors, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"])):
         ns, name = pm["metadata"]["namespace"], pm["metadata"]["name"]
+        _only(pm["spec"], {"selector", "podMetricsEndpoints"}, f"PodMonitor {ns}/{name}.spec")
+        for i, endpoint in enumerate(pm["spec"]["podMetricsEndpoints"]):
+            _only(endpoint, _ENDPOINT_FIELDS, f"PodMonitor {ns}/{name}.podMetricsEndpoints[{i}]")
+            yield f"podMonitor/{ns}/{name}/{i}", f"podmonitor-{ns}-{name}-{i}.json", pm, endpoint
+
+
+def scrape_configs(podmonitors: list[Obj], targets_dir: Path) -> list[Obj]:
+    """prometheus.yml's scrape_configs: one job per PodMonitor endpoint, as prometheus-operator writes it,
+    with file_sd (scrape_targets' files in `targets_dir`) in place of kubernetes_sd. Its relabel_configs set
+    what prometheus-operator sets on every target (namespace, container, pod, job, endpoint), then the
+    endpoint's relabelings; its metricRelabelings become metric_relabel_configs; honor_labels is false
+    unless the endpoint says honorLabels. Selecting the pods and the port, which prometheus-operator does
+    with `keep` relabelings, is done by scrape_targets."""
+    jobs: list[Obj] = []
+    for job, file, pm, endpoint in _endpoints(podmonitors):
+        ns, name = pm["metadata"]["namespace"], pm["metadata"]["name"]
         where = f"PodMonitor {ns}/{name}"
-        _only(pm["spec"], {"selector", "podMetricsEndpoints"}, f"{where}.spec")
-        for endpoint in pm["spec"]["podMetricsEndpoints"]:
-            _only(endpoint, {"port", "path", "interval", "honorLabels", "relabelings"}, where)
-            for pod in pods:
-                meta, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
-                if (meta["namespace"] != ns or meta.get("deletionTimestamp") or status.get("phase") != "Running"
-                        or not status.get("podIP")
-                        or not _selected(pm["spec"]["selector"], meta.get("labels") or {}, where)):  # fmt: skip
+        relabels: list[Obj] = [
+            {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+            {"source_labels": ["__meta_kubernetes_pod_container_name"], "target_label": "container"},
+            {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+            {"target_label": "job", "replacement": f"{ns}/{name}"},
+            {"target_label": "endpoint", "replacement": endpoint["port"]},
+            *(relabel_config(r, f"{where}.relabelings[{i}]") for i, r in enumerate(endpoint.get("relabelings") or [])),
+        ]  # fmt: skip
+        out: Obj = {
+            "job_name": job,
+            "honor_labels": bool(endpoint.get("honorLabels", False)),
+            "metrics_path": endpoint.get("path", "/metrics"),
+            "file_sd_configs": [{"files": [str(targets_dir / file)], "refresh_interval": "1s"}],
+            "relabel_configs": relabels,
+        }
+        if endpoint.get("interval"):
+            out["scrape_interval"] = endpoint["interval"]
+        metric = endpoint.get("metricRelabelings") or []
+        if metric:
+            out["metric_relabel_configs"] = [
+                relabel_config(r, f"{where}.metricRelabelings[{i}]") for i, r in enumerate(metric)
+            ]
+        jobs.append(out)
+    return jobs
+
+
+def scrape_targets(podmonitors: list[Obj], pods: list[Obj]) -> dict[str, list[Obj]]:
+    """file_sd target groups by targets file name (see scrape_configs): the running pods each endpoint's
+    selector matches, on the container port of its name, each with the discovery labels kubernetes_sd
+    would give it; Prometheus applies the relabelings."""
+    files: dict[str, list[Obj]] = {}
+    for _, file, pm, endpoint in _endpoints(podmonitors):
+        ns, name = pm["metadata"]["namespace"], pm["metadata"]["name"]
+        groups = files.setdefault(file, [])
+        for pod in pods:
+            meta, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
+            if (meta["namespace"] != ns or meta.get("deletionTimestamp") or status.get("phase") != "Running"
+                    or not status.get("podIP")
+                    or not _selected(pm["spec"]["selector"], meta.get("labels") or {}, f"PodMonitor {ns}/{name}")):  # fmt: skip
+                continue
+            for c in [*(spec.get("initContainers") or []), *spec["containers"]]:
+                port = next((p for p in c.get("ports") or [] if p.get("name") == endpoint["port"]), None)
+                if port is None:
                     continue
-                for c in [*(spec.get("initContainers") or []), *spec["containers"]]:
-                    port = next((p for p in c.get("ports") or [] if p.get("name") == endpoint["port"]), None)
-                    if port is None:
-                        continue
-                    sd = {"__meta_kubernetes_pod_node_name": spec.get("nodeName", "")}
-                    labels = {"namespace": ns, "pod": meta["name"], "container": c["name"],
-                              "endpoint": endpoint["port"], "job": f"{ns}/{name}"}  # fmt: skip
-                    if endpoint.get("interval"):  # prometheus-operator writes one scrape job per interval
-                        labels["__scrape_interval__"] = endpoint["interval"]
-                    for i, rule in enumerate(endpoint.get("relabelings") or []):
-                        _relabel(rule, sd, labels, f"{where}.relabelings[{i}]")
-                    groups.append(
-                        {"targets": [f"{status['podIP']}:{port['containerPort']}"], "labels": labels}
-                    )
-    return groups
+                sd = dict(zip(_META, (ns, meta["name"], spec.get("nodeName", ""), status["podIP"], c["name"],
+                                      endpoint["port"]), strict=True))  # fmt: skip
+                groups.append({"targets": [f"{status['podIP']}:{port['containerPort']}"], "labels": sd})
+    return files

@@ -115,6 +115,9 @@ def main() -> int:
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(work / "rules.yml")],
         "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
+        # a static target, so no label can come from Kubernetes discovery: the exporter's own identity (the same
+        # values as the target's) is honoured here; the PodMonitor sets it from the target and drops the pod's
+        # (tests/integration/test_tenant_cannot_pose.py)
         "scrape_configs": [{"job_name": "trainguard", "honor_labels": True,
                             "static_configs": [{"targets": [f"127.0.0.1:{exp_port}"], "labels": identity}]}],
     }))  # fmt: skip

@@ -78,6 +78,9 @@ def scrape_config(targets: Targets, identities: dict[str, dict[str, str]], inter
     the labels of its `up` series, as Kubernetes service discovery would set them."""
     return {
         "job_name": "trainguard",
+        # a static target, so no label can come from Kubernetes discovery: the exporter's own identity (the same
+        # values as the target's) is honoured here; the PodMonitor sets it from the target and drops the pod's
+        # (tests/integration/test_tenant_cannot_pose.py)
         "honor_labels": True,
         "scrape_interval": interval,
         "static_configs": [

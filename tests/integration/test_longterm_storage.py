@@ -85,6 +85,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     (d / "prometheus.yml").write_text(dump_yaml({
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(d / "rules.yml"), str(d / "aggregates.yml")],
+        # a static target, so no label can come from Kubernetes discovery: the exporter's own identity (the same
+        # values as the target's) is honoured here; the PodMonitor sets it from the target and drops the pod's
+        # (tests/integration/test_tenant_cannot_pose.py)
         "scrape_configs": [{"job_name": "trainguard", "honor_labels": True,
                             "static_configs": [{"targets": [f"127.0.0.1:{exp_port}"], "labels": IDENTITY}]}],
         **files["remote_write.yml"],

@@ -68,7 +68,11 @@ def racks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(d / "rules.yml")],
         "scrape_configs": [
+            # a static target, so no label can come from Kubernetes discovery: the exporter's own identity (the same
+            # values as the target's) is honoured here; the PodMonitor sets it from the target and drops the pod's
+            # (tests/integration/test_tenant_cannot_pose.py)
             {"job_name": "trainguard", "honor_labels": True, "static_configs": targets},
+            # kube-state-metrics labels the objects it reports (their namespace, node): honoured, as dcgm-exporter's
             {"job_name": "kube-state-metrics", "honor_labels": True,
              "static_configs": [{"targets": [ksm]}]},
         ],

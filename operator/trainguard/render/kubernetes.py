@@ -139,9 +139,42 @@ def alertmanager_config(
     }
 
 
+TARGET_IDENTITY: tuple[tuple[str, str | None], ...] = (
+    ("namespace", "__meta_kubernetes_namespace"),
+    ("pod", "__meta_kubernetes_pod_name"),
+    ("node", "__meta_kubernetes_pod_node_name"),
+    ("training_job", None),
+)
+"""Each identity label of the metric contract (COMMON_LABELS) and the target's discovery label it is set
+from; training_job is the monitor's name (a PodMonitor selects one monitor's pods in its own namespace)."""
+
+TARGET_OWNED_LABELS: tuple[str, ...] = (
+    *(name for name, _ in TARGET_IDENTITY),
+    *("container", "endpoint", "job", "instance"),
+)
+"""Labels the scrape target sets on every series: the identity, and what prometheus-operator sets on a
+PodMonitor's targets. A scraped label of one of these names is renamed `exported_<name>` by Prometheus
+(`exported_exported_<name>` if that is taken too) and dropped, so no rule or dashboard can read it."""
+
+EXPORTED_TARGET_LABELS = f"(exported_)+({'|'.join(TARGET_OWNED_LABELS)})"
+"""The label names a scraped series may carry that claim what its target owns (a relabel regex, which
+Prometheus anchors at both ends)."""
+
+
 def pod_monitor(monitor: TrainingJobMonitor) -> Obj:
-    """Scrapes the sidecars. honorLabels keeps the labels the sidecar sets; relabelings give `up` the
-    same namespace, pod, node and training_job labels, which GPUNodeDown reads."""
+    """Scrapes the sidecars. Target labels are the truth: no honorLabels, and the relabelings set
+    `namespace`, `pod`, `node` and `training_job` on every series from the scrape target, so a pod of one
+    tenant cannot expose series labelled as another tenant's job (whose rules would fire, and whose
+    AlertmanagerConfig would send the alert to the operator); metricRelabelings drop what the sidecar
+    itself claimed under those names. `up` gets the same labels, which GPUNodeDown reads."""
+    relabelings: list[Obj] = []
+    for label, source in TARGET_IDENTITY:
+        rule: Obj = {"targetLabel": label, "action": "replace"}
+        if source is None:
+            rule["replacement"] = monitor.name
+        else:
+            rule["sourceLabels"] = [source]
+        relabelings.append(rule)
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
@@ -153,15 +186,8 @@ def pod_monitor(monitor: TrainingJobMonitor) -> Obj:
                     "port": METRICS_PORT_NAME,
                     "path": "/metrics",
                     "interval": monitor.spec.exporter.scrape_interval,
-                    "honorLabels": True,
-                    "relabelings": [
-                        {"targetLabel": "training_job", "replacement": monitor.name, "action": "replace"},
-                        {
-                            "sourceLabels": ["__meta_kubernetes_pod_node_name"],
-                            "targetLabel": "node",
-                            "action": "replace",
-                        },
-                    ],
+                    "relabelings": relabelings,
+                    "metricRelabelings": [{"regex": EXPORTED_TARGET_LABELS, "action": "labeldrop"}],
                 }
             ],
         },
