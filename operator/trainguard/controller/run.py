@@ -32,6 +32,7 @@ from trainguard.diagnosis.passes import DiagnosticReports, MorningReports
 from trainguard.kube import ClusterCache, Kube, api_client, credentials
 from trainguard.remediation import tokens
 from trainguard.remediation.cluster import Cluster
+from trainguard.remediation.detect import NodeDownSettings
 from trainguard.remediation.loop import RemediationLoop
 from trainguard.remediation.model import Signal
 from trainguard.remediation.receiver import Receiver, ReceiverConfig
@@ -88,6 +89,9 @@ class OperatorOptions:
     resync_seconds: float = 120.0
     """How often every monitor is re-applied (repairs hand edits of the objects it owns)."""
     pods_seconds: float = 15.0
+    detect_seconds: float = 3.0
+    """How often the leader looks for the faults no exporter reports (remediation/passes.py's WatchPass)."""
+    node_down: NodeDownSettings = field(default_factory=NodeDownSettings)
     self_managed_certs: bool = False
     """Keep the webhook's and receiver's certificates in a Secret of our own (certs/)
     instead of --webhook-cert/--webhook-key/--webhook-ca files."""
@@ -143,6 +147,7 @@ def run(opts: OperatorOptions) -> None:
         lock=LOCKS,
         alertmanager_url=opts.alertmanager_url,
         on_step=metrics.step,
+        node_down=opts.node_down,
     )
 
     prometheus_url = opts.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV) or None
@@ -156,9 +161,10 @@ def run(opts: OperatorOptions) -> None:
     )
     diagnostics = DiagnosticReports(kube, cache, leader=leader, prometheus=prometheus)
 
-    # three threads, so that none holds another back: the resync and pod counts, the P0 loop's passes,
-    # and the reports
+    # four threads, so that none holds another back: the resync and pod counts, the P0 loop's passes,
+    # its detection (at a shorter period: node down is timed by it) and the reports
     p0_loop = Loop("p0", opts.pods_seconds, remediation.passes, leader)
+    detect_loop = Loop("detect", opts.detect_seconds, remediation.detect, leader)
     report_loop = Loop(
         "reports", opts.pods_seconds, functools.partial(report_pass, reports, diagnostics), leader
     )
@@ -227,12 +233,14 @@ def run(opts: OperatorOptions) -> None:
         remediation.start()
         periodic.start()
         p0_loop.start()
+        detect_loop.start()
         report_loop.start()
 
     @kopf.on.cleanup(registry=registry)
     def stop_periodic(**_: Any) -> None:
         periodic.stop()
         p0_loop.stop()
+        detect_loop.stop()
         report_loop.stop()
         if certs is not None:
             certs.stop()

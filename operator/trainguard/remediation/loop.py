@@ -10,6 +10,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
+from trainguard.remediation.detect import NodeDownSettings
 from trainguard.remediation.dispatch import Dispatcher
 from trainguard.remediation.executor import Executor
 from trainguard.remediation.intake import Intake, Pager
@@ -46,6 +47,7 @@ class RemediationLoop:
         executor_factory: Callable[..., Executor] = Executor,
         alertmanager_url: str | None = None,
         on_step: Callable[[str, str], None] = lambda kind, phase: None,
+        node_down: NodeDownSettings | None = None,
     ) -> None:
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trainguard-remediation")
         self.store = RecordStore(api, lock, on_step)
@@ -54,7 +56,9 @@ class RemediationLoop:
                                      executor_factory=executor_factory)  # fmt: skip
         self.planner = Planner(self.store, cluster, self.dispatcher, leader=leader, clock=clock)
         self.resume = ResumePass(reads, self.dispatcher, leader)
-        self.watch = WatchPass(reads, self.intake, leader, alertmanager_url, clock)
+        self.watch = WatchPass(
+            reads, self.intake, leader, alertmanager_url, clock, settings=node_down or NodeDownSettings()
+        )
         self.escalate = EscalationPass(reads, leader, alertmanager_url, clock)
         self.cordon_notices = CordonNoticePass(reads, cluster, leader, alertmanager_url, clock)
         self._stop = threading.Event()
@@ -67,11 +71,15 @@ class RemediationLoop:
         return self.planner.handle(signal)
 
     def passes(self) -> None:
-        """One periodic round, in order: resume unfinished records first, then detect, escalate, announce."""
+        """One periodic round, in order: resume unfinished records first, then escalate, announce."""
         self.resume.run()
-        self.watch.run()
         self.escalate.run()
         self.cordon_notices.run()
+
+    def detect(self) -> None:
+        """The detection pass, on a loop of its own at a shorter period: it reads only the caches, and
+        node down is timed by how often it looks (docs/p0-response.md#node-down)."""
+        self.watch.run()
 
     def idle(self, timeout: float = 10.0) -> bool:
         return self.dispatcher.idle(timeout)
