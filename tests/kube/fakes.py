@@ -27,7 +27,7 @@ from kubernetes.client.exceptions import ApiException
 
 from trainguard.api.common import LabelSelector
 from trainguard.kube import MissingAPI
-from trainguard.kube.objects import labels_of
+from trainguard.kube.objects import Hearing, labels_of
 
 Obj = dict[str, Any]
 Key = tuple[str, str, str]
@@ -134,6 +134,8 @@ class FakeKube:
         self.monitor_patches: list[tuple[str, str, Obj]] = []
         self.events: list[tuple[str, str]] = []
         """(reason, message) of each Event posted."""
+        self.hearing = Hearing(synced=True, leases=0, leases_heard_s=0.0, breaks=0)
+        """What node_hearing answers: caches that have listed and hear the API all along."""
 
     # ---- the store ----
 
@@ -274,3 +276,6 @@ class FakeKube:
 
     def node_leases(self) -> list[Obj]:
         return self._list("Lease")
+
+    def node_hearing(self) -> Hearing:
+        return self.hearing

@@ -1,7 +1,8 @@
-"""What the operator detects for itself, on objects as the apiserver returns them: a training pod
-OOMKilled, failed or evicted, a failed Job (TrainingInterrupted); a node NotReady, Unknown or with an
-expired Lease (GPUNodeDown). Every case is read both as raw API JSON and as the kubernetes client gives
-it back (datetimes re-serialised with "+00:00"), since the wiring may hand over either."""
+"""What the operator detects for itself in the pods and Jobs, on objects as the apiserver returns them: a
+training pod OOMKilled, failed or evicted, a failed Job (TrainingInterrupted), and which terminations are
+history (an earlier gang's). Every case is read both as raw API JSON and as the kubernetes client gives
+it back (datetimes re-serialised with "+00:00"), since the wiring may hand over either. Node down is in
+test_node_down.py."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from kubernetes import client
 from tests.conftest import monitor as make_monitor
 from trainguard.catalog.alerts import TRAINING_INTERRUPTED
 from trainguard.catalog.events import fingerprint
-from trainguard.remediation.detect import interruptions, node_faults
+from trainguard.remediation.detect import interruptions
 from trainguard.remediation.model import Signal, Source
-from trainguard.remediation.plan import record_id
+from trainguard.remediation.plan import NO_RESPONSE, record_id, triage
 from trainguard.remediation.signals import signal_fingerprint
 from trainguard.times import parse_rfc3339
 
@@ -370,69 +371,6 @@ def running_job() -> dict[str, Any]:
     return job
 
 
-def node(name: str, ready: str = "True", since: str = "2023-11-01T08:00:00Z") -> dict[str, Any]:
-    reason = {"True": "KubeletReady", "False": "KubeletNotReady", "Unknown": "NodeStatusUnknown"}[ready]
-    message = {
-        "True": "kubelet is posting ready status",
-        "False": "container runtime network not ready: NetworkReady=false",
-        "Unknown": "Kubelet stopped posting node status.",
-    }[ready]
-    obj: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "uid": f"3c1d-{name}",
-            "creationTimestamp": "2023-11-01T08:00:00Z",
-            "labels": {"kubernetes.io/hostname": name, "nvidia.com/gpu.present": "true"},
-        },
-        "spec": {"podCIDR": "10.244.1.0/24"},
-        "status": {
-            "capacity": {"cpu": "96", "memory": "2113530768Ki", "nvidia.com/gpu": "8", "pods": "110"},
-            "conditions": [
-                {
-                    "type": "MemoryPressure",
-                    "status": "Unknown" if ready == "Unknown" else "False",
-                    "reason": "KubeletHasSufficientMemory",
-                    "lastHeartbeatTime": "2023-11-14T22:13:00Z",
-                    "lastTransitionTime": "2023-11-01T08:00:00Z",
-                },
-                {
-                    "type": "Ready",
-                    "status": ready,
-                    "reason": reason,
-                    "message": message,
-                    "lastHeartbeatTime": "2023-11-14T22:13:00Z",
-                    "lastTransitionTime": since,
-                },
-            ],
-        },
-    }
-    if ready == "Unknown":
-        obj["spec"]["taints"] = [
-            {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule", "timeAdded": since},
-            {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": since},
-        ]
-    return obj
-
-
-def lease(name: str, renewed: str, duration: int = 40) -> dict[str, Any]:
-    return {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {
-            "name": name,
-            "namespace": "kube-node-lease",
-            "creationTimestamp": "2023-11-01T08:00:00Z",
-            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": f"3c1d-{name}"}],
-        },
-        "spec": {"holderIdentity": name, "leaseDurationSeconds": duration, "renewTime": renewed},
-    }
-
-
-FRESH = "2023-11-14T22:19:55.123456Z"  # 5 s before NOW
-
-
 def t(text: str) -> float:
     return parse_rfc3339(text)
 
@@ -513,10 +451,11 @@ def test_a_failed_pod_without_a_container_verdict_is_an_interruption() -> None:
     assert (sig.labels["reason"], sig.starts_at) == ("Terminated", t("2023-11-14T22:16:40Z"))
 
 
-def test_the_monitors_failed_job_is_an_interruption_without_a_pod(
+def test_the_monitors_failed_job_with_a_live_pod_is_a_p0_interruption(
     form: Callable[..., dict[str, Any]],
 ) -> None:
-    sig = only(interruptions([], [form(failed_job())], MONITOR, NOW))
+    live = form(pod("llama-pretrain-1-q9z4m", "gpu-b", index=1))
+    sig = only(interruptions([live], [form(failed_job())], MONITOR, NOW))
     assert sig.labels == {
         "alertname": TRAINING_INTERRUPTED,
         "severity": "P0",
@@ -528,6 +467,102 @@ def test_the_monitors_failed_job_is_an_interruption_without_a_pod(
     assert sig.fingerprint == fingerprint(
         {"alertname": TRAINING_INTERRUPTED, "namespace": "ml", "training_job": "llama-pretrain"}
     )
+
+
+def test_a_failed_job_with_no_pod_left_notifies_at_p2_and_is_never_restarted(
+    form: Callable[..., dict[str, Any]],
+) -> None:
+    """The Job controller recreates no pod of a failed Job: a gang restart would delete nothing and spend
+    the budget, so the signal only notifies (P2: e-mail and ticket), which the planner never acts on."""
+    sig = only(interruptions([], [form(failed_job())], MONITOR, NOW))
+    assert sig.severity == sig.labels["severity"] == "P2"
+    assert sig.labels["reason"] == "JobFailed(BackoffLimitExceeded)"
+    assert "resubmit" in sig.annotations["description"]
+    assert triage(sig, MONITOR) is not None and triage(sig, MONITOR).startswith(NO_RESPONSE)  # type: ignore[union-attr]
+    # its last pod's OOM kill, with nothing left to restart, notifies the same way
+    got = interruptions([form(oom_killed())], [form(failed_job())], MONITOR, NOW)
+    assert [(s.labels["reason"], s.severity) for s in got] == [
+        ("OOMKilled", "P2"),
+        ("JobFailed(BackoffLimitExceeded)", "P2"),
+    ]
+    assert all(triage(s, MONITOR) is not None for s in got)
+
+
+def created(p: dict[str, Any], at: str) -> dict[str, Any]:
+    p["metadata"]["creationTimestamp"] = at
+    return p
+
+
+def restart_record(
+    created_up_to: int | None, *, phase: str = "Succeeded", dry_run: bool = False
+) -> dict[str, Any]:
+    progress = {"count": 2} | ({"createdUpTo": created_up_to} if created_up_to is not None else {})
+    return {
+        "id": "r1", "alert": TRAINING_INTERRUPTED, "dryRun": dry_run, "phase": phase,
+        "created": "2023-11-14T22:17:30Z",
+        "steps": [{"kind": "RestartGang", "phase": phase, "progress": progress},
+                  {"kind": "ConfirmPlacement", "phase": phase}],
+    }  # fmt: skip
+
+
+def test_an_oom_kill_of_a_gang_replaced_long_ago_is_history(form: Callable[..., dict[str, Any]]) -> None:
+    """The pod OOM-killed 61 hours ago lingers (restartPolicy Never keeps a Job's failed pod); the job
+    has run a new gang since. Nothing remembers it (a new monitor, a status lost, dry run left, its
+    record out of the history): its termination must not restart the new gang."""
+    old = created(oom_killed(), "2023-11-12T09:00:00Z")
+    old["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = "2023-11-12T09:20:00Z"
+    gang = [
+        created(pod(f"llama-pretrain-{i}-new{i}", "gpu-b", index=i), "2023-11-12T09:21:00Z") for i in (0, 1)
+    ]
+    assert interruptions([form(p) for p in (old, *gang)], [], MONITOR, NOW) == []
+
+
+def test_an_oom_kill_of_the_current_gang_is_an_interruption_however_old_its_kubelets_clock(
+    form: Callable[..., dict[str, Any]],
+) -> None:
+    """The same gang: its pods were created together, one was OOM-killed and the Job controller made its
+    replacement (restartPolicy Never). The finishedAt, by a kubelet whose clock is far behind, is older
+    than every pod's creation: creation times are compared with creation times only."""
+    victim = oom_killed()  # created 21:00:00 with the rest of the gang
+    victim["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = "2023-11-14T20:00:00Z"
+    other = pod("llama-pretrain-1-q9z4m", "gpu-b", index=1)
+    replacement = created(pod("llama-pretrain-0-r3pl4", "gpu-c"), "2023-11-14T22:14:10Z")
+    sig = only(interruptions([form(p) for p in (victim, other, replacement)], [], MONITOR, NOW))
+    assert (sig.labels["pod"], sig.labels["reason"]) == ("llama-pretrain-0-x7k2p", "OOMKilled")
+
+
+def test_a_termination_before_the_last_gang_restart_is_history() -> None:
+    """trainguard restarted the gang (its RestartGang step deleted the pods created up to 21:00:00); the
+    OOM-killed pod of the old gang lingers and no live pod is left to date the new gang (all Pending
+    pods of it were deleted, say): the record alone says the termination was acted on."""
+    old = oom_killed()  # created 21:00:00
+    up_to = int(t("2023-11-14T21:00:00Z"))
+    assert interruptions([old], [], MONITOR, NOW, [restart_record(up_to)]) == []
+    # a pod of the new gang, created after the restart, is interrupted all the same
+    new = created(oom_killed(), "2023-11-14T21:00:01Z")
+    assert (
+        only(interruptions([new], [], MONITOR, NOW, [restart_record(up_to)])).labels["reason"] == "OOMKilled"
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "record"),
+    [
+        ("a restart still in progress", restart_record(int(t("2023-11-14T21:00:00Z")), phase="InProgress")),
+        ("a dry run", restart_record(int(t("2023-11-14T21:00:00Z")), phase="DryRun", dry_run=True)),
+    ],
+)
+def test_a_restart_that_did_not_happen_makes_nothing_history(case: str, record: dict[str, Any]) -> None:
+    assert only(interruptions([oom_killed()], [], MONITOR, NOW, [record])).labels["reason"] == "OOMKilled", (
+        case
+    )
+
+
+def test_a_restart_recorded_without_its_progress_dates_the_old_gang_by_the_record() -> None:
+    """An older operator's RestartGang step with no createdUpTo: the pods created before the record."""
+    assert interruptions([oom_killed()], [], MONITOR, NOW, [restart_record(None)]) == []
+    late = created(oom_killed(), "2023-11-14T22:17:31Z")  # after the record: the new gang
+    assert len(interruptions([late], [], MONITOR, NOW, [restart_record(None)])) == 1
 
 
 @pytest.mark.parametrize(
@@ -626,150 +661,3 @@ def test_signals_come_oldest_first() -> None:
 def test_a_time_ahead_of_the_clock_is_capped_at_now() -> None:
     early = t("2023-11-14T22:14:00Z")
     assert only(interruptions([oom_killed()], [], MONITOR, early)).starts_at == early
-
-
-# ---- GPUNodeDown --------------------------------------------------------------------------------
-
-PODS = [pod("llama-pretrain-0-x7k2p", "gpu-a"), pod("llama-pretrain-1-q9z4m", "gpu-b", index=1)]
-
-
-def test_a_not_ready_node_of_the_job_is_a_p0_node_down(form: Callable[..., dict[str, Any]]) -> None:
-    nodes = [form(node("gpu-a", "False", since="2023-11-14T22:17:12Z")), form(node("gpu-b"))]
-    leases = [form(lease("gpu-a", FRESH)), form(lease("gpu-b", FRESH))]
-    sig = only(node_faults(nodes, leases, [form(p) for p in PODS], MONITOR, NOW))
-    assert sig.labels == {
-        "alertname": "GPUNodeDown",
-        "severity": "P0",
-        "namespace": "ml",
-        "training_job": "llama-pretrain",
-        "node": "gpu-a",
-    }
-    assert sig.source == Source.OPERATOR
-    assert sig.starts_at == t("2023-11-14T22:17:12Z")
-    # the catalogue alert's fingerprint: the same as GPUNodeDown from Prometheus or the fast path
-    assert sig.fingerprint == fingerprint(
-        {"alertname": "GPUNodeDown", "namespace": "ml", "training_job": "llama-pretrain", "node": "gpu-a"}
-    )
-    assert "NotReady" in sig.annotations["description"]
-
-
-def test_an_unknown_node_is_down(form: Callable[..., dict[str, Any]]) -> None:
-    nodes = [form(node("gpu-b", "Unknown", since="2023-11-14T22:18:00Z"))]
-    sig = only(node_faults(nodes, [], [form(p) for p in PODS], MONITOR, NOW))
-    assert (sig.node, sig.starts_at) == ("gpu-b", t("2023-11-14T22:18:00Z"))
-
-
-def test_a_lease_expired_beyond_the_grace_is_a_node_down_before_ready_turns(
-    form: Callable[..., dict[str, Any]],
-) -> None:
-    renewed = "2023-11-14T22:18:30.250000Z"  # expires 22:19:10.25, 49.75 s before NOW
-    nodes = [form(node("gpu-a")), form(node("gpu-b"))]
-    leases = [form(lease("gpu-a", renewed)), form(lease("gpu-b", FRESH))]
-    sig = only(node_faults(nodes, leases, PODS, MONITOR, NOW))
-    assert sig.node == "gpu-a"
-    assert sig.starts_at == pytest.approx(t(renewed) + 40)
-    # within the grace it is not (yet) down
-    assert node_faults(nodes, leases, PODS, MONITOR, NOW, lease_grace_s=60) == []
-
-
-def test_a_node_down_keeps_its_time_as_ready_catches_up_with_the_lease() -> None:
-    """First the lease expires, a pass later the node lifecycle controller marks Ready Unknown: one
-    fault, one time, so the planner sees the same record id."""
-    renewed = "2023-11-14T22:18:30Z"
-    leases = [lease("gpu-a", renewed)]
-    first = only(node_faults([node("gpu-a")], leases, PODS, MONITOR, NOW))
-    later = only(
-        node_faults(
-            [node("gpu-a", "Unknown", since="2023-11-14T22:19:20Z")], leases, PODS, MONITOR, NOW + 120
-        )
-    )
-    assert record_id(first) == record_id(later)
-
-
-@pytest.mark.parametrize(
-    ("case", "nodes", "leases", "pods"),
-    [
-        ("Ready with a fresh lease", [node("gpu-a")], [lease("gpu-a", FRESH)], PODS),
-        (
-            "a lease just expired, within the grace",
-            [node("gpu-a")],
-            [lease("gpu-a", "2023-11-14T22:18:50Z")],
-            PODS,
-        ),
-        ("no lease at all, Ready", [node("gpu-a")], [], PODS),
-        (
-            "a down node with none of the job's pods",
-            [node("gpu-c", "Unknown", since="2023-11-14T22:18:00Z")],
-            [],
-            PODS,
-        ),
-        (
-            "a down node of another job",
-            [node("gpu-a", "False", since="2023-11-14T22:18:00Z")],
-            [],
-            [{**PODS[0], "metadata": {**PODS[0]["metadata"], "labels": {"app": "bert"}}}],
-        ),
-        (
-            "a down node where the job's pod already Succeeded",
-            [node("gpu-a", "False", since="2023-11-14T22:18:00Z")],
-            [],
-            [succeeded()],
-        ),
-        (
-            "a stale lease of another namespace's same name",
-            [node("gpu-a")],
-            [
-                {
-                    **lease("gpu-a", "2023-11-14T21:00:00Z"),
-                    "metadata": {"name": "gpu-a", "namespace": "kube-system"},
-                }
-            ],
-            PODS,
-        ),
-    ],
-)
-def test_node_down_must_not_fire(
-    case: str, nodes: list[dict[str, Any]], leases: list[dict[str, Any]], pods: list[dict[str, Any]]
-) -> None:
-    assert node_faults(nodes, leases, pods, MONITOR, NOW) == [], case
-
-
-def test_an_unreachable_sidecar_is_never_a_node_down() -> None:
-    """The exporter does not answer (not ready, crash-looping), the pod is not Ready; the node is."""
-    p = exporter_as_container_failed()
-    not_ready(p, "2023-11-14T22:11:01Z")
-    assert node_faults([node("gpu-a")], [lease("gpu-a", FRESH)], [p], MONITOR, NOW) == []
-
-
-def test_pods_evicted_from_an_unreachable_node_still_tie_it_to_the_job() -> None:
-    """The taint manager deletes the pods of an unreachable node; they stay Terminating there."""
-    p = pod("llama-pretrain-0-x7k2p", "gpu-a")
-    p["metadata"]["deletionTimestamp"] = "2023-11-14T22:19:30Z"
-    got = node_faults([node("gpu-a", "Unknown", since="2023-11-14T22:18:00Z")], [], [p], MONITOR, NOW)
-    assert [s.node for s in got] == ["gpu-a"]
-
-
-def test_one_signal_per_down_node_per_job() -> None:
-    nodes = [
-        node("gpu-a", "Unknown", since="2023-11-14T22:19:00Z"),
-        node("gpu-b", "False", since="2023-11-14T22:18:00Z"),
-    ]
-    leases = [lease("gpu-a", "2023-11-14T22:17:00Z"), lease("gpu-b", FRESH)]
-    pods = [*PODS, pod("llama-pretrain-2-m2v8c", "gpu-a", index=2)]
-    got = node_faults(nodes, leases, pods, MONITOR, NOW)
-    assert [(s.node, s.starts_at) for s in got] == [
-        ("gpu-a", t("2023-11-14T22:17:40Z")),  # the lease's expiry, earlier than Ready's change
-        ("gpu-b", t("2023-11-14T22:18:00Z")),
-    ]
-
-
-def test_node_down_is_stable_across_passes() -> None:
-    nodes, leases = (
-        [node("gpu-a", "Unknown", since="2023-11-14T22:18:00Z")],
-        [lease("gpu-a", "2023-11-14T22:17:00Z")],
-    )
-    first = node_faults(nodes, leases, PODS, MONITOR, NOW)
-    later = node_faults(
-        [via_client(n) for n in nodes], [via_client(x) for x in leases], PODS, MONITOR, NOW + 300
-    )
-    assert first == later and len(first) == 1

@@ -213,6 +213,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     op.add_argument(
         "--pods-seconds", type=float, default=15.0, help="refresh status.podsMonitored this often"
     )
+    op.add_argument(
+        "--detect-seconds",
+        type=float,
+        default=3.0,
+        help="look for the faults no exporter reports (interrupted pods, failed Jobs, nodes down) this often",
+    )
+    op.add_argument(
+        "--node-lease-grace-seconds",
+        type=float,
+        default=18.0,
+        help="a node whose Lease the operator has seen unchanged this long is down",
+    )
+    op.add_argument(
+        "--node-not-ready-seconds",
+        type=float,
+        default=12.0,
+        help="a node whose Ready condition the operator has seen False or Unknown this long is down",
+    )
     op.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_guardrails(op)
     op.set_defaults(func=cmd_operator)
@@ -235,6 +253,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
 
     from trainguard.certs.ca import CertPolicy
     from trainguard.controller.run import OperatorOptions, run
+    from trainguard.remediation.detect import NodeDownSettings
 
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
@@ -268,6 +287,10 @@ def cmd_operator(args: argparse.Namespace) -> int:
             metrics_addr=args.metrics_addr,
             resync_seconds=args.resync_seconds,
             pods_seconds=args.pods_seconds,
+            detect_seconds=args.detect_seconds,
+            node_down=NodeDownSettings(
+                lease_grace_s=args.node_lease_grace_seconds, not_ready_min_s=args.node_not_ready_seconds
+            ),
             self_managed_certs=args.self_managed_certs,
             guardrails=guardrails_of(args),
             cert_policy=CertPolicy(

@@ -33,6 +33,7 @@ from trainguard.kube import ClusterCache, Kube, api_client, credentials
 from trainguard.remediation import tokens
 from trainguard.remediation.breaker import RESET_CONFIGMAP, reset_time
 from trainguard.remediation.cluster import Cluster
+from trainguard.remediation.detect import NodeDownSettings
 from trainguard.remediation.guardrails import Guardrails
 from trainguard.remediation.loop import RemediationLoop
 from trainguard.remediation.model import Signal
@@ -90,6 +91,9 @@ class OperatorOptions:
     resync_seconds: float = 120.0
     """How often every monitor is re-applied (repairs hand edits of the objects it owns)."""
     pods_seconds: float = 15.0
+    detect_seconds: float = 3.0
+    """How often the leader looks for the faults no exporter reports (remediation/passes.py's WatchPass)."""
+    node_down: NodeDownSettings = field(default_factory=NodeDownSettings)
     self_managed_certs: bool = False
     """Keep the webhook's and receiver's certificates in a Secret of our own (certs/)
     instead of --webhook-cert/--webhook-key/--webhook-ca files."""
@@ -151,6 +155,7 @@ def run(opts: OperatorOptions) -> None:
         guardrails=opts.guardrails,
         mode=lambda: opts.guardrails.mode,
         reset=lambda: reset_time(kube.read_config_map(opts.namespace, RESET_CONFIGMAP)),
+        node_down=opts.node_down,
     )
 
     prometheus_url = opts.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV) or None
@@ -164,9 +169,10 @@ def run(opts: OperatorOptions) -> None:
     )
     diagnostics = DiagnosticReports(kube, cache, leader=leader, prometheus=prometheus)
 
-    # three threads, so that none holds another back: the resync and pod counts, the P0 loop's passes,
-    # and the reports
+    # four threads, so that none holds another back: the resync and pod counts, the P0 loop's passes,
+    # its detection (at a shorter period: node down is timed by it) and the reports
     p0_loop = Loop("p0", opts.pods_seconds, remediation.passes, leader)
+    detect_loop = Loop("detect", opts.detect_seconds, remediation.detect, leader)
     report_loop = Loop(
         "reports", opts.pods_seconds, functools.partial(report_pass, reports, diagnostics), leader
     )
@@ -235,12 +241,14 @@ def run(opts: OperatorOptions) -> None:
         remediation.start()
         periodic.start()
         p0_loop.start()
+        detect_loop.start()
         report_loop.start()
 
     @kopf.on.cleanup(registry=registry)
     def stop_periodic(**_: Any) -> None:
         periodic.stop()
         p0_loop.stop()
+        detect_loop.stop()
         report_loop.stop()
         if certs is not None:
             certs.stop()

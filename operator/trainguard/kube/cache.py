@@ -19,7 +19,7 @@ from kubernetes import client
 from trainguard.api import GROUP, VERSION
 from trainguard.api.common import LabelSelector
 from trainguard.kube.errors import Stale
-from trainguard.kube.objects import labels_of, slim, slim_node, slim_pod
+from trainguard.kube.objects import Hearing, labels_of, slim, slim_node, slim_pod
 from trainguard.kube.watch import Counts, Informer, Resource
 
 log = logging.getLogger("trainguard.kube.cache")
@@ -132,3 +132,16 @@ class ClusterCache:
                 f"the node Lease cache has heard nothing from the API for {quiet:.0f}s; watching again"
             )
         return leases
+
+    def node_hearing(self) -> Hearing:
+        """How the node and Lease caches hear the API now, for the node-down detection: whether both have
+        listed, how long the Lease cache has been quiet, and a count of their lists, errors and dropped
+        watches, which grows at every break in what they heard (an apiserver outage, a relist)."""
+        nodes, leases = self.nodes_informer, self.leases_informer
+        breaks = sum(i.counts.lists + i.counts.errors + i.counts.quiet for i in (nodes, leases))
+        return Hearing(
+            synced=nodes.synced and leases.synced,
+            leases=leases.size(),
+            leases_heard_s=leases.heard_s(),
+            breaks=breaks,
+        )

@@ -1,12 +1,13 @@
 """Pure readings of Kubernetes objects as the API's JSON (plain dicts): when a pod was made, whether it
-is going, whether a node is Ready and how many GPUs it has; and the slimming a watch cache applies
-before it keeps an object. Standard library only, so the pure cores of the rooms above may use it."""
+is going, whether a node is Ready and how many GPUs it has; the slimming a watch cache applies before
+it keeps an object; and what the node caches say of their connection (Hearing). Standard library only, so the pure cores of the rooms above may use it."""
 
 from __future__ import annotations
 
 import datetime as dt
 import math
 import re
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -144,3 +145,17 @@ def slim_node(node: dict[str, Any]) -> dict[str, Any]:
         "spec": node.get("spec") or {},
         "status": status,
     }
+
+
+@dataclass(frozen=True)
+class Hearing:
+    """What the node and Lease caches say about their connection to the API at one look."""
+
+    synced: bool
+    """Both have listed."""
+    leases: int
+    """How many Leases the Lease cache holds."""
+    leases_heard_s: float
+    """Seconds since the Lease cache last heard from the API."""
+    breaks: int
+    """Lists, errors and dropped watches of both caches so far: it grows at every interruption."""

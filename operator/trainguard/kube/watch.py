@@ -137,6 +137,11 @@ class Informer:
         with self._guard:
             return self._objects.get((namespace or "", name))
 
+    def size(self) -> int:
+        """How many objects the cache holds (0 before its first list)."""
+        with self._guard:
+            return len(self._objects)
+
     def items(self, namespace: str | None = None, *, timeout: float = 10.0) -> list[Obj]:
         """Every object (of `namespace`), in name order. The objects are shared: do not change them."""
         self._ready(timeout)

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from trainguard.remediation.breaker import Breaker
+from trainguard.remediation.detect import NodeDownSettings
 from trainguard.remediation.dispatch import Dispatcher
 from trainguard.remediation.executor import Executor
 from trainguard.remediation.guardrails import ACT, Guardrails
@@ -53,6 +54,7 @@ class RemediationLoop:
         guardrails: Guardrails | None = None,
         mode: Callable[[], str] = lambda: ACT,
         reset: Callable[[], float | None] = lambda: None,
+        node_down: NodeDownSettings | None = None,
     ) -> None:
         """`guardrails` are the platform's limits (operator flags); `mode` the operator-wide mode now
         (act, dry-run, off); `reset` reads the time of the last manual reset of the circuit breaker."""
@@ -70,7 +72,9 @@ class RemediationLoop:
         self.planner = Planner(self.store, cluster, self.dispatcher, leader=leader, clock=clock, guardrails=guard,
                                mode=mode, breaker=self.breaker.evaluate, policy=reads.policy)  # fmt: skip
         self.resume = ResumePass(reads, self.dispatcher, leader)
-        self.watch = WatchPass(reads, self.intake, leader, alertmanager_url, clock)
+        self.watch = WatchPass(
+            reads, self.intake, leader, alertmanager_url, clock, settings=node_down or NodeDownSettings()
+        )
         self.escalate = EscalationPass(reads, leader, alertmanager_url, clock)
         self.cordon_notices = CordonNoticePass(reads, cluster, leader, alertmanager_url, clock)
         self._stop = threading.Event()
@@ -84,12 +88,16 @@ class RemediationLoop:
 
     def passes(self) -> None:
         """One periodic round, in order: resume unfinished records first, then step the circuit breaker,
-        detect, escalate, announce."""
+        escalate, announce (detection runs on its own, faster loop: `detect`)."""
         self.resume.run()
         self.breaker.run()
-        self.watch.run()
         self.escalate.run()
         self.cordon_notices.run()
+
+    def detect(self) -> None:
+        """The detection pass, on a loop of its own at a shorter period: it reads only the caches, and
+        node down is timed by how often it looks (docs/p0-response.md#node-down)."""
+        self.watch.run()
 
     def idle(self, timeout: float = 10.0) -> bool:
         return self.dispatcher.idle(timeout)

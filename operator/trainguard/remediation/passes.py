@@ -8,13 +8,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from trainguard.api import PolicyProblem, TrainingJobMonitor, monitor_of, policies_for
 from trainguard.api.common import LabelSelector
 from trainguard.clients import alertmanager
 from trainguard.kube.errors import NotSynced, Stale
+from trainguard.kube.objects import Hearing
 from trainguard.remediation import detect, escalation, notices, records
 from trainguard.remediation.dispatch import Dispatcher
 from trainguard.remediation.intake import Intake
@@ -42,6 +43,10 @@ class FleetReads(MonitorReads, Protocol):
 
     def node_leases(self) -> list[Obj]:
         """Raises kube.errors.Stale when the Leases may be old (see kube.ClusterCache.node_leases)."""
+        ...
+
+    def node_hearing(self) -> Hearing:
+        """How the node and Lease caches hear the API (see kube.ClusterCache.node_hearing)."""
         ...
 
 
@@ -86,37 +91,77 @@ class ResumePass:
 
 
 @dataclass
+class NodeWatch:
+    """The operator's own sightings of every node's state across passes (detect.sight), on its own
+    monotonic clock: what makes node down a matter of how long the operator has seen a Lease unchanged or
+    Ready not True, never of a kubelet's clock. A look while the node and Lease caches are not hearing
+    the API forgets every sighting, and a look after a break in what they heard (an error, a relist, a
+    dropped watch, a Lease cache quiet for detect.HEARING_S, passes too far apart) starts them again: a
+    state the operator could not have heard change does not count as unchanged, so an apiserver outage
+    flags no node, and the grace starts anew once the caches hear again."""
+
+    clock: Callable[[], float] = time.monotonic
+    sightings: dict[str, detect.NodeSighting] = field(default_factory=dict)
+    _hearing: Hearing | None = None
+    _at: float | None = None
+
+    def look(
+        self, nodes: list[Obj], leases: list[Obj], hearing: Hearing | None, wall: float
+    ) -> tuple[dict[str, detect.NodeSighting], float]:
+        """The sightings after this look, and the monotonic time of the look. `hearing` None: the caches
+        could not be read (Stale, NotSynced)."""
+        now = self.clock()
+        if hearing is None or not detect.hearing(hearing):
+            self.forget()
+            return {}, now
+        gap = now - self._at if self._at is not None else float("inf")
+        previous = self.sightings if detect.continuous(self._hearing, hearing, gap) else {}
+        self.sightings = detect.sight(previous, nodes, leases, since=now, seen=wall)
+        self._hearing, self._at = hearing, now
+        return self.sightings, now
+
+    def forget(self) -> None:
+        self.sightings, self._hearing, self._at = {}, None, None
+
+
+@dataclass
 class WatchPass:
     """The faults no exporter reports because it died with them: pods OOMKilled, failed or evicted, the
-    job's Job failed, and its nodes NotReady or with an expired Lease. Detected each pass from the
-    objects' own state (the same fault gives the same signal every pass), posted to Alertmanager so they
-    are routed and inhibited like every other alert, and planned like them."""
+    job's Job failed, and its nodes down (their Lease unchanged, or Ready not True, for long enough as
+    the operator has watched them: `nodes`). Detected each pass from the objects' own state (the same
+    fault gives the same signal every pass), posted to Alertmanager so they are routed and inhibited like
+    every other alert, and planned like them."""
 
     reads: FleetReads
     intake: Intake
     leader: Callable[[], bool]
     alertmanager_url: str | None = None
     clock: Callable[[], float] = time.time
+    settings: detect.NodeDownSettings = field(default_factory=detect.NodeDownSettings)
+    nodes: NodeWatch = field(default_factory=NodeWatch)
 
     def run(self) -> int:
         if not self.leader():
+            self.nodes.forget()  # a replica that leads again has not been watching meanwhile
             return 0
         now = self.clock()
+        sightings, since = self._look(now)
         found: list[Signal] = []
         nodes: list[Obj] | None = None
-        leases: list[Obj] = []
-        for _, monitor in valid_monitors(self.reads):
+        for body, monitor in valid_monitors(self.reads):
             pods = self.reads.pods(monitor.namespace, monitor.spec.selector)
             ref = monitor.spec.workload_ref
             jobs = []
             if ref is not None and ref.kind == "Job":
                 job = self.reads.job(monitor.namespace, ref.name)
                 jobs = [job] if job is not None else []
-            found += detect.interruptions(pods, jobs, monitor, now)
-            if pods:
+            found += detect.interruptions(pods, jobs, monitor, now, records_of(body))
+            if pods and sightings:
                 if nodes is None:
-                    nodes, leases = self.reads.nodes(), self._leases()
-                found += detect.node_faults(nodes, leases, pods, monitor, now)
+                    nodes = self.reads.nodes()
+                found += detect.node_faults(
+                    nodes, pods, monitor, sightings, since=since, now=now, settings=self.settings
+                )
         if found and self.alertmanager_url:
             try:
                 alertmanager.post_alerts(self.alertmanager_url, found, clock=self.clock)
@@ -125,12 +170,15 @@ class WatchPass:
         self.intake.submit(found)
         return len(found)
 
-    def _leases(self) -> list[Obj]:
+    def _look(self, now: float) -> tuple[dict[str, detect.NodeSighting], float]:
+        """This pass's sightings of the nodes, taken every pass (jobs or not) so that they are continuous."""
         try:
-            return self.reads.node_leases()
+            hearing: Hearing | None = self.reads.node_hearing()
+            nodes, leases = self.reads.nodes(), self.reads.node_leases()
         except (Stale, NotSynced) as exc:  # a lost watch, or one that cannot list (RBAC on kube-node-lease)
-            log.warning("%s: node down is read from the Ready conditions alone this pass", exc)
-            return []
+            log.warning("%s: no node is judged down this pass, and the grace starts again", exc)
+            hearing, nodes, leases = None, [], []
+        return self.nodes.look(nodes, leases, hearing, now)
 
 
 @dataclass
