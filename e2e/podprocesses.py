@@ -4,7 +4,10 @@ examples/train_tiny.py in place of the trainer image, talking to it over the pod
 
 What a kubelet would do is done here by hand and is all there is to it: field references become their
 values; the pod's emptyDir and its fastpath Secret volume become directories (the Secret's items
-written as files); the exporter listens on the pod IP the fake kubelet assigned (127.1.x.y). Two
+written as files); its projected ServiceAccount token becomes a file holding a token of the pod's
+ServiceAccount from the TokenRequest API, bound to the pod, with the volume's audience and expiry (not
+rotated: a test ends long before it expires); the exporter listens on the pod IP the fake kubelet
+assigned (127.1.x.y). Two
 things are added for tests: fault injection on the exporter, and a checkpoint directory per rank
 shared across pod restarts, as a job's shared filesystem would be. A pod that is deleted has its
 processes stopped, as the kubelet would.
@@ -32,7 +35,14 @@ from kubernetes import client
 
 from e2e.controlplane.fakekubelet import POD_LOG_DIR, cri_line, pod_log_dir
 from e2e.controlplane.local import die_with_parent
-from trainguard.render.sidecar import EXPORTER, RUN_DIR, TOKEN_DIR, TOKEN_VOLUME
+from trainguard.render.sidecar import (
+    EXPORTER,
+    IDENTITY_DIR,
+    IDENTITY_VOLUME,
+    RUN_DIR,
+    TOKEN_DIR,
+    TOKEN_VOLUME,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
@@ -83,7 +93,29 @@ def _env_value(entry: dict[str, Any], pod: dict[str, Any]) -> str:
 
 
 def _local_path(value: str, run_dir: Path, token_dir: Path) -> str:
-    return value.replace(TOKEN_DIR, str(token_dir)).replace(RUN_DIR, str(run_dir))
+    """The pod's paths in this run's folders (RUN_DIR, a prefix of the others, last)."""
+    identity_dir = token_dir.parent / "identity"
+    return (
+        value.replace(TOKEN_DIR, str(token_dir))
+        .replace(IDENTITY_DIR, str(identity_dir))
+        .replace(RUN_DIR, str(run_dir))
+    )
+
+
+def bound_token(core: client.CoreV1Api, pod: dict[str, Any], audience: str, expiration_s: int = 600) -> str:
+    """A token of the pod's ServiceAccount bound to the pod, for `audience`: what the kubelet projects."""
+    meta = pod["metadata"]
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(
+            audiences=[audience],
+            expiration_seconds=expiration_s,
+            bound_object_ref=client.V1BoundObjectReference(
+                kind="Pod", api_version="v1", name=meta["name"], uid=meta["uid"]
+            ),
+        )
+    )
+    account = pod["spec"].get("serviceAccountName") or "default"
+    return str(core.create_namespaced_service_account_token(account, meta["namespace"], request).status.token)
 
 
 def _pump(stream: IO[bytes], name: str, raw: IO[bytes], cri: IO[bytes] | None, lock: threading.Lock) -> None:
@@ -200,6 +232,7 @@ class PodProcesses:
             c for c in [*(spec.get("initContainers") or []), *spec["containers"]] if c["name"] == EXPORTER
         )
         self._secret_volume(pod, token_dir)
+        self._identity_volume(pod, d / "identity")
         env = {
             e["name"]: _local_path(_env_value(e, pod), run_dir, token_dir) for e in exporter.get("env") or []
         }
@@ -250,6 +283,19 @@ class PodProcesses:
         for item in ref.get("items") or [{"key": k, "path": k} for k in secret.data or {}]:
             if item["key"] in (secret.data or {}):
                 (into / item["path"]).write_bytes(base64.b64decode(secret.data[item["key"]]))
+
+    def _identity_volume(self, pod: dict[str, Any], into: Path) -> None:
+        volume = next((v for v in pod["spec"].get("volumes") or [] if v["name"] == IDENTITY_VOLUME), None)
+        if volume is None:
+            return
+        into.mkdir(exist_ok=True)
+        for source in volume["projected"]["sources"]:
+            projected = source.get("serviceAccountToken")
+            if projected is not None:
+                token = bound_token(
+                    self.core, pod, projected["audience"], int(projected.get("expirationSeconds") or 3600)
+                )
+                (into / projected["path"]).write_text(token)
 
     def _trainer(self, run: PodRun) -> subprocess.Popen[bytes]:
         ckpt = self.workdir / "checkpoints" / f"rank-{run.rank}"

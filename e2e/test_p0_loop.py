@@ -15,9 +15,11 @@ import pytest
 
 from e2e.cluster import Cluster
 from e2e.monitors import start_job
+from e2e.podprocesses import bound_token
 from e2e.receiver import alert_payload, decisions, operator_key, post, records
 from e2e.sidecars import sidecar_that_saw
 from tests.processes import wait_for
+from trainguard.catalog.events import EVENTS_AUDIENCE
 from trainguard.remediation import tokens
 
 pytestmark = pytest.mark.e2e
@@ -48,8 +50,16 @@ def test_a_node_fault_cordons_taints_and_moves_the_gang_once(
     node = pods[0].spec.node_name
     old = {p.metadata.name for p in pods}
     token = tokens.derive(operator_key(operator), tokens.ALERTS, ns, "llama-pretrain")
+    # the fault by the sidecars' fast path first, from the pod on that node with its bound token (the pod
+    # and node are taken from the token), then by Alertmanager: one fault acts once
+    event = {"source": "sidecar", "labels": alert_payload(ns, node)["alerts"][0]["labels"],
+             "annotations": {}, "fingerprint": "x", "startsAt": time.time()}  # fmt: skip
+    sender = operator.api.sanitize_for_serialization(pods[0])
     t0 = time.monotonic()
     with sidecar_that_saw(pods[0], events_token(operator, ns)):
+        assert (
+            post(operator, "/v1/events", event, bound_token(operator.core, sender, EVENTS_AUDIENCE))[0] == 200
+        )
         status, answer = post(operator, "/v1/alerts", alert_payload(ns, node), token)
         assert status == 200 and answer["accepted"] == 1, answer
         done = wait_for(
@@ -62,9 +72,8 @@ def test_a_node_fault_cordons_taints_and_moves_the_gang_once(
     assert [s["kind"] for s in done["steps"]] == [
         "ConfirmFault", "Cordon", "Taint", "RequestCheckpoint", "RestartGang", "ConfirmPlacement"
     ]  # fmt: skip
-    assert (
-        done["steps"][0]["detail"]
-        == f"confirmed by the sidecar of {pods[0].metadata.name} on {node}: it saw GPUCriticalXid on GPU 3"
+    assert done["steps"][0]["detail"].startswith(
+        f"confirmed by the sidecar of {pods[0].metadata.name} on {node}"
     )
     n = operator.core.read_node(node)
     assert n.spec.unschedulable is True
@@ -76,13 +85,8 @@ def test_a_node_fault_cordons_taints_and_moves_the_gang_once(
         "placed away from the faulty node"
     )
     print(f"\nfault posted -> gang placed on healthy nodes in {elapsed:.1f}s")
-    # the same fault again, by the sidecars' fast path this time: one fault acts once
-    event = {"source": "sidecar", "labels": alert_payload(ns, node)["alerts"][0]["labels"],
-             "annotations": {}, "fingerprint": "x", "startsAt": time.time()}  # fmt: skip
-    fast_token = events_token(operator, ns)
-    assert post(operator, "/v1/events", event, fast_token)[0] == 200
-    # the 200 says the event was queued: count the records once the planner has decided on it
-    wait_for("the operator's decision on the event", lambda: decisions(operator, ns, "GPUCriticalXid")
+    # the 200 says the alert was queued: count the records once the planner has decided on it
+    wait_for("the operator's decision on the alert", lambda: decisions(operator, ns, "GPUCriticalXid")
              or len(records(operator, ns)) > 1, timeout=30)  # fmt: skip
     assert len(records(operator, ns)) == 1, decisions(operator, ns, "GPUCriticalXid")
 

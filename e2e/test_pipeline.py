@@ -31,6 +31,7 @@ from e2e.pipeline import (
     start,
 )
 from e2e.receiver import alert_payload, decisions, operator_key, post, records
+from tests.exposition import scrape, value
 from tests.processes import wait_for
 from trainguard.remediation import tokens
 
@@ -201,6 +202,13 @@ def test_one_fault_by_the_fast_path_and_by_alertmanager_acts_once(
                  >= expected or len(records(cluster, ns)) > 1, timeout=60)  # fmt: skip
         (record,) = records(cluster, ns)
         assert [s["kind"] for s in record["steps"]] == ["Cordon", "Taint"], record
+        # the sidecar's events came in as its pod (its bound ServiceAccount token), none was refused
+        fast = scrape(cluster.metrics_url(OPERATOR))
+        assert (value(fast, "trainguard_operator_signals_received_total", source="fastpath", result="accepted")
+                or 0) >= 1, fast.get("trainguard_operator_signals_received_total")  # fmt: skip
+        assert not value(
+            fast, "trainguard_operator_signals_received_total", source="fastpath", result="unauthorized"
+        )
         # the operator's receiver sits first in that route: Alertmanager delivered to it as well
         failed = [ln for ln in (mon.dir / "alertmanager.log").read_text().splitlines()
                   if "Notify attempt failed" in ln and "trainguard-operator" in ln]  # fmt: skip

@@ -1,5 +1,6 @@
-"""The fast path: P0 signals leave the sidecar within a second, with the token, and a wrong token is
-not retried forever."""
+"""The fast path: P0 signals leave the sidecar within a second, with the pod's projected ServiceAccount
+token (read again for every post, as the kubelet rotates it), and a refused token is not retried
+forever."""
 
 from __future__ import annotations
 
@@ -68,9 +69,10 @@ def receiver(token: str, **kw: Any) -> Iterator[Receiver]:
         r.server.server_close()
 
 
-def test_nan_loss_reaches_the_receiver_within_a_second_with_the_token(tmp_path: Path) -> None:
-    token_file = tmp_path / "token"
-    token_file.write_text("s3cret-token\n")
+def test_nan_loss_reaches_the_receiver_within_a_second_with_the_pods_identity_token(tmp_path: Path) -> None:
+    control, identity = tmp_path / "token", tmp_path / "identity"
+    control.write_text("the-monitors-control-token\n")
+    identity.write_text("s3cret-token\n")
     with (
         receiver("s3cret-token") as rcv,
         running_exporter(
@@ -81,7 +83,9 @@ def test_nan_loss_reaches_the_receiver_within_a_second_with_the_token(tmp_path: 
             "--fastpath-url",
             rcv.url,
             "--fastpath-token-file",
-            str(token_file),
+            str(control),
+            "--fastpath-identity-file",
+            str(identity),
         ) as exp,
     ):
         exp.post("/v1/report", {"events": [{"type": "step", "step": 1, "loss": 2.0}]})
@@ -114,6 +118,29 @@ def test_a_wrong_token_is_not_retried_forever(tmp_path: Path) -> None:
         assert sender.post(ev) == "unauthorized"
         assert rcv.attempts == 1
         assert sender.results == {"unauthorized": 1}
+
+
+def test_the_token_is_read_again_for_every_post_as_the_kubelet_rotates_it(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("first\n")
+    with receiver("first") as rcv:
+        sender = FastPathSender(rcv.url, str(token_file), sleep=lambda s: None)
+        assert sender.post({"labels": {}, "fingerprint": "a"}) == "sent"
+        token_file.write_text("rotated\n")
+        rcv.token = "rotated"
+        assert sender.post({"labels": {}, "fingerprint": "b"}) == "sent"
+    assert [auth for _, auth, _ in rcv.got] == ["Bearer first", "Bearer rotated"]
+
+
+def test_without_a_projected_token_the_event_is_posted_bare_refused_and_not_retried(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    missing = tmp_path / "no-such-dir" / "token"
+    with receiver("right") as rcv, caplog.at_level("ERROR", logger="trainguard.exporter.fastpath"):
+        sender = FastPathSender(rcv.url, str(missing), sleep=lambda s: None)
+        assert sender.post({"labels": {}, "fingerprint": "f"}) == "unauthorized"
+    assert rcv.attempts == 1 and rcv.got == []
+    assert f"no identity token at {missing}" in caplog.text
 
 
 def test_transient_failures_are_retried_with_backoff(tmp_path: Path) -> None:
@@ -188,7 +215,7 @@ def test_an_oom_reaches_the_receiver_within_a_second(tmp_path: Path, how: str) -
     with (
         receiver("s3cret-token") as rcv,
         running_exporter("--backend", "simulated", "--gpus", "2", "--enable-fault-injection",
-                         "--fastpath-url", rcv.url, "--fastpath-token-file", str(token_file)) as exp,
+                         "--fastpath-url", rcv.url, "--fastpath-identity-file", str(token_file)) as exp,
     ):  # fmt: skip
         sent = time.monotonic()
         if how == "the oom fault":

@@ -38,7 +38,7 @@ def test_a_slimmed_pod_keeps_what_the_operator_reads_and_drops_the_bulk() -> Non
                      "creationTimestamp": "2026-01-01T00:00:00Z", "ownerReferences": [{"kind": "Job"}],
                      "managedFields": [{"manager": "kube-controller-manager"}],
                      "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...}", "keep": "me"}},
-        "spec": {"nodeName": "gpu-0", "volumes": [{"name": "data"}],
+        "spec": {"nodeName": "gpu-0", "serviceAccountName": "trainer", "volumes": [{"name": "data"}],
                  "initContainers": [{"name": "trainguard-exporter", "restartPolicy": "Always",
                                      "ports": [{"containerPort": 9400}], "env": [{"name": "TOKEN"}]}],
                  "containers": [{"name": "trainer", "image": "llama:1", "env": [{"name": "X"}], "resources": {}}]},
@@ -49,7 +49,7 @@ def test_a_slimmed_pod_keeps_what_the_operator_reads_and_drops_the_bulk() -> Non
     assert kept["metadata"] == {k: v for k, v in pod["metadata"].items() if k != "managedFields"} | {
         "annotations": {"keep": "me"}
     }
-    assert kept["spec"] == {"nodeName": "gpu-0",
+    assert kept["spec"] == {"nodeName": "gpu-0", "serviceAccountName": "trainer",
                             "initContainers": [{"name": "trainguard-exporter", "restartPolicy": "Always",
                                                 "ports": [{"containerPort": 9400}]}],
                             "containers": [{"name": "trainer", "image": "llama:1"}]}  # fmt: skip

@@ -1,6 +1,7 @@
 """The operator's receiver in this process over real TLS, as the tests reach it: certificates made with the
 openssl command line, an Intake holding the receiver and what it handed on, the operator key's tokens,
-Alertmanager's webhook payload and a POST by urllib (tests/remediation/test_receiver.py,
+a sidecar's bound ServiceAccount token and the fake review and reads that know it, Alertmanager's
+webhook payload and a POST by urllib (tests/remediation/test_receiver.py,
 tests/controller/test_operator_metrics.py)."""
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from email.message import Message
 from pathlib import Path
 from typing import Any
 
+from tests.remediation.identities import FakeReads, FakeReviews, monitor_body, pod, review
 from trainguard.remediation import tokens
 from trainguard.remediation.model import Signal
 from trainguard.remediation.receiver import Receiver
+from trainguard.remediation.senders import Senders
 
 KEY = tokens.new_key()
 NOW = 1_700_000_100.0
@@ -68,6 +71,17 @@ def alerts_token(ns: str = "ml", name: str = "llama") -> str:
 
 def events_token(ns: str = "ml", name: str = "llama") -> str:
     return tokens.derive(KEY, tokens.EVENTS, ns, name)
+
+
+SENDER_TOKEN = "bound-serviceaccount-token-of-ml-llama-0"
+"""What the fake TokenReview takes for pod ml/llama-0's projected token (on node gpu-a, as IDENTITY)."""
+
+
+def senders() -> Senders:
+    """The sender check over a fake review that knows SENDER_TOKEN and reads holding its pod and ml/llama."""
+    reviews = FakeReviews({SENDER_TOKEN: review("llama-0", node=IDENTITY["node"])})
+    reads = FakeReads({("ml", "llama-0"): pod("llama-0")}, {("ml", "llama"): monitor_body("llama")})
+    return Senders(reviews, reads)
 
 
 def am_payload(*labels: dict[str, str], status: str = "firing") -> dict[str, Any]:

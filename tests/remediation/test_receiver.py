@@ -18,21 +18,25 @@ from typing import Any
 import pytest
 
 from tests.processes import alertmanager, http_json, wait_for
+from tests.remediation.identities import FakeReviews
 from tests.remediation.intake import (
     IDENTITY,
     KEY,
     NOW,
+    SENDER_TOKEN,
     Intake,
     alerts_token,
     am_payload,
     events_token,
     post,
+    senders,
     xid,
 )
 from trainguard.exporter.fastpath import FastPathSender, event
 from trainguard.remediation import tokens
 from trainguard.remediation.model import Signal, Source
 from trainguard.remediation.receiver import Receiver, ReceiverConfig
+from trainguard.remediation.senders import Senders
 
 MAX_BODY = 1 << 20
 """The default limit: bodies this large are where a server that closes with unread data loses its answer."""
@@ -49,7 +53,9 @@ def intake(certs: Path) -> Iterator[Intake]:
         if holder["i"].fail:
             raise RuntimeError("the store is down")
 
-    receiver = Receiver(config, on_signals, accepting=lambda: not holder["i"].standby, clock=lambda: NOW)
+    receiver = Receiver(
+        config, on_signals, accepting=lambda: not holder["i"].standby, clock=lambda: NOW, senders=senders()
+    )
     holder["i"] = it = Intake(receiver, str(certs / "ca.crt"))
     receiver.start()
     try:
@@ -93,7 +99,7 @@ def test_resolved_alerts_are_handed_on_as_not_firing(intake: Intake) -> None:
 
 def test_the_sidecars_own_sender_delivers_a_fast_path_event(intake: Intake, tmp_path: Path) -> None:
     token_file = tmp_path / "token"
-    token_file.write_text(events_token() + "\n")
+    token_file.write_text(SENDER_TOKEN + "\n")
     sender = FastPathSender(intake.base + "/v1/events", str(token_file), ca_file=intake.ca, max_attempts=1)
     ev = event("GPULost", IDENTITY | {"gpu": "0"}, "GPU 0 is lost", NOW - 2)
     assert sender.post(ev) == "sent"
@@ -104,7 +110,7 @@ def test_the_sidecars_own_sender_delivers_a_fast_path_event(intake: Intake, tmp_
 
 def test_a_fast_path_event_and_its_alert_answer_with_one_fingerprint(intake: Intake) -> None:
     ev = event("GPUCriticalXid", IDENTITY | {"gpu": "3", "xid": "79"}, "fatal XID 79", NOW)
-    _, fast, _ = post(intake, "/v1/events", ev, events_token())
+    _, fast, _ = post(intake, "/v1/events", ev, SENDER_TOKEN)
     _, slow, _ = post(intake, "/v1/alerts", am_payload(xid("3", instance="10.0.0.7:9400")), alerts_token())
     assert fast["fingerprints"] == slow["fingerprints"] == [ev["fingerprint"]]
 
@@ -141,7 +147,7 @@ def test_no_bearer_token_is_401(intake: Intake, header: str | None) -> None:
         ("/v1/alerts", events_token()),
         ("/v1/alerts", tokens.derive(b"x" * 32, tokens.ALERTS, "ml", "llama")),
         ("/v1/events", alerts_token()),
-        ("/v1/events", events_token("ml", "other-job")),
+        ("/v1/events", events_token()),
     ],
     ids=[
         "garbage",
@@ -150,7 +156,7 @@ def test_no_bearer_token_is_401(intake: Intake, header: str | None) -> None:
         "events-token-on-alerts",
         "another-operators-key",
         "alerts-token-on-events",
-        "another-monitors-events-token",
+        "the-monitors-own-events-token-is-no-sender-identity",
     ],
 )
 def test_a_token_for_another_monitor_or_purpose_is_401(intake: Intake, path: str, token: str) -> None:
@@ -161,6 +167,46 @@ def test_a_token_for_another_monitor_or_purpose_is_401(intake: Intake, path: str
     assert status == 401 and answer["error"]
     assert headers["WWW-Authenticate"] == "Bearer"
     assert intake.calls == []
+
+
+def test_a_fast_path_event_claiming_another_node_is_taken_as_the_senders_node(intake: Intake) -> None:
+    claimed = event("GPULost", IDENTITY | {"gpu": "0", "node": "gpu-b", "pod": "llama-9"}, "lost", NOW)
+    status, body, _ = post(intake, "/v1/events", claimed, SENDER_TOKEN)
+    ((signal,),) = intake.calls
+    assert (signal.labels["node"], signal.labels["pod"]) == ("gpu-a", "llama-0")
+    assert status == 200 and body["fingerprints"] == [signal.fingerprint] != [claimed["fingerprint"]]
+
+
+def test_a_fast_path_sender_that_is_not_a_pod_of_the_job_is_403_naming_why(intake: Intake) -> None:
+    other_job = event("GPULost", IDENTITY | {"gpu": "0", "training_job": "bert"}, "lost", NOW)
+    status, body, headers = post(intake, "/v1/events", other_job, SENDER_TOKEN)
+    assert (status, body) == (403, {"error": "no TrainingJobMonitor ml/bert"})
+    assert SENDER_TOKEN not in json.dumps(body) and "WWW-Authenticate" not in headers
+    assert intake.calls == []
+
+
+def test_a_token_review_that_cannot_be_made_is_503_with_retry_after(intake: Intake) -> None:
+    check = intake.receiver.senders
+    assert isinstance(check, Senders) and isinstance(check.reviews, FakeReviews)
+    reviews = check.reviews
+    reviews.fail = True
+    status, body, headers = post(intake, "/v1/events", event("GPULost", IDENTITY, "lost", NOW), SENDER_TOKEN)
+    assert (status, headers["Retry-After"]) == (503, "5") and "retry" in body["error"]
+    assert intake.calls == []
+
+
+def test_a_receiver_without_a_sender_check_refuses_every_event(certs: Path) -> None:
+    config = ReceiverConfig("127.0.0.1", 0, str(certs / "tls.crt"), str(certs / "tls.key"), KEY)
+    calls: list[list[Signal]] = []
+    it = Intake(Receiver(config, calls.append, clock=lambda: NOW), str(certs / "ca.crt"))
+    it.receiver.start()
+    try:
+        ev = event("GPULost", IDENTITY, "lost", NOW)
+        assert post(it, "/v1/events", ev, SENDER_TOKEN)[0] == 401
+        assert post(it, "/v1/events", ev, events_token())[0] == 401
+    finally:
+        it.receiver.stop()
+    assert calls == []
 
 
 def test_the_token_must_hold_for_every_monitor_in_the_body(intake: Intake) -> None:
@@ -195,7 +241,7 @@ def test_a_malformed_body_is_400_with_the_reason(intake: Intake, data: bytes, re
 
 def test_a_malformed_event_is_400_naming_the_field(intake: Intake) -> None:
     ev = event("GPULost", {"namespace": "ml", "node": "a"}, "lost", NOW)
-    status, body, _ = post(intake, "/v1/events", ev, events_token())
+    status, body, _ = post(intake, "/v1/events", ev, SENDER_TOKEN)
     assert (status, body) == (400, {"error": "labels.training_job: missing"})
 
 
@@ -249,7 +295,7 @@ def test_an_unknown_path_is_404(intake: Intake, path: str) -> None:
 
 @pytest.mark.parametrize("method", ["GET", "PUT", "DELETE", "PATCH"])
 def test_a_method_other_than_post_is_405(intake: Intake, method: str) -> None:
-    status, _, headers = post(intake, "/v1/events", b"", events_token(), method=method)
+    status, _, headers = post(intake, "/v1/events", b"", SENDER_TOKEN, method=method)
     assert status == 405 and headers["Allow"] == "POST"
     assert intake.calls == []
 
@@ -282,11 +328,21 @@ def test_no_token_reaches_the_log(intake: Intake, caplog: pytest.LogCaptureFixtu
         post(intake, "/v1/alerts", am_payload(xid()), events_token())
         post(intake, "/v1/alerts", am_payload(xid()), "a-secret-wrong-token")
         post(intake, "/v1/events", b"{", events_token())
+        post(intake, "/v1/events", event("GPULost", IDENTITY | {"gpu": "0"}, "lost", NOW), SENDER_TOKEN)
+        post(
+            intake, "/v1/events", event("GPULost", IDENTITY | {"gpu": "0"}, "lost", NOW), "a-forged-pod-token"
+        )
         intake.fail = True
         post(intake, "/v1/alerts", am_payload(xid()), alerts_token())
     text = caplog.text
     assert "refused a token" in text  # the refusal is logged, the token is not
-    for secret in (alerts_token(), events_token(), "a-secret-wrong-token"):
+    for secret in (
+        alerts_token(),
+        events_token(),
+        "a-secret-wrong-token",
+        SENDER_TOKEN,
+        "a-forged-pod-token",
+    ):
         assert secret not in text
 
 

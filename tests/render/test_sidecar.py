@@ -65,6 +65,7 @@ def test_exporter_is_a_native_sidecar_with_downward_api_env() -> None:
     assert env["TRAINGUARD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     assert env["TRAINGUARD_TRAINING_JOB"]["value"] == "llama-pretrain"
     assert env["TRAINGUARD_FASTPATH_TOKEN_FILE"]["value"].endswith("/token")
+    assert env["TRAINGUARD_FASTPATH_IDENTITY_FILE"]["value"] == "/var/run/trainguard-identity/token"
     assert exporter["ports"] == [{"name": "tg-metrics", "containerPort": 9400, "protocol": "TCP"}]
     sc = exporter["securityContext"]
     assert sc["runAsNonRoot"] and not sc["allowPrivilegeEscalation"] and sc["readOnlyRootFilesystem"]
@@ -183,3 +184,43 @@ def test_before_kubernetes_1_29_the_exporter_is_a_regular_container() -> None:
     native = injected()["spec"]["initContainers"][-1]["args"]
     assert not exporter_parser().parse_args(native[1:]).exit_after_bye
     assert is_injected(applied(POD, out)), "a regular-container exporter still counts as injected"
+
+
+def test_the_exporter_alone_mounts_a_projected_audience_bound_serviceaccount_token() -> None:
+    spec = injected()["spec"]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "trainguard-identity"]
+    assert volume == {
+        "name": "trainguard-identity",
+        "projected": {
+            "defaultMode": 0o444,
+            "sources": [
+                {
+                    "serviceAccountToken": {
+                        "audience": "trainguard.io/events",
+                        "expirationSeconds": 600,
+                        "path": "token",
+                    }
+                }
+            ],
+        },
+    }
+    exporter = spec["initContainers"][-1]
+    assert {
+        "name": "trainguard-identity",
+        "mountPath": "/var/run/trainguard-identity",
+        "readOnly": True,
+    } in exporter["volumeMounts"]
+    others = [c for c in [*spec["initContainers"][:-1], *spec["containers"]]]
+    assert all(m["name"] != "trainguard-identity" for c in others for m in c.get("volumeMounts") or [])
+
+
+def test_a_pod_that_already_names_the_identity_volume_gets_ours() -> None:
+    pod = copy.deepcopy(POD)
+    pod["spec"]["volumes"] = [
+        *(pod["spec"].get("volumes") or []),
+        {"name": "trainguard-identity", "emptyDir": {}},
+    ]
+    changes = inject(pod, monitor(), fallback_trace="t", receiver_url="https://op/v1/events")
+    assert changes is not None
+    (volume,) = [v for v in changes["spec"]["volumes"] if v["name"] == "trainguard-identity"]
+    assert "projected" in volume

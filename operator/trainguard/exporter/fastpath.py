@@ -1,8 +1,12 @@
 """The fast path: P0 signals detected in the sidecar and posted straight to the operator.
 
 Detection is pure (previous and current readings in, events out); the sender posts each event on
-its own thread with a bearer token read from a mounted file, retries with backoff, and gives up at
-once on a rejected token instead of retrying forever.
+its own thread, retries with backoff, and gives up at once on a rejected token instead of retrying
+forever. Its bearer is the pod's projected ServiceAccount token (audience trainguard.io/events), read
+from its file for every attempt because the kubelet rotates it; the operator checks it with a
+TokenReview and takes the pod and node from it. Without that file (a cluster or a run that projects
+none) the event is still posted, with no bearer: the operator refuses it (401) and counts the refusal,
+and the sender logs why; the alert still reaches the operator through Prometheus and Alertmanager.
 """
 
 from __future__ import annotations
@@ -65,10 +69,19 @@ def detect_stall(last_step_ts: float | None, now: float, threshold_s: float) -> 
     return last_step_ts is not None and now - last_step_ts > threshold_s
 
 
+def _reason(exc: urllib.error.HTTPError) -> str:
+    """The receiver's reason for a refusal (its JSON `error`), which names why and never the token."""
+    try:
+        return str(json.loads(exc.read() or b"{}").get("error") or exc.reason)[:300]
+    except (ValueError, OSError, AttributeError):
+        return str(exc.reason)
+
+
 @dataclass
 class FastPathSender:
     url: str
     token_file: str | None
+    """The projected ServiceAccount token (render/sidecar.py's IDENTITY_DIR), read for every attempt."""
     timeout_s: float = 2.0
     max_attempts: int = 6
     ca_file: str | None = None
@@ -143,8 +156,9 @@ class FastPathSender:
                 if exc.code in (401, 403):
                     # a wrong token does not get better by retrying; never log the token itself
                     log.error(
-                        "fast-path receiver rejected the token (%d); event %s not delivered",
+                        "fast-path receiver refused the sender (%d: %s); event %s not delivered",
                         exc.code,
+                        _reason(exc) if token else f"no identity token at {self.token_file or '(none)'}",
                         ev["fingerprint"],
                     )
                     self._count("unauthorized")

@@ -107,7 +107,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--fastpath-url", default=env("TRAINGUARD_FASTPATH_URL"), help="the operator's event receiver"
     )
-    p.add_argument("--fastpath-token-file", default=env("TRAINGUARD_FASTPATH_TOKEN_FILE"))
+    p.add_argument(
+        "--fastpath-token-file",
+        default=env("TRAINGUARD_FASTPATH_TOKEN_FILE"),
+        help="the monitor's token the operator's control calls must carry",
+    )
+    p.add_argument(
+        "--fastpath-identity-file",
+        default=env("TRAINGUARD_FASTPATH_IDENTITY_FILE"),
+        help="the pod's projected ServiceAccount token (audience trainguard.io/events) fast-path events "
+        "are posted with; read again for every post, as the kubelet rotates it",
+    )
     p.add_argument("--fastpath-ca-file", default=env("TRAINGUARD_FASTPATH_CA_FILE"))
     p.add_argument(
         "--exit-after-bye",

@@ -45,7 +45,7 @@ def build(args: argparse.Namespace, registry: CollectorRegistry | None = None) -
     faults = Faults()
     sender = None
     if args.fastpath_url:
-        sender = FastPathSender(args.fastpath_url, args.fastpath_token_file, ca_file=args.fastpath_ca_file)
+        sender = FastPathSender(args.fastpath_url, args.fastpath_identity_file, ca_file=args.fastpath_ca_file)
         sender.start()
     # until the pod's GPUs are known (NVML), tokens/s is per pod; then per GPU of the pod
     gpus_per_pod = args.gpus_per_pod or (args.gpus if args.backend == "simulated" else 1)

@@ -99,6 +99,9 @@ class ClusterCache:
         """The namespace's monitors; admission passes a short timeout (it has 5 seconds in all)."""
         return self.monitors_informer.items(namespace, timeout=timeout or self.read_timeout_s)
 
+    def monitor(self, namespace: str, name: str) -> Obj | None:
+        return self.monitors_informer.get(namespace, name, timeout=self.read_timeout_s)
+
     def policy(self, namespace: str, name: str) -> Obj | None:
         return self.policies_informer.get(namespace, name, timeout=self.read_timeout_s)
 
@@ -110,6 +113,9 @@ class ClusterCache:
             return []
         return [p for p in self.pods_informer.items(namespace, timeout=self.read_timeout_s)
                 if selector.matches(labels_of(p))]  # fmt: skip
+
+    def pod(self, namespace: str, name: str) -> Obj | None:
+        return self.pods_informer.get(namespace, name, timeout=self.read_timeout_s)
 
     def job(self, namespace: str, name: str) -> Obj | None:
         return self.jobs_informer.get(namespace, name, timeout=self.read_timeout_s)

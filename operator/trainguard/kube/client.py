@@ -351,6 +351,23 @@ class Kube:
         kwargs: dict[str, Any] = {"label_selector": selector} if selector else {}
         return [self.plain(n) for n in self.core.list_node(_request_timeout=self.timeout, **kwargs).items]
 
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A pod read now (the fast path's sender, when the watch cache has not seen it yet); None if gone."""
+        try:
+            return self.plain(self.core.read_namespaced_pod(name, namespace, _request_timeout=self.timeout))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def token_review(self, token: str, audiences: list[str]) -> dict[str, Any]:
+        """The apiserver's verdict on a bearer token for `audiences` (authentication.k8s.io/v1
+        TokenReview): its status, with authenticated, audiences, user (username, uid, groups, extra)
+        and error. The token travels in the request body only; nothing here logs it."""
+        body = client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token, audiences=audiences))
+        review = client.AuthenticationV1Api(self.api).create_token_review(body, _request_timeout=self.timeout)
+        return cast(dict[str, Any], self.plain(review).get("status") or {})
+
     def read_node(self, name: str) -> dict[str, Any]:
         return self.plain(self.core.read_node(name, _request_timeout=self.timeout))
 

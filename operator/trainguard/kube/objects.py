@@ -117,10 +117,12 @@ _CONTAINER_KEYS = ("name", "image", "ports", "restartPolicy")
 
 
 def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
-    """What the operator reads of a pod: its identity, owner, node, containers' names and ports, status.
-    Environment, volumes and resources, the bulk of a training pod's spec, are dropped."""
+    """What the operator reads of a pod: its identity, owner, node, ServiceAccount, containers' names and
+    ports, status. Environment, volumes and resources, the bulk of a training pod's spec, are dropped."""
     spec = pod.get("spec") or {}
-    kept: dict[str, Any] = {k: spec[k] for k in ("nodeName", "restartPolicy") if k in spec}
+    kept: dict[str, Any] = {
+        k: spec[k] for k in ("nodeName", "restartPolicy", "serviceAccountName") if k in spec
+    }
     for key in ("initContainers", "containers"):
         if key in spec:
             kept[key] = [{k: c[k] for k in _CONTAINER_KEYS if k in c} for c in spec[key] or []]

@@ -3,9 +3,13 @@ events (POST /v1/events).
 
 A request is answered in this order: the path (404), the method (405), a standby replica (503 with
 Retry-After: Alertmanager and the sidecars retry on 5xx), the bearer token's presence (401), the
-Content-Length (400, before a byte of the body is read), the body (400 naming the field), the token
-for every monitor the body names (401), then `on_signals`, and 200 once it returned (500 if it
-raised). Nothing is passed on from a request that fails any check. A token is never logged.
+Content-Length (400, before a byte of the body is read), the body (400 naming the field), the sender,
+then `on_signals`, and 200 once it returned (500 if it raised). The sender of /v1/alerts holds the
+monitor's "alerts" token for every monitor the body names (401); the sender of /v1/events is a pod
+whose projected ServiceAccount token a TokenReview verifies (`senders`, remediation/senders.py: 401
+for a token that names no pod, 403 naming why that pod may not speak for the monitor, 503 when the
+review cannot be made), and the event's pod and node are taken from that identity. Nothing is passed
+on from a request that fails any check. A token is never logged.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 
 from trainguard.remediation import tokens
+from trainguard.remediation.identity import Refused
 from trainguard.remediation.model import Signal
 from trainguard.remediation.signals import PayloadError, from_alertmanager, from_fastpath
 
@@ -38,13 +43,26 @@ _LINGER_BYTES = 16 << 20
 _DIGITS = re.compile(r"[0-9]+\Z", re.ASCII)
 
 SOURCES = {ALERTS_PATH: "alertmanager", EVENTS_PATH: "fastpath"}
-RESULTS = {400: "invalid", 401: "unauthorized", 405: "invalid", 500: "failed", 503: "standby"}
+RESULTS = {
+    400: "invalid",
+    401: "unauthorized",
+    403: "unauthorized",
+    405: "invalid",
+    500: "failed",
+    503: "standby",
+}
 """What a refused post counts as in the operator's metrics, by status (a 200 is "accepted")."""
 
-_ROUTES: dict[str, tuple[str, Callable[[Any, float], list[Signal]]]] = {
+_ROUTES: dict[str, tuple[str | None, Callable[[Any, float], list[Signal]]]] = {
     ALERTS_PATH: (tokens.ALERTS, from_alertmanager),
-    EVENTS_PATH: (tokens.EVENTS, lambda body, now: [from_fastpath(body, now)]),
+    EVENTS_PATH: (None, lambda body, now: [from_fastpath(body, now)]),  # the sender's identity instead
 }
+
+
+class SenderCheck(Protocol):
+    def admit(self, token: str, signals: list[Signal]) -> list[Signal]:
+        """The signals as taken from the pod the token names, or identity.Refused."""
+        ...
 
 
 @dataclass
@@ -213,8 +231,11 @@ class Receiver:
         accepting: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.time,
         observe: Callable[[str, str], None] = lambda source, result: None,
+        *,
+        senders: SenderCheck | None = None,
     ) -> None:
-        """`observe(source, result)` is told of each post to a known path (the operator's metrics)."""
+        """`observe(source, result)` is told of each post to a known path (the operator's metrics);
+        `senders` checks the fast path's senders (without it, every event is refused)."""
         if len(config.key) < tokens.MIN_KEY_BYTES:
             raise ValueError(f"the operator key must hold at least {tokens.MIN_KEY_BYTES} bytes")
         self.config = config
@@ -222,6 +243,7 @@ class Receiver:
         self.accepting = accepting
         self.clock = clock
         self.observe = observe
+        self.senders = senders
         self.port = config.port
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -294,9 +316,21 @@ class Receiver:
             signals = parse(body, self.clock())
         except PayloadError as exc:
             raise _Reject(400, str(exc)) from None
+        if purpose is None:
+            signals = self._sender(path, token or "", signals)
+        else:
+            self._monitor_token(path, purpose, token or "", signals)
+        try:
+            self.on_signals(signals)
+        except Exception:
+            log.exception("%s: handing on %d signal(s) failed", path, len(signals))
+            raise _Reject(500, "the signals could not be taken in; retry") from None
+        return 200, {"accepted": len(signals), "fingerprints": [s.fingerprint for s in signals]}
+
+    def _monitor_token(self, path: str, purpose: str, token: str, signals: list[Signal]) -> None:
         monitors = {(s.namespace, s.training_job) for s in signals}
         # every monitor is checked (no early exit), so timing says nothing about which one failed
-        ok = [tokens.verify(self.config.key, purpose, ns, name, token or "") for ns, name in sorted(monitors)]
+        ok = [tokens.verify(self.config.key, purpose, ns, name, token) for ns, name in sorted(monitors)]
         if not all(ok):
             log.warning(
                 "%s: refused a token that is not the %r token of %s",
@@ -307,9 +341,19 @@ class Receiver:
             raise _Reject(
                 401, "the token is not valid for this endpoint and monitor", {"WWW-Authenticate": "Bearer"}
             )
+
+    def _sender(self, path: str, token: str, signals: list[Signal]) -> list[Signal]:
+        """The signals as the pod that sent them may say them (pod and node its own), or a refusal."""
+        if self.senders is None:
+            raise _Reject(
+                401, "this receiver does not check fast-path senders", {"WWW-Authenticate": "Bearer"}
+            )
         try:
-            self.on_signals(signals)
-        except Exception:
-            log.exception("%s: handing on %d signal(s) failed", path, len(signals))
-            raise _Reject(500, "the signals could not be taken in; retry") from None
-        return 200, {"accepted": len(signals), "fingerprints": [s.fingerprint for s in signals]}
+            return self.senders.admit(token, signals)
+        except Refused as r:
+            log.warning("%s: refused a fast-path sender (%d): %s", path, r.status, r.reason)
+            headers = {
+                401: {"WWW-Authenticate": "Bearer"},
+                503: {"Retry-After": str(RETRY_AFTER_S)},
+            }.get(r.status, {})
+            raise _Reject(r.status, r.reason, headers) from None

@@ -15,7 +15,9 @@ import secrets
 from pathlib import Path
 
 EVENTS = "events"
-"""Purpose of the token a monitor's sidecars post fast-path events with."""
+"""Purpose of the token mounted into a monitor's sidecars: the operator's calls to their control
+endpoint carry it. It no longer authenticates fast-path events: a sidecar posts those as its pod,
+with a projected ServiceAccount token (remediation/identity.py)."""
 ALERTS = "alerts"
 """Purpose of the token Alertmanager posts a monitor's alerts with."""
 PURPOSES: tuple[str, ...] = (EVENTS, ALERTS)

@@ -13,6 +13,7 @@ import hashlib
 from typing import Any
 
 from trainguard.api.monitor import TrainingJobMonitor
+from trainguard.catalog.events import EVENTS_AUDIENCE, EVENTS_TOKEN_EXPIRY_S
 from trainguard.catalog.kubernetes import SPARE_LABEL
 from trainguard.render.kubernetes import CA_KEY, FASTPATH_TOKEN_KEY, METRICS_PORT_NAME, fastpath_secret_name
 
@@ -22,8 +23,12 @@ TRACE_ANNOTATION = "trainguard.io/trace-id"
 OPT_OUT = "trainguard.io/inject"
 RUN_VOLUME = "trainguard-run"
 TOKEN_VOLUME = "trainguard-fastpath-token"
+IDENTITY_VOLUME = "trainguard-identity"
 RUN_DIR = "/var/run/trainguard"
 TOKEN_DIR = "/var/run/trainguard-token"
+IDENTITY_DIR = "/var/run/trainguard-identity"
+"""The projected, audience-bound ServiceAccount token the sidecar posts fast-path events with (the
+kubelet rotates it; the sender reads the file on every post)."""
 SDK_SOCKET = f"{RUN_DIR}/sdk.sock"
 NONROOT_UID = 65532
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -151,6 +156,18 @@ def otlp_env(monitor: TrainingJobMonitor) -> list[dict[str, Any]]:
     return env
 
 
+def identity_volume() -> dict[str, Any]:
+    """The sidecar's identity for the fast path: a ServiceAccount token of the pod's own account,
+    projected by the kubelet, bound to the pod (so it names the pod, its uid and, from Kubernetes 1.30,
+    its node) and to trainguard's audience, short-lived and rotated. The operator checks it with a
+    TokenReview and takes the pod and node from it, not from the event."""
+    token = {"audience": EVENTS_AUDIENCE, "expirationSeconds": EVENTS_TOKEN_EXPIRY_S, "path": "token"}
+    return {
+        "name": IDENTITY_VOLUME,
+        "projected": {"defaultMode": 0o444, "sources": [{"serviceAccountToken": token}]},
+    }
+
+
 def exporter_container(
     monitor: TrainingJobMonitor,
     trace: str,
@@ -169,6 +186,7 @@ def exporter_container(
         _env("TRAINGUARD_TRACE_ID", trace),
         _env("TRAINGUARD_FASTPATH_URL", receiver_url),
         _env("TRAINGUARD_FASTPATH_TOKEN_FILE", f"{TOKEN_DIR}/token"),
+        _env("TRAINGUARD_FASTPATH_IDENTITY_FILE", f"{IDENTITY_DIR}/token"),
         _env("TRAINGUARD_FASTPATH_CA_FILE", f"{TOKEN_DIR}/ca.crt"),
         *otlp_env(monitor),
     ]
@@ -195,6 +213,7 @@ def exporter_container(
         "volumeMounts": [
             {"name": RUN_VOLUME, "mountPath": RUN_DIR},
             {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
+            {"name": IDENTITY_VOLUME, "mountPath": IDENTITY_DIR, "readOnly": True},
         ],
     }
     if native:
@@ -248,7 +267,8 @@ def inject(
     annotations[INJECTED] = monitor.name
     annotations[TRACE_ANNOTATION] = trace
     init = [_with_trace(c, trace) for c in spec.get("initContainers") or []]
-    volumes = [v for v in spec.get("volumes") or [] if v.get("name") not in (RUN_VOLUME, TOKEN_VOLUME)]
+    ours = (RUN_VOLUME, TOKEN_VOLUME, IDENTITY_VOLUME)
+    volumes = [v for v in spec.get("volumes") or [] if v.get("name") not in ours]
     volumes += [
         {"name": RUN_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
         {
@@ -257,10 +277,11 @@ def inject(
                 "secretName": fastpath_secret_name(monitor),
                 "defaultMode": 0o444,
                 "optional": True,
-                # the sidecar's own token and the receiver's CA; never Alertmanager's token
+                # the token the operator's control calls carry, and the receiver's CA; never Alertmanager's token
                 "items": [{"key": FASTPATH_TOKEN_KEY, "path": "token"}, {"key": CA_KEY, "path": "ca.crt"}],
             },
         },
+        identity_volume(),
     ]
     exporter = exporter_container(monitor, trace, receiver_url, gpus=pod_gpus(pod), native=native_sidecar)
     if resume_from:
