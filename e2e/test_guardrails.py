@@ -18,6 +18,7 @@ from e2e.cluster import Cluster
 from e2e.monitors import indexed_job, quickstart, ready
 from e2e.pipeline import OPERATOR, Monitoring, Sink, operator_stack
 from e2e.receiver import alert_payload, operator_key, post, records
+from e2e.sidecars import sidecar_that_saw
 from tests.processes import wait_for
 from trainguard.catalog.alerts import BREAKER_OPEN, WITHHELD
 from trainguard.remediation import tokens
@@ -64,9 +65,10 @@ def test_a_monitor_asking_for_1000_gets_the_operators_ceiling_and_the_withheld_c
     pods = start_job(cluster, ns, {"maxCordonedNodes": 1000, "cordonWindow": "1s"})
     first, second = pods[0].spec.node_name, pods[1].spec.node_name
     token = tokens.derive(operator_key(cluster), tokens.ALERTS, ns, "llama-pretrain")
-    assert post(cluster, "/v1/alerts", alert_payload(ns, first), token, OPERATOR)[0] == 200
-    done = wait_for("the first remediation done", lambda: (r := records(cluster, ns)) and r[0]["phase"] in
-                    ("Succeeded", "Failed") and r[0], timeout=120)  # fmt: skip
+    with sidecar_that_saw(pods[0], tokens.derive(operator_key(cluster), tokens.EVENTS, ns, "llama-pretrain")):
+        assert post(cluster, "/v1/alerts", alert_payload(ns, first), token, OPERATOR)[0] == 200
+        done = wait_for("the first remediation done", lambda: (r := records(cluster, ns)) and r[0]["phase"] in
+                        ("Succeeded", "Failed") and r[0], timeout=120)  # fmt: skip
     assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
     time.sleep(2)  # past the monitor's own 1s window: only the operator's ceiling can withhold now
     t0 = time.monotonic()
@@ -174,11 +176,15 @@ def test_four_of_eight_nodes_down_together_open_the_breaker_and_it_re_arms_by_it
     assert rearmed >= REARM_S - 1, f"re-armed after {rearmed:.1f}s, before the {REARM_S}s clear time"
     # re-armed: a node fault on a node of the pool acts again
     token = tokens.derive(operator_key(cluster), tokens.ALERTS, ns, "llama-pretrain")
-    assert (
-        post(cluster, "/v1/alerts", alert_payload(ns, healthy, "GPUDoubleBitECCError"), token, OPERATOR)[0]
-        == 200
-    )
-    acted = wait_for("a remediation that cordons", lambda: [r for r in records(cluster, ns) if r["phase"] in
-                     ("Succeeded", "Failed") and any(s["kind"] == "Cordon" for s in r["steps"])], timeout=120)  # fmt: skip
+    events = tokens.derive(operator_key(cluster), tokens.EVENTS, ns, "llama-pretrain")
+    with sidecar_that_saw(pods[1], events, fault="ecc-dbe"):
+        assert (
+            post(cluster, "/v1/alerts", alert_payload(ns, healthy, "GPUDoubleBitECCError"), token, OPERATOR)[
+                0
+            ]
+            == 200
+        )
+        acted = wait_for("a remediation that cordons", lambda: [r for r in records(cluster, ns) if r["phase"] in
+                         ("Succeeded", "Failed") and any(s["kind"] == "Cordon" for s in r["steps"])], timeout=120)  # fmt: skip
     assert acted[0]["phase"] == "Succeeded", json.dumps(acted, indent=1)
     assert cluster.core.read_node(healthy).spec.unschedulable
