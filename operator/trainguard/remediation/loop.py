@@ -12,13 +12,14 @@ from typing import Any, Protocol
 
 from trainguard.remediation.dispatch import Dispatcher
 from trainguard.remediation.executor import Executor
-from trainguard.remediation.intake import Intake, Pager
+from trainguard.remediation.intake import Intake, MonitorCache, Pager
 from trainguard.remediation.model import Signal
 from trainguard.remediation.ops import ClusterOps
 from trainguard.remediation.passes import (
     CordonNoticePass,
     EscalationPass,
     FleetReads,
+    PendingPass,
     PolicyReads,
     ResumePass,
     WatchPass,
@@ -27,8 +28,8 @@ from trainguard.remediation.planner import Planner
 from trainguard.remediation.store import MonitorAPI, Record, RecordStore
 
 
-class LoopReads(FleetReads, PolicyReads, Protocol):
-    """Everything the passes read (kube.ClusterCache)."""
+class LoopReads(FleetReads, PolicyReads, MonitorCache, Protocol):
+    """Everything the intake and the passes read (kube.ClusterCache)."""
 
 
 class RemediationLoop:
@@ -49,26 +50,35 @@ class RemediationLoop:
     ) -> None:
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trainguard-remediation")
         self.store = RecordStore(api, lock, on_step)
-        self.intake = Intake(self.pool, Pager(alertmanager_url, clock) if alertmanager_url else None)
+        pager = Pager(alertmanager_url, clock) if alertmanager_url else None
+        self.intake = Intake(self.pool, pager, store=self.store, monitors=reads, clock=clock)
         self.dispatcher = Dispatcher(self.store, cluster, self.pool, key=key, alertmanager_url=alertmanager_url,
                                      executor_factory=executor_factory)  # fmt: skip
         self.planner = Planner(self.store, cluster, self.dispatcher, leader=leader, clock=clock)
         self.resume = ResumePass(reads, self.dispatcher, leader)
+        self.pending = PendingPass(reads, self.intake, leader, clock)
         self.watch = WatchPass(reads, self.intake, leader, alertmanager_url, clock)
         self.escalate = EscalationPass(reads, leader, alertmanager_url, clock)
         self.cordon_notices = CordonNoticePass(reads, cluster, leader, alertmanager_url, clock)
         self._stop = threading.Event()
 
+    def receive(self, signals: list[Signal]) -> None:
+        """The receiver's callback: returns once the signals that could be acted on are in their monitors'
+        status (raises pending.NotRecorded, a 503, when they could not be written)."""
+        self.intake.receive(signals)
+
     def submit(self, signals: list[Signal]) -> None:
-        """The receiver's callback (and the detection pass's)."""
+        """Queue signals without recording them (the detection pass finds its faults again each pass)."""
         self.intake.submit(signals)
 
     def handle(self, signal: Signal) -> Record | None:
         return self.planner.handle(signal)
 
     def passes(self) -> None:
-        """One periodic round, in order: resume unfinished records first, then detect, escalate, announce."""
+        """One periodic round, in order: resume unfinished records first, plan the pending signals no
+        planner decided, then detect, escalate, announce."""
         self.resume.run()
+        self.pending.run()
         self.watch.run()
         self.escalate.run()
         self.cordon_notices.run()

@@ -4,8 +4,11 @@ events (POST /v1/events).
 A request is answered in this order: the path (404), the method (405), a standby replica (503 with
 Retry-After: Alertmanager and the sidecars retry on 5xx), the bearer token's presence (401), the
 Content-Length (400, before a byte of the body is read), the body (400 naming the field), the token
-for every monitor the body names (401), then `on_signals`, and 200 once it returned (500 if it
-raised). Nothing is passed on from a request that fails any check. A token is never logged.
+for every monitor the body names (401), then `on_signals`, and 200 once it returned: the operator's
+`on_signals` returns once every signal that could be acted on is in its monitor's status, so a 200
+means the signal will be acted on. It raises pending.NotRecorded when that write failed: 503 with
+Retry-After, and the sender posts again (500 if it raised anything else). Nothing is passed on from a
+request that fails any check. A token is never logged.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 from trainguard.remediation import tokens
 from trainguard.remediation.model import Signal
+from trainguard.remediation.pending import NotRecorded
 from trainguard.remediation.signals import PayloadError, from_alertmanager, from_fastpath
 
 log = logging.getLogger("trainguard.remediation.receiver")
@@ -59,11 +63,14 @@ class ReceiverConfig:
 
 
 class _Reject(Exception):
-    def __init__(self, status: int, reason: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, status: int, reason: str, headers: dict[str, str] | None = None, result: str | None = None
+    ) -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
         self.headers = headers or {}
+        self.result = result or RESULTS.get(status, "invalid")
 
 
 def _bearer(header: str | None) -> str | None:
@@ -204,7 +211,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 class Receiver:
     """Serves the intake on a daemon thread. `on_signals` runs on the request's thread (several may
-    run at once); the answer waits for it, so a 200 means the signals were taken in."""
+    run at once); the answer waits for it, so a 200 means the signals were taken in (recorded, with the
+    operator's intake) and a NotRecorded it raises is a 503 with Retry-After."""
 
     def __init__(
         self,
@@ -268,7 +276,7 @@ class Receiver:
             answer = self._decide(method, path, read)
         except _Reject as r:
             if source is not None:
-                self.observe(source, RESULTS.get(r.status, "invalid"))
+                self.observe(source, r.result)
             raise
         if source is not None:
             self.observe(source, "accepted")
@@ -309,6 +317,11 @@ class Receiver:
             )
         try:
             self.on_signals(signals)
+        except NotRecorded as exc:
+            log.warning("%s: %d signal(s) not recorded, answered 503: %s", path, len(signals), exc)
+            raise _Reject(
+                503, "the signals could not be recorded; retry", {"Retry-After": str(RETRY_AFTER_S)}, "failed"
+            ) from None
         except Exception:
             log.exception("%s: handing on %d signal(s) failed", path, len(signals))
             raise _Reject(500, "the signals could not be taken in; retry") from None

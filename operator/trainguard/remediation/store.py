@@ -71,15 +71,15 @@ class RecordStore:
         monitor = monitor_of(body)
         return None if body is None or monitor is None else (body, monitor)
 
-    def save(self, body: dict[str, Any], record: Record) -> Record:
-        """Write the record into the body's status (under the monitor's lock, read fresh by the caller)."""
+    def save(self, body: dict[str, Any], record: Record, also: dict[str, Any] | None = None) -> Record:
+        """Write the record into the body's status (under the monitor's lock, read fresh by the caller),
+        with the other status fields of `also` in the same write (the planner's pendingSignals)."""
         meta = body["metadata"]
         before = next((r for r in records_of(body) if r.get("id") == record.get("id")), None)
         updated = records.with_record(records_of(body), record)
-        self.api.patch_status(
-            "trainingjobmonitors", meta["namespace"], meta["name"], {"remediations": updated}
-        )
-        body.setdefault("status", {})["remediations"] = updated
+        status = {"remediations": updated, **(also or {})}
+        self.api.patch_status("trainingjobmonitors", meta["namespace"], meta["name"], status)
+        body.setdefault("status", {}).update(status)
         for kind, phase in step_changes(before, record):
             self.on_step(kind, phase)
         return record
