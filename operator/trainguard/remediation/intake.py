@@ -97,8 +97,9 @@ class Intake:
 
     def record(self, signals: list[Signal]) -> list[Signal]:
         """Write the firing signals that could be acted on to their monitors' status.pendingSignals; returns
-        the signals to plan. A monitor the watch cache does not know (yet) is left to the planner, which
-        reads it by name; one that is gone or invalid has nothing to do."""
+        the signals to plan. A monitor the watch cache does not know (gone, or never there) or holds
+        invalid has nothing to do: the cache knows a monitor long before its rules or sidecars can
+        send anything."""
         firing = [s for s in signals if s.firing]
         if self.store is None or self.monitors is None:
             return firing
@@ -111,10 +112,7 @@ class Intake:
                 cached = next((m for m in self.monitors.monitors_in(ns) if _name(m) == name), None)
             except Exception as exc:  # NotSynced: the cache cannot say yet
                 raise pending.NotRecorded(f"the monitors of {ns} cannot be read yet: {exc}") from exc
-            if cached is None:
-                keep += group  # a monitor created a moment ago: the planner reads it by name
-                continue
-            monitor = monitor_of(cached)
+            monitor = monitor_of(cached) if cached is not None else None
             relevant = [] if monitor is None else [s for s in group if triage(s, monitor) is None]
             if relevant:
                 keep += self._write(ns, name, relevant)
