@@ -505,17 +505,20 @@ def kinds_and_phases(record: dict[str, Any]) -> list[tuple[str, str]]:
     return [(s["kind"], s["phase"]) for s in record["steps"]]
 
 
-def loop_rig(leader: bool = True, mode: str = "act") -> tuple[RemediationLoop, FakeKube, FakeCluster]:
+def loop_rig(
+    leader: bool = True, mode: str = "act", *, kube: FakeKube | None = None, clock: Clock | None = None
+) -> tuple[RemediationLoop, FakeKube, FakeCluster]:
     """The P0 loop as the operator wires it, on the Kubernetes edge's fake holding the test monitor
-    (workload the Job llama-pretrain) and on FakeCluster, `leader` or a standby."""
-    clock = Clock()
+    (workload the Job llama-pretrain) and on FakeCluster, `leader` or a standby. Given `kube` (and
+    `clock`), a new loop on the same API: the operator restarted."""
+    clock = clock or Clock()
     timeline: list[tuple[str, ...]] = []
     cluster = FakeCluster(clock, timeline)
     body = copy.deepcopy(MONITOR)
     body["metadata"]["uid"] = "u-1"
     body["spec"]["workloadRef"] = {"kind": "Job", "name": "llama-pretrain"}
     body["spec"]["remediation"] = {"emergencyCheckpointTimeout": "30s"}
-    kube = FakeKube(body)
+    kube = kube or FakeKube(body)
     locks: dict[tuple[str, str], threading.RLock] = {}
 
     def executor(c: Any, save: Any, token_for: Any, **kw: Any) -> Executor:

@@ -55,6 +55,8 @@ class Intake:
     ca: str
     calls: list[list[Signal]] = field(default_factory=list)
     fail: bool = False
+    unrecorded: bool = False
+    """on_signals raises pending.NotRecorded: the signals could not be written."""
     standby: bool = False
 
     @property

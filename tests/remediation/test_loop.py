@@ -1,5 +1,6 @@
 """The P0 loop wired in the operator: a signal is planned on the leader, its record written to the
-monitor's status before anything happens, carried out once, and resumed after a crash. The cluster and
+monitor's status before anything happens, carried out once, and resumed after a crash; a signal
+answered 200 and never planned is planned by the next leader's pass. The cluster and
 the Kubernetes edge are the tests' in-memory fakes (tests/remediation/fakes.py, tests/kube/fakes.py),
 which behave like the real ones."""
 
@@ -7,10 +8,13 @@ from __future__ import annotations
 
 import copy
 
+from tests.clock import T0, Clock
 from tests.conftest import MONITOR
-from tests.kube.fakes import merge_patch
+from tests.kube.fakes import FakeKube, merge_patch
 from tests.remediation.fakes import loop_rig, p0_signal
 from trainguard.remediation.model import Phase
+from trainguard.remediation.passes import PENDING_GRACE_S, PENDING_RETRY_S
+from trainguard.remediation.plan import record_id
 
 NS, JOB = MONITOR["metadata"]["namespace"], MONITOR["metadata"]["name"]
 
@@ -136,3 +140,60 @@ def test_a_plan_written_while_the_reconcile_writes_the_status_is_written_once() 
     assert responder.handle(p0_signal("GPUCriticalXid")) is not None
     assert responder.idle()
     assert kube.conflicts == 1 and [r["phase"] for r in kube.records(NS, JOB)] == [Phase.SUCCEEDED]
+
+
+def test_a_signal_answered_by_an_operator_killed_before_it_planned_is_acted_on_by_the_next() -> None:
+    """The 200 was given (the signal is in the status), then the process died: its queue is lost. A new
+    operator on the same API plans the pending signal on its first pass, and acts on the fault once."""
+    killed, kube, _ = loop_rig()
+    signal = p0_signal("GPUCriticalXid")
+    killed.receive([signal])
+    killed.stop()  # the planner thread never ran: the queue dies with the process
+
+    clock = Clock(T0 + 30)
+    restarted, _, cluster = loop_rig(kube=kube, clock=clock)
+    assert restarted.pending.run() == 1
+    planned = restarted.intake.next(timeout=0)
+    assert planned is not None and record_id(planned) == record_id(signal)
+    assert restarted.planner.try_handle(planned)
+    assert restarted.idle()
+    [record] = kube.records(NS, JOB)
+    assert record["id"] == record_id(signal) and record["phase"] == Phase.SUCCEEDED, record
+    assert [e[0] for e in cluster.effects].count("cordon") == 1
+    assert pending(kube) == []
+    assert restarted.pending.run() == 0, "decided: nothing left to plan"
+
+
+def test_the_pending_pass_waits_for_the_planner_that_answered_and_hands_a_signal_over_once_a_minute() -> None:
+    clock = Clock()
+    responder, _, _ = loop_rig(clock=clock)
+    responder.receive([p0_signal("GPUCriticalXid")])
+    responder.intake.next(timeout=0)  # taken by a planner that then failed
+    assert responder.pending.run() == 0, "within the grace: the planner that answered 200 decides it"
+    clock.now += PENDING_GRACE_S
+    assert responder.pending.run() == 1
+    clock.now += PENDING_RETRY_S / 2
+    assert responder.pending.run() == 0, "handed over a moment ago"
+    clock.now += PENDING_RETRY_S / 2
+    assert responder.pending.run() == 1
+
+
+def test_a_standby_plans_no_pending_signal() -> None:
+    leader, kube, _ = loop_rig()
+    leader.receive([p0_signal("GPUCriticalXid")])
+    standby, _, _ = loop_rig(leader=False, kube=kube, clock=Clock(T0 + 3600))
+    assert standby.pending.run() == 0 and standby.intake.next(timeout=0) is None
+
+
+def test_the_pending_pass_runs_after_resume_in_the_periodic_round() -> None:
+    clock = Clock()
+    responder, _, _ = loop_rig(clock=clock)
+    responder.receive([p0_signal("GPUCriticalXid")])
+    responder.intake.next(timeout=0)
+    clock.now += PENDING_GRACE_S
+    responder.passes()
+    assert responder.intake.next(timeout=0) is not None
+
+
+def pending(kube: FakeKube) -> list[dict[str, object]]:
+    return list((kube.get_monitor(NS, JOB).get("status") or {}).get("pendingSignals") or [])

@@ -1,18 +1,24 @@
 """The planner decides one signal at a time on cluster state read from the watch caches, which may be a
 moment behind its own plans: a cordon it planned counts against the cluster-wide cap before the node's
-annotation reaches the cache, whichever monitor's plan it was."""
+annotation reaches the cache, whichever monitor's plan it was. Deciding a signal removes it from the
+monitor's pending signals, in the record's own write; a transient API error is retried with backoff,
+and a signal not decided stays pending."""
 
 from __future__ import annotations
 
 import copy
 import threading
+from dataclasses import replace
 from typing import Any
 
 from tests.conftest import MONITOR, POLICY
-from tests.kube.fakes import FakeKube
-from tests.remediation.fakes import KEY, p0_signal
+from tests.kube.fakes import FakeKube, refused
+from tests.remediation.fakes import KEY, loop_rig, p0_signal
+from tests.remediation.test_intake import JOB, NS, pending_in
+from tests.remediation.test_pending import copies
 from trainguard.remediation.model import Signal
-from trainguard.remediation.planner import Planner
+from trainguard.remediation.plan import record_id
+from trainguard.remediation.planner import RETRY_DELAYS_S, Planner
 from trainguard.remediation.store import RecordStore
 
 
@@ -127,3 +133,75 @@ def test_mode_off_plans_nothing_and_an_open_breaker_withholds_the_cordon() -> No
         record
     )
     assert [s["kind"] for s in record["steps"]] == ["Notify"]
+
+
+# ---- the pending signals --------------------------------------------------------------------------
+
+
+def test_a_saved_record_removes_the_faults_pending_entries_in_the_same_write() -> None:
+    responder, kube, _ = loop_rig()
+    am, sidecar = copies()[0], copies()[2]
+    responder.receive([sidecar])
+    writes = len(kube.status_writes)
+    assert responder.handle(am) is not None
+    record_write = kube.status_writes[writes]
+    assert [r["phase"] for r in record_write["remediations"]] == ["Planned"]
+    assert record_write["pendingSignals"] == [], "the record and the removal are one write"
+    assert pending_in(kube) == []
+
+
+def test_a_quiet_decision_removes_only_its_own_entry() -> None:
+    responder, kube, _ = loop_rig()
+    first = p0_signal("GPUCriticalXid")
+    responder.handle(first)
+    assert responder.idle()
+    again, other = replace(first, starts_at=first.starts_at + 1), p0_signal("GPULost", "gpu-b")
+    responder.receive([again, other])
+    assert len(pending_in(kube)) == 2
+    assert responder.handle(again) is None  # a duplicate of the record: quiet
+    assert [e["alertname"] for e in pending_in(kube)] == ["GPULost"]
+
+
+def test_a_standby_leaves_the_entry_for_the_leader() -> None:
+    responder, kube, _ = loop_rig(leader=False)
+    signal = p0_signal("GPUCriticalXid")
+    responder.receive([signal])
+    assert responder.handle(signal) is None
+    assert [e["id"] for e in pending_in(kube)] == [record_id(signal)]
+
+
+class Flaky:
+    """kube.Kube's monitor read failing `times` times with `exc`, then reading."""
+
+    def __init__(self, kube: FakeKube, exc: Exception, times: int) -> None:
+        self.kube, self.exc, self.left = kube, exc, times
+        self.get = kube.get_monitor
+
+    def __call__(self, namespace: str, name: str) -> Any:
+        if self.left:
+            self.left -= 1
+            raise self.exc
+        return self.get(namespace, name)
+
+
+def test_a_transient_api_error_is_retried_with_backoff() -> None:
+    responder, kube, _ = loop_rig()
+    signal = p0_signal("GPUCriticalXid")
+    responder.receive([signal])
+    kube.get_monitor = Flaky(kube, refused(503, "etcdserver: request timed out"), 2)  # type: ignore[method-assign]
+    waits: list[float] = []
+    assert responder.planner.try_handle(signal, waits.append)
+    assert waits == list(RETRY_DELAYS_S[:2])
+    assert len(kube.records(NS, JOB)) == 1 and pending_in(kube) == []
+
+
+def test_a_refusal_is_not_retried_and_an_outage_is_given_up_on_with_the_entry_kept() -> None:
+    for exc, times, tries in ((refused(403, "forbidden"), 1, 0), (refused(503, "unavailable"), 99, 5)):
+        responder, kube, _ = loop_rig()
+        signal = p0_signal("GPUCriticalXid")
+        responder.receive([signal])
+        kube.get_monitor = Flaky(kube, exc, times)  # type: ignore[method-assign]
+        waits: list[float] = []
+        assert not responder.planner.try_handle(signal, waits.append)
+        assert len(waits) == tries
+        assert kube.records(NS, JOB) == [] and [e["id"] for e in pending_in(kube)] == [record_id(signal)]

@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 
+from tests.kube.fakes import refused
 from tests.processes import alertmanager, http_json, wait_for
+from tests.remediation.fakes import loop_rig
 from tests.remediation.identities import FakeReviews
 from tests.remediation.intake import (
     IDENTITY,
@@ -35,6 +37,7 @@ from tests.remediation.intake import (
 from trainguard.exporter.fastpath import FastPathSender, event
 from trainguard.remediation import tokens
 from trainguard.remediation.model import Signal, Source
+from trainguard.remediation.pending import NotRecorded
 from trainguard.remediation.receiver import Receiver, ReceiverConfig
 from trainguard.remediation.senders import Senders
 
@@ -52,6 +55,8 @@ def intake(certs: Path) -> Iterator[Intake]:
         holder["i"].calls.append(signals)
         if holder["i"].fail:
             raise RuntimeError("the store is down")
+        if holder["i"].unrecorded:
+            raise NotRecorded("the apiserver answered 503")
 
     receiver = Receiver(
         config, on_signals, accepting=lambda: not holder["i"].standby, clock=lambda: NOW, senders=senders()
@@ -307,6 +312,50 @@ def test_a_standby_replica_answers_503_with_retry_after(intake: Intake) -> None:
     assert intake.calls == []
     intake.standby = False
     assert post(intake, "/v1/alerts", am_payload(xid()), alerts_token())[0] == 200
+
+
+def test_signals_that_could_not_be_recorded_are_503_with_retry_after(intake: Intake) -> None:
+    intake.unrecorded = True
+    for path, body, token in (("/v1/alerts", am_payload(xid()), alerts_token()),
+                              ("/v1/events", event("GPULost", IDENTITY | {"gpu": "0"}, "lost", NOW), SENDER_TOKEN)):  # fmt: skip
+        status, answer, headers = post(intake, path, body, token)
+        assert status == 503 and int(headers["Retry-After"]) > 0 and "retry" in answer["error"], answer
+    intake.unrecorded = False
+    assert post(intake, "/v1/alerts", am_payload(xid()), alerts_token())[0] == 200
+
+
+def test_a_200_means_the_signal_is_in_the_monitors_status(certs: Path) -> None:
+    """The receiver wired to the P0 loop as the operator wires it (its planner not started): the answer
+    comes after the write, and a failed write is a 503 the sender retries."""
+    loop, kube, _ = loop_rig()
+    config = ReceiverConfig("127.0.0.1", 0, str(certs / "tls.crt"), str(certs / "tls.key"), KEY)
+    results: list[tuple[str, str]] = []
+    receiver = Receiver(config, loop.receive, clock=lambda: NOW, observe=lambda s, r: results.append((s, r)))
+    it = Intake(receiver, str(certs / "ca.crt"))
+    receiver.start()
+    try:
+        labels = xid("3", training_job="llama-pretrain")
+        status, _, _ = post(it, "/v1/alerts", am_payload(labels), alerts_token(name="llama-pretrain"))
+        assert status == 200
+        [entry] = kube.get_monitor("ml", "llama-pretrain")["status"]["pendingSignals"]
+        assert (entry["alertname"], entry["labels"]["gpu"], entry["source"]) == (
+            "GPUCriticalXid",
+            "3",
+            "alertmanager",
+        )
+
+        def down(*args: Any, **kw: Any) -> None:
+            raise refused(503, "etcdserver: leader changed")
+
+        kube.patch_status = down  # type: ignore[method-assign]
+        status, _, headers = post(
+            it, "/v1/alerts", am_payload(labels | {"gpu": "4"}), alerts_token(name="llama-pretrain")
+        )
+        assert status == 503 and int(headers["Retry-After"]) > 0
+        assert results == [("alertmanager", "accepted"), ("alertmanager", "failed")]
+    finally:
+        receiver.stop()
+        loop.stop()
 
 
 def test_a_failure_to_take_the_signals_in_is_500_and_logged(

@@ -489,6 +489,35 @@ class RemediationRecord(Model):
     )
 
 
+PENDING_SIGNALS_MAX = 32
+PENDING_LABELS_MAX = 32
+PENDING_LABEL_VALUE_MAX = 256
+PendingLabelValue = Annotated[str, Field(max_length=PENDING_LABEL_VALUE_MAX)]
+
+
+class PendingSignal(Model):
+    """A signal the receiver answered 200 for and the planner has not decided yet. Written to the status
+    before the answer, removed by the planner in the write that decides it, and planned again by the
+    leader's pass when an operator was killed or lost leadership in between (docs/p0-response.md)."""
+
+    id: str = Field(
+        max_length=128,
+        description="The alert instance: the fingerprint and the start in unix seconds, as the record it "
+        "becomes is named.",
+    )
+    alertname: str = Field(max_length=128)
+    severity: str = Field(max_length=16)
+    labels: dict[str, PendingLabelValue] = Field(
+        default_factory=dict,
+        max_length=PENDING_LABELS_MAX,
+        description="The alert's labels (those that fit the bounds; the identifying ones always do).",
+    )
+    fingerprint: str = Field(max_length=64)
+    source: Literal["alertmanager", "sidecar", "operator"]
+    starts_at: str = Field(max_length=40, description="RFC 3339: when the fault started, as the sender said.")
+    received: str = Field(max_length=40, description="RFC 3339: when the receiver took it in.")
+
+
 class TrainingJobMonitorStatus(Model):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list, max_length=16)
@@ -500,6 +529,12 @@ class TrainingJobMonitorStatus(Model):
         description="The receiver Secret trainguard wrote inline values into; emptied once none are left.",
     )
     remediations: list[RemediationRecord] = Field(default_factory=list, max_length=50)
+    pending_signals: list[PendingSignal] = Field(
+        default_factory=list,
+        max_length=PENDING_SIGNALS_MAX,
+        description="Signals answered 200 and not decided yet, oldest first, one per fault; the planner "
+        "removes each as it decides it.",
+    )
 
 
 class TrainingJobMonitor(Model):

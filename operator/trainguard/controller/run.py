@@ -234,7 +234,7 @@ def run(opts: OperatorOptions) -> None:
         shared["server"] = start_receiver(
             opts,
             shared.get("receiver"),
-            remediation.submit,
+            remediation.receive,
             leader,
             metrics,
             tls=certs.tls if certs is not None else None,

@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException as ApiError
 from kubernetes.config import ConfigException as ConfigError
 
@@ -21,6 +22,7 @@ __all__ = [
     "is_not_found",
     "namespace_terminating",
     "on_conflict",
+    "retryable",
     "transient",
 ]
 
@@ -74,6 +76,14 @@ def namespace_terminating(exc: BaseException) -> bool:
 def transient(exc: ApiError) -> bool:
     """Worth retrying soon: the API was unavailable or busy, not refusing the object."""
     return exc.status is None or exc.status in {0, 429} or exc.status >= 500
+
+
+def retryable(exc: BaseException) -> bool:
+    """Any failure worth trying again soon: a transient refusal, or the API not reached at all (the
+    connection refused or lost, a timeout), which the client raises as urllib3's errors."""
+    if isinstance(exc, ApiError):
+        return transient(exc)
+    return isinstance(exc, urllib3.exceptions.HTTPError | OSError)
 
 
 def on_conflict(fn: Callable[[], T], retries: int = CONFLICT_RETRIES) -> T:

@@ -1,6 +1,11 @@
 """Signals in: the receiver's request threads hand over what Alertmanager and the sidecars post, and the
-operator's own detection adds what it sees. Quick by design: a firing signal is queued for the one
-planning thread, and a sidecar's P0 is paged into Alertmanager at once, off the request's thread."""
+operator's own detection adds what it sees. A firing signal is queued for the one planning thread, and a
+sidecar's P0 is paged into Alertmanager at once, off the request's thread.
+
+What the receiver hands over is made durable first (`Intake.receive`): every signal that could be acted
+on is written to its monitor's `status.pendingSignals`, one status patch per monitor, under the
+monitor's lock, before the receiver answers 200; a failed write raises `pending.NotRecorded` (503). A
+signal `plan.triage` drops on the monitor in the watch cache costs no write and is not queued."""
 
 from __future__ import annotations
 
@@ -9,10 +14,14 @@ import queue
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
+from typing import Any, Protocol
 
+from trainguard.api import monitor_of
 from trainguard.clients import alertmanager
-from trainguard.remediation import paging
+from trainguard.remediation import paging, pending
 from trainguard.remediation.model import Signal
+from trainguard.remediation.plan import triage
+from trainguard.remediation.store import RecordStore
 
 log = logging.getLogger("trainguard.remediation")
 
@@ -41,22 +50,109 @@ class Pager:
                         signal.alertname, signal.namespace, signal.training_job, exc)  # fmt: skip
 
 
+class MonitorCache(Protocol):
+    """kube.ClusterCache's monitors of a namespace."""
+
+    def monitors_in(self, namespace: str, timeout: float | None = None) -> list[dict[str, Any]]: ...
+
+
 class Intake:
-    def __init__(self, pool: Executor, pager: Pager | None = None, size: int = QUEUE_SIZE) -> None:
+    def __init__(
+        self,
+        pool: Executor,
+        pager: Pager | None = None,
+        size: int = QUEUE_SIZE,
+        *,
+        store: RecordStore | None = None,
+        monitors: MonitorCache | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """`store` and `monitors` make `receive` durable; without them it only queues."""
         self.queue: queue.Queue[Signal] = queue.Queue(maxsize=size)
         self.pool = pool
         self.pager = pager
+        self.store = store
+        self.monitors = monitors
+        self.clock = clock
 
     def submit(self, signals: list[Signal]) -> None:
+        """Queue the firing signals for the planner (and page a sidecar's P0): the detection pass's,
+        which finds the same faults again each pass."""
+        self.replay(signals)
+        self._page(signals)
+
+    def replay(self, signals: list[Signal]) -> None:
+        """Queue the firing signals for the planner, nothing more: the pending signals planned again
+        (paged, where they were, when they came in)."""
         for s in signals:
             if s.firing:
                 self.queue.put_nowait(s)
-                if self.pager is not None and self.pager.wants(s):
-                    # off the receiver's thread: a slow Alertmanager must not hold the sidecar's post
-                    self.pool.submit(self.pager.page, s)
+
+    def receive(self, signals: list[Signal]) -> None:
+        """The receiver's hand-over: page, record the signals that could be acted on in their monitors'
+        status (raises pending.NotRecorded when that fails), then queue them for the planner."""
+        self._page(signals)
+        for s in self.record(signals):
+            self.queue.put_nowait(s)
+
+    def record(self, signals: list[Signal]) -> list[Signal]:
+        """Write the firing signals that could be acted on to their monitors' status.pendingSignals; returns
+        the signals to plan. A monitor the watch cache does not know (gone, or never there) or holds
+        invalid has nothing to do: the cache knows a monitor long before its rules or sidecars can
+        send anything."""
+        firing = [s for s in signals if s.firing]
+        if self.store is None or self.monitors is None:
+            return firing
+        by_monitor: dict[tuple[str, str], list[Signal]] = {}
+        for s in firing:
+            by_monitor.setdefault((s.namespace, s.training_job), []).append(s)
+        keep: list[Signal] = []
+        for (ns, name), group in sorted(by_monitor.items()):
+            try:
+                cached = next((m for m in self.monitors.monitors_in(ns) if _name(m) == name), None)
+            except Exception as exc:  # NotSynced: the cache cannot say yet
+                raise pending.NotRecorded(f"the monitors of {ns} cannot be read yet: {exc}") from exc
+            monitor = monitor_of(cached) if cached is not None else None
+            relevant = [] if monitor is None else [s for s in group if triage(s, monitor) is None]
+            if relevant:
+                keep += self._write(ns, name, relevant)
+        return keep
+
+    def _write(self, ns: str, name: str, signals: list[Signal]) -> list[Signal]:
+        assert self.store is not None
+        try:
+            with self.store.lock(ns, name):
+                body = self.store.api.get_monitor(ns, name)
+                if body is None:
+                    return []  # deleted since the cache saw it: nothing to do
+                current = pending.pending_of(body)
+                updated, refused = pending.with_signals(current, signals, self.clock())
+                if refused:
+                    raise pending.NotRecorded(
+                        f"{ns}/{name} holds {len(current)} pending signals, the most it keeps; retry"
+                    )
+                if updated != current:
+                    self.store.api.patch_status("trainingjobmonitors", ns, name, {"pendingSignals": updated})
+        except pending.NotRecorded:
+            raise
+        except Exception as exc:
+            raise pending.NotRecorded(f"cannot record the signals of {ns}/{name}: {exc}") from exc
+        return signals
+
+    def _page(self, signals: list[Signal]) -> None:
+        if self.pager is None:
+            return
+        for s in signals:
+            if s.firing and self.pager.wants(s):
+                # off the receiver's thread: a slow Alertmanager must not hold the sidecar's post
+                self.pool.submit(self.pager.page, s)
 
     def next(self, timeout: float) -> Signal | None:
         try:
             return self.queue.get(timeout=timeout)
         except queue.Empty:
             return None
+
+
+def _name(body: dict[str, Any]) -> str:
+    return str((body.get("metadata") or {}).get("name") or "")

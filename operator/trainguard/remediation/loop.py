@@ -15,13 +15,14 @@ from trainguard.remediation.detect import NodeDownSettings
 from trainguard.remediation.dispatch import Dispatcher
 from trainguard.remediation.executor import Executor
 from trainguard.remediation.guardrails import ACT, Guardrails
-from trainguard.remediation.intake import Intake, Pager
+from trainguard.remediation.intake import Intake, MonitorCache, Pager
 from trainguard.remediation.model import Signal
 from trainguard.remediation.ops import ClusterOps
 from trainguard.remediation.passes import (
     CordonNoticePass,
     EscalationPass,
     FleetReads,
+    PendingPass,
     PolicyReads,
     ResumePass,
     WatchPass,
@@ -32,8 +33,8 @@ from trainguard.remediation.store import MonitorAPI, Record, RecordStore
 PAGING_WORKERS = 2
 
 
-class LoopReads(FleetReads, PolicyReads, Protocol):
-    """Everything the passes read (kube.ClusterCache)."""
+class LoopReads(FleetReads, PolicyReads, MonitorCache, Protocol):
+    """Everything the intake and the passes read (kube.ClusterCache)."""
 
 
 class RemediationLoop:
@@ -63,7 +64,8 @@ class RemediationLoop:
         # page must not wait behind running remediations
         self.paging = ThreadPoolExecutor(max_workers=PAGING_WORKERS, thread_name_prefix="trainguard-paging")
         self.store = RecordStore(api, lock, on_step, key=key)
-        self.intake = Intake(self.paging, Pager(alertmanager_url, clock) if alertmanager_url else None)
+        pager = Pager(alertmanager_url, clock) if alertmanager_url else None
+        self.intake = Intake(self.paging, pager, store=self.store, monitors=reads, clock=clock)
         self.dispatcher = Dispatcher(self.store, cluster, self.pool, key=key, leader=leader, mode=mode,
                                      alertmanager_url=alertmanager_url, executor_factory=executor_factory)  # fmt: skip
         guard = guardrails or Guardrails()
@@ -72,6 +74,7 @@ class RemediationLoop:
         self.planner = Planner(self.store, cluster, self.dispatcher, leader=leader, clock=clock, guardrails=guard,
                                mode=mode, breaker=self.breaker.evaluate, policy=reads.policy)  # fmt: skip
         self.resume = ResumePass(reads, self.dispatcher, leader)
+        self.pending = PendingPass(reads, self.intake, leader, clock)
         self.watch = WatchPass(
             reads, self.intake, leader, alertmanager_url, clock, settings=node_down or NodeDownSettings()
         )
@@ -79,17 +82,24 @@ class RemediationLoop:
         self.cordon_notices = CordonNoticePass(reads, cluster, leader, alertmanager_url, clock)
         self._stop = threading.Event()
 
+    def receive(self, signals: list[Signal]) -> None:
+        """The receiver's callback: returns once the signals that could be acted on are in their monitors'
+        status (raises pending.NotRecorded, a 503, when they could not be written)."""
+        self.intake.receive(signals)
+
     def submit(self, signals: list[Signal]) -> None:
-        """The receiver's callback (and the detection pass's)."""
+        """Queue signals without recording them (the detection pass finds its faults again each pass)."""
         self.intake.submit(signals)
 
     def handle(self, signal: Signal) -> Record | None:
         return self.planner.handle(signal)
 
     def passes(self) -> None:
-        """One periodic round, in order: resume unfinished records first, then step the circuit breaker,
-        escalate, announce (detection runs on its own, faster loop: `detect`)."""
+        """One periodic round, in order: resume unfinished records first, plan the pending signals no
+        planner decided, then step the circuit breaker, escalate, announce (detection runs on its own,
+        faster loop: `detect`)."""
         self.resume.run()
+        self.pending.run()
         self.breaker.run()
         self.escalate.run()
         self.cordon_notices.run()

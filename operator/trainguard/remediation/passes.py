@@ -1,6 +1,6 @@
 """The P0 loop's periodic passes on the leader, each a small object with `run() -> int` (how many things
-it did), reading the watch caches: resume the records a killed operator left unfinished, detect the
-faults no exporter reports, escalate unacknowledged P1s, and announce the nodes trainguard holds
+it did), reading the watch caches: resume the records a killed operator left unfinished, plan the
+signals it answered 200 for and never decided, detect the faults no exporter reports, escalate unacknowledged P1s, and announce the nodes trainguard holds
 cordoned. controller/run.py runs them on a thread of their own (controller/periodic.py)."""
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from trainguard.api.common import LabelSelector
 from trainguard.clients import alertmanager
 from trainguard.kube.errors import NotSynced, Stale
 from trainguard.kube.objects import Hearing
-from trainguard.remediation import detect, escalation, notices, records
+from trainguard.remediation import detect, escalation, notices, pending, records
 from trainguard.remediation.dispatch import Dispatcher
 from trainguard.remediation.intake import Intake
 from trainguard.remediation.model import Signal
+from trainguard.remediation.plan import record_id as plan_id
 from trainguard.remediation.store import records_of
 from trainguard.render.policy import effective_policy
 
@@ -88,6 +89,43 @@ class ResumePass:
                     )
                     started += 1
         return started
+
+
+PENDING_GRACE_S = 10.0
+"""How old a pending signal is before the pass plans it: the planner that answered 200 decides it within
+a second; one still pending after this was left by a killed operator, a lost leadership or an error."""
+PENDING_RETRY_S = 60.0
+"""How long the pass waits before it hands the same pending signal to the planner again."""
+
+
+@dataclass
+class PendingPass:
+    """Hand the planner the pending signals (remediation/pending.py) no planner decided, oldest first
+    across the monitors: an operator killed between the 200 and the plan still acts on the fault. Each
+    goes through the planning queue, so the cordon cap is still decided one signal at a time; the
+    planner reads the monitor again and removes the entry as it decides it."""
+
+    reads: MonitorReads
+    intake: Intake
+    leader: Callable[[], bool]
+    clock: Callable[[], float] = time.time
+    grace_s: float = PENDING_GRACE_S
+    retry_s: float = PENDING_RETRY_S
+    _handed: dict[str, float] = field(default_factory=dict)
+
+    def run(self) -> int:
+        if not self.leader():
+            return 0
+        now = self.clock()
+        entries = [e for body, _ in valid_monitors(self.reads) for e in pending.pending_of(body)]
+        self._handed = {k: t for k, t in self._handed.items() if now - t < self.retry_s}
+        due = [s for s in pending.due(entries, now, self.grace_s) if plan_id(s) not in self._handed]
+        for s in due:
+            self._handed[plan_id(s)] = now
+            log.info("planning %s for %s/%s, pending since an earlier replica or try answered 200",
+                     s.alertname, s.namespace, s.training_job)  # fmt: skip
+        self.intake.replay(due)
+        return len(due)
 
 
 @dataclass

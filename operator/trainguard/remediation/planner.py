@@ -1,6 +1,9 @@
 """Plans, one signal at a time: on the leader, one thread takes the queued signals in order, so the
 cluster-wide cordon cap is decided on one signal at a time. Each plan is written to the monitor's
-status before anything is done, then handed to the dispatcher."""
+status before anything is done, then handed to the dispatcher. Deciding a signal removes it from the
+monitor's status.pendingSignals (remediation/pending.py), in the record's own write when there is one;
+a signal not decided (a standby now, an error) stays there for the leader's PendingPass. A transient
+API error is retried with backoff before the signal is left to that pass."""
 
 from __future__ import annotations
 
@@ -15,7 +18,9 @@ from typing import Any, Protocol
 from trainguard.api import PolicyProblem, TrainingJobMonitor, policies_for
 from trainguard.api.common import LabelSelector
 from trainguard.catalog import ALERTS_BY_NAME
-from trainguard.remediation import records
+from trainguard.kube.errors import NotSynced
+from trainguard.kube.errors import retryable as api_retryable
+from trainguard.remediation import pending, records
 from trainguard.remediation.dispatch import Dispatcher
 from trainguard.remediation.guardrails import ACT, OFF, Guardrails
 from trainguard.remediation.intake import Intake
@@ -28,6 +33,8 @@ log = logging.getLogger("trainguard.remediation")
 
 PLAN_ATTEMPTS = 3
 """Plans of one signal tried when the monitor keeps changing under the record's conditional write."""
+RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0)
+"""Backoff between the tries of a signal whose planning met a transient API error."""
 
 PLANNED_MEMORY_S = 3600.0
 """How long a planned cordon counts without its annotation (a cordon that failed is not retried)."""
@@ -89,10 +96,6 @@ class Planner:
             return None
         ns, name = signal.namespace, signal.training_job
         mode = self.mode()
-        if mode == OFF:
-            log.info("%s for %s/%s: remediation is off operator-wide (--remediation-mode off); nothing planned",
-                     signal.alertname, ns, name)  # fmt: skip
-            return None
         with self.store.lock(ns, name):
             found = self.store.read(ns, name)
             if found is None:
@@ -100,10 +103,16 @@ class Planner:
                             signal.alertname, ns, name)  # fmt: skip
                 return None
             body, monitor = found
+            if mode == OFF:
+                log.info("%s for %s/%s: remediation is off operator-wide (--remediation-mode off); nothing planned",
+                         signal.alertname, ns, name)  # fmt: skip
+                self._forget(body, signal)
+                return None
             signal, disabled = self._as_policy_says(signal, monitor)
             dropped = disabled or triage(signal, monitor)
             if dropped:  # decided before any cluster state is read
                 log.info("%s for %s/%s: %s", signal.alertname, ns, name, dropped)
+                self._forget(body, signal)
                 return None
             now = self.clock()
             cordons = self._cordons(now)
@@ -129,9 +138,12 @@ class Planner:
                                 signal.source, decided.skipped)  # fmt: skip
                 else:
                     log.info("%s for %s/%s: %s", signal.alertname, ns, name, decided.skipped)
+                self._forget(body, signal)
                 return None
             record = self.store.create(
-                body, records.new_record(decided, self.clock())
+                body,
+                records.new_record(decided, self.clock()),
+                also=lambda fresh: _without_decided(fresh, signal),
             )  # before anything is done
             for step in decided.steps:
                 if step.kind == StepKind.CORDON and not decided.dry_run and step.params.get("node"):
@@ -174,16 +186,53 @@ class Planner:
     def run(self, intake: Intake, stop: threading.Event) -> None:
         while not stop.is_set():
             signal = intake.next(timeout=0.5)
-            if signal is None:
-                continue
+            if signal is not None:
+                self.try_handle(signal, stop.wait)
+
+    def try_handle(self, signal: Signal, wait: Callable[[float], object] = time.sleep) -> bool:
+        """handle(), tried again after each of RETRY_DELAYS_S while it meets a transient API error; True
+        once it ran through. A signal it gives up on stays pending in the monitor's status."""
+        what = f"{signal.alertname} for {signal.namespace}/{signal.training_job}"
+        for delay in (*RETRY_DELAYS_S, None):
             try:
-                for _ in range(PLAN_ATTEMPTS):
-                    try:
-                        self.handle(signal)
-                        break
-                    except records.Superseded as exc:  # the monitor changed under the plan's write
-                        log.info("planning %s again: %s", signal.alertname, exc)
-            except Exception:
-                log.exception(
-                    "planning %s for %s/%s failed", signal.alertname, signal.namespace, signal.training_job
-                )
+                self._attempt(signal)
+                return True
+            except Exception as exc:
+                if delay is None or not retryable(exc):
+                    log.exception("planning %s failed; it stays pending for the leader's next pass", what)
+                    return False
+                log.warning("planning %s met a transient error, retried in %.1fs: %s", what, delay, exc)
+                if wait(delay):
+                    return False  # stopping
+        return False
+
+    def _attempt(self, signal: Signal) -> None:
+        for _ in range(PLAN_ATTEMPTS):
+            try:
+                self.handle(signal)
+                return
+            except records.Superseded as exc:  # the monitor changed under the plan's write
+                log.info("planning %s again: %s", signal.alertname, exc)
+
+    def _forget(self, body: dict[str, Any], signal: Signal) -> None:
+        """Drop a signal decided without a record from the monitor's pendingSignals."""
+        waiting = pending.pending_of(body)
+        rest = pending.without(waiting, signal, recorded=False)
+        if rest != waiting:
+            meta = body["metadata"]
+            self.store.api.patch_status("trainingjobmonitors", meta["namespace"], meta["name"],
+                                        {"pendingSignals": rest})  # fmt: skip
+
+
+def _without_decided(body: dict[str, Any], signal: Signal) -> dict[str, Any]:
+    """The status fields the record's own write also carries: pendingSignals less every entry of the
+    fault the record handles (none when nothing changes)."""
+    waiting = pending.pending_of(body)
+    rest = pending.without(waiting, signal, recorded=True)
+    return {"pendingSignals": rest} if rest != waiting else {}
+
+
+def retryable(exc: BaseException) -> bool:
+    """An error worth trying again soon: the API busy or unavailable, the connection lost, a watch cache
+    not synced yet; not the API refusing what was asked."""
+    return api_retryable(exc) or isinstance(exc, NotSynced)

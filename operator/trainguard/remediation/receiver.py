@@ -4,7 +4,10 @@ events (POST /v1/events).
 A request is answered in this order: the path (404), the method (405), a standby replica (503 with
 Retry-After: Alertmanager and the sidecars retry on 5xx), the bearer token's presence (401), the
 Content-Length (400, before a byte of the body is read), the body (400 naming the field), the sender,
-then `on_signals`, and 200 once it returned (500 if it raised). The sender of /v1/alerts holds the
+then `on_signals`, and 200 once it returned: the operator's `on_signals` returns once every signal that
+could be acted on is in its monitor's status, so a 200 means the signal will be acted on; it raises
+pending.NotRecorded when that write failed: 503 with Retry-After, and the sender posts again (500 if it
+raised anything else). The sender of /v1/alerts holds the
 monitor's "alerts" token for every monitor the body names (401); the sender of /v1/events is a pod
 whose projected ServiceAccount token a TokenReview verifies (`senders`, remediation/senders.py: 401
 for a token that names no pod, 403 naming why that pod may not speak for the monitor, 503 when the
@@ -29,6 +32,7 @@ from typing import Any, Protocol
 from trainguard.remediation import tokens
 from trainguard.remediation.identity import Refused
 from trainguard.remediation.model import Signal
+from trainguard.remediation.pending import NotRecorded
 from trainguard.remediation.signals import PayloadError, from_alertmanager, from_fastpath
 
 log = logging.getLogger("trainguard.remediation.receiver")
@@ -77,11 +81,14 @@ class ReceiverConfig:
 
 
 class _Reject(Exception):
-    def __init__(self, status: int, reason: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, status: int, reason: str, headers: dict[str, str] | None = None, result: str | None = None
+    ) -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
         self.headers = headers or {}
+        self.result = result or RESULTS.get(status, "invalid")
 
 
 def _bearer(header: str | None) -> str | None:
@@ -222,7 +229,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 class Receiver:
     """Serves the intake on a daemon thread. `on_signals` runs on the request's thread (several may
-    run at once); the answer waits for it, so a 200 means the signals were taken in."""
+    run at once); the answer waits for it, so a 200 means the signals were taken in (recorded, with the
+    operator's intake) and a NotRecorded it raises is a 503 with Retry-After."""
 
     def __init__(
         self,
@@ -290,7 +298,7 @@ class Receiver:
             answer = self._decide(method, path, read)
         except _Reject as r:
             if source is not None:
-                self.observe(source, RESULTS.get(r.status, "invalid"))
+                self.observe(source, r.result)
             raise
         if source is not None:
             self.observe(source, "accepted")
@@ -322,6 +330,11 @@ class Receiver:
             self._monitor_token(path, purpose, token or "", signals)
         try:
             self.on_signals(signals)
+        except NotRecorded as exc:
+            log.warning("%s: %d signal(s) not recorded, answered 503: %s", path, len(signals), exc)
+            raise _Reject(
+                503, "the signals could not be recorded; retry", {"Retry-After": str(RETRY_AFTER_S)}, "failed"
+            ) from None
         except Exception:
             log.exception("%s: handing on %d signal(s) failed", path, len(signals))
             raise _Reject(500, "the signals could not be taken in; retry") from None

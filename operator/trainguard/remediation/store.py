@@ -108,20 +108,27 @@ class RecordStore:
         monitor = monitor_of(body)
         return None if body is None or monitor is None else (body, monitor)
 
-    def _write(self, body: dict[str, Any], record: Record) -> Record:
-        """Write the record into the body's status, conditional on the body's resourceVersion; raises the
-        API's conflict when the monitor was written since `body` was read."""
+    def _write(self, body: dict[str, Any], record: Record, also: dict[str, Any] | None = None) -> Record:
+        """Write the record into the body's status, with the other status fields of `also` in the same
+        write (the planner's pendingSignals), conditional on the body's resourceVersion; raises the API's
+        conflict when the monitor was written since `body` was read."""
         meta = body["metadata"]
         before = next((r for r in records_of(body) if r.get("id") == record.get("id")), None)
         updated = records.with_record(records_of(body), record)
+        status = {"remediations": updated, **(also or {})}
         self.api.patch_status("trainingjobmonitors", meta["namespace"], meta["name"],
-                              {"remediations": updated}, resource_version=_version(body))  # fmt: skip
-        body.setdefault("status", {})["remediations"] = updated
+                              status, resource_version=_version(body))  # fmt: skip
+        body.setdefault("status", {}).update(status)
         for kind, phase in step_changes(before, record):
             self.on_step(kind, phase)
         return record
 
-    def create(self, body: dict[str, Any], record: Record) -> Record:
+    def create(
+        self,
+        body: dict[str, Any],
+        record: Record,
+        also: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> Record:
         """Sign a new record and write it into the body's status (under the monitor's lock, the body read
         fresh by the caller, who planned on it). On a conflict the monitor is read again: when its spec
         and records are those the plan was made on, the record is written onto the fresh body; else
@@ -134,7 +141,7 @@ class RecordStore:
         current = body
         for _ in range(WRITE_ATTEMPTS):
             try:
-                self._write(current, signed)
+                self._write(current, signed, also(current) if also else None)
             except Exception as exc:
                 if not is_conflict(exc):
                     raise
