@@ -171,4 +171,4 @@ def test_a_node_that_stops_renewing_its_lease_is_cordoned_within_30s(operator: C
         assert took <= BOUND_S, (took, records(operator, ns))
         got = node_down_records(operator, ns)
         assert got and got[0]["node"] == dying, got
-        assert [s["kind"] for s in got[0]["steps"]][:3] == ["RequestCheckpoint", "Cordon", "Taint"]
+        assert [s["kind"] for s in got[0]["steps"]][:3] == ["Cordon", "Taint", "RequestCheckpoint"]

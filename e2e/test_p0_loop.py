@@ -96,7 +96,7 @@ def test_an_alert_naming_a_node_the_job_does_not_use_cordons_nothing(
 ) -> None:
     """With the job's own Alertmanager token (what anyone who can post to Alertmanager's API gets
     delivered): a node the job has no pod on, and the job's own node whose sidecar saw no such fault."""
-    pods = start_job(operator, ns)
+    pods = start_job(operator, ns, {"maxCordonedNodes": 3})  # the cap must not be what stops it
     used = {p.spec.node_name for p in pods}
     other = next(n.metadata.name for n in operator.core.list_node().items if n.metadata.name not in used)
     token = tokens.derive(operator_key(operator), tokens.ALERTS, ns, "llama-pretrain")

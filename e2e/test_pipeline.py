@@ -88,8 +88,18 @@ def test_a_node_fault_is_checkpointed_cordoned_and_the_gang_resumes_on_a_healthy
         # stays broken: the operator's TrainguardNodeCordoned (P2: e-mail and ticket) says so.
         (record,) = records(cluster, ns)
         kinds = [s["kind"] for s in record["steps"]]
-        assert kinds == ["RequestCheckpoint", "Cordon", "Taint", "RestartGang", "ConfirmPlacement"], record
-        checkpoint = record["steps"][0]["detail"]
+        assert kinds == [
+            "ConfirmFault",
+            "Cordon",
+            "Taint",
+            "RequestCheckpoint",
+            "RestartGang",
+            "ConfirmPlacement",
+        ], record
+        assert record["steps"][0]["detail"].startswith(f"confirmed by the sidecar of {a.name} on {a.node}"), (
+            record
+        )
+        checkpoint = record["steps"][3]["detail"]
         assert "saved on" in checkpoint, checkpoint
         saved = int(float(checkpoint.split("checkpoint step ")[1].split()[0]))
         node = cluster.core.read_node(a.node)
@@ -201,7 +211,7 @@ def test_one_fault_by_the_fast_path_and_by_alertmanager_acts_once(
         wait_for("the operator's decision on Alertmanager's DBE", lambda: len(decisions(cluster, ns, dbe, OPERATOR))
                  >= expected or len(records(cluster, ns)) > 1, timeout=60)  # fmt: skip
         (record,) = records(cluster, ns)
-        assert [s["kind"] for s in record["steps"]] == ["Cordon", "Taint"], record
+        assert [s["kind"] for s in record["steps"]] == ["ConfirmFault", "Cordon", "Taint"], record
         # the sidecar's events came in as its pod (its bound ServiceAccount token), none was refused
         fast = scrape(cluster.metrics_url(OPERATOR))
         assert (value(fast, "trainguard_operator_signals_received_total", source="fastpath", result="accepted")
@@ -257,7 +267,14 @@ def test_an_operator_killed_during_a_remediation_completes_it_exactly_once(
         (record,) = finished(cluster, ns)
         assert record["phase"] == "Succeeded", record
         kinds = [s["kind"] for s in record["steps"]]
-        assert kinds == ["RequestCheckpoint", "Cordon", "Taint", "RestartGang", "ConfirmPlacement"], record
+        assert kinds == [
+            "ConfirmFault",
+            "Cordon",
+            "Taint",
+            "RequestCheckpoint",
+            "RestartGang",
+            "ConfirmPlacement",
+        ], record
         wait_for("the new gang running", lambda: len(pods.running()) == 2 and not ({r.name for r in pods.running()}
                  & {a.name, b.name}), timeout=60)  # fmt: skip
         time.sleep(4)
@@ -277,7 +294,7 @@ def test_dry_run_records_the_whole_plan_and_changes_nothing(
         (record,) = finished(cluster, ns, timeout=60)
         assert record["dryRun"] is True
         assert [s["kind"] for s in record["steps"]] == [
-            "RequestCheckpoint", "Cordon", "Taint", "RestartGang", "ConfirmPlacement"]  # fmt: skip
+            "ConfirmFault", "Cordon", "Taint", "RequestCheckpoint", "RestartGang", "ConfirmPlacement"]  # fmt: skip
         assert {s["phase"] for s in record["steps"]} == {"DryRun"}
         time.sleep(3)
         assert not cluster.core.read_node(a.node).spec.unschedulable
