@@ -7,6 +7,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 from tests.conftest import MONITOR
 from trainguard.drill.run import Clock, Drill, Options, make_plan
 from trainguard.drill.scenarios import SCENARIOS, PodView, Stage
@@ -299,3 +301,13 @@ def test_when_a_still_firing_alert_cannot_be_silenced_dry_run_stays_on_and_the_f
     (problem,) = o.cleanup.problems
     assert "kubectl -n ml patch trainingjobmonitor llama-pretrain --type merge" in problem
     assert """-p '{"spec":{"remediation":{"dryRun":false}}}'""" in problem
+
+
+@pytest.mark.parametrize("name", ["node-down", "partition"])
+def test_acting_on_a_synthetic_alert_is_refused_before_anything_is_posted(name: str) -> None:
+    """The operator acts on a GPUNodeDown only for a node its cache shows not Ready: a synthetic one would be
+    refused, and the drill would time out saying nothing useful. It says why, and what to drill instead."""
+    d, am = drill(World(), name, lambda w: None, allow_actions=True)
+    with pytest.raises(ValueError, match=r"--allow-actions cannot drill .*multi-node --allow-actions"):
+        make_plan(d.o, d.cluster, d.sidecars)
+    assert am.posted == []

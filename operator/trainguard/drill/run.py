@@ -136,6 +136,13 @@ def make_plan(o: Options, cluster: Cluster, sidecars: Sidecars) -> Plan:
         for p in cluster.pods(monitor.spec.selector.to_selector_string())
     ]
     targets = choose_targets(o.scenario, pods)
+    if o.allow_actions and targets.synthetic:
+        raise ValueError(
+            f"--allow-actions cannot drill {o.scenario.name}: its alerts are synthetic ({targets.why}), and the "
+            f"operator acts on a claim only once the cluster confirms it (a GPUNodeDown for a node its cache "
+            f"shows not Ready), so nothing would be done. Drill it in dry run (without --allow-actions), or drill "
+            f"a real remediation with a fault the sidecars see: --scenario multi-node --allow-actions"
+        )
     action = expected_action(o.scenario.alerts, monitor.spec.remediation)
     return Plan(monitor, raw if isinstance(raw, bool) else None, targets, action,
                 applicable(o.scenario, action, o.allow_actions))  # fmt: skip
