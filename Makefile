@@ -100,6 +100,7 @@ bench: bootstrap node-exporter
 	$(PY) bench/scale.py
 	$(PY) bench/pipeline.py --injections 4 --per-class 3
 	$(PY) bench/ettr.py
+	$(PY) bench/signal_handling.py
 
 # fault to cordon and to training resumed through the whole pipeline, by path and fault class, at its full
 # defaults (about 45 minutes on 2 cores; make bench runs it with fewer injections; bench/ettr.py reads its

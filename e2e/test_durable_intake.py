@@ -24,8 +24,11 @@ from kubernetes.client.exceptions import ApiException
 
 from e2e.cluster import Cluster
 from e2e.monitors import MON, start_job
+from e2e.podprocesses import bound_token
 from e2e.receiver import alert_payload, operator_key, post, records
+from e2e.sidecars import sidecar_that_saw
 from tests.processes import wait_for
+from trainguard.catalog.events import EVENTS_AUDIENCE
 from trainguard.remediation import tokens
 
 pytestmark = pytest.mark.e2e
@@ -108,13 +111,15 @@ def test_a_p0_answered_200_is_acted_on_by_the_next_operator_when_the_first_is_ki
             operator.operators.remove(proc)
     assert records(operator, ns) == [] and len(pending(operator, ns)) == 1
     assert not operator.core.read_node(node).spec.unschedulable
-    # a new replica (a higher priority: the killed one's peering entry holds its priority for a minute)
+    # a new replica (a higher priority: the killed one's peering entry holds its priority for a minute);
+    # the node's sidecar saw the XID, which the remediation confirms before it cordons
     operator.start_operator(priority=150, keep_ports=True)
-    done = wait_for(
-        "the remediation of the pending signal finished",
-        lambda: (r := records(operator, ns)) and r[0]["phase"] in ("Succeeded", "Failed") and r[0],
-        timeout=120,
-    )
+    with sidecar_that_saw(pods[0], tokens.derive(operator_key(operator), tokens.EVENTS, ns, JOB)):
+        done = wait_for(
+            "the remediation of the pending signal finished",
+            lambda: (r := records(operator, ns)) and r[0]["phase"] in ("Succeeded", "Failed") and r[0],
+            timeout=120,
+        )
     assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
     assert done["id"] == entry["id"]
     assert operator.core.read_node(node).spec.unschedulable is True
@@ -131,8 +136,9 @@ def test_twelve_copies_of_one_fault_posted_at_once_are_one_pending_entry_and_one
     labels = am["alerts"][0]["labels"]
     sidecar = {"source": "sidecar", "labels": {k: labels[k] for k in ("alertname", "severity", "namespace",
                "training_job", "node", "gpu", "pod")}, "annotations": {}, "startsAt": time.time() - 10}  # fmt: skip
+    sender = operator.api.sanitize_for_serialization(pods[0])  # the pod on that node, with its bound token
     posts = [("/v1/alerts", am, tokens.derive(key, tokens.ALERTS, ns, JOB))] * 9 + [
-        ("/v1/events", sidecar, tokens.derive(key, tokens.EVENTS, ns, JOB))
+        ("/v1/events", sidecar, bound_token(operator.core, sender, EVENTS_AUDIENCE))
     ] * 3
     answers: list[int] = []
     start = threading.Barrier(len(posts))
@@ -151,11 +157,12 @@ def test_twelve_copies_of_one_fault_posted_at_once_are_one_pending_entry_and_one
         [entry] = pending(operator, ns)
         assert entry["source"] == "sidecar", "the copy that started earliest"
     # the policy gone, the leader's pass plans the entry its planner could not record
-    done = wait_for(
-        "the remediation finished",
-        lambda: (r := records(operator, ns)) and r[0]["phase"] in ("Succeeded", "Failed") and r[0],
-        timeout=120,
-    )
+    with sidecar_that_saw(pods[0], tokens.derive(key, tokens.EVENTS, ns, JOB)):
+        done = wait_for(
+            "the remediation finished",
+            lambda: (r := records(operator, ns)) and r[0]["phase"] in ("Succeeded", "Failed") and r[0],
+            timeout=120,
+        )
     assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
     time.sleep(3)
     assert len(records(operator, ns)) == 1 and pending(operator, ns) == []

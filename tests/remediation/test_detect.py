@@ -531,6 +531,18 @@ def test_an_oom_kill_of_the_current_gang_is_an_interruption_however_old_its_kube
     assert (sig.labels["pod"], sig.labels["reason"]) == ("llama-pretrain-0-x7k2p", "OOMKilled")
 
 
+def test_a_rank_created_a_second_before_its_peers_is_of_the_same_gang(
+    form: Callable[..., dict[str, Any]],
+) -> None:
+    """A gang's pods are created within seconds, at one-second resolution: the OOM-killed rank created at
+    21:00:00 and its peer at 21:00:01 are one gang, and the kill is an interruption (a comparison without
+    the margin missed it whenever the seconds differed)."""
+    victim = oom_killed()  # created 21:00:00
+    other = created(pod("llama-pretrain-1-q9z4m", "gpu-b", index=1), "2023-11-14T21:00:01Z")
+    sig = only(interruptions([form(p) for p in (victim, other)], [], MONITOR, NOW))
+    assert sig.labels["reason"] == "OOMKilled"
+
+
 def test_a_termination_before_the_last_gang_restart_is_history() -> None:
     """trainguard restarted the gang (its RestartGang step deleted the pods created up to 21:00:00); the
     OOM-killed pod of the old gang lingers and no live pod is left to date the new gang (all Pending

@@ -447,12 +447,25 @@ def test_a_rank_that_does_not_answer_leaves_the_choice_to_those_that_do() -> Non
     assert "resume-from step 1200 on Job/llama-pretrain" in done["steps"][0]["detail"]
 
 
+OLDER = {"step": 900.0, "kind": "full", "path": "/ckpt/900", "ts": CKPT_TS - 600}
+
+
 def test_no_checkpoint_every_rank_has_writes_no_pointer() -> None:
     rig = Rig()
-    rig.cluster.sidecar["job-1"]["checkpoints"], rig.cluster.sidecar["job-1"]["resume_from"] = [], None
+    rig.cluster.sidecar["job-1"]["checkpoints"], rig.cluster.sidecar["job-1"]["resume_from"] = [OLDER], OLDER
     done = rig.run(record_of(Step(StepKind.RESTART_GANG, {"avoid": ""})), job_monitor())
     assert rig.cluster.annotations_written == []
     assert "no checkpoint every rank has for resume-from" in done["steps"][0]["detail"]
+
+
+def test_a_rank_that_lists_no_checkpoint_does_not_veto_the_pointer() -> None:
+    """An OOM-killed trainer's sidecar (or a replacement's) lists nothing: it knows nothing that could make
+    the others' common step wrong, so the gang still resumes from it, and the detail names the rank."""
+    rig = Rig()
+    rig.cluster.sidecar["job-1"]["checkpoints"], rig.cluster.sidecar["job-1"]["resume_from"] = [], None
+    done = rig.run(record_of(Step(StepKind.RESTART_GANG, {"avoid": ""})), job_monitor())
+    assert json.loads(str(rig.cluster.annotations_written[0][RESUME_FROM]))["step"] == CKPT_STEP
+    assert "job-1 list(s) no checkpoint" in done["steps"][0]["detail"]
 
 
 def test_a_nan_pins_the_newest_checkpoint_every_rank_saved_before_it() -> None:
@@ -467,11 +480,11 @@ def test_a_nan_pins_the_newest_checkpoint_every_rank_saved_before_it() -> None:
 
 def test_a_nan_pin_fails_when_no_checkpoint_before_it_is_on_every_rank() -> None:
     rig = Rig()
-    rig.cluster.sidecar["job-1"]["checkpoints"], rig.cluster.sidecar["job-1"]["resume_from"] = [], None
+    rig.cluster.sidecar["job-1"]["checkpoints"], rig.cluster.sidecar["job-1"]["resume_from"] = [OLDER], OLDER
     done = rig.run(record_of(Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(T0)})), job_monitor())
     assert done["phase"] == Phase.FAILED
     assert done["steps"][0]["detail"] == (
-        "no checkpoint saved before the fault is on every sidecar that answered (newest: job-0 1000, job-1 none)"
+        "no checkpoint saved before the fault is on every sidecar that answered (newest: job-0 1000, job-1 900)"
     )
     assert not any(s["pinned"] for s in rig.cluster.sidecar.values())
 
@@ -671,7 +684,8 @@ def test_choose_checkpoint_keeps_the_newest_before_the_fault(
         ),
         ({"r0": [{"step": 1000}, {"step": 1100}], "r1": [{"step": 1100}, {"step": 1000}]}, None, 1100, ""),
         ({"r0": [{"step": 1100}], "r1": [{"step": 1000}]}, None, None, "; step 1100 is not on every rank"),
-        ({"r0": [{"step": 1000}], "r1": []}, None, None, "; step 1000 is not on every rank"),
+        # a rank listing nothing (its trainer OOM-killed, a replacement not saved yet) does not veto
+        ({"r0": [{"step": 1000}], "r1": []}, None, 1000, "; r1 list(s) no checkpoint"),
         ({}, None, None, ""),
         # before the fault on every rank: rank 1 saved its part of 1100 after the NaN
         (

@@ -210,15 +210,24 @@ def restarted_before(records: Iterable[Mapping[str, Any]]) -> float | None:
     return bound
 
 
+GANG_SPREAD_S = 60.0
+"""How far apart in creation the pods of one gang may be: a Job or JobSet controller creates a gang's pods
+within seconds (creation times have one-second resolution), so a terminated pod created this much before
+every live pod belongs to an earlier gang. Without the margin, a rank created a second before its peers
+would look like history, and its OOM kill would go unanswered."""
+
+
 def _replaced(pod: dict[str, Any], gang: float | None, restarted: float | None) -> bool:
-    """Whether `pod` is older than the job's current gang (created before every live pod of the job) or
-    than its last gang restart: its termination is history, however recent it looks. Both compare pod
-    creation times, which one clock writes (the apiserver's); a termination's finishedAt, written by the
-    node's kubelet, is never compared with them."""
+    """Whether `pod` is older than the job's current gang (created GANG_SPREAD_S before every live pod of
+    the job) or than its last gang restart: its termination is history, however recent it looks. Both
+    compare pod creation times, which one clock writes (the apiserver's); a termination's finishedAt,
+    written by the node's kubelet, is never compared with them."""
     created = _created(pod)
     if created is None:
         return False
-    return (gang is not None and created < gang) or (restarted is not None and created < restarted)
+    return (gang is not None and created < gang - GANG_SPREAD_S) or (
+        restarted is not None and created < restarted
+    )
 
 
 def interruptions(

@@ -192,7 +192,12 @@ def gang_checkpoint(
     often on the node that failed, and refusing would leave the gang with no pin after a NaN (its
     trainers would resume from the checkpoint saved after it) or with no pointer after a node fault;
     the step's detail names the sidecars that did not answer, so people can see what was not checked.
-    None when `ranks` is empty or no step is on every rank before the fault."""
+    A rank that reports no checkpoint at all is left out the same way (the note names it): its trainer
+    died (an OOM kill) or it is a replacement that has not saved yet, and it holds no information that
+    could make a listed step wrong; letting it veto would leave the gang with no pointer at all.
+    None when no rank lists a checkpoint or no step is on every rank that does before the fault."""
+    silent = sorted(pod for pod, listed in ranks.items() if not listed)
+    ranks = {pod: listed for pod, listed in ranks.items() if listed}
     if not ranks:
         return None, ""
     everything = [c for listed in ranks.values() for c in listed]
@@ -210,6 +215,8 @@ def gang_checkpoint(
     newest = max(set[float]().union(*steps), default=None)
     if newest is not None and (best is None or newest > float(best["step"])):
         note += f"; step {_fmt_step(newest)} is not on every rank"
+    if silent:
+        note += f"; {_names(silent)} list(s) no checkpoint"
     return best, note
 
 

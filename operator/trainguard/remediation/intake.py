@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import queue
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any, Protocol
@@ -113,7 +114,18 @@ class Intake:
             except Exception as exc:  # NotSynced: the cache cannot say yet
                 raise pending.NotRecorded(f"the monitors of {ns} cannot be read yet: {exc}") from exc
             monitor = monitor_of(cached) if cached is not None else None
-            relevant = [] if monitor is None else [s for s in group if triage(s, monitor) is None]
+            if monitor is None:
+                continue
+            relevant: list[Signal] = []
+            dropped: Counter[tuple[str, str]] = Counter()
+            for s in group:
+                reason = triage(s, monitor)
+                if reason is None:
+                    relevant.append(s)
+                else:
+                    dropped[(s.alertname, reason)] += 1
+            for (alertname, reason), n in sorted(dropped.items()):  # one line per kind, not per alert
+                log.info("%s for %s/%s: %s%s", alertname, ns, name, reason, f" (x{n})" if n > 1 else "")
             if relevant:
                 keep += self._write(ns, name, relevant)
         return keep
