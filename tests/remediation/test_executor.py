@@ -447,7 +447,8 @@ def test_a_rank_that_does_not_answer_leaves_the_choice_to_those_that_do() -> Non
     assert "resume-from step 1200 on Job/llama-pretrain" in done["steps"][0]["detail"]
 
 
-OLDER = {"step": 900.0, "kind": "full", "path": "/ckpt/900", "ts": CKPT_TS - 600}
+OLDER = {"step": 900.0, "kind": "full", "path": "/ckpt/900"}
+"""A checkpoint an older sidecar lists without its time: that rank has a say on every step."""
 
 
 def test_no_checkpoint_every_rank_has_writes_no_pointer() -> None:
@@ -684,6 +685,16 @@ def test_choose_checkpoint_keeps_the_newest_before_the_fault(
         ),
         ({"r0": [{"step": 1000}, {"step": 1100}], "r1": [{"step": 1100}, {"step": 1000}]}, None, 1100, ""),
         ({"r0": [{"step": 1100}], "r1": [{"step": 1000}]}, None, None, "; step 1100 is not on every rank"),
+        # a replacement rank whose trainer started after step 600 was saved (its steps counted afresh)
+        (
+            {
+                "r0": [{"step": 20, "ts": T0 + 100}],
+                "r1": [{"step": 500, "ts": T0 - 20}, {"step": 600, "ts": T0}],
+            },
+            None,
+            600,
+            "",
+        ),
         # a rank listing nothing (its trainer OOM-killed, a replacement not saved yet) does not veto
         ({"r0": [{"step": 1000}], "r1": []}, None, 1000, "; r1 list(s) no checkpoint"),
         ({}, None, None, ""),

@@ -192,6 +192,8 @@ def gang_checkpoint(
     often on the node that failed, and refusing would leave the gang with no pin after a NaN (its
     trainers would resume from the checkpoint saved after it) or with no pointer after a node fault;
     the step's detail names the sidecars that did not answer, so people can see what was not checked.
+    A rank whose every listed checkpoint was saved after a step was (a replacement pod whose trainer
+    started since, counting its steps afresh) has no say on that step: it was not there to save it.
     A rank that reports no checkpoint at all is left out the same way (the note names it): its trainer
     died (an OOM kill) or it is a replacement that has not saved yet, and it holds no information that
     could make a listed step wrong; letting it veto would leave the gang with no pointer at all.
@@ -206,7 +208,26 @@ def gang_checkpoint(
         {s for c in listed if _good(c, before_ts, before_step) and (s := _float(c.get("step"))) is not None}
         for listed in dated.values()
     ]
-    common = steps[0].intersection(*steps[1:])
+    saved_at: dict[float, float] = {}
+    for c in everything:
+        step, ts = _float(c.get("step")), _float(c.get("ts"))
+        if step is not None and ts is not None:
+            saved_at[step] = min(ts, saved_at.get(step, ts))
+    earliest = [min((t for c in listed if (t := _float(c.get("ts"))) is not None), default=None)
+                for listed in dated.values()]  # fmt: skip
+    # a rank has a say on a step when it lists a checkpoint saved no later than that step was: it was
+    # saving then; a rank whose first listed checkpoint came after (a replacement pod's trainer,
+    # started since, its steps counted afresh) neither has nor lacks it. Without times, every rank has
+    # a say.
+    candidates = set[float]().union(*steps)
+    common = {
+        step
+        for step in candidates
+        if all(
+            step in mine or (first is not None and step in saved_at and first > saved_at[step])
+            for mine, first in zip(steps, earliest, strict=True)
+        )
+    }
     best, note = choose_checkpoint(
         [c for listed in dated.values() for c in listed if _float(c.get("step")) in common],
         before_ts,
