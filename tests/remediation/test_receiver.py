@@ -495,3 +495,26 @@ def test_a_real_alertmanager_webhook_is_taken_in_with_the_alerts_token_only(
     fast = event("GPUCriticalXid", IDENTITY | {"gpu": "3", "UUID": "GPU-abc", "xid": "79"}, "x", NOW)
     assert (signal.source, signal.firing, signal.labels) == (Source.ALERTMANAGER, True, labels)
     assert signal.fingerprint == fast["fingerprint"]
+
+
+def test_connections_beyond_the_bound_are_closed_and_the_slots_come_back(certs: Path) -> None:
+    """A flood of clients that connect and say nothing holds at most max_connections threads; one more is
+    closed unanswered (the sender retries), and once the flood is gone a post is served again."""
+    config = ReceiverConfig("127.0.0.1", 0, str(certs / "tls.crt"), str(certs / "tls.key"), KEY,
+                            max_connections=2)  # fmt: skip
+    receiver = Receiver(config, lambda signals: None, clock=lambda: NOW, senders=senders())
+    receiver.start()
+    it = Intake(receiver, str(certs / "ca.crt"))
+    stuck = [socket.create_connection(("127.0.0.1", receiver.port)) for _ in range(2)]
+    try:
+        time.sleep(0.3)  # both accepted and holding their slots
+        with pytest.raises(OSError):  # closed before the handshake: the TLS client sees EOF or a reset
+            post(it, "/v1/alerts", am_payload(xid()), alerts_token())
+        for s in stuck:
+            s.close()
+        assert wait_for("a slot back", lambda: post(it, "/v1/alerts", am_payload(xid()), alerts_token())[0] == 200,
+                        timeout=15)  # fmt: skip
+    finally:
+        for s in stuck:
+            s.close()
+        receiver.stop()

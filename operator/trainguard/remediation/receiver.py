@@ -78,6 +78,9 @@ class ReceiverConfig:
     key: bytes
     """The operator key tokens are derived from (tokens.load_key)."""
     max_body: int = 1 << 20
+    max_connections: int = 64
+    """Connections served at once; one more is closed unanswered (the sender retries), so a flood of
+    slow clients holds at most this many threads."""
 
 
 class _Reject(Exception):
@@ -117,6 +120,24 @@ def _content_length(values: list[str] | None, max_body: int) -> int:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     receiver: Receiver
+    slots: threading.BoundedSemaphore
+    refused = 0
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.refused += 1
+            if self.refused in (1, 10, 100) or self.refused % 1000 == 0:
+                log.warning("%d connection(s) refused: %d are being served, the most at once",
+                            self.refused, self.receiver.config.max_connections)  # fmt: skip
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # TLS handshakes that fail, clients that hang up: worth a debug line, not a traceback
@@ -267,6 +288,7 @@ class Receiver:
         server = _Server((self.config.host, self.config.port), _Handler, bind_and_activate=True)
         server.socket = ctx.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
         server.receiver = self
+        server.slots = threading.BoundedSemaphore(self.config.max_connections)
         self._server = server
         self.port = int(server.server_address[1])
         self._thread = threading.Thread(
