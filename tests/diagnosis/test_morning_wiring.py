@@ -32,12 +32,12 @@ class Calls:
 def test_the_p0_pass_resumes_escalates_and_announces_in_that_order_and_detection_runs_alone() -> None:
     calls: list[str] = []
     loop = RemediationLoop.__new__(RemediationLoop)
-    for name in ("resume", "breaker", "watch", "escalate", "cordon_notices"):
+    for name in ("resume", "pending", "breaker", "watch", "escalate", "cordon_notices"):
         setattr(loop, name, type("Pass", (), {"run": lambda self, n=name: calls.append(n) or 0})())
     loop.passes()
-    assert calls == ["resume", "breaker", "escalate", "cordon_notices"]
+    assert calls == ["resume", "pending", "breaker", "escalate", "cordon_notices"]
     loop.detect()
-    assert calls[4:] == ["watch"]
+    assert calls[5:] == ["watch"]
 
 
 def test_a_failed_morning_report_does_not_stop_the_diagnostic_reports() -> None:
