@@ -59,8 +59,20 @@ class LaggingNodeCache:
 
 
 class NoDispatch:
-    def dispatch(self, *args: Any, **kw: Any) -> bool:
+    """A dispatcher whose records stay under way (`done` empties them)."""
+
+    def __init__(self) -> None:
+        self.ids: set[str] = set()
+
+    def dispatch(self, record: Any, *args: Any, **kw: Any) -> bool:
+        self.ids.add(record["id"])
         return True
+
+    def running(self, record_id: str) -> bool:
+        return record_id in self.ids
+
+    def done(self) -> None:
+        self.ids.clear()
 
 
 def signal_for(job: str, node: str) -> Signal:
@@ -205,3 +217,22 @@ def test_a_refusal_is_not_retried_and_an_outage_is_given_up_on_with_the_entry_ke
         assert not responder.planner.try_handle(signal, waits.append)
         assert len(waits) == tries
         assert kube.records(NS, JOB) == [] and [e["id"] for e in pending_in(kube)] == [record_id(signal)]
+
+
+def test_a_planned_cordon_whose_record_ended_without_it_stops_counting() -> None:
+    """A record that ended without cordoning (its GPU fault unconfirmed, say), or a node uncordoned before
+    the cache was read again, no longer holds the cap once the cache had time to show the cordon."""
+    kube = monitors()
+    locks: dict[tuple[str, str], threading.RLock] = {}
+    store = RecordStore(kube, lambda ns, n: locks.setdefault((ns, n), threading.RLock()), key=lambda: KEY)  # type: ignore[arg-type]
+    now = [1_700_000_000.0]
+    dispatch = NoDispatch()
+    planner = Planner(store, LaggingNodeCache(), dispatch, leader=lambda: True,  # type: ignore[arg-type]
+                      clock=lambda: now[0])  # fmt: skip
+    assert planner.handle(signal_for("job-a", "gpu-a")) is not None
+    capped = planner.handle(signal_for("job-b", "gpu-b"))
+    assert capped is not None and capped["skipped"].startswith("cordon cap reached"), "still under way"
+    dispatch.done()  # the first record ended; the cache never showed gpu-a cordoned
+    now[0] += 31
+    acted = planner.handle(signal_for("job-b", "gpu-1"))  # another fault (gpu-b's was decided: capped)
+    assert acted is not None and "Cordon" in [s["kind"] for s in acted["steps"]], acted

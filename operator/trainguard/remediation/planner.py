@@ -36,8 +36,10 @@ PLAN_ATTEMPTS = 3
 RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0)
 """Backoff between the tries of a signal whose planning met a transient API error."""
 
-PLANNED_MEMORY_S = 3600.0
-"""How long a planned cordon counts without its annotation (a cordon that failed is not retried)."""
+PLANNED_GRACE_S = 30.0
+"""How long a planned cordon counts without its annotation once its record is no longer being carried
+out: the node watch cache is that much behind at most. A record that ended without cordoning (its fault
+unconfirmed, a failed step) or a node uncordoned since stop counting, as the annotations do."""
 
 
 class PlanningReads(Protocol):
@@ -84,7 +86,7 @@ class Planner:
         """The operator-wide mode now: act, dry-run or off (--remediation-mode)."""
         self.breaker = breaker
         """The open circuit breakers, pool -> why, stepped on the node cache now (remediation/breaker.py)."""
-        self._planned: dict[str, float] = {}
+        self._planned: dict[str, tuple[float, str]] = {}
         """Nodes this planner's plans cordon, with when: the cap counts them before their annotations
         reach the node watch cache (plans of every monitor, in the one planning thread)."""
 
@@ -147,7 +149,7 @@ class Planner:
             )  # before anything is done
             for step in decided.steps:
                 if step.kind == StepKind.CORDON and not decided.dry_run and step.params.get("node"):
-                    self._planned.setdefault(step.params["node"], now)
+                    self._planned.setdefault(step.params["node"], (now, str(record["id"])))
         self.store.announce(body, "RemediationPlanned", summary(record))
         self.dispatcher.dispatch(record, monitor, body)
         return record
@@ -179,9 +181,12 @@ class Planner:
         """The cordons the node cache shows, and this planner's own the cache may not show yet."""
         seen = dict(self.cluster.cordon_history())
         self._planned = {
-            n: t for n, t in self._planned.items() if now - t < PLANNED_MEMORY_S and n not in seen
+            n: (t, rid)
+            for n, (t, rid) in self._planned.items()
+            if n not in seen and (self.dispatcher.running(rid) or now - t < PLANNED_GRACE_S)
         }
-        return tuple(sorted({**self._planned, **seen}.items(), key=lambda item: item[1]))
+        planned = {n: t for n, (t, _) in self._planned.items()}
+        return tuple(sorted({**planned, **seen}.items(), key=lambda item: item[1]))
 
     def run(self, intake: Intake, stop: threading.Event) -> None:
         while not stop.is_set():
