@@ -77,15 +77,23 @@ def indexed_job(ns: str, name: str = "llama-pretrain", completions: int = 2) -> 
     }
 
 
-def start_job(cluster: Cluster, ns: str, remediation: dict[str, Any] | None = None) -> list[Any]:
+def start_job(
+    cluster: Cluster,
+    ns: str,
+    remediation: dict[str, Any] | None = None,
+    node_selector: dict[str, str] | None = None,
+) -> list[Any]:
     """The quickstart's monitor (with a workloadRef to the Job and `remediation`) and policy, Ready, and
-    the Job's 2 pods Running; returns the pods."""
+    the Job's 2 pods Running (on nodes matching `node_selector`, when given); returns the pods."""
     monitor, policy = quickstart(ns)
     monitor["spec"]["workloadRef"] = {"kind": "Job", "name": "llama-pretrain"}
     monitor["spec"]["remediation"] = {"emergencyCheckpointTimeout": "2s", **(remediation or {})}
     cluster.apply([monitor, policy])
     wait_for("monitor Ready", lambda: ready(cluster, ns))
-    cluster.apply([indexed_job(ns)])
+    job = indexed_job(ns)
+    if node_selector:
+        job["spec"]["template"]["spec"]["nodeSelector"] = node_selector
+    cluster.apply([job])
     return wait_for(
         "2 job pods Running",
         lambda: (items := cluster.core.list_namespaced_pod(ns, label_selector="app=llama-pretrain").items)

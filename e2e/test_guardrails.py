@@ -10,12 +10,11 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from e2e.cluster import Cluster
-from e2e.monitors import indexed_job, quickstart, ready
+from e2e.monitors import start_job
 from e2e.pipeline import OPERATOR, Monitoring, Sink, operator_stack
 from e2e.receiver import alert_payload, operator_key, post, records
 from e2e.sidecars import sidecar_that_saw
@@ -36,26 +35,6 @@ FLAGS = ("--max-cordoned-nodes", "1", "--max-cordons-per-window", "100", "--pool
 def guarded(cluster: Cluster) -> Iterator[tuple[Cluster, Monitoring, Sink]]:
     with operator_stack(cluster, flags=FLAGS) as s:
         yield s
-
-
-def start_job(
-    cluster: Cluster, ns: str, remediation: dict[str, Any], node_selector: dict[str, str] | None = None
-) -> list[Any]:
-    monitor, policy = quickstart(ns)
-    monitor["spec"]["workloadRef"] = {"kind": "Job", "name": "llama-pretrain"}
-    monitor["spec"]["remediation"] = {"emergencyCheckpointTimeout": "2s", **remediation}
-    cluster.apply([monitor, policy])
-    wait_for("monitor Ready", lambda: ready(cluster, ns))
-    job = indexed_job(ns)
-    if node_selector:
-        job["spec"]["template"]["spec"]["nodeSelector"] = node_selector
-    cluster.apply([job])
-    return wait_for(
-        "2 job pods Running",
-        lambda: (items := cluster.core.list_namespaced_pod(ns, label_selector="app=llama-pretrain").items)
-        and len(items) == 2 and all(p.status.phase == "Running" for p in items) and items,
-        timeout=90,
-    )  # fmt: skip
 
 
 def test_a_monitor_asking_for_1000_gets_the_operators_ceiling_and_the_withheld_cordon_pages(

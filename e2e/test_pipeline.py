@@ -37,6 +37,9 @@ from trainguard.remediation import tokens
 
 pytestmark = pytest.mark.e2e
 
+GPU_FAULT_STEPS = ["ConfirmFault", "Cordon", "Taint", "RequestCheckpoint", "RestartGang", "ConfirmPlacement"]
+"""A GPU fault's plan: the node's sidecar confirms it, cordon and taint, then the checkpoint and the restart."""
+
 
 class Stages:
     """First time each condition held, polled together: the timeline of one fault."""
@@ -88,14 +91,7 @@ def test_a_node_fault_is_checkpointed_cordoned_and_the_gang_resumes_on_a_healthy
         # stays broken: the operator's TrainguardNodeCordoned (P2: e-mail and ticket) says so.
         (record,) = records(cluster, ns)
         kinds = [s["kind"] for s in record["steps"]]
-        assert kinds == [
-            "ConfirmFault",
-            "Cordon",
-            "Taint",
-            "RequestCheckpoint",
-            "RestartGang",
-            "ConfirmPlacement",
-        ], record
+        assert kinds == GPU_FAULT_STEPS, record
         assert record["steps"][0]["detail"].startswith(f"confirmed by the sidecar of {a.name} on {a.node}"), (
             record
         )
@@ -267,14 +263,7 @@ def test_an_operator_killed_during_a_remediation_completes_it_exactly_once(
         (record,) = finished(cluster, ns)
         assert record["phase"] == "Succeeded", record
         kinds = [s["kind"] for s in record["steps"]]
-        assert kinds == [
-            "ConfirmFault",
-            "Cordon",
-            "Taint",
-            "RequestCheckpoint",
-            "RestartGang",
-            "ConfirmPlacement",
-        ], record
+        assert kinds == GPU_FAULT_STEPS, record
         wait_for("the new gang running", lambda: len(pods.running()) == 2 and not ({r.name for r in pods.running()}
                  & {a.name, b.name}), timeout=60)  # fmt: skip
         time.sleep(4)
@@ -293,8 +282,7 @@ def test_dry_run_records_the_whole_plan_and_changes_nothing(
         inject(a, "xid-79")
         (record,) = finished(cluster, ns, timeout=60)
         assert record["dryRun"] is True
-        assert [s["kind"] for s in record["steps"]] == [
-            "ConfirmFault", "Cordon", "Taint", "RequestCheckpoint", "RestartGang", "ConfirmPlacement"]  # fmt: skip
+        assert [s["kind"] for s in record["steps"]] == GPU_FAULT_STEPS
         assert {s["phase"] for s in record["steps"]} == {"DryRun"}
         time.sleep(3)
         assert not cluster.core.read_node(a.node).spec.unschedulable
