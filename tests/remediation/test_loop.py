@@ -197,3 +197,14 @@ def test_the_pending_pass_runs_after_resume_in_the_periodic_round() -> None:
 
 def pending(kube: FakeKube) -> list[dict[str, object]]:
     return list((kube.get_monitor(NS, JOB).get("status") or {}).get("pendingSignals") or [])
+
+
+def test_the_dispatcher_says_how_long_ago_a_record_ended_and_nothing_while_it_runs() -> None:
+    """What the planner judges its own planned cordons by (a record that ended without cordoning stops
+    holding the cap)."""
+    responder, _, _ = loop_rig()
+    record = responder.handle(p0_signal("GPUCriticalXid"))
+    assert record is not None and responder.idle()
+    ended = responder.dispatcher.ended_since(record["id"])
+    assert ended is not None and 0 <= ended < 5
+    assert responder.dispatcher.ended_since("never-dispatched") is None

@@ -22,6 +22,9 @@ from trainguard.remediation.store import Record, RecordStore, summary
 
 log = logging.getLogger("trainguard.remediation")
 
+ENDED_MEMORY_S = 3600.0
+"""How long the end of a record's run is remembered (the planner asks about records it planned)."""
+
 
 class Dispatcher:
     def __init__(
@@ -49,7 +52,16 @@ class Dispatcher:
         self.alertmanager_url = alertmanager_url
         self.executor_factory = executor_factory
         self._running: set[str] = set()
+        self._ended: dict[str, float] = {}
+        """Record id -> when (time.monotonic) its executor last returned, for `ended_since`."""
         self._guard = threading.Lock()
+
+    def ended_since(self, record_id: str) -> float | None:
+        """Seconds since the record's executor last returned here; None while it runs or if it never ran
+        on this replica."""
+        with self._guard:
+            ended = None if record_id in self._running else self._ended.get(record_id)
+        return None if ended is None else time.monotonic() - ended
 
     def running(self, record_id: str) -> bool:
         with self._guard:
@@ -81,6 +93,9 @@ class Dispatcher:
             finally:
                 with self._guard:
                     self._running.discard(record["id"])
+                    now = time.monotonic()
+                    self._ended = {k: t for k, t in self._ended.items() if now - t < ENDED_MEMORY_S}
+                    self._ended[record["id"]] = now
 
         self.pool.submit(work)
         return True

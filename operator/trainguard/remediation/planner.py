@@ -36,10 +36,12 @@ PLAN_ATTEMPTS = 3
 RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0)
 """Backoff between the tries of a signal whose planning met a transient API error."""
 
-PLANNED_GRACE_S = 30.0
-"""How long a planned cordon counts without its annotation once its record is no longer being carried
-out: the node watch cache is that much behind at most. A record that ended without cordoning (its fault
-unconfirmed, a failed step) or a node uncordoned since stop counting, as the annotations do."""
+PLANNED_MEMORY_S = 3600.0
+"""The longest a planned cordon counts without its annotation, however long its record waits."""
+PLANNED_GRACE_S = 2.0
+"""How long a planned cordon counts without its annotation after its record's run ended: the node watch
+cache is that much behind at most. A record that ended without cordoning (its fault unconfirmed, a failed
+step) or a node uncordoned since stop counting, as the annotations do."""
 
 
 class PlanningReads(Protocol):
@@ -183,7 +185,7 @@ class Planner:
         self._planned = {
             n: (t, rid)
             for n, (t, rid) in self._planned.items()
-            if n not in seen and (self.dispatcher.running(rid) or now - t < PLANNED_GRACE_S)
+            if n not in seen and now - t < PLANNED_MEMORY_S and _counts(self.dispatcher.ended_since(rid))
         }
         planned = {n: t for n, (t, _) in self._planned.items()}
         return tuple(sorted({**planned, **seen}.items(), key=lambda item: item[1]))
@@ -227,6 +229,11 @@ class Planner:
             meta = body["metadata"]
             self.store.api.patch_status("trainingjobmonitors", meta["namespace"], meta["name"],
                                         {"pendingSignals": rest})  # fmt: skip
+
+
+def _counts(ended_since: float | None) -> bool:
+    """Whether a planned cordon still counts: its record runs (or waits to), or ended a moment ago."""
+    return ended_since is None or ended_since < PLANNED_GRACE_S
 
 
 def _without_decided(body: dict[str, Any], signal: Signal) -> dict[str, Any]:
