@@ -29,6 +29,8 @@ from e2e import prometheus_operator as po
 from tests.conftest import required_tool
 from tests.processes import free_port, http_json, serve_text, start, stop, wait_for, wait_http
 from trainguard.api import load_documents
+from trainguard.clients.prometheus import prometheus_client
+from trainguard.remediation.alert_history import AlertHistory
 from trainguard.render import dump_yaml, render_kubernetes, render_prometheus
 from trainguard.render.kubernetes import METRICS_PORT_NAME
 
@@ -200,3 +202,23 @@ def test_a_tenants_xid_fires_its_own_job_never_the_job_it_names(prometheus: str)
         timeout=10,
     )
     assert (own["pod"], own["node"]) == ("bert-0", "gpu-t")
+
+
+def test_prometheus_confirms_the_jobs_own_fault_never_the_tenants_claim(prometheus: str) -> None:
+    """The executor's second witness of a GPU fault (remediation/alert_history.py) asks this Prometheus:
+    ml's honest faults are confirmed, the tenant's claim of gpu-c is not, nor a GPU that did not fail,
+    and a label value crafted to break out of its matcher finds nothing."""
+    history = AlertHistory(prometheus_client(prometheus, timeout=5, retries=1), prometheus)
+
+    def honest_seen() -> bool:
+        return history.saw("GPUCriticalXid", "ml", "llama-dcgm", "gpu-b") and history.saw(
+            "GPUCriticalXid", "ml", "llama-pretrain", "gpu-a", gpu="0"
+        )
+
+    wait_for("ml's honest GPUCriticalXid in ALERTS", honest_seen, timeout=30)
+    assert not history.saw("GPUCriticalXid", "ml", "llama-dcgm", "gpu-c"), "the tenant's dcgm claim"
+    assert not history.saw("GPUCriticalXid", "ml", "llama-pretrain", "gpu-c"), "the tenant's XID claim"
+    assert not history.saw("GPUCriticalXid", "ml", "llama-pretrain", "gpu-a", gpu="3"), "another GPU"
+    assert not history.saw("GPULost", "ml", "llama-pretrain", "gpu-a"), "another fault"
+    assert not history.saw("GPUCriticalXid", "ml", "llama-pretrain", 'gpu-c"} or vector(1) or {x="')
+    assert history.saw("GPUCriticalXid", "research", "bert-finetune", "gpu-t"), "the tenant's own fault"

@@ -463,6 +463,8 @@ class Rig:
         self.notified: list[str] = []
         self.leads = True
         self.mode = "act"
+        self.history: Any = None
+        """What the executor is given as Prometheus's record of the jobs' alerts (FaultHistory)."""
         self.last: Executor | None = None
 
     def executor(self, owner: str = "") -> Executor:
@@ -479,6 +481,7 @@ class Rig:
             clock=self.clock,
             sleep=self.clock.sleep,
             notify=lambda record, message: self.notified.append(message),
+            history=self.history,
         )
         return self.last
 

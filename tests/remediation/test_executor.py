@@ -759,6 +759,64 @@ def test_a_node_whose_sidecar_does_not_answer_is_not_cordoned_on_an_alerts_word(
     )
 
 
+class History:
+    """Prometheus's ALERTS as FaultHistory: the (alert, namespace, job, node, gpu) the rules fired for."""
+
+    def __init__(self, fired: set[tuple[str, ...]] | None = None, error: str = "") -> None:
+        self.fired = fired or set()
+        self.error = error
+        self.asked: list[tuple[str, ...]] = []
+
+    def saw(self, alert: str, namespace: str, training_job: str, node: str, gpu: str = "") -> bool:
+        self.asked.append((alert, namespace, training_job, node, gpu))
+        if self.error:
+            raise OSError(self.error)
+        return (alert, namespace, training_job, node, gpu) in self.fired
+
+    def where(self) -> str:
+        return "Prometheus http://prom:9090"
+
+
+def test_the_jobs_own_rule_in_prometheus_confirms_what_no_sidecar_can() -> None:
+    """gpuBackend dcgm (the sidecar reads no GPU), or a sidecar restarted since: Prometheus's ALERTS,
+    labelled from the scrape targets, is the second witness."""
+    rig = Rig()
+    rig.cluster.hardware = {}
+    rig.history = History({("GPUCriticalXid", "ml", "llama-pretrain", "gpu-a", "")})
+    m = job_monitor()
+    done = rig.run(node_fault_record(m), m)
+    assert done["phase"] == Phase.SUCCEEDED, done["steps"][0]
+    assert done["steps"][0]["detail"] == (
+        "confirmed by Prometheus http://prom:9090: the job's rule fired for GPUCriticalXid on gpu-a"
+    )
+    assert ("cordon", "gpu-a") in rig.cluster.effects
+
+
+def test_prometheus_without_the_alert_or_unreachable_confirms_nothing() -> None:
+    m = job_monitor()
+    for history, why in (
+        (History({("GPUCriticalXid", "ml", "llama-pretrain", "gpu-b", "")}), "holds no GPUCriticalXid"),
+        (History({("GPUCriticalXid", "ml", "other-job", "gpu-a", "")}), "holds no GPUCriticalXid"),
+        (History(error="connection refused"), "failed: Prometheus http://prom:9090: connection refused"),
+    ):
+        rig = Rig()
+        rig.cluster.hardware = {}
+        rig.history = history
+        done = rig.run(node_fault_record(m), m)
+        assert done["phase"] == Phase.FAILED and rig.cluster.effects == []
+        assert why in done["steps"][0]["detail"], done["steps"][0]["detail"]
+        assert history.asked == [("GPUCriticalXid", "ml", "llama-pretrain", "gpu-a", "")]
+
+
+def test_a_sidecar_that_saw_it_is_asked_first_and_prometheus_not_at_all() -> None:
+    rig = Rig()
+    rig.history = History(error="must not be asked")
+    m = job_monitor()
+    done = rig.run(node_fault_record(m), m)
+    assert done["phase"] == Phase.SUCCEEDED
+    assert rig.history.asked == []
+
+
 # ---- exactly once: the gate before every step, claims, signatures -------------------------------------
 
 

@@ -188,8 +188,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     op.add_argument(
         "--prometheus-url",
-        help="Prometheus's base URL, read for the morning report's ALERTS history (default: "
-        "$TRAINGUARD_PROMETHEUS_URL; without either, no morning report)",
+        help="Prometheus's base URL, read for the morning report's ALERTS history and to confirm a GPU fault "
+        "the job's own rule saw (default: $TRAINGUARD_PROMETHEUS_URL; without either, no morning report, and "
+        "only the node's sidecar confirms a GPU fault: with gpuBackend dcgm none is then acted on)",
     )
     op.add_argument(
         "--key-file",

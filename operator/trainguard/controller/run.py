@@ -31,6 +31,7 @@ from trainguard.controller.reconcile import ReceiverSettings
 from trainguard.diagnosis.passes import DiagnosticReports, MorningReports
 from trainguard.kube import ClusterCache, Kube, api_client, credentials
 from trainguard.remediation import tokens
+from trainguard.remediation.alert_history import AlertHistory
 from trainguard.remediation.breaker import RESET_CONFIGMAP, reset_time
 from trainguard.remediation.cluster import Cluster
 from trainguard.remediation.detect import NodeDownSettings
@@ -80,12 +81,13 @@ class OperatorOptions:
     receiver_ca: str | None = None
     """The CA that signed it (default: the webhook's), handed to sidecars and Alertmanager."""
     key_file: str | None = None
+    """The operator key (a mounted file); default: the Secret KEY_SECRET in `namespace`."""
     alertmanager_url: str | None = None
     """Alertmanager's base URL: the operator posts the faults it detects itself and its notices there."""
-    """The operator key (a mounted file); default: the Secret KEY_SECRET in `namespace`."""
     prometheus_url: str | None = None
-    """Prometheus's base URL, for the morning report's ALERTS history; default: $TRAINGUARD_PROMETHEUS_URL.
-    Without it (or without alertmanager_url) no morning report is sent."""
+    """Prometheus's base URL, for the morning report's ALERTS history and as a GPU fault's second witness
+    (the job's own rule fired there); default: $TRAINGUARD_PROMETHEUS_URL. Without it (or without
+    alertmanager_url) no morning report is sent, and only the node's sidecar can confirm a GPU fault."""
     liveness: str | None = "http://0.0.0.0:8080/healthz"
     metrics_addr: str = DEFAULT_METRICS_ADDR
     """[host]:port of the operator's own /metrics; "" turns it off."""
@@ -144,6 +146,14 @@ def run(opts: OperatorOptions) -> None:
     )
     cluster = Cluster(kube, cache)
     metrics = OperatorMetrics(CollectorRegistry(), leader=leader, caches=cache.counts)
+    prometheus_url = opts.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV) or None
+    prometheus = prometheus_client(prometheus_url) if prometheus_url else None
+    # a GPU fault's second witness: short, bounded queries (an executor waits on them)
+    history = (
+        AlertHistory(prometheus_client(prometheus_url, timeout=5, retries=1), prometheus_url)
+        if prometheus_url
+        else None
+    )
     remediation = RemediationLoop(
         kube,
         cache,
@@ -157,10 +167,9 @@ def run(opts: OperatorOptions) -> None:
         mode=lambda: opts.guardrails.mode,
         reset=lambda: reset_time(kube.read_config_map(opts.namespace, RESET_CONFIGMAP)),
         node_down=opts.node_down,
+        history=history,
     )
 
-    prometheus_url = opts.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV) or None
-    prometheus = prometheus_client(prometheus_url) if prometheus_url else None
     reports = MorningReports(
         kube,
         cache,

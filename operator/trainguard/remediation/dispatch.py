@@ -16,7 +16,7 @@ from typing import Any
 from trainguard.api import TrainingJobMonitor
 from trainguard.clients import alertmanager
 from trainguard.remediation import notices, tokens
-from trainguard.remediation.executor import Executor
+from trainguard.remediation.executor import Executor, FaultHistory
 from trainguard.remediation.ops import ClusterOps
 from trainguard.remediation.store import Record, RecordStore, summary
 
@@ -38,6 +38,7 @@ class Dispatcher:
         mode: Callable[[], str] = lambda: "act",
         alertmanager_url: str | None = None,
         executor_factory: Callable[..., Executor] = Executor,
+        history: FaultHistory | None = None,
     ) -> None:
         self.store = store
         self.cluster = cluster
@@ -51,6 +52,8 @@ class Dispatcher:
         """The operator-wide mode, "act", "dry-run" or "off" (each executor asks before every step)."""
         self.alertmanager_url = alertmanager_url
         self.executor_factory = executor_factory
+        self.history = history
+        """Prometheus's record of the jobs' alerts, a GPU fault's second witness (executor.FaultHistory)."""
         self._running: set[str] = set()
         self._ended: dict[str, float] = {}
         """Record id -> when (time.monotonic) its executor last returned, for `ended_since`."""
@@ -81,7 +84,7 @@ class Dispatcher:
 
         saver = self.store.saver(ns, name)
         executor = self.executor_factory(self.cluster, saver, self._token, read=saver.read, key=self.key,
-                                         leader=self.leader, mode=self.mode, notify=notify)  # fmt: skip
+                                         leader=self.leader, mode=self.mode, notify=notify, history=self.history)  # fmt: skip
 
         def work() -> None:
             try:

@@ -362,6 +362,18 @@ def would(step: dict[str, Any], monitor: TrainingJobMonitor, default_checkpoint_
     return f"would do {kind}"
 
 
+class FaultHistory(Protocol):
+    """What the jobs' own rules saw (remediation/alert_history.py)."""
+
+    def saw(self, alert: str, namespace: str, training_job: str, node: str, gpu: str = "") -> bool: ...
+
+    def where(self) -> str: ...
+
+
+HISTORY_WITHIN = "hour"
+"""How far back FaultHistory looks, in words (alert_history.WITHIN)."""
+
+
 class Executor:
     def __init__(
         self,
@@ -378,6 +390,7 @@ class Executor:
         sleep: Callable[[float], None] = time.sleep,
         notify: Callable[[Record, str], None] | None = None,
         poll_interval: float = POLL_INTERVAL_S,
+        history: FaultHistory | None = None,
     ) -> None:
         self.cluster = cluster
         self.save = save
@@ -399,6 +412,9 @@ class Executor:
         self.notify = notify
         """Posts a NOTIFY step's message (to Alertmanager, in the wiring); without it NOTIFY only records."""
         self.poll_interval = poll_interval
+        self.history = history
+        """Prometheus's record of the jobs' own alerts, the second witness of a GPU fault (None without a
+        --prometheus-url: the sidecar is then the only one)."""
         self.stopped = ""
         """Why the last run stopped without finishing the record ("" when it did not): it is someone
         else's, this replica no longer leads, or there is no key to check it with."""
@@ -559,22 +575,33 @@ class Executor:
         return f"{what}: {_names(sorted(answers))}{_errors(errors)}"
 
     def _confirm_fault(self, monitor: TrainingJobMonitor, params: dict[str, str]) -> str:
-        """A GPU fault is acted on once a sidecar of the job on that node says it saw it: the alert's labels
-        are claims. An unanswered or silent sidecar leaves the claim unconfirmed and nothing after this step
-        is done; a node too dead to answer is GPUNodeDown's, judged from node state."""
+        """A GPU fault is acted on once a witness the cluster vouches for saw it: the job's sidecar on that
+        node (its pod read from the API), or else the job's own rule in Prometheus (ALERTS, whose node and
+        pod come from the scrape target; the only witness with gpuBackend dcgm). The alert's labels are
+        claims. Unconfirmed, nothing after this step is done; a node too dead to answer is GPUNodeDown's,
+        judged from node state."""
         node, alert, gpu = params.get("node", ""), params.get("alert", ""), params.get("gpu", "")
         sidecars, token = self._sidecars(monitor)
         here = [sc for sc in sidecars if sc.node == node]
         what = f"{alert}{f' on GPU {gpu}' if gpu else ''}"
-        if not here:
-            raise StepFailed(
-                f"unconfirmed: no running sidecar of the job on {node} to confirm {what}; nothing is done"
-            )
         views, errors = self._each(here, lambda sc: self.cluster.read_hardware(sc.base_url, token))
         for pod, view in sorted(views.items()):
             if confirms(view, alert, gpu):
                 return f"confirmed by the sidecar of {pod} on {node}: it saw {what}"
         heard = f"; {_names(sorted(views))} did not see it" if views else ""
+        if self.history is not None:
+            where = self.history.where()
+            try:
+                if self.history.saw(alert, monitor.namespace, monitor.name, node, gpu):
+                    return f"confirmed by {where}: the job's rule fired for {what} on {node}"
+                heard += f"; {where} holds no {alert} of the job on {node} in the last {HISTORY_WITHIN}"
+            except Exception as exc:
+                errors[where] = str(exc) or type(exc).__name__
+        if not here:
+            raise StepFailed(
+                f"unconfirmed: no running sidecar of the job on {node} to confirm {what}{heard}{_errors(errors)};"
+                " nothing is done"
+            )
         raise StepFailed(
             f"unconfirmed: no sidecar on {node} saw {what}{heard}{_errors(errors)}; nothing is done"
         )

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from trainguard.remediation.breaker import Breaker
 from trainguard.remediation.detect import NodeDownSettings
 from trainguard.remediation.dispatch import Dispatcher
-from trainguard.remediation.executor import Executor
+from trainguard.remediation.executor import Executor, FaultHistory
 from trainguard.remediation.guardrails import ACT, Guardrails
 from trainguard.remediation.intake import Intake, MonitorCache, Pager
 from trainguard.remediation.model import Signal
@@ -56,9 +56,11 @@ class RemediationLoop:
         mode: Callable[[], str] = lambda: ACT,
         reset: Callable[[], float | None] = lambda: None,
         node_down: NodeDownSettings | None = None,
+        history: FaultHistory | None = None,
     ) -> None:
         """`guardrails` are the platform's limits (operator flags); `mode` the operator-wide mode now
-        (act, dry-run, off); `reset` reads the time of the last manual reset of the circuit breaker."""
+        (act, dry-run, off); `reset` reads the time of the last manual reset of the circuit breaker; `history`
+        is Prometheus's record of the jobs' alerts, the second witness of a GPU fault."""
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trainguard-remediation")
         # pages on their own threads: executors block up to emergencyCheckpointTimeout, and a new P0's
         # page must not wait behind running remediations
@@ -67,7 +69,8 @@ class RemediationLoop:
         pager = Pager(alertmanager_url, clock) if alertmanager_url else None
         self.intake = Intake(self.paging, pager, store=self.store, monitors=reads, clock=clock)
         self.dispatcher = Dispatcher(self.store, cluster, self.pool, key=key, leader=leader, mode=mode,
-                                     alertmanager_url=alertmanager_url, executor_factory=executor_factory)  # fmt: skip
+                                     alertmanager_url=alertmanager_url, executor_factory=executor_factory,
+                                     history=history)  # fmt: skip
         guard = guardrails or Guardrails()
         self.breaker = Breaker(cluster, guard, leader=leader, reset=reset, alertmanager_url=alertmanager_url,
                                clock=clock)  # fmt: skip
