@@ -26,9 +26,14 @@ REPO = Path(__file__).resolve().parents[1]
 OPERATOR_NS = "trainguard-system"
 FAKE_NODE_LABEL = "trainguard.io/fake-node=true"
 RESYNC_SECONDS = 10
-DEPLOY_FILES = ("rbac.yaml", "secret-write-policy.yaml")
+DEPLOY_FILES = (
+    "rbac.yaml",
+    "rbac-webhook-configuration.yaml",
+    "rbac-webhook-tls.yaml",
+    "secret-write-policy.yaml",
+)
 """What `kubectl apply` of deploy/ installs after the peering (docs/install.md): the e2e operators run
-under all of it, the Secret-write policy included."""
+under all of it, the RBAC of either way of managing certificates and the Secret-write policy."""
 
 
 class _Loader(yaml.SafeLoader):

@@ -27,6 +27,7 @@ BAD_VALUES = [
     ("webhook.certificates.source=secret", "/webhook/certificates/secretName"),
     # a default policy needs somewhere to go
     ("defaultPolicy.enabled=true", "/defaultPolicy/namespaces"),
+    ("rbac.secretWritePolicy=maybe", "/rbac/secretWritePolicy"),
 ]
 
 
@@ -46,6 +47,7 @@ def test_the_defaults_and_good_overrides_pass(helm: str) -> None:
         ("webhook.certificates.source=secret", "webhook.certificates.secretName=my-tls"),
         ("defaultPolicy.enabled=true", "defaultPolicy.namespaces={ml}"),
         ("resources.limits.cpu=2", "resources.requests.memory=1Gi"),
+        ("rbac.secretWritePolicy=false",),
     ]:
         run_helm(helm, *template_args(*settings))
 

@@ -347,7 +347,7 @@ def start_self_managed_certs(certs: SelfManagedCerts, opts: OperatorOptions) -> 
         certs.sync()
     except Exception as exc:
         log.error("no self-managed certificates (%s): the webhook and the receiver stay off; grant get, create "
-                  "and update on Secret %s/%s (deploy/rbac.yaml)", exc, opts.namespace, WEBHOOK_CERT_SECRET)  # fmt: skip
+                  "and update on Secret %s/%s (deploy/rbac-webhook-tls.yaml)", exc, opts.namespace, WEBHOOK_CERT_SECRET)  # fmt: skip
         return opts
     log.info("self-managed certificates for %s (renewal checked every %.0fs)",
              ", ".join([*certs.names.dns, *map(str, certs.names.ips)]), certs.policy.check_interval)  # fmt: skip
