@@ -3,7 +3,8 @@ may do, asked with SelfSubjectAccessReviews under that ServiceAccount's own toke
 deploy/ RBAC of its certificate source grants (certificates from a Secret: rbac.yaml and
 rbac-webhook-configuration.yaml; the e2e operator runs with these and rbac-webhook-tls.yaml), and a
 list of things it must not do, the self-managed certificates' Secret among them. The release's
-Secret-write policy is accepted by the apiserver and in force for the release's ServiceAccount.
+Secret-write policy and NetworkPolicy are accepted by the apiserver, and the policy is in force for
+the release's ServiceAccount.
 
 A control plane of its own (about 8 s to start) rather than the session's: the session cluster
 already holds deploy/rbac.yaml's objects under the same cluster-wide names, which a release cannot
@@ -270,6 +271,17 @@ MUST_NOT: list[dict[str, str]] = [
 @pytest.mark.parametrize("attrs", MUST_NOT, ids=lambda a: "-".join(a.values()))
 def test_the_service_account_cannot(as_operator: client.AuthorizationV1Api, attrs: dict[str, str]) -> None:
     assert not _allowed(as_operator, attrs)
+
+
+def test_the_network_policy_is_accepted_with_its_peers(installed: Installed) -> None:
+    policy = client.NetworkingV1Api(installed.api).read_namespaced_network_policy(SA, NS)
+    rules = {rule.ports[0].port: rule for rule in policy.spec.ingress}
+    assert set(rules) == {"webhook", "receiver", "metrics", "health"}
+    assert rules["webhook"]._from[0].ip_block.cidr == "10.0.0.0/24"
+    assert rules["metrics"]._from[0].namespace_selector.match_labels == {
+        "kubernetes.io/metadata.name": "monitoring"
+    }
+    assert rules["health"]._from is None, "no peers: any source"
 
 
 def test_the_secret_write_policy_is_in_force_for_the_releases_service_account(
