@@ -28,6 +28,7 @@ FAKE_NODE_LABEL = "trainguard.io/fake-node=true"
 RESYNC_SECONDS = 10
 DEPLOY_FILES = (
     "rbac.yaml",
+    "rbac-pod-logs.yaml",
     "rbac-webhook-configuration.yaml",
     "rbac-webhook-tls.yaml",
     "secret-write-policy.yaml",

@@ -1,7 +1,7 @@
 """`helm install` of charts/trainguard into a real apiserver, then what the operator's ServiceAccount
 may do, asked with SelfSubjectAccessReviews under that ServiceAccount's own token: everything the
-deploy/ RBAC of its certificate source grants (certificates from a Secret: rbac.yaml and
-rbac-webhook-configuration.yaml; the e2e operator runs with these and rbac-webhook-tls.yaml), and a
+deploy/ RBAC of its values grants (certificates from a Secret: RBAC_FILES; the e2e operator runs with
+these and rbac-webhook-tls.yaml), and a
 list of things it must not do, the self-managed certificates' Secret among them. The release's
 Secret-write policy and NetworkPolicy are accepted by the apiserver, and the policy is in force for
 the release's ServiceAccount.
@@ -150,9 +150,9 @@ CLUSTER_SCOPED = {
 }
 
 
-RBAC_FILES = ("rbac.yaml", "rbac-webhook-configuration.yaml")
+RBAC_FILES = ("rbac.yaml", "rbac-pod-logs.yaml", "rbac-webhook-configuration.yaml")
 """The deploy/ RBAC of certificates from a Secret (VALUES): the operator applies the webhook
-configuration and reads its certificate from the mounted Secret."""
+configuration and reads its certificate from the mounted Secret; its reports quote pod logs."""
 
 
 def granted_by_deploy_rbac(namespace: str) -> list[dict[str, str]]:

@@ -1,6 +1,6 @@
 """The chart carries copies of crds/, deploy/peering-crd.yaml and the rest of deploy/ (its RBAC and
 the Secret-write policy; `make chart` writes them): the copies must be byte-identical, and what helm
-renders from them must be the very objects of the deploy/ files its certificate source needs, in
+renders from them must be the very objects of the deploy/ files its values need, in
 whatever namespace the chart is installed."""
 
 from __future__ import annotations
@@ -17,7 +17,13 @@ RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "Ro
 POLICY_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 DEPLOY_NAMESPACE = "trainguard-system"
 OPERATOR_USER = "system:serviceaccount:{}:trainguard-operator"
-ALL = ("rbac.yaml", "rbac-webhook-configuration.yaml", "rbac-webhook-tls.yaml", "secret-write-policy.yaml")
+ALL = (
+    "rbac.yaml",
+    "rbac-pod-logs.yaml",
+    "rbac-webhook-configuration.yaml",
+    "rbac-webhook-tls.yaml",
+    "secret-write-policy.yaml",
+)
 """deploy/ but the peering: what the chart copies into files/ and `kubectl apply` installs."""
 
 
@@ -112,6 +118,10 @@ def test_helm_renders_exactly_the_rbac_and_policy_of_deploy(helm: str, namespace
         assert d["metadata"]["labels"]["app.kubernetes.io/part-of"] == "trainguard"
 
 
+def without(*names: str) -> tuple[str, ...]:
+    return tuple(name for name in ALL if name not in names)
+
+
 SOURCES = [
     # (values, extra helm arguments, the deploy/ files rendered)
     ((), (), ALL),
@@ -120,22 +130,28 @@ SOURCES = [
     (
         ("webhook.certificates.source=secret", "webhook.certificates.secretName=tls"),
         (),
-        ("rbac.yaml", "rbac-webhook-configuration.yaml", "secret-write-policy.yaml"),
+        without("rbac-webhook-tls.yaml"),
     ),
     # cert-manager: the chart renders the webhook configuration, the operator runs --no-manage-webhook
-    (("webhook.certificates.source=certManager",), (), ("rbac.yaml", "secret-write-policy.yaml")),
-    ((), ("--api-versions", "cert-manager.io/v1"), ("rbac.yaml", "secret-write-policy.yaml")),
-    # clusters before 1.30
     (
-        ("rbac.secretWritePolicy=false",),
+        ("webhook.certificates.source=certManager",),
         (),
-        ("rbac.yaml", "rbac-webhook-configuration.yaml", "rbac-webhook-tls.yaml"),
+        without("rbac-webhook-configuration.yaml", "rbac-webhook-tls.yaml"),
     ),
+    (
+        (),
+        ("--api-versions", "cert-manager.io/v1"),
+        without("rbac-webhook-configuration.yaml", "rbac-webhook-tls.yaml"),
+    ),
+    # clusters before 1.30
+    (("rbac.secretWritePolicy=false",), (), without("secret-write-policy.yaml")),
+    # reports without pod logs (--no-pod-logs)
+    (("reports.podLogs=false",), (), without("rbac-pod-logs.yaml")),
 ]
 
 
 @pytest.mark.parametrize(("sets", "extra", "files"), SOURCES, ids=lambda v: ",".join(v) or "defaults")
-def test_helm_renders_the_deploy_files_the_certificate_source_needs(
+def test_helm_renders_the_deploy_files_the_values_need(
     helm: str, sets: tuple[str, ...], extra: tuple[str, ...], files: tuple[str, ...]
 ) -> None:
     docs = objects(run_helm(helm, *template_args(*sets, namespace="gpu-ops"), *extra).stdout)

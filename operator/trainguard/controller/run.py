@@ -86,6 +86,8 @@ class OperatorOptions:
     prometheus_url: str | None = None
     """Prometheus's base URL, for the morning report's ALERTS history; default: $TRAINGUARD_PROMETHEUS_URL.
     Without it (or without alertmanager_url) no morning report is sent."""
+    pod_logs: bool = True
+    """Quote the job's pod logs in diagnostic reports (RBAC: get on pods/log, deploy/rbac-pod-logs.yaml)."""
     liveness: str | None = "http://0.0.0.0:8080/healthz"
     metrics_addr: str = DEFAULT_METRICS_ADDR
     """[host]:port of the operator's own /metrics; "" turns it off."""
@@ -168,7 +170,7 @@ def run(opts: OperatorOptions) -> None:
         alertmanager_url=opts.alertmanager_url,
         prometheus=prometheus,
     )
-    diagnostics = DiagnosticReports(kube, cache, leader=leader, prometheus=prometheus)
+    diagnostics = DiagnosticReports(kube, cache, leader=leader, prometheus=prometheus, pod_logs=opts.pod_logs)
 
     # four threads, so that none holds another back: the resync and pod counts, the P0 loop's passes,
     # its detection (at a shorter period: node down is timed by it) and the reports
