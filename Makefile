@@ -55,10 +55,11 @@ crds: bootstrap
 	rm -f charts/trainguard/crds/*.yaml
 	cp crds/*.yaml deploy/peering-crd.yaml charts/trainguard/crds/
 
-# the chart: its CRDs (above), its RBAC, copied from deploy/rbac.yaml (tests/packaging fails on drift),
-# and its remote_write keep-list, generated from render/longterm.py (check-generated fails on drift)
+# the chart: its CRDs (above), its RBAC and Secret-write policy, copied from deploy/ (tests/packaging
+# fails on drift), and its remote_write keep-list, generated from render/longterm.py (check-generated
+# fails on drift)
 chart: crds
-	cp deploy/rbac.yaml charts/trainguard/files/rbac.yaml
+	cp deploy/rbac*.yaml deploy/secret-write-policy.yaml charts/trainguard/files/
 	$(BIN)/trainguard keep-list -o charts/trainguard/files/remote-write-keep.yaml
 
 # helm for the chart tests (tests/packaging), built from its Go module into the e2e cache; without Go

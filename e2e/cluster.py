@@ -26,6 +26,15 @@ REPO = Path(__file__).resolve().parents[1]
 OPERATOR_NS = "trainguard-system"
 FAKE_NODE_LABEL = "trainguard.io/fake-node=true"
 RESYNC_SECONDS = 10
+DEPLOY_FILES = (
+    "rbac.yaml",
+    "rbac-pod-logs.yaml",
+    "rbac-webhook-configuration.yaml",
+    "rbac-webhook-tls.yaml",
+    "secret-write-policy.yaml",
+)
+"""What `kubectl apply` of deploy/ installs after the peering (docs/install.md): the e2e operators run
+under all of it, the RBAC of either way of managing certificates and the Secret-write policy."""
 
 
 class _Loader(yaml.SafeLoader):
@@ -113,18 +122,20 @@ class Cluster:
     # ---- trainguard installation ----
 
     def install(self, extra_crds: list[Path]) -> None:
-        """CRDs (trainguard's, prometheus-operator's, kopf peering), namespace, RBAC, peering object."""
+        """CRDs (trainguard's, prometheus-operator's, kopf peering), namespace, RBAC and the Secret-write
+        policy (DEPLOY_FILES), peering object."""
         sources = [*sorted((REPO / "crds").glob("*.yaml")), REPO / "deploy" / "peering-crd.yaml", *extra_crds]
         crds = [load_all(p)[0] for p in sources]
         self.apply(crds)
         self.wait_crds(c["metadata"]["name"] for c in crds)
         self.apply_file(REPO / "deploy" / "peering.yaml")
         self.namespace(OPERATOR_NS)
-        self.apply_file(REPO / "deploy" / "rbac.yaml")
+        for name in DEPLOY_FILES:
+            self.apply_file(REPO / "deploy" / name)
 
     def operator_kubeconfig(self) -> Path:
         """A kubeconfig holding a token of the operator's ServiceAccount: the e2e operator runs with
-        exactly the RBAC of deploy/rbac.yaml, not as cluster-admin."""
+        exactly the RBAC of deploy/ (DEPLOY_FILES), not as cluster-admin."""
         token = self.core.create_namespaced_service_account_token(
             "trainguard-operator", OPERATOR_NS, {"spec": {"expirationSeconds": 7200}}
         ).status.token

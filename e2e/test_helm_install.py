@@ -1,6 +1,10 @@
 """`helm install` of charts/trainguard into a real apiserver, then what the operator's ServiceAccount
-may do, asked with SelfSubjectAccessReviews under that ServiceAccount's own token: everything
-deploy/rbac.yaml grants (what the e2e operator runs with), and a list of things it must not do.
+may do, asked with SelfSubjectAccessReviews under that ServiceAccount's own token: everything the
+deploy/ RBAC of its values grants (certificates from a Secret: RBAC_FILES; the e2e operator runs with
+these and rbac-webhook-tls.yaml), and a
+list of things it must not do, the self-managed certificates' Secret among them. The release's
+Secret-write policy and NetworkPolicy are accepted by the apiserver, and the policy is in force for
+the release's ServiceAccount.
 
 A control plane of its own (about 8 s to start) rather than the session's: the session cluster
 already holds deploy/rbac.yaml's objects under the same cluster-wide names, which a release cannot
@@ -15,13 +19,16 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
 from e2e.cluster import load_all
 from e2e.controlplane.local import LocalControlPlane, local_control_plane, prometheus_operator_crds
+from tests.processes import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -143,11 +150,16 @@ CLUSTER_SCOPED = {
 }
 
 
+RBAC_FILES = ("rbac.yaml", "rbac-pod-logs.yaml", "rbac-webhook-configuration.yaml")
+"""The deploy/ RBAC of certificates from a Secret (VALUES): the operator applies the webhook
+configuration and reads its certificate from the mounted Secret; its reports quote pod logs."""
+
+
 def granted_by_deploy_rbac(namespace: str) -> list[dict[str, str]]:
-    """Every (verb, group, resource[/subresource], name) deploy/rbac.yaml grants, as review attributes:
-    namespaced resources of the ClusterRole in a workload namespace, a Role's in its namespace."""
+    """Every (verb, group, resource[/subresource], name) RBAC_FILES grant, as review attributes:
+    namespaced resources of a ClusterRole in a workload namespace, a Role's in its namespace."""
     checks = []
-    for obj in load_all(REPO / "deploy" / "rbac.yaml"):
+    for obj in (o for name in RBAC_FILES for o in load_all(REPO / "deploy" / name)):
         if obj["kind"] not in ("ClusterRole", "Role"):
             continue
         where = (
@@ -197,6 +209,9 @@ MUST_NOT: list[dict[str, str]] = [
     {"verb": "get", "resource": "secrets", "namespace": NS, "name": "some-other-secret"},
     {"verb": "get", "resource": "secrets", "namespace": WORKLOAD_NS, "name": "trainguard-receiver-key"},
     {"verb": "delete", "resource": "secrets", "namespace": WORKLOAD_NS},
+    # certificates from a Secret are mounted: the self-managed certificates' Secret is not its own
+    {"verb": "get", "resource": "secrets", "namespace": NS, "name": "trainguard-operator-webhook-tls"},
+    {"verb": "update", "resource": "secrets", "namespace": NS, "name": "trainguard-operator-webhook-tls"},
     # workloads: restarts by deleting pods, never creates or execs into them
     {"verb": "create", "resource": "pods", "namespace": WORKLOAD_NS},
     {"verb": "create", "resource": "pods", "subresource": "exec", "namespace": WORKLOAD_NS},
@@ -258,6 +273,42 @@ def test_the_service_account_cannot(as_operator: client.AuthorizationV1Api, attr
     assert not _allowed(as_operator, attrs)
 
 
+def test_the_network_policy_is_accepted_with_its_peers(installed: Installed) -> None:
+    policy = client.NetworkingV1Api(installed.api).read_namespaced_network_policy(SA, NS)
+    rules = {rule.ports[0].port: rule for rule in policy.spec.ingress}
+    assert set(rules) == {"webhook", "receiver", "metrics", "health"}
+    assert rules["webhook"]._from[0].ip_block.cidr == "10.0.0.0/24"
+    assert rules["metrics"]._from[0].namespace_selector.match_labels == {
+        "kubernetes.io/metadata.name": "monitoring"
+    }
+    assert rules["health"]._from is None, "no peers: any source"
+
+
+def test_the_secret_write_policy_is_in_force_for_the_releases_service_account(
+    installed: Installed, as_operator: client.AuthorizationV1Api
+) -> None:
+    """The chart put the release's namespace into the policy's username: the release's operator may
+    create a labelled Secret and no other (e2e/test_secret_write_policy.py tests the policy itself)."""
+    core = client.CoreV1Api(as_operator.api_client)
+
+    def body(labels: dict[str, str]) -> dict[str, Any]:
+        return {"metadata": {"name": "probe", "labels": labels}, "stringData": {"k": "v"}}
+
+    def refused() -> bool:
+        try:
+            core.create_namespaced_secret(WORKLOAD_NS, body({}), dry_run="All")
+        except ApiException as exc:
+            if exc.status == 403 and "trainguard-operator-secret-writes" in str(exc.body):
+                return True
+            raise
+        return False
+
+    wait_for("the Secret-write policy in force", refused, timeout=60)
+    core.create_namespaced_secret(
+        WORKLOAD_NS, body({"app.kubernetes.io/managed-by": "trainguard"}), dry_run="All"
+    )
+
+
 def test_uninstall_removes_the_release_and_keeps_the_crds(installed: Installed) -> None:
     """Runs last in this module: the release goes, the CRDs (and so every monitor and policy in the
     cluster) stay, as Helm does with crds/."""
@@ -265,6 +316,10 @@ def test_uninstall_removes_the_release_and_keeps_the_crds(installed: Installed) 
     rbac = client.RbacAuthorizationV1Api(installed.api)
     assert not [r for r in rbac.list_cluster_role().items if r.metadata.name == SA]
     assert not [b for b in rbac.list_cluster_role_binding().items if b.metadata.name == SA]
+    admission = client.AdmissionregistrationV1Api(installed.api)
+    assert not [
+        p for p in admission.list_validating_admission_policy().items if p.metadata.name.startswith(SA)
+    ]
     assert not client.AppsV1Api(installed.api).list_namespaced_deployment(NS).items
     assert not [s for s in client.CoreV1Api(installed.api).list_namespaced_service_account(NS).items
                 if s.metadata.name == SA]  # fmt: skip

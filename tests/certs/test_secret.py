@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from trainguard.catalog.kubernetes import MANAGED_BY, MANAGED_BY_VALUE
 from trainguard.certs.ca import WEBHOOK_CERT_SECRET, CertPolicy, serving_names
 from trainguard.certs.secret import SelfManagedCerts
 from trainguard.certs.tls import ReloadableTLS
@@ -139,3 +140,10 @@ def test_a_new_ca_reaches_the_webhook_configuration(tmp_path: Path, store: Secre
     rotated = leader.sync()
     assert rotated.trusted[1:] == first.trusted and rotated.ca_cert != first.ca_cert
     assert applied == [first.bundle(), rotated.bundle()]
+
+
+def test_the_secret_is_labelled_managed_by_trainguard(tmp_path: Path, store: Secrets) -> None:
+    """deploy/secret-write-policy.yaml lets the operator write no Secret without the label."""
+    replica(tmp_path, "a", store, Clock(), leader=True, applied=[]).sync()
+    assert store.obj is not None
+    assert store.obj["metadata"]["labels"][MANAGED_BY] == MANAGED_BY_VALUE

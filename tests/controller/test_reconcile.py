@@ -231,3 +231,20 @@ def test_with_a_receiver_the_credentials_are_derived_and_alertmanager_posts_to_t
     kube.applies.clear()
     reconcile_monitor(kube, kube, monitor_body(), receiver=settings)  # type: ignore[arg-type]
     assert kube.applies == [], "the same key gives the same Secret"
+
+
+def test_a_secret_the_write_policy_refuses_says_the_name_is_taken() -> None:
+    """A tenant's own Secret under the name of the monitor's fast-path Secret: the Secret-write policy
+    (deploy/secret-write-policy.yaml) refuses the apply, and the condition says what to do."""
+    message = (
+        'secrets "trainguard-llama-pretrain-fastpath" is forbidden: ValidatingAdmissionPolicy '
+        "'trainguard-operator-secret-writes' with binding 'trainguard-operator-secret-writes' denied request: "
+        "trainguard-operator may update only Secrets it wrote"
+    )
+    kube = fake(POLICY, refuse={"Secret": refused(403, message)})
+    receiver = ReceiverSettings(url="https://op:8443", key=b"k" * 32)
+    reconcile_monitor(kube, kube, monitor_body(), receiver=receiver)  # type: ignore[arg-type]
+    c = cond(kube, "Degraded")
+    assert c["reason"] == "ApplyFailed" and message in c["message"]
+    assert "Secret ml/trainguard-llama-pretrain-fastpath" in c["message"]
+    assert "rename or remove that Secret" in c["message"] and "RBAC" not in c["message"]

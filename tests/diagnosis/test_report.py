@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import re
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from html.parser import HTMLParser
 
 from tests.diagnosis.report_inputs import TRACE_ID, report_input
@@ -88,3 +89,13 @@ def test_error_patterns_and_timestamped_lines() -> None:
     text = '2025-10-09T08:53:19.500000000Z Traceback (most recent call last):\n  File "train.py", line 3'
     lines = parse_timestamped("p", text)
     assert [ln.at for ln in lines] == [AT - 0.5, AT - 0.5]
+
+
+def test_a_report_without_pod_logs_says_they_were_not_read() -> None:
+    """The operator's --no-pod-logs (no RBAC on pods/log): not an empty window, which would mislead."""
+    unread = build(replace(report_input(), logs=(), logs_read=False))
+    for text in (unread.markdown, unread.html):
+        assert "pod logs not read: the operator runs with --no-pod-logs" in text
+        assert "no log lines in the window" not in text
+    empty = build(replace(report_input(), logs=()))
+    assert "no log lines in the window" in empty.markdown and "not read" not in empty.markdown

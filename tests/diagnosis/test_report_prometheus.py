@@ -110,6 +110,18 @@ def test_the_report_is_built_from_prometheus_and_the_pods(prometheus: str, tmp_p
     assert call["limit_bytes"] == LOG_LIMIT_BYTES and call["since_seconds"] == 630
 
 
+def test_without_pod_logs_the_pass_reads_none_and_the_report_says_so(prometheus: str) -> None:
+    """--no-pod-logs: the RBAC then has no get on pods/log, so not one log request is made."""
+    kube = LoggingKube()
+    passes = DiagnosticReports(
+        kube, kube, lambda: True, prometheus_client(prometheus), clock=lambda: AT, check_s=0, pod_logs=False
+    )
+    assert passes.run() == 1
+    [cm] = kube.created
+    assert kube.core.calls == []
+    assert "pod logs not read: the operator runs with --no-pod-logs" in cm["data"]["report.md"]
+
+
 def test_an_unknown_monitor_is_a_lookup_error(prometheus: str) -> None:
     with pytest.raises(LookupError):
         build_report(

@@ -194,3 +194,18 @@ def test_the_peering_object_is_the_one_the_operator_joins(rendered: list[dict[st
     peering = one(rendered, "ClusterKopfPeering")
     assert peering["metadata"]["name"] == args.peering
     assert args.standalone is False
+
+
+@pytest.mark.parametrize("quoted", [True, False])
+def test_pod_logs_are_read_only_where_the_rbac_allows_it(helm: str, quoted: bool) -> None:
+    """reports.podLogs: false drops get on pods/log and runs the operator with --no-pod-logs, so its
+    reports say the logs were not read rather than failing to read them."""
+    docs = objects(template(helm, f"reports.podLogs={str(quoted).lower()}"))
+    granted = [
+        rule
+        for role in by_kind(docs, "ClusterRole")
+        for rule in role["rules"]
+        if "pods/log" in rule["resources"]
+    ]
+    assert bool(granted) is quoted
+    assert parsed_args(operator_container(docs)).no_pod_logs is not quoted

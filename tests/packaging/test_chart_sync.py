@@ -1,6 +1,7 @@
-"""The chart carries copies of crds/, deploy/peering-crd.yaml and deploy/rbac.yaml (`make chart`
-writes them): the copies must be byte-identical, and what helm renders from the RBAC copy must be
-the very objects of deploy/rbac.yaml, in whatever namespace the chart is installed."""
+"""The chart carries copies of crds/, deploy/peering-crd.yaml and the rest of deploy/ (its RBAC and
+the Secret-write policy; `make chart` writes them): the copies must be byte-identical, and what helm
+renders from them must be the very objects of the deploy/ files its values need, in
+whatever namespace the chart is installed."""
 
 from __future__ import annotations
 
@@ -10,10 +11,20 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.packaging.chart import CHART, REPO, objects, template
+from tests.packaging.chart import CHART, REPO, objects, run_helm, template, template_args
 
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+POLICY_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 DEPLOY_NAMESPACE = "trainguard-system"
+OPERATOR_USER = "system:serviceaccount:{}:trainguard-operator"
+ALL = (
+    "rbac.yaml",
+    "rbac-pod-logs.yaml",
+    "rbac-webhook-configuration.yaml",
+    "rbac-webhook-tls.yaml",
+    "secret-write-policy.yaml",
+)
+"""deploy/ but the peering: what the chart copies into files/ and `kubectl apply` installs."""
 
 
 def expected_crd_copies() -> dict[str, Path]:
@@ -37,13 +48,15 @@ def test_the_chart_crds_are_the_generated_crds() -> None:
         )
 
 
-def test_the_chart_rbac_is_deploy_rbac() -> None:
-    copy = CHART / "files" / "rbac.yaml"
-    source = REPO / "deploy" / "rbac.yaml"
-    assert copy.exists(), "charts/trainguard/files/rbac.yaml is missing: run `make chart`"
-    assert copy.read_bytes() == source.read_bytes(), (
-        "charts/trainguard/files/rbac.yaml differs from deploy/rbac.yaml: run `make chart`"
-    )
+def test_the_chart_copies_every_deploy_file_but_the_peering() -> None:
+    deploy = sorted(p.name for p in (REPO / "deploy").glob("*.yaml") if not p.name.startswith("peering"))
+    assert deploy == sorted(ALL), "a new deploy/ file: copy it in `make chart` and render it in the chart"
+    for name in ALL:
+        copy, source = CHART / "files" / name, REPO / "deploy" / name
+        assert copy.exists(), f"charts/trainguard/files/{name} is missing: run `make chart`"
+        assert copy.read_bytes() == source.read_bytes(), (
+            f"charts/trainguard/files/{name} differs from deploy/{name}: run `make chart`"
+        )
 
 
 def _comparable(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
@@ -61,6 +74,10 @@ def _comparable(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
     for subject in out.get("subjects") or []:
         if subject.get("namespace") == namespace:
             subject["namespace"] = DEPLOY_NAMESPACE
+    for condition in (out.get("spec") or {}).get("matchConditions") or []:
+        condition["expression"] = condition["expression"].replace(
+            OPERATOR_USER.format(namespace), OPERATOR_USER.format(DEPLOY_NAMESPACE)
+        )
     return out
 
 
@@ -68,12 +85,18 @@ def _key(obj: dict[str, Any]) -> tuple[str, str, str]:
     return (obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
 
 
+def _deployed(files: tuple[str, ...]) -> list[dict[str, Any]]:
+    return [obj for name in files for obj in objects((REPO / "deploy" / name).read_text())]
+
+
 @pytest.mark.parametrize("namespace", ["trainguard-system", "gpu-ops"])
-def test_helm_renders_exactly_the_rbac_of_deploy(helm: str, namespace: str) -> None:
-    rendered = [d for d in objects(template(helm, namespace=namespace)) if d["kind"] in RBAC_KINDS]
-    deployed = objects((REPO / "deploy" / "rbac.yaml").read_text())
+def test_helm_renders_exactly_the_rbac_and_policy_of_deploy(helm: str, namespace: str) -> None:
+    """The default, self-managed certificates: everything in deploy/, as `kubectl apply` installs it."""
+    rendered = [
+        d for d in objects(template(helm, namespace=namespace)) if d["kind"] in RBAC_KINDS | POLICY_KINDS
+    ]
     got = sorted((_comparable(d, namespace) for d in rendered), key=_key)
-    want = sorted((_comparable(d, DEPLOY_NAMESPACE) for d in deployed), key=_key)
+    want = sorted((_comparable(d, DEPLOY_NAMESPACE) for d in _deployed(ALL)), key=_key)
     assert got == want
     # the namespaced objects land where the release is, except the node-lease Role, which must be
     # where the Leases are
@@ -81,13 +104,61 @@ def test_helm_renders_exactly_the_rbac_of_deploy(helm: str, namespace: str) -> N
     assert where[("ServiceAccount", "trainguard-operator")] == namespace
     assert where[("Role", "trainguard-operator-key")] == namespace
     assert where[("Role", "trainguard-operator-node-leases")] == "kube-node-lease"
-    for binding in (d for d in rendered if d["kind"].endswith("Binding")):
+    for binding in (d for d in rendered if d["kind"].endswith("RoleBinding")):
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "trainguard-operator", "namespace": namespace}
         ]
+    # the policy looks at the release's ServiceAccount, and at it alone
+    policy = next(d for d in rendered if d["kind"] == "ValidatingAdmissionPolicy")
+    assert [c["expression"] for c in policy["spec"]["matchConditions"]] == [
+        f"request.userInfo.username == '{OPERATOR_USER.format(namespace)}'"
+    ]
     for d in rendered:
         assert d["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
         assert d["metadata"]["labels"]["app.kubernetes.io/part-of"] == "trainguard"
+
+
+def without(*names: str) -> tuple[str, ...]:
+    return tuple(name for name in ALL if name not in names)
+
+
+SOURCES = [
+    # (values, extra helm arguments, the deploy/ files rendered)
+    ((), (), ALL),
+    (("webhook.certificates.source=selfManaged",), (), ALL),
+    # the operator applies the webhook configuration but mounts its certificate: no TLS Secret Role
+    (
+        ("webhook.certificates.source=secret", "webhook.certificates.secretName=tls"),
+        (),
+        without("rbac-webhook-tls.yaml"),
+    ),
+    # cert-manager: the chart renders the webhook configuration, the operator runs --no-manage-webhook
+    (
+        ("webhook.certificates.source=certManager",),
+        (),
+        without("rbac-webhook-configuration.yaml", "rbac-webhook-tls.yaml"),
+    ),
+    (
+        (),
+        ("--api-versions", "cert-manager.io/v1"),
+        without("rbac-webhook-configuration.yaml", "rbac-webhook-tls.yaml"),
+    ),
+    # clusters before 1.30
+    (("rbac.secretWritePolicy=false",), (), without("secret-write-policy.yaml")),
+    # reports without pod logs (--no-pod-logs)
+    (("reports.podLogs=false",), (), without("rbac-pod-logs.yaml")),
+]
+
+
+@pytest.mark.parametrize(("sets", "extra", "files"), SOURCES, ids=lambda v: ",".join(v) or "defaults")
+def test_helm_renders_the_deploy_files_the_values_need(
+    helm: str, sets: tuple[str, ...], extra: tuple[str, ...], files: tuple[str, ...]
+) -> None:
+    docs = objects(run_helm(helm, *template_args(*sets, namespace="gpu-ops"), *extra).stdout)
+    rendered = [d for d in docs if d["kind"] in RBAC_KINDS | POLICY_KINDS]
+    got = sorted((_comparable(d, "gpu-ops") for d in rendered), key=_key)
+    want = sorted((_comparable(d, DEPLOY_NAMESPACE) for d in _deployed(files)), key=_key)
+    assert got == want
 
 
 def test_no_rule_uses_a_wildcard(helm: str) -> None:

@@ -27,6 +27,10 @@ BAD_VALUES = [
     ("webhook.certificates.source=secret", "/webhook/certificates/secretName"),
     # a default policy needs somewhere to go
     ("defaultPolicy.enabled=true", "/defaultPolicy/namespaces"),
+    ("rbac.secretWritePolicy=maybe", "/rbac/secretWritePolicy"),
+    # a NetworkPolicy peer with a misspelt key, or an ipBlock without its CIDR
+    ("networkPolicy.metrics.from[0].namespace=monitoring", "/networkPolicy/metrics/from/0"),
+    ("networkPolicy.receiver.from[0].ipBlock.except[0]=10.0.0.0/8", "/networkPolicy/receiver/from/0/ipBlock"),
 ]
 
 
@@ -46,6 +50,11 @@ def test_the_defaults_and_good_overrides_pass(helm: str) -> None:
         ("webhook.certificates.source=secret", "webhook.certificates.secretName=my-tls"),
         ("defaultPolicy.enabled=true", "defaultPolicy.namespaces={ml}"),
         ("resources.limits.cpu=2", "resources.requests.memory=1Gi"),
+        (
+            "rbac.secretWritePolicy=false",
+            "networkPolicy.enabled=true",
+            "networkPolicy.health.from[0].ipBlock.cidr=10.0.0.0/8",
+        ),
     ]:
         run_helm(helm, *template_args(*settings))
 

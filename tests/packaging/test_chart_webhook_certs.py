@@ -83,3 +83,54 @@ def test_values_the_operator_cannot_read_are_refused(helm: str, value: str, path
     proc = run_helm(helm, *template_args(value), check=False)
     assert proc.returncode != 0
     assert path in proc.stderr
+
+
+def _grants(docs: list[dict[str, Any]], resource: str, name: str | None = None) -> set[str]:
+    """The verbs the chart's Roles and ClusterRoles grant on `resource` (by `name`, or unnamed)."""
+    return {
+        verb
+        for role in [*by_kind(docs, "ClusterRole"), *by_kind(docs, "Role")]
+        for rule in role["rules"]
+        if resource in rule["resources"] and (name is None or name in (rule.get("resourceNames") or [name]))
+        for verb in rule["verbs"]
+    }
+
+
+@pytest.mark.parametrize(
+    ("sets", "extra"),
+    [
+        ((), ()),
+        (("webhook.certificates.source=secret", "webhook.certificates.secretName=tls"), ()),
+        (("webhook.certificates.source=certManager",), ()),
+        ((), ("--api-versions", "cert-manager.io/v1")),
+    ],
+    ids=["selfManaged", "secret", "certManager", "auto-with-cert-manager"],
+)
+def test_the_rbac_is_what_the_operators_flags_need(
+    helm: str, sets: tuple[str, ...], extra: tuple[str, ...]
+) -> None:
+    """The operator applies the webhook configuration unless --no-manage-webhook, and reads and rotates
+    its certificate Secret only with --self-managed-certs: the RBAC grants each only then."""
+    docs = objects(run_helm(helm, *template_args(*sets), *extra).stdout)
+    args = operator_args(docs)
+    webhook = _grants(docs, "mutatingwebhookconfigurations", "trainguard-sidecar-injector")
+    assert webhook == (set() if args.no_manage_webhook else {"create", "get", "patch"})
+    tls = {
+        verb
+        for role in by_kind(docs, "Role")
+        for rule in role["rules"]
+        if WEBHOOK_CERT_SECRET in (rule.get("resourceNames") or [])
+        for verb in rule["verbs"]
+    }
+    assert tls == ({"get", "update"} if args.self_managed_certs else set())
+    # mounted certificates (cert-manager's or the Secret named): the only Secret it reads is its key
+    read = sorted(
+        name
+        for role in [*by_kind(docs, "ClusterRole"), *by_kind(docs, "Role")]
+        for rule in role["rules"]
+        if "secrets" in rule["resources"] and "get" in rule["verbs"]
+        for name in rule.get("resourceNames") or ["*"]
+    )
+    assert read == sorted(
+        ["trainguard-receiver-key", *([WEBHOOK_CERT_SECRET] if args.self_managed_certs else [])]
+    )

@@ -6,12 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from tests.conftest import monitor, policy
+from trainguard.catalog.kubernetes import MANAGED_BY, MANAGED_BY_VALUE
 from trainguard.render.kubernetes import (
     ALERTS_TOKEN_KEY,
+    emptied_receiver_secret,
     fastpath_secret,
     fastpath_secret_name,
     monitor_objects,
     operator_receiver,
+    receiver_secret,
 )
 from trainguard.render.policy import effective_policy
 from trainguard.render.sidecar import inject
@@ -60,3 +63,19 @@ def test_the_sidecar_mounts_its_own_token_and_the_ca_but_not_alertmanagers() -> 
     assert changes is not None
     volume = next(v for v in changes["spec"]["volumes"] if v["name"] == "trainguard-fastpath-token")
     assert [i["key"] for i in volume["secret"]["items"]] == ["token", "ca.crt"]
+
+
+def test_every_secret_of_a_monitor_is_labelled_managed_by_trainguard() -> None:
+    """deploy/secret-write-policy.yaml lets the operator write no Secret without the label."""
+    m = monitor(**{"metadata.uid": "u-1"})
+    slack = policy(
+        **{
+            "spec.receivers": [
+                {"name": "chat", "type": "slack", "roles": ["im"], "url": "https://hooks.slack.invalid/x"}
+            ]
+        }
+    )
+    received = receiver_secret(m, effective_policy(m, [slack]))
+    assert received is not None
+    for secret in (received, emptied_receiver_secret(m), fastpath_secret(m, "t", "a", "ca")):
+        assert secret["metadata"]["labels"][MANAGED_BY] == MANAGED_BY_VALUE, secret["metadata"]["name"]

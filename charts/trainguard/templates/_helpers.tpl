@@ -55,3 +55,41 @@ operator and what it needs (2), then the policies that use the CRDs (3). Helm ig
 {{- define "trainguard.syncWave" -}}
 argocd.argoproj.io/sync-wave: {{ . | quote }}
 {{- end -}}
+
+{{/*
+The objects of one of files/, each a byte copy of the deploy/ file of the same name, as documents
+(dict "root" . "file" "files/NAME"): the release's namespace in place of trainguard-system, in
+metadata, in the subjects of bindings and in the operator's username that the Secret-write policy
+matches; the chart's labels and Argo CD sync wave 1 added (RBAC and policy before the operator).
+*/}}
+{{- define "trainguard.deployFile" -}}
+{{- $root := .root }}
+{{- $ns := $root.Release.Namespace }}
+{{- $labels := include "trainguard.labels" $root | fromYaml }}
+{{- $wave := include "trainguard.syncWave" "1" | fromYaml }}
+{{- $text := $root.Files.Get .file }}
+{{- if not $text }}
+{{- fail (printf "%s is missing or empty: run `make chart`" .file) }}
+{{- end }}
+{{- $text = $text | replace "system:serviceaccount:trainguard-system:" (printf "system:serviceaccount:%s:" $ns) }}
+{{- range $doc := regexSplit "(?m)^---[ \t]*$" $text -1 }}
+{{- $obj := fromYaml $doc }}
+{{- if hasKey $obj "Error" }}
+{{- fail (printf "%s: %s" $.file $obj.Error) }}
+{{- end }}
+{{- if $obj }}
+{{- if eq (dig "metadata" "namespace" "" $obj) "trainguard-system" }}
+{{- $_ := set $obj.metadata "namespace" $ns }}
+{{- end }}
+{{- $_ := set $obj.metadata "labels" (merge (dict) $labels ($obj.metadata.labels | default dict)) }}
+{{- $_ := set $obj.metadata "annotations" (merge (dict) $wave ($obj.metadata.annotations | default dict)) }}
+{{- range $subject := ($obj.subjects | default list) }}
+{{- if eq ($subject.namespace | default "") "trainguard-system" }}
+{{- $_ := set $subject "namespace" $ns }}
+{{- end }}
+{{- end }}
+---
+{{ toYaml $obj }}
+{{- end }}
+{{- end }}
+{{- end -}}

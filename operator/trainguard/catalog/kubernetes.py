@@ -1,6 +1,7 @@
 """The names trainguard writes on Kubernetes objects it does not own: node annotations and taints,
 the spare-node label and the workload's resume pointer. Users, dashboards and `trainguard uncordon`
-read them, so each is defined here once (docs/architecture.md, "Public contracts")."""
+read them, so each is defined here once (docs/architecture.md, "Public contracts"). Also the labels of
+the objects it writes for itself, which its Secret-write policy checks."""
 
 from __future__ import annotations
 
@@ -16,3 +17,12 @@ SPARE_LABEL = "trainguard.io/spare"
 """A warm spare node (`=true`); also the key of the NoSchedule taint that keeps other pods off it."""
 RESUME_FROM = "trainguard.io/resume-from"
 """On the workload: JSON {step, path, kind, ts} of the checkpoint a gang restart resumes from."""
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+"""The label on every object the operator writes for itself, Secrets included, with the value
+MANAGED_BY_VALUE: deploy/secret-write-policy.yaml lets the operator's ServiceAccount create or update
+no Secret without it, nor one that lacked it before."""
+MANAGED_BY_VALUE = "trainguard"
+PART_OF = "app.kubernetes.io/part-of"
+MANAGED_LABELS = {MANAGED_BY: MANAGED_BY_VALUE, PART_OF: "trainguard"}
+"""The labels of the Secrets the operator writes in its own namespace (its key, the webhook's TLS)."""

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from trainguard.catalog.kubernetes import MANAGED_LABELS
 from trainguard.certs.ca import (
     WEBHOOK_CERT_SECRET,
     CertPolicy,
@@ -74,7 +75,7 @@ class SelfManagedCerts:
         meta: dict[str, Any] = {
             "name": WEBHOOK_CERT_SECRET,
             "namespace": self.namespace,
-            "labels": {"app.kubernetes.io/part-of": "trainguard"},
+            "labels": dict(MANAGED_LABELS),
         }
         if version is not None:
             meta["resourceVersion"] = version

@@ -187,6 +187,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "nodes down) and its notices (an action withheld by the storm guard) there",
     )
     op.add_argument(
+        "--no-pod-logs",
+        action="store_true",
+        help="diagnostic reports quote no pod logs and say so (for RBAC without get on pods/log)",
+    )
+    op.add_argument(
         "--prometheus-url",
         help="Prometheus's base URL, read for the morning report's ALERTS history and to confirm a GPU fault "
         "the job's own rule saw (default: $TRAINGUARD_PROMETHEUS_URL; without either, no morning report, and "
@@ -275,6 +280,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
             webhook_key=args.webhook_key,
             webhook_ca=args.webhook_ca,
             manage_webhook=not args.no_manage_webhook,
+            pod_logs=not args.no_pod_logs,
             receiver_url=args.receiver_url,
             receiver_addr=args.receiver_addr,
             receiver_port=args.receiver_port,

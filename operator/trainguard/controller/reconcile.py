@@ -208,6 +208,10 @@ def reconcile_monitor(
     return _write(kube, reads, body, outcome, now=now, monitor=monitor)
 
 
+SECRET_WRITE_POLICY = "trainguard-operator-secret-writes"
+"""The ValidatingAdmissionPolicy that lets the operator write only the Secrets it labelled (deploy/)."""
+
+
 class NamespaceTerminating(Exception):
     """The monitor's namespace is being deleted: the API refuses anything new in it (the apply of an
     object not yet there, an Event), and the monitor is about to go too."""
@@ -220,6 +224,11 @@ def apply_failure_message(label: str, exc: ApiError) -> str:
         403: "the operator's RBAC does not allow it (see deploy/rbac.yaml)",
         422: "the object was invalid for the cluster's schema",
     }.get(exc.status or 0, "retried at the next reconcile")
+    if exc.status == 403 and SECRET_WRITE_POLICY in detail:
+        hint = (
+            "a Secret of that name exists that trainguard did not write (deploy/secret-write-policy.yaml "
+            "keeps the operator off it): rename or remove that Secret"
+        )
     return f"{label}: the API refused the apply ({exc.status}): {detail}; {hint}"
 
 

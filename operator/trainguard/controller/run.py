@@ -88,6 +88,8 @@ class OperatorOptions:
     """Prometheus's base URL, for the morning report's ALERTS history and as a GPU fault's second witness
     (the job's own rule fired there); default: $TRAINGUARD_PROMETHEUS_URL. Without it (or without
     alertmanager_url) no morning report is sent, and only the node's sidecar can confirm a GPU fault."""
+    pod_logs: bool = True
+    """Quote the job's pod logs in diagnostic reports (RBAC: get on pods/log, deploy/rbac-pod-logs.yaml)."""
     liveness: str | None = "http://0.0.0.0:8080/healthz"
     metrics_addr: str = DEFAULT_METRICS_ADDR
     """[host]:port of the operator's own /metrics; "" turns it off."""
@@ -177,7 +179,7 @@ def run(opts: OperatorOptions) -> None:
         alertmanager_url=opts.alertmanager_url,
         prometheus=prometheus,
     )
-    diagnostics = DiagnosticReports(kube, cache, leader=leader, prometheus=prometheus)
+    diagnostics = DiagnosticReports(kube, cache, leader=leader, prometheus=prometheus, pod_logs=opts.pod_logs)
 
     # four threads, so that none holds another back: the resync and pod counts, the P0 loop's passes,
     # its detection (at a shorter period: node down is timed by it) and the reports
@@ -356,7 +358,7 @@ def start_self_managed_certs(certs: SelfManagedCerts, opts: OperatorOptions) -> 
         certs.sync()
     except Exception as exc:
         log.error("no self-managed certificates (%s): the webhook and the receiver stay off; grant get, create "
-                  "and update on Secret %s/%s (deploy/rbac.yaml)", exc, opts.namespace, WEBHOOK_CERT_SECRET)  # fmt: skip
+                  "and update on Secret %s/%s (deploy/rbac-webhook-tls.yaml)", exc, opts.namespace, WEBHOOK_CERT_SECRET)  # fmt: skip
         return opts
     log.info("self-managed certificates for %s (renewal checked every %.0fs)",
              ", ".join([*certs.names.dns, *map(str, certs.names.ips)]), certs.policy.check_interval)  # fmt: skip

@@ -190,9 +190,11 @@ def build_report(
     at: float,
     now: float,
     labels: dict[str, str] | None = None,
+    read_logs: bool = True,
 ) -> Report:
     """Everything fetched for one monitor's job around `at`, then the pure builder. The alert's labels are
-    those firing at `at` (the most severe when `alert` is None) unless given."""
+    those firing at `at` (the most severe when `alert` is None) unless given. Without `read_logs` no pod
+    log is read (the operator's --no-pod-logs: no RBAC for pods/log) and the report says so."""
     body = kube.get_monitor(namespace, name)
     if body is None:
         raise LookupError(f"no TrainingJobMonitor {namespace}/{name}")
@@ -222,8 +224,8 @@ def build_report(
         trace_id=trace_id(prom, namespace, name, at),
     )
     records = list(((body.get("status") or {}).get("remediations")) or [])
-    logs = pod_logs(kube, namespace, pods, at, now)
-    return build(ReportInput(info, snapshot, diagnose(snapshot), logs, records))
+    logs = pod_logs(kube, namespace, pods, at, now) if read_logs else []
+    return build(ReportInput(info, snapshot, diagnose(snapshot), logs, records, logs_read=read_logs))
 
 
 def active_at(prom: RangeQuery, namespace: str, job: str, alert: dict[str, str], now: float) -> float:

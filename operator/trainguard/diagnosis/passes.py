@@ -137,6 +137,8 @@ class DiagnosticReports:
     prometheus: RangeQuery | None
     clock: Callable[[], float] = time.time
     check_s: float = 60.0
+    pod_logs: bool = True
+    """Quote the job's pod logs (RBAC: get on pods/log cluster-wide); False: `--no-pod-logs`."""
     _next: float = 0.0
     _done: set[tuple[str, str]] = field(default_factory=set)
 
@@ -175,6 +177,7 @@ class DiagnosticReports:
                 at=at,
                 now=now,
                 labels=alert,
+                read_logs=self.pod_logs,
             )
             created = self.kube.create_if_absent(report_configmap(body, cm_name, alert, report))
             self._done.add((ns, cm_name))

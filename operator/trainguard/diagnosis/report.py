@@ -48,6 +48,9 @@ class ReportInput:
     logs: Sequence[LogLine] = ()
     remediations: Sequence[Mapping[str, Any]] = ()
     """Remediation records as the monitor's status keeps them (api.monitor.RemediationRecord, camelCase)."""
+    logs_read: bool = True
+    """False where the operator may not read pod logs (`--no-pod-logs`): the report says so rather than
+    showing an empty window."""
 
 
 @dataclass(frozen=True)
@@ -197,10 +200,16 @@ def _markdown(inp: ReportInput, figures: dict[str, str], logs: list[LogLine], ac
         data = base64.b64encode(svg.encode()).decode()
         out.append(f"![{key}](data:image/svg+xml;base64,{data})")
     out += ["", f"## Pod logs (+-30 s, trace id {a.trace_id or 'unknown'})", "", "```"]
-    out += [_log_text(ln) for ln in logs] or ["(no log lines in the window)"]
+    out += [_log_text(ln) for ln in logs] or [_no_logs(inp)]
     out += ["```", "", "## What trainguard did", ""]
     out += [f"    {line}" for line in actions] or ["Nothing yet: no remediation record for this job."]
     return "\n".join(out) + "\n"
+
+
+def _no_logs(inp: ReportInput) -> str:
+    if not inp.logs_read:
+        return "(pod logs not read: the operator runs with --no-pod-logs)"
+    return "(no log lines in the window)"
 
 
 def _log_text(ln: LogLine) -> str:
@@ -257,7 +266,7 @@ def _html(inp: ReportInput, figures: dict[str, str], logs: list[LogLine], action
         f'</section><h2>Pod logs (+-30 s)</h2><pre class="logs" id="logs" data-trace-id="{e(a.trace_id)}">'
     )
     if not logs:
-        out.append("(no log lines in the window)")
+        out.append(e(_no_logs(inp)))
     for ln in logs:
         text = e(_log_text(ln))
         if ln.kind:

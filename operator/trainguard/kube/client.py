@@ -19,6 +19,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
 from trainguard.api import GROUP, VERSION
+from trainguard.catalog.kubernetes import MANAGED_LABELS
 from trainguard.kube.errors import MissingAPI, is_conflict
 
 FIELD_MANAGER = "trainguard-operator"
@@ -270,8 +271,7 @@ class Kube:
             body = {
                 "apiVersion": "v1",
                 "kind": "Secret",
-                "metadata": {"name": name, "namespace": namespace,
-                             "labels": {"app.kubernetes.io/part-of": "trainguard"}},
+                "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED_LABELS)},
                 "type": "Opaque",
                 "stringData": {"key": new_key.decode("ascii")},
             }  # fmt: skip

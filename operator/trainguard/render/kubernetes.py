@@ -7,6 +7,7 @@ import base64
 from typing import Any
 
 from trainguard.api.monitor import TrainingJobMonitor
+from trainguard.catalog.kubernetes import MANAGED_LABELS
 from trainguard.render.alertmanager import OperatorReceiver, alertmanager_config_spec
 from trainguard.render.longterm import DEFAULT_INTERVAL, aggregate_group
 from trainguard.render.policy import EffectivePolicy
@@ -24,11 +25,9 @@ def object_name(monitor: TrainingJobMonitor) -> str:
 
 
 def labels(monitor: TrainingJobMonitor) -> dict[str, str]:
-    return {
-        "app.kubernetes.io/managed-by": "trainguard",
-        "app.kubernetes.io/part-of": "trainguard",
-        "trainguard.io/training-job": monitor.name,
-    }
+    """managed-by=trainguard on each, Secrets included: the only Secrets the operator may write
+    (deploy/secret-write-policy.yaml)."""
+    return {**MANAGED_LABELS, "trainguard.io/training-job": monitor.name}
 
 
 def _metadata(monitor: TrainingJobMonitor, name: str | None = None) -> Obj:
