@@ -470,7 +470,7 @@ class Rig:
         self.last = Executor(
             self.cluster,
             saver,
-            lambda ns, name: TOKEN if (ns, name) == ("ml", "llama-pretrain") else "wrong",
+            lambda m: TOKEN if (m.namespace, m.name) == ("ml", "llama-pretrain") else "wrong",
             read=saver.read,
             key=lambda: KEY,
             leader=lambda: self.leads,
@@ -522,7 +522,7 @@ def loop_rig(
     locks: dict[tuple[str, str], threading.RLock] = {}
 
     def executor(c: Any, save: Any, token_for: Any, **kw: Any) -> Executor:
-        return Executor(c, save, lambda ns, name: TOKEN, clock=clock, sleep=clock.sleep, **kw)
+        return Executor(c, save, lambda monitor: TOKEN, clock=clock, sleep=clock.sleep, **kw)
 
     responder = RemediationLoop(
         kube,

@@ -119,8 +119,10 @@ class Dispatcher:
             return
         alertmanager.post_alerts(self.alertmanager_url, [notices.withheld(record, message)])
 
-    def _token(self, namespace: str, name: str) -> str:
+    def _token(self, monitor: TrainingJobMonitor) -> str:
+        """The sidecars' token of the monitor the executor read for this step: its uid is the one the
+        Secret mounted in the sidecars was derived with (a monitor created again gets new tokens)."""
         key = self.key()
         if key is None:
             raise RuntimeError("no operator key: the sidecars' token cannot be derived")
-        return tokens.derive(key, tokens.EVENTS, namespace, name)
+        return tokens.derive(key, tokens.EVENTS, monitor.namespace, monitor.name, monitor.metadata.uid or "")

@@ -367,7 +367,7 @@ class Executor:
         self,
         cluster: ClusterOps,
         save: Callable[[Record], Record],
-        token_for: Callable[[str, str], str],
+        token_for: Callable[[TrainingJobMonitor], str],
         *,
         read: Callable[[str], Fresh | None],
         key: Callable[[], bytes | None],
@@ -393,7 +393,8 @@ class Executor:
         """The operator-wide mode: "act", "dry-run" or "off" (asked before every step)."""
         self.owner = owner or new_owner()
         self.token_for = token_for
-        """(namespace, monitor name) -> the bearer token of that monitor's sidecars."""
+        """The monitor (as read from the API for this step) -> the bearer token of its sidecars, bound to
+        its uid (remediation.tokens)."""
         self.clock = clock
         self.sleep = sleep
         self.notify = notify
@@ -534,7 +535,7 @@ class Executor:
 
     def _sidecars(self, monitor: TrainingJobMonitor) -> tuple[list[Sidecar], str]:
         found = self.cluster.sidecars(monitor.namespace, monitor.spec.selector, monitor.spec.exporter.port)
-        return found, self.token_for(monitor.namespace, monitor.name)
+        return found, self.token_for(monitor)
 
     def _each(
         self, sidecars: list[Sidecar], call: Callable[[Sidecar], dict[str, Any]]
