@@ -493,7 +493,7 @@ class Rig:
 
 def sign(record: dict[str, Any], monitor: TrainingJobMonitor) -> dict[str, Any]:
     """The record with the operator's signature (under KEY) for `monitor`."""
-    return records.sign(record, KEY, monitor.namespace, monitor.name)
+    return records.sign(record, KEY, monitor.namespace, monitor.name, monitor.metadata.uid or "")
 
 
 def step_done(kind: str) -> Callable[[dict[str, Any]], bool]:

@@ -67,7 +67,8 @@ class RemediationLoop:
         pager = Pager(alertmanager_url, clock) if alertmanager_url else None
         self.intake = Intake(self.paging, pager, store=self.store, monitors=reads, clock=clock)
         self.dispatcher = Dispatcher(self.store, cluster, self.pool, key=key, leader=leader, mode=mode,
-                                     alertmanager_url=alertmanager_url, executor_factory=executor_factory)  # fmt: skip
+                                     alertmanager_url=alertmanager_url, executor_factory=executor_factory,
+                                     clock=clock)  # fmt: skip
         guard = guardrails or Guardrails()
         self.breaker = Breaker(cluster, guard, leader=leader, reset=reset, alertmanager_url=alertmanager_url,
                                clock=clock)  # fmt: skip
