@@ -7,11 +7,14 @@ which behave like the real ones."""
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 from tests.clock import T0, Clock
 from tests.conftest import MONITOR
 from tests.kube.fakes import FakeKube, merge_patch
-from tests.remediation.fakes import loop_rig, p0_signal
+from tests.remediation.fakes import KEY, loop_rig, p0_signal
+from trainguard.api import monitor_of
+from trainguard.remediation import tokens
 from trainguard.remediation.model import Phase
 from trainguard.remediation.passes import PENDING_GRACE_S, PENDING_RETRY_S
 from trainguard.remediation.plan import record_id
@@ -221,3 +224,26 @@ def test_the_dispatcher_says_how_long_ago_a_record_ended_and_nothing_while_it_ru
     ended = responder.dispatcher.ended_since(record["id"])
     assert ended is not None and 0 <= ended < 5
     assert responder.dispatcher.ended_since("never-dispatched") is None
+
+
+def test_the_sidecars_token_an_executor_is_given_is_bound_to_the_monitor_it_read() -> None:
+    """The executor calls the sidecars with the token in the monitor's Secret, which the reconcile derived
+    with the monitor's uid: a monitor created again under its name has another one."""
+    responder, kube, _ = loop_rig()
+    given: list[Any] = []
+    factory = responder.dispatcher.executor_factory
+
+    def executor(c: Any, save: Any, token_for: Any, **kw: Any) -> Any:
+        given.append(token_for)
+        return factory(c, save, token_for, **kw)
+
+    responder.dispatcher.executor_factory = executor
+    responder.handle(p0_signal("GPUCriticalXid"))
+    assert responder.idle()
+    monitor = monitor_of(kube.get_monitor(NS, JOB))
+    assert monitor is not None and monitor.metadata.uid == "u-1"
+    token = given[0](monitor)
+    assert tokens.verify(KEY, tokens.EVENTS, NS, JOB, "u-1", presented=token)
+    again = monitor.model_copy(update={"metadata": monitor.metadata.model_copy(update={"uid": "u-2"})})
+    assert given[0](again) != token
+    assert tokens.verify(KEY, tokens.EVENTS, NS, JOB, "u-2", presented=given[0](again))

@@ -25,14 +25,15 @@ Decisions taken here:
 
 Exactly once: the executor never trusts the copy it was handed. It reads the record and its monitor
 from the API first (`read`), refuses a record without the operator's signature for where it stands
-(Failed, nothing done; every save is signed again), refuses a replay (a record this process saw finished,
-found unfinished again) and a stale record (last written longer ago than records.RESUME_WINDOW_S when it
-was handed over; see records.py), claims the record (`owner`) with a conditional write, and before every step asks `gate`, pure, whether
-it may go on: this replica must still lead, the API's copy must stand where this run left it (else
-another executor has it: stop, write nothing), and the operator's mode and the monitor's
-`spec.remediation` (read again) must still let it act (else the remaining steps are Skipped, saying
-why). Every save is conditional (store.Saver): a save that finds the record moved raises
-records.Superseded, and the run stops without acting.
+(Failed, nothing done; every save is signed again), refuses a replay (a record this process saw
+finished, found unfinished again) and a stale record (last written longer ago than
+records.RESUME_WINDOW_S when it was handed over; see records.py), claims the record (`owner`) with a
+conditional write, and before every step asks `gate`, pure, whether it may go on: this replica must
+still lead, the API's copy must stand where this run left it (else another executor has it: stop,
+write nothing), and the operator's mode and the monitor's `spec.remediation` (read again) must still
+let it act (else the remaining steps are Skipped, saying why). Every save is conditional
+(store.Saver): a save that finds the record moved raises records.Superseded, and the run stops without
+acting.
 """
 
 from __future__ import annotations

@@ -17,12 +17,12 @@ monitor's status does not check, and the executor refuses it (`signed`). Only th
 (`message`, each step's `detail` and `time`) are left out.
 
 Replays: a state the operator wrote once (the Planned record, a step InProgress) stays signed. Copied
-back after the record finished, it would run again; two checks stop that (`replayed`), and the executor
-refuses such a record (Failed, its reason the message) as it refuses an unsigned one:
-- the operator process remembers each record it saw finished (by id and creation time, a record's
-  identity: a record planned again for the same alert is a new record) for as long as a copy of it
-  could pass the next check (`horizon`): a record never leaves a finished phase, so a finished record
-  found unfinished again is a replay;
+back after the record finished, it would run again. Two checks stop that, and the executor refuses
+such a record (Failed, its reason the message) as it refuses an unsigned one:
+- the operator process remembers each record it saw finished (dispatch.FinishedRecords, by id and
+  creation time, a record's `identity`: a record planned again for the same alert is a new record)
+  for as long as a copy of it could pass the next check (`horizon`): a record never leaves a finished
+  phase, so a finished record found unfinished again is a replay (`replayed`);
 - an unfinished record is carried out only if, when it is handed to an executor, the operator last
   wrote it within RESUME_WINDOW_S, plus the wait the step it stopped in may take (its signed
   timeout_s): the planner hands a new record over at once, and a record resumed by a restarted
