@@ -67,7 +67,7 @@ def irrelevant(i: int) -> dict[str, str]:
 
 def handling(n_relevant: int, n_irrelevant: int, certs: Path) -> list[float]:
     """Seconds from each relevant post to its decision, with `n_irrelevant` P1s posted meanwhile."""
-    loop, _kube, _cluster = loop_rig()
+    loop, kube, _cluster = loop_rig()
     decided: dict[str, float] = {}
     handle = loop.planner.handle
 
@@ -79,11 +79,11 @@ def handling(n_relevant: int, n_irrelevant: int, certs: Path) -> list[float]:
 
     loop.planner.handle = timed  # type: ignore[method-assign]
     receiver = Receiver(ReceiverConfig("127.0.0.1", 0, str(certs / "tls.crt"), str(certs / "tls.key"), KEY),
-                        loop.receive)  # fmt: skip
+                        loop.receive, monitors=kube)  # fmt: skip
     receiver.start()
     loop.start()
     it = Intake(receiver, str(certs / "ca.crt"))
-    token = tokens.derive(KEY, tokens.ALERTS, NS, JOB)
+    token = tokens.derive(KEY, tokens.ALERTS, NS, JOB, kube.monitor_uid(NS, JOB) or "")
     noise_done = threading.Event()
 
     def noise() -> None:

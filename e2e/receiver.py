@@ -14,12 +14,26 @@ from typing import Any
 
 from e2e.cluster import OPERATOR_NS, Cluster
 from e2e.monitors import MON
+from trainguard.remediation import tokens
 
 
 def operator_key(cluster: Cluster) -> bytes:
     """The operator key every monitor's tokens are derived from (remediation.tokens)."""
     secret = cluster.core.read_namespaced_secret("trainguard-receiver-key", OPERATOR_NS)
     return base64.b64decode(secret.data["key"]).strip()
+
+
+def monitor_token(
+    cluster: Cluster, purpose: str, ns: str, name: str = "llama-pretrain", uid: str | None = None
+) -> str:
+    """The monitor's token for `purpose` (tokens.ALERTS, tokens.EVENTS) as the operator derives it: from its
+    key and the uid of the monitor as the apiserver holds it now. `uid` stands in for a monitor that
+    does not exist (a token the operator must refuse)."""
+    if uid is None:
+        monitor = cluster.get(*MON, ns, name)
+        assert monitor is not None, f"no TrainingJobMonitor {ns}/{name}"
+        uid = str(monitor["metadata"]["uid"])
+    return tokens.derive(operator_key(cluster), purpose, ns, name, uid)
 
 
 def alert_payload(ns: str, node: str, alertname: str = "GPUCriticalXid") -> dict[str, Any]:

@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from e2e.cluster import Cluster
 from e2e.monitors import MON, start_job
 from e2e.podprocesses import bound_token
-from e2e.receiver import alert_payload, operator_key, post, records
+from e2e.receiver import alert_payload, monitor_token, post, records
 from e2e.sidecars import sidecar_that_saw
 from tests.processes import wait_for
 from trainguard.catalog.events import EVENTS_AUDIENCE
@@ -97,7 +97,7 @@ def test_a_p0_answered_200_is_acted_on_by_the_next_operator_when_the_first_is_ki
 ) -> None:
     pods = start_job(operator, ns, ROOM)
     node = pods[0].spec.node_name
-    token = tokens.derive(operator_key(operator), tokens.ALERTS, ns, JOB)
+    token = monitor_token(operator, tokens.ALERTS, ns, JOB)
     body = alert_payload(ns, node)
     with records_refused(operator, ns):
         status, answer = post(operator, "/v1/alerts", body, token)
@@ -114,7 +114,7 @@ def test_a_p0_answered_200_is_acted_on_by_the_next_operator_when_the_first_is_ki
     # a new replica (a higher priority: the killed one's peering entry holds its priority for a minute);
     # the node's sidecar saw the XID, which the remediation confirms before it cordons
     operator.start_operator(priority=150, keep_ports=True)
-    with sidecar_that_saw(pods[0], tokens.derive(operator_key(operator), tokens.EVENTS, ns, JOB)):
+    with sidecar_that_saw(pods[0], monitor_token(operator, tokens.EVENTS, ns, JOB)):
         done = wait_for(
             "the remediation of the pending signal finished",
             lambda: (r := records(operator, ns)) and r[0]["phase"] in ("Succeeded", "Failed") and r[0],
@@ -131,13 +131,12 @@ def test_twelve_copies_of_one_fault_posted_at_once_are_one_pending_entry_and_one
 ) -> None:
     pods = start_job(operator, ns, ROOM)
     node = pods[0].spec.node_name
-    key = operator_key(operator)
     am = alert_payload(ns, node)
     labels = am["alerts"][0]["labels"]
     sidecar = {"source": "sidecar", "labels": {k: labels[k] for k in ("alertname", "severity", "namespace",
                "training_job", "node", "gpu", "pod")}, "annotations": {}, "startsAt": time.time() - 10}  # fmt: skip
     sender = operator.api.sanitize_for_serialization(pods[0])  # the pod on that node, with its bound token
-    posts = [("/v1/alerts", am, tokens.derive(key, tokens.ALERTS, ns, JOB))] * 9 + [
+    posts = [("/v1/alerts", am, monitor_token(operator, tokens.ALERTS, ns, JOB))] * 9 + [
         ("/v1/events", sidecar, bound_token(operator.core, sender, EVENTS_AUDIENCE))
     ] * 3
     answers: list[int] = []
@@ -157,7 +156,7 @@ def test_twelve_copies_of_one_fault_posted_at_once_are_one_pending_entry_and_one
         [entry] = pending(operator, ns)
         assert entry["source"] == "sidecar", "the copy that started earliest"
     # the policy gone, the leader's pass plans the entry its planner could not record
-    with sidecar_that_saw(pods[0], tokens.derive(key, tokens.EVENTS, ns, JOB)):
+    with sidecar_that_saw(pods[0], monitor_token(operator, tokens.EVENTS, ns, JOB)):
         done = wait_for(
             "the remediation finished",
             lambda: (r := records(operator, ns)) and r[0]["phase"] in ("Succeeded", "Failed") and r[0],

@@ -22,7 +22,7 @@ from e2e.cluster import Cluster
 from e2e.monitors import ready
 from e2e.pipeline import JOB, SELECTOR, Sink, exporter_step, job, objects
 from e2e.podprocesses import PodProcesses
-from e2e.receiver import decisions, operator_key, post, records
+from e2e.receiver import decisions, monitor_token, post, records
 from tests.processes import wait_for
 from trainguard.catalog.kubernetes import CORDONED_BY, FAULTY_TAINT
 from trainguard.remediation import tokens
@@ -85,7 +85,7 @@ def test_the_node_is_checkpointed_cordoned_and_tainted_and_the_job_keeps_running
     degraded = trainers.running()[0]
     node = degraded.node
     step_before = min(exporter_step(r) for r in trainers.running())
-    token = tokens.derive(operator_key(operator), tokens.ALERTS, ns, JOB)
+    token = monitor_token(operator, tokens.ALERTS, ns, JOB)
     started = rfc3339(time.time() - 5)
 
     status, answer = post(operator, "/v1/alerts", sbe_payload(ns, node, started), token)
@@ -156,7 +156,7 @@ def test_notify_cordons_nothing(operator: Cluster, ns: str, clean_nodes: None) -
         timeout=90,
     )  # fmt: skip
     node = pods[0].spec.node_name
-    token = tokens.derive(operator_key(operator), tokens.ALERTS, ns, JOB)
+    token = monitor_token(operator, tokens.ALERTS, ns, JOB)
     status, answer = post(operator, "/v1/alerts", sbe_payload(ns, node, rfc3339(time.time())), token)
     assert status == 200 and answer["accepted"] == 1, answer
     wait_for("the operator's decision", lambda: f"{SBE} for {ns}/{JOB}: notify only" in operator.operator_logs(),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -129,7 +130,9 @@ def planned(cluster: Cluster, ns: str) -> tuple[dict[str, Any], dict[str, Any]]:
     record = planner_store.create(
         body,
         records.new_record(
-            Plan("rec-1", "fp", "GPUCriticalXid", "nodeFault", STEPS, node="gpu-a"), 1_700_000_000
+            # now: a record the operator last wrote long before it is handed over is refused as stale
+            Plan("rec-1", "fp", "GPUCriticalXid", "nodeFault", STEPS, node="gpu-a"),
+            time.time(),
         ),
     )
     return record, body

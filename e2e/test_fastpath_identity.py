@@ -16,7 +16,7 @@ from kubernetes import client
 from e2e.cluster import Cluster
 from e2e.monitors import quickstart, ready
 from e2e.podprocesses import bound_token
-from e2e.receiver import alert_payload, operator_key, post, records
+from e2e.receiver import alert_payload, monitor_token, post, records
 from tests.processes import wait_for
 from trainguard.catalog.events import EVENTS_AUDIENCE
 from trainguard.remediation import tokens
@@ -101,7 +101,7 @@ def test_the_fast_path_believes_the_sending_pod_not_the_body(
 
     # the job's own pod, with a token for another audience; the monitor's events token is no identity
     for refused in (bound_token(operator.core, mine, "https://kubernetes.default.svc.cluster.local"),
-                    tokens.derive(operator_key(operator), tokens.EVENTS, ns, JOB)):  # fmt: skip
+                    monitor_token(operator, tokens.EVENTS, ns, JOB)):  # fmt: skip
         status, answer = post(operator, "/v1/events", xid_event(ns, node_a, f"{JOB}-0"), refused)
         assert status == 401, answer
         assert token not in str(answer)

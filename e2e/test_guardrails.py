@@ -16,7 +16,7 @@ import pytest
 from e2e.cluster import Cluster
 from e2e.monitors import start_job
 from e2e.pipeline import OPERATOR, Monitoring, Sink, operator_stack
-from e2e.receiver import alert_payload, operator_key, post, records
+from e2e.receiver import alert_payload, monitor_token, post, records
 from e2e.sidecars import sidecar_that_saw
 from tests.processes import wait_for
 from trainguard.catalog.alerts import BREAKER_OPEN, WITHHELD
@@ -43,8 +43,8 @@ def test_a_monitor_asking_for_1000_gets_the_operators_ceiling_and_the_withheld_c
     cluster, mon, _ = guarded
     pods = start_job(cluster, ns, {"maxCordonedNodes": 1000, "cordonWindow": "1s"})
     first, second = pods[0].spec.node_name, pods[1].spec.node_name
-    token = tokens.derive(operator_key(cluster), tokens.ALERTS, ns, "llama-pretrain")
-    with sidecar_that_saw(pods[0], tokens.derive(operator_key(cluster), tokens.EVENTS, ns, "llama-pretrain")):
+    token = monitor_token(cluster, tokens.ALERTS, ns, "llama-pretrain")
+    with sidecar_that_saw(pods[0], monitor_token(cluster, tokens.EVENTS, ns, "llama-pretrain")):
         assert post(cluster, "/v1/alerts", alert_payload(ns, first), token, OPERATOR)[0] == 200
         done = wait_for("the first remediation done", lambda: (r := records(cluster, ns)) and r[0]["phase"] in
                         ("Succeeded", "Failed") and r[0], timeout=120)  # fmt: skip
@@ -130,7 +130,7 @@ def test_four_of_eight_nodes_down_together_open_the_breaker_and_it_re_arms_by_it
         print(f"\n4 of 8 nodes down -> {BREAKER_OPEN} in Alertmanager in {time.monotonic() - t0:.1f}s")
         assert opened[0]["labels"]["severity"] == "P0" and opened[0]["labels"]["pool_label"] == POOL_LABEL
         assert "4 of 8 node(s) look down" in opened[0]["annotations"]["summary"], opened
-        token = tokens.derive(operator_key(cluster), tokens.ALERTS, ns, "llama-pretrain")
+        token = monitor_token(cluster, tokens.ALERTS, ns, "llama-pretrain")
         assert post(cluster, "/v1/alerts", alert_payload(ns, faulty), token, OPERATOR)[0] == 200
         withheld = wait_for("a record withheld by the breaker", lambda: [
             r for r in records(cluster, ns) if r.get("skipped", "").startswith("circuit breaker open")], timeout=60)  # fmt: skip
@@ -154,8 +154,8 @@ def test_four_of_eight_nodes_down_together_open_the_breaker_and_it_re_arms_by_it
     )
     assert rearmed >= REARM_S - 1, f"re-armed after {rearmed:.1f}s, before the {REARM_S}s clear time"
     # re-armed: a node fault on a node of the pool acts again
-    token = tokens.derive(operator_key(cluster), tokens.ALERTS, ns, "llama-pretrain")
-    events = tokens.derive(operator_key(cluster), tokens.EVENTS, ns, "llama-pretrain")
+    token = monitor_token(cluster, tokens.ALERTS, ns, "llama-pretrain")
+    events = monitor_token(cluster, tokens.EVENTS, ns, "llama-pretrain")
     with sidecar_that_saw(pods[1], events, fault="ecc-dbe"):
         assert (
             post(cluster, "/v1/alerts", alert_payload(ns, healthy, "GPUDoubleBitECCError"), token, OPERATOR)[

@@ -16,7 +16,7 @@ import pytest
 from e2e.cluster import Cluster
 from e2e.monitors import start_job
 from e2e.podprocesses import bound_token
-from e2e.receiver import alert_payload, decisions, operator_key, post, records
+from e2e.receiver import alert_payload, decisions, monitor_token, post, records
 from e2e.sidecars import sidecar_that_saw
 from tests.processes import wait_for
 from trainguard.catalog.events import EVENTS_AUDIENCE
@@ -26,16 +26,15 @@ pytestmark = pytest.mark.e2e
 
 
 def events_token(operator: Cluster, ns: str) -> str:
-    return tokens.derive(operator_key(operator), tokens.EVENTS, ns, "llama-pretrain")
+    return monitor_token(operator, tokens.EVENTS, ns, "llama-pretrain")
 
 
 def test_a_forged_alert_changes_nothing(operator: Cluster, ns: str, clean_nodes: None) -> None:
     pods = start_job(operator, ns)
     node = pods[0].spec.node_name
     body = alert_payload(ns, node)
-    key = operator_key(operator)
-    for token in (None, "forged", tokens.derive(key, tokens.EVENTS, ns, "llama-pretrain"),
-                  tokens.derive(key, tokens.ALERTS, ns, "another-job")):  # fmt: skip
+    for token in (None, "forged", monitor_token(operator, tokens.EVENTS, ns),
+                  monitor_token(operator, tokens.ALERTS, ns, "another-job", uid="no-such-monitor")):  # fmt: skip
         status, answer = post(operator, "/v1/alerts", body, token)
         assert status == 401, (token, answer)
     time.sleep(3)
@@ -49,7 +48,7 @@ def test_a_node_fault_cordons_taints_and_moves_the_gang_once(
     pods = start_job(operator, ns)
     node = pods[0].spec.node_name
     old = {p.metadata.name for p in pods}
-    token = tokens.derive(operator_key(operator), tokens.ALERTS, ns, "llama-pretrain")
+    token = monitor_token(operator, tokens.ALERTS, ns, "llama-pretrain")
     # the fault by the sidecars' fast path first, from the pod on that node with its bound token (the pod
     # and node are taken from the token), then by Alertmanager: one fault acts once
     event = {"source": "sidecar", "labels": alert_payload(ns, node)["alerts"][0]["labels"],
@@ -99,7 +98,7 @@ def test_an_alert_naming_a_node_the_job_does_not_use_cordons_nothing(
     pods = start_job(operator, ns, {"maxCordonedNodes": 3})  # the cap must not be what stops it
     used = {p.spec.node_name for p in pods}
     other = next(n.metadata.name for n in operator.core.list_node().items if n.metadata.name not in used)
-    token = tokens.derive(operator_key(operator), tokens.ALERTS, ns, "llama-pretrain")
+    token = monitor_token(operator, tokens.ALERTS, ns, "llama-pretrain")
     assert post(operator, "/v1/alerts", alert_payload(ns, other), token)[0] == 200
     # the refusal leaves no record: wait for the planner's log line instead of sleeping
     wait_for(
@@ -129,7 +128,7 @@ def test_dry_run_records_the_whole_plan_and_changes_nothing(
 ) -> None:
     pods = start_job(operator, ns, {"dryRun": True})
     node = pods[0].spec.node_name
-    token = tokens.derive(operator_key(operator), tokens.ALERTS, ns, "llama-pretrain")
+    token = monitor_token(operator, tokens.ALERTS, ns, "llama-pretrain")
     assert post(operator, "/v1/alerts", alert_payload(ns, node), token)[0] == 200
     # the record is written with its steps before the executor adds what each would do: wait for that too
     record = wait_for("the dry-run record, each step saying what it would do", lambda: (r := records(operator, ns))
@@ -151,7 +150,7 @@ def test_at_the_cordon_cap_a_second_node_fault_notifies_and_does_not_cordon(
 ) -> None:
     pods = start_job(operator, ns, {"maxCordonedNodes": 1, "cordonWindow": "10m"})
     first, second = pods[0].spec.node_name, pods[1].spec.node_name
-    token = tokens.derive(operator_key(operator), tokens.ALERTS, ns, "llama-pretrain")
+    token = monitor_token(operator, tokens.ALERTS, ns, "llama-pretrain")
     with sidecar_that_saw(pods[0], events_token(operator, ns)):
         assert post(operator, "/v1/alerts", alert_payload(ns, first), token)[0] == 200
         wait_for("the first remediation done", lambda: (r := records(operator, ns)) and r[0]["phase"] == "Succeeded",
@@ -170,7 +169,7 @@ def test_a_node_fault_moves_the_gang_onto_the_warm_spare(
     pods = start_job(operator, ns)
     assert spare not in {p.spec.node_name for p in pods}, "ordinary placement stays off the spare"
     node = pods[0].spec.node_name
-    token = tokens.derive(operator_key(operator), tokens.ALERTS, ns, "llama-pretrain")
+    token = monitor_token(operator, tokens.ALERTS, ns, "llama-pretrain")
     with sidecar_that_saw(pods[0], events_token(operator, ns)):
         assert post(operator, "/v1/alerts", alert_payload(ns, node), token)[0] == 200
         done = wait_for("the remediation done", lambda: (r := records(operator, ns)) and r[0]["phase"] in

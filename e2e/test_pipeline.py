@@ -30,7 +30,7 @@ from e2e.pipeline import (
     resumed_from,
     start,
 )
-from e2e.receiver import alert_payload, decisions, operator_key, post, records
+from e2e.receiver import alert_payload, decisions, monitor_token, post, records
 from tests.exposition import scrape, value
 from tests.processes import wait_for
 from trainguard.remediation import tokens
@@ -177,9 +177,8 @@ def test_a_forged_alert_changes_nothing(
     cluster, _, _ = stack
     with start(stack, ns, tmp_path) as pods:
         a = pods.running()[0]
-        key = operator_key(cluster)
-        for token in (None, "forged", tokens.derive(key, tokens.EVENTS, ns, JOB),
-                      tokens.derive(key, tokens.ALERTS, ns, "another-job")):  # fmt: skip
+        for token in (None, "forged", monitor_token(cluster, tokens.EVENTS, ns, JOB),
+                      monitor_token(cluster, tokens.ALERTS, ns, "another-job", uid="no-such-monitor")):  # fmt: skip
             status, _ = post(cluster, "/v1/alerts", alert_payload(ns, a.node), token, name=OPERATOR)
             assert status == 401, token
         time.sleep(3)

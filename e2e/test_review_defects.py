@@ -206,16 +206,17 @@ def test_the_credentials_derive_from_the_operator_key_and_only_the_sidecar_token
     operator: Cluster, ns: str
 ) -> None:
     """The operator reads no monitor's Secret: it derives each monitor's tokens from its own key (the
-    one Secret it may read), so it can check any token it receives."""
+    one Secret it may read) and the monitor's uid, so it can check any token it receives."""
     operator.apply(quickstart(ns))
     wait_for("monitor Ready", lambda: ready(operator, ns))
     key = base64.b64decode(
         operator.core.read_namespaced_secret("trainguard-receiver-key", "trainguard-system").data["key"]
     )
+    uid = operator.get(*MON, ns, "llama-pretrain")["metadata"]["uid"]
     secret = operator.core.read_namespaced_secret(f"{NAME}-fastpath", ns).data
     events, alerts = (base64.b64decode(secret[k]).decode() for k in ("token", "alertmanager-token"))
-    assert tokens.verify(key, tokens.EVENTS, ns, "llama-pretrain", events)
-    assert tokens.verify(key, tokens.ALERTS, ns, "llama-pretrain", alerts)
+    assert tokens.verify(key, tokens.EVENTS, ns, "llama-pretrain", uid, presented=events)
+    assert tokens.verify(key, tokens.ALERTS, ns, "llama-pretrain", uid, presented=alerts)
     assert "ca.crt" in secret
     # a hand-edited token is repaired at the next resync, like any other owned object
     operator.core.patch_namespaced_secret(f"{NAME}-fastpath", ns, {"stringData": {"token": "forged"}})

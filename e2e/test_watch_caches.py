@@ -18,7 +18,7 @@ import pytest
 
 from e2e.cluster import Cluster
 from e2e.monitors import start_job
-from e2e.receiver import alert_payload, operator_key, post, records
+from e2e.receiver import alert_payload, monitor_token, post, records
 from tests.exposition import scrape
 from tests.processes import wait_for
 from trainguard.remediation import tokens
@@ -84,7 +84,7 @@ def test_no_list_call_in_steady_state(operator: Cluster, ns: str, clean_nodes: N
     assert "trainguard-exporter" in names, names
 
     # a P0 signal, planned (dry run) on the cached nodes and pods
-    token = tokens.derive(operator_key(operator), tokens.ALERTS, ns, "llama-pretrain")
+    token = monitor_token(operator, tokens.ALERTS, ns, "llama-pretrain")
     status, answer = post(operator, "/v1/alerts", alert_payload(ns, pods[0].spec.node_name), token)
     assert status == 200 and answer["accepted"] == 1, answer
     wait_for("the signal's record", lambda: records(operator, ns), timeout=30)

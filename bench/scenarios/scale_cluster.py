@@ -36,7 +36,7 @@ from kubernetes import client, config
 from e2e.cluster import Cluster
 from e2e.controlplane.local import LocalControlPlane
 from e2e.monitors import indexed_job, quickstart, ready
-from e2e.receiver import alert_payload, operator_key, post, records
+from e2e.receiver import alert_payload, monitor_token, post, records
 from tests.exposition import scrape
 from tests.processes import free_port, wait_for
 from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT
@@ -227,7 +227,7 @@ class Bench:
     def cordon(self, ns: str, pods: list[Any]) -> dict[str, Any]:
         """Post a P0 for the canary's rank-0 node and time the node going unschedulable."""
         node = pods[0].spec.node_name
-        token = tokens.derive(operator_key(self.cluster), tokens.ALERTS, ns, "llama-pretrain")
+        token = monitor_token(self.cluster, tokens.ALERTS, ns, "llama-pretrain")
         before = self.counters()
         t0 = time.monotonic()
         status, answer = post(self.cluster, "/v1/alerts", alert_payload(ns, node), token)

@@ -19,7 +19,17 @@ from tests.conftest import MONITOR, POLICY, monitor_body
 from tests.exposition import metric_families
 from tests.kube.fakes import FakeKube, namespace_terminating, refused
 from tests.remediation.fakes import loop_rig, p0_signal
-from tests.remediation.intake import KEY, NOW, Intake, alerts_token, am_payload, events_token, post, xid
+from tests.remediation.intake import (
+    KEY,
+    NOW,
+    Intake,
+    alerts_token,
+    am_payload,
+    events_token,
+    monitors,
+    post,
+    xid,
+)
 from trainguard.controller import handlers
 from trainguard.controller.admission import admit
 from trainguard.controller.metrics import OperatorMetrics, parse_addr, reconcile_result, serve
@@ -225,7 +235,7 @@ def observed(certs: Path) -> Iterator[tuple[Intake, OperatorMetrics]]:
     state = {"standby": False}
     receiver = Receiver(
         config, lambda signals: None, accepting=lambda: not state["standby"], clock=lambda: NOW,
-        observe=metrics.signal,
+        observe=metrics.signal, monitors=monitors(),
     )  # fmt: skip
     receiver.start()
     it = Intake(receiver, str(certs / "ca.crt"))

@@ -223,9 +223,11 @@ def test_with_a_receiver_the_credentials_are_derived_and_alertmanager_posts_to_t
     reconcile_monitor(kube, kube, monitor_body(), receiver=settings)  # type: ignore[arg-type]
     assert kube.created == [], "no random token: the operator derives it and can check it again"
     secret = kube.objects[("Secret", "ml", "trainguard-llama-pretrain-fastpath")]["stringData"]
-    assert tokens.verify(key, tokens.EVENTS, "ml", "llama-pretrain", secret["token"])
-    assert tokens.verify(key, tokens.ALERTS, "ml", "llama-pretrain", secret["alertmanager-token"])
-    assert not tokens.verify(key, tokens.ALERTS, "ml", "llama-pretrain", secret["token"])
+    assert tokens.verify(key, tokens.EVENTS, "ml", "llama-pretrain", "u-1", presented=secret["token"])
+    assert tokens.verify(
+        key, tokens.ALERTS, "ml", "llama-pretrain", "u-1", presented=secret["alertmanager-token"]
+    )
+    assert not tokens.verify(key, tokens.ALERTS, "ml", "llama-pretrain", "u-1", presented=secret["token"])
     amc = kube.objects[("AlertmanagerConfig", "ml", "trainguard-llama-pretrain")]["spec"]
     assert "trainguard-operator" in {r["name"] for r in amc["receivers"]}
     kube.applies.clear()
@@ -248,3 +250,30 @@ def test_a_secret_the_write_policy_refuses_says_the_name_is_taken() -> None:
     assert c["reason"] == "ApplyFailed" and message in c["message"]
     assert "Secret ml/trainguard-llama-pretrain-fastpath" in c["message"]
     assert "rename or remove that Secret" in c["message"] and "RBAC" not in c["message"]
+
+
+def test_a_monitor_created_again_under_its_name_gets_new_tokens_from_the_same_operator() -> None:
+    """The tokens are bound to the monitor's uid: the same operator process, the same name, another
+    object, and the Secret is written again with tokens the old ones do not match."""
+    key = tokens.new_key()
+    kube = fake(POLICY)
+    settings = ReceiverSettings(key=key, url="https://op.trainguard-system.svc:8443")
+    secret_key = ("Secret", "ml", "trainguard-llama-pretrain-fastpath")
+    reconcile_monitor(kube, kube, monitor_body(), receiver=settings)  # type: ignore[arg-type]
+    old = kube.objects[secret_key]["stringData"]
+    again = monitor_body()
+    again["metadata"]["uid"] = "u-2"
+    kube.applies.clear()
+    reconcile_monitor(kube, kube, again, receiver=settings)  # type: ignore[arg-type]
+    assert "Secret" in kube.applies
+    secret = kube.objects[secret_key]
+    new = secret["stringData"]
+    assert tokens.verify(
+        key, tokens.ALERTS, "ml", "llama-pretrain", "u-2", presented=new["alertmanager-token"]
+    )
+    assert tokens.verify(key, tokens.EVENTS, "ml", "llama-pretrain", "u-2", presented=new["token"])
+    assert not tokens.verify(
+        key, tokens.ALERTS, "ml", "llama-pretrain", "u-2", presented=old["alertmanager-token"]
+    )
+    assert not tokens.verify(key, tokens.EVENTS, "ml", "llama-pretrain", "u-2", presented=old["token"])
+    assert [r["uid"] for r in secret["metadata"]["ownerReferences"]] == ["u-2"]

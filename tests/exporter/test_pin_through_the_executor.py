@@ -66,7 +66,7 @@ def nan_plan_run(exp: Running, nan_at: float) -> dict[str, Any]:
     record = sign(new_record(p, time.time()), MONITOR)
     store.put(record)
     saver = store.saver()
-    executor = Executor(ThisPod(exp.url), saver, lambda ns, name: TOKEN, read=saver.read, key=lambda: KEY)
+    executor = Executor(ThisPod(exp.url), saver, lambda monitor: TOKEN, read=saver.read, key=lambda: KEY)
     return executor.run(record, MONITOR)
 
 

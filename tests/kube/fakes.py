@@ -256,6 +256,10 @@ class FakeKube:
     def monitor(self, namespace: str, name: str) -> Obj | None:
         return self._get(MONITOR, namespace, name)
 
+    def monitor_uid(self, namespace: str, name: str) -> str | None:
+        uid = ((self._get(MONITOR, namespace, name) or {}).get("metadata") or {}).get("uid")
+        return str(uid) if uid else None
+
     def policy(self, namespace: str, name: str) -> Obj | None:
         return self._get(POLICY, namespace, name)
 

@@ -472,7 +472,7 @@ class Rig:
         self.last = Executor(
             self.cluster,
             saver,
-            lambda ns, name: TOKEN if (ns, name) == ("ml", "llama-pretrain") else "wrong",
+            lambda m: TOKEN if (m.namespace, m.name) == ("ml", "llama-pretrain") else "wrong",
             read=saver.read,
             key=lambda: KEY,
             leader=lambda: self.leads,
@@ -496,7 +496,7 @@ class Rig:
 
 def sign(record: dict[str, Any], monitor: TrainingJobMonitor) -> dict[str, Any]:
     """The record with the operator's signature (under KEY) for `monitor`."""
-    return records.sign(record, KEY, monitor.namespace, monitor.name)
+    return records.sign(record, KEY, monitor.namespace, monitor.name, monitor.metadata.uid or "")
 
 
 def step_done(kind: str) -> Callable[[dict[str, Any]], bool]:
@@ -525,7 +525,7 @@ def loop_rig(
     locks: dict[tuple[str, str], threading.RLock] = {}
 
     def executor(c: Any, save: Any, token_for: Any, **kw: Any) -> Executor:
-        return Executor(c, save, lambda ns, name: TOKEN, clock=clock, sleep=clock.sleep, **kw)
+        return Executor(c, save, lambda monitor: TOKEN, clock=clock, sleep=clock.sleep, **kw)
 
     responder = RemediationLoop(
         kube,

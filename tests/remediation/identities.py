@@ -94,13 +94,24 @@ class FakeReviews:
 
 @dataclass
 class FakeReads:
-    """The watch caches' pod and monitor reads."""
+    """The watch caches' pod and monitor reads. `error` is raised by monitor_uid, as kube.ClusterCache
+    raises NotSynced before its first list and Stale when it cannot hear the API."""
 
     pods: dict[tuple[str, str], Obj] = field(default_factory=dict)
     monitors: dict[tuple[str, str], Obj] = field(default_factory=dict)
+    error: Exception | None = None
+    uid_reads: int = 0
+    """How many times monitor_uid was asked (the receiver asks once per monitor of each post)."""
 
     def pod(self, namespace: str, name: str) -> Obj | None:
         return copy.deepcopy(self.pods.get((namespace, name)))
 
     def monitor(self, namespace: str, name: str) -> Obj | None:
         return copy.deepcopy(self.monitors.get((namespace, name)))
+
+    def monitor_uid(self, namespace: str, name: str) -> str | None:
+        self.uid_reads += 1
+        if self.error is not None:
+            raise self.error
+        uid = ((self.monitors.get((namespace, name)) or {}).get("metadata") or {}).get("uid")
+        return str(uid) if uid else None

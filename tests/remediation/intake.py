@@ -1,8 +1,8 @@
 """The operator's receiver in this process over real TLS, as the tests reach it: certificates made with the
 openssl command line, an Intake holding the receiver and what it handed on, the operator key's tokens,
 a sidecar's bound ServiceAccount token and the fake review and reads that know it, Alertmanager's
-webhook payload and a POST by urllib (tests/remediation/test_receiver.py,
-tests/controller/test_operator_metrics.py)."""
+webhook payload and a POST by urllib, and the monitor cache the tokens are checked against
+(tests/remediation/test_receiver.py, tests/controller/test_operator_metrics.py)."""
 
 from __future__ import annotations
 
@@ -67,12 +67,20 @@ class Intake:
         return ssl.create_default_context(cafile=self.ca)
 
 
-def alerts_token(ns: str = "ml", name: str = "llama") -> str:
-    return tokens.derive(KEY, tokens.ALERTS, ns, name)
+def alerts_token(ns: str = "ml", name: str = "llama", uid: str | None = None) -> str:
+    """The monitor's Alertmanager token; `uid` defaults to the one monitor_body gives it."""
+    return tokens.derive(KEY, tokens.ALERTS, ns, name, uid or f"uid-{name}")
 
 
-def events_token(ns: str = "ml", name: str = "llama") -> str:
-    return tokens.derive(KEY, tokens.EVENTS, ns, name)
+def events_token(ns: str = "ml", name: str = "llama", uid: str | None = None) -> str:
+    return tokens.derive(KEY, tokens.EVENTS, ns, name, uid or f"uid-{name}")
+
+
+def monitors() -> FakeReads:
+    """The monitor cache as the receiver reads it (kube.ClusterCache.monitor_uid): ml/llama, uid
+    uid-llama (a table: the receiver's tests run without an apiserver; e2e/test_token_binding.py reads
+    the real cache)."""
+    return FakeReads(monitors={("ml", "llama"): monitor_body("llama")})
 
 
 SENDER_TOKEN = "bound-serviceaccount-token-of-ml-llama-0"

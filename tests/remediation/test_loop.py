@@ -7,11 +7,14 @@ which behave like the real ones."""
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 from tests.clock import T0, Clock
 from tests.conftest import MONITOR
 from tests.kube.fakes import FakeKube, merge_patch
-from tests.remediation.fakes import loop_rig, p0_signal
+from tests.remediation.fakes import KEY, loop_rig, p0_signal
+from trainguard.api import monitor_of
+from trainguard.remediation import tokens
 from trainguard.remediation.model import Phase
 from trainguard.remediation.passes import PENDING_GRACE_S, PENDING_RETRY_S
 from trainguard.remediation.plan import record_id
@@ -52,24 +55,37 @@ def test_a_standby_plans_nothing() -> None:
 
 def test_an_unfinished_record_left_by_a_killed_operator_is_resumed_once() -> None:
     responder, kube, cluster = loop_rig()
+    # killed right after the cordon took effect, before the record said so
+    cluster.crash_after = _cordon_call()
     responder.handle(p0_signal("GPUCriticalXid"))
     assert responder.idle()
-    done = kube.records(NS, JOB)[0]
-    # the same record as a killed operator left it: the cordon step was under way
-    crashed = copy.deepcopy(done)
-    crashed["phase"] = Phase.IN_PROGRESS
-    for step in crashed["steps"]:
-        if step["kind"] in ("Cordon", "Taint", "RestartGang", "ConfirmPlacement"):
-            step["phase"] = Phase.PLANNED
-            step["detail"] = ""
-    crashed["steps"][1]["phase"] = Phase.IN_PROGRESS
-    kube.put(merge_patch(kube.get_monitor(NS, JOB), {"status": {"remediations": [crashed]}}))
-    before = [e[0] for e in cluster.effects].count("cordon")
+    cluster.crash_after = None
+    crashed = kube.records(NS, JOB)[0]
+    assert crashed["phase"] == Phase.IN_PROGRESS and crashed["steps"][1]["kind"] == "Cordon"
+    assert crashed["steps"][1]["phase"] == Phase.IN_PROGRESS
+    assert [e[0] for e in cluster.effects].count("cordon") == 1
     assert responder.resume.run() == 1
     assert responder.idle()
     assert kube.records(NS, JOB)[0]["phase"] == Phase.SUCCEEDED
-    assert [e[0] for e in cluster.effects].count("cordon") == before, "an idempotent cordon: no second change"
+    assert [e[0] for e in cluster.effects].count("cordon") == 1, "an idempotent cordon: no second change"
     assert responder.resume.run() == 0, "finished records are not resumed"
+
+
+def _cordon_call() -> int:
+    """The number of the cluster call that cordons the node in a clean run (the planner's reads count)."""
+    responder, _, cluster = loop_rig()
+    real, at = cluster.cordon, []
+
+    def cordon(node: str, reason: str, record_id: str) -> str:
+        out = real(node, reason, record_id)
+        at.append(cluster.calls)
+        return out
+
+    cluster.cordon = cordon  # type: ignore[method-assign]
+    responder.handle(p0_signal("GPUCriticalXid"))
+    assert responder.idle()
+    responder.stop()
+    return at[0]
 
 
 def test_a_signal_for_a_monitor_that_does_not_exist_does_nothing() -> None:
@@ -208,3 +224,26 @@ def test_the_dispatcher_says_how_long_ago_a_record_ended_and_nothing_while_it_ru
     ended = responder.dispatcher.ended_since(record["id"])
     assert ended is not None and 0 <= ended < 5
     assert responder.dispatcher.ended_since("never-dispatched") is None
+
+
+def test_the_sidecars_token_an_executor_is_given_is_bound_to_the_monitor_it_read() -> None:
+    """The executor calls the sidecars with the token in the monitor's Secret, which the reconcile derived
+    with the monitor's uid: a monitor created again under its name has another one."""
+    responder, kube, _ = loop_rig()
+    given: list[Any] = []
+    factory = responder.dispatcher.executor_factory
+
+    def executor(c: Any, save: Any, token_for: Any, **kw: Any) -> Any:
+        given.append(token_for)
+        return factory(c, save, token_for, **kw)
+
+    responder.dispatcher.executor_factory = executor
+    responder.handle(p0_signal("GPUCriticalXid"))
+    assert responder.idle()
+    monitor = monitor_of(kube.get_monitor(NS, JOB))
+    assert monitor is not None and monitor.metadata.uid == "u-1"
+    token = given[0](monitor)
+    assert tokens.verify(KEY, tokens.EVENTS, NS, JOB, "u-1", presented=token)
+    again = monitor.model_copy(update={"metadata": monitor.metadata.model_copy(update={"uid": "u-2"})})
+    assert given[0](again) != token
+    assert tokens.verify(KEY, tokens.EVENTS, NS, JOB, "u-2", presented=given[0](again))

@@ -20,7 +20,7 @@ import pytest
 from tests.kube.fakes import refused
 from tests.processes import alertmanager, http_json, wait_for
 from tests.remediation.fakes import loop_rig
-from tests.remediation.identities import FakeReviews
+from tests.remediation.identities import FakeReads, FakeReviews, monitor_body
 from tests.remediation.intake import (
     IDENTITY,
     KEY,
@@ -30,11 +30,13 @@ from tests.remediation.intake import (
     alerts_token,
     am_payload,
     events_token,
+    monitors,
     post,
     senders,
     xid,
 )
 from trainguard.exporter.fastpath import FastPathSender, event
+from trainguard.kube.errors import NotSynced, Stale
 from trainguard.remediation import tokens
 from trainguard.remediation.model import Signal, Source
 from trainguard.remediation.pending import NotRecorded
@@ -59,8 +61,9 @@ def intake(certs: Path) -> Iterator[Intake]:
             raise NotRecorded("the apiserver answered 503")
 
     receiver = Receiver(
-        config, on_signals, accepting=lambda: not holder["i"].standby, clock=lambda: NOW, senders=senders()
-    )
+        config, on_signals, accepting=lambda: not holder["i"].standby, clock=lambda: NOW,
+        monitors=monitors(), senders=senders(),
+    )  # fmt: skip
     holder["i"] = it = Intake(receiver, str(certs / "ca.crt"))
     receiver.start()
     try:
@@ -150,7 +153,7 @@ def test_no_bearer_token_is_401(intake: Intake, header: str | None) -> None:
         ("/v1/alerts", alerts_token("ml", "other-job")),
         ("/v1/alerts", alerts_token("other-ns", "llama")),
         ("/v1/alerts", events_token()),
-        ("/v1/alerts", tokens.derive(b"x" * 32, tokens.ALERTS, "ml", "llama")),
+        ("/v1/alerts", tokens.derive(b"x" * 32, tokens.ALERTS, "ml", "llama", "uid-llama")),
         ("/v1/events", alerts_token()),
         ("/v1/events", events_token()),
     ],
@@ -203,7 +206,7 @@ def test_a_token_review_that_cannot_be_made_is_503_with_retry_after(intake: Inta
 def test_a_receiver_without_a_sender_check_refuses_every_event(certs: Path) -> None:
     config = ReceiverConfig("127.0.0.1", 0, str(certs / "tls.crt"), str(certs / "tls.key"), KEY)
     calls: list[list[Signal]] = []
-    it = Intake(Receiver(config, calls.append, clock=lambda: NOW), str(certs / "ca.crt"))
+    it = Intake(Receiver(config, calls.append, clock=lambda: NOW, monitors=monitors()), str(certs / "ca.crt"))
     it.receiver.start()
     try:
         ev = event("GPULost", IDENTITY, "lost", NOW)
@@ -219,6 +222,75 @@ def test_the_token_must_hold_for_every_monitor_in_the_body(intake: Intake) -> No
     status, _, _ = post(intake, "/v1/alerts", payload, alerts_token())
     assert status == 401
     assert intake.calls == []
+
+
+def cache(it: Intake) -> FakeReads:
+    reads = it.receiver.monitors
+    assert isinstance(reads, FakeReads)
+    return reads
+
+
+def test_a_monitor_created_again_under_its_name_refuses_the_old_token_and_takes_the_new(
+    intake: Intake,
+) -> None:
+    """The token is bound to the monitor's uid: whoever kept the deleted monitor's Secret holds nothing
+    for the monitor created in its place, and the new Secret's token is taken at once."""
+    old = alerts_token()
+    assert post(intake, "/v1/alerts", am_payload(xid("1")), old)[0] == 200
+    cache(intake).monitors[("ml", "llama")] = monitor_body("llama") | {
+        "metadata": {"name": "llama", "namespace": "ml", "uid": "uid-llama-recreated", "generation": 1}
+    }
+    status, answer, headers = post(intake, "/v1/alerts", am_payload(xid("2")), old)
+    assert (status, headers["WWW-Authenticate"]) == (401, "Bearer")
+    assert answer == {"error": "the token is not valid for this endpoint and monitor"}
+    assert len(intake.calls) == 1
+    new = alerts_token(uid="uid-llama-recreated")
+    assert post(intake, "/v1/alerts", am_payload(xid("2")), new)[0] == 200
+    assert [s.labels["gpu"] for call in intake.calls for s in call] == ["1", "2"]
+
+
+def test_a_token_of_a_monitor_that_does_not_exist_now_is_the_same_401_as_a_wrong_one(intake: Intake) -> None:
+    wrong = post(intake, "/v1/alerts", am_payload(xid()), "not-a-token")
+    del cache(intake).monitors[("ml", "llama")]
+    deleted = post(intake, "/v1/alerts", am_payload(xid()), alerts_token())
+    assert (deleted[0], deleted[1], deleted[2]["WWW-Authenticate"]) == (wrong[0], wrong[1], "Bearer")
+    assert deleted[0] == 401 and intake.calls == []
+
+
+def test_every_monitor_named_is_checked_present_or_not(
+    intake: Intake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No early exit and no short cut for an absent monitor: the time taken says nothing about which
+    monitor failed or whether it exists."""
+    checked: list[tuple[str, str, str]] = []
+    real = tokens.verify
+
+    def spy(key: bytes, purpose: str, ns: str, name: str, uid: str, *, presented: str) -> bool:
+        checked.append((ns, name, uid))
+        return real(key, purpose, ns, name, uid, presented=presented)
+
+    monkeypatch.setattr(tokens, "verify", spy)
+    payload = am_payload(xid(training_job="a-ghost"), xid(), xid(training_job="b-ghost"))
+    assert post(intake, "/v1/alerts", payload, "not-a-token")[0] == 401
+    assert [(ns, name) for ns, name, _ in checked] == [("ml", "a-ghost"), ("ml", "b-ghost"), ("ml", "llama")]
+    assert checked[2][2] == "uid-llama"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [NotSynced("the cache of trainingjobmonitors has not listed yet"),
+     Stale("the monitor cache has heard nothing from the API for 200s")],
+    ids=["not-synced", "stale"],
+)  # fmt: skip
+def test_a_monitor_cache_that_cannot_say_is_503_with_retry_after(intake: Intake, error: Exception) -> None:
+    """The token is checked against the monitor as it is now; a cache that cannot say is no ground for a
+    401, which Alertmanager would not retry."""
+    cache(intake).error = error
+    status, answer, headers = post(intake, "/v1/alerts", am_payload(xid()), alerts_token())
+    assert (status, headers["Retry-After"]) == (503, "5") and "retry" in answer["error"]
+    assert intake.calls == []
+    cache(intake).error = None
+    assert post(intake, "/v1/alerts", am_payload(xid()), alerts_token())[0] == 200
 
 
 # ---- 400 ------------------------------------------------------------------------------------------
@@ -330,12 +402,14 @@ def test_a_200_means_the_signal_is_in_the_monitors_status(certs: Path) -> None:
     loop, kube, _ = loop_rig()
     config = ReceiverConfig("127.0.0.1", 0, str(certs / "tls.crt"), str(certs / "tls.key"), KEY)
     results: list[tuple[str, str]] = []
-    receiver = Receiver(config, loop.receive, clock=lambda: NOW, observe=lambda s, r: results.append((s, r)))
+    receiver = Receiver(config, loop.receive, clock=lambda: NOW, observe=lambda s, r: results.append((s, r)),
+                        monitors=kube)  # fmt: skip
     it = Intake(receiver, str(certs / "ca.crt"))
     receiver.start()
     try:
         labels = xid("3", training_job="llama-pretrain")
-        status, _, _ = post(it, "/v1/alerts", am_payload(labels), alerts_token(name="llama-pretrain"))
+        token = alerts_token(name="llama-pretrain", uid="u-1")
+        status, _, _ = post(it, "/v1/alerts", am_payload(labels), token)
         assert status == 200
         [entry] = kube.get_monitor("ml", "llama-pretrain")["status"]["pendingSignals"]
         assert (entry["alertname"], entry["labels"]["gpu"], entry["source"]) == (
@@ -348,9 +422,7 @@ def test_a_200_means_the_signal_is_in_the_monitors_status(certs: Path) -> None:
             raise refused(503, "etcdserver: leader changed")
 
         kube.patch_status = down  # type: ignore[method-assign]
-        status, _, headers = post(
-            it, "/v1/alerts", am_payload(labels | {"gpu": "4"}), alerts_token(name="llama-pretrain")
-        )
+        status, _, headers = post(it, "/v1/alerts", am_payload(labels | {"gpu": "4"}), token)
         assert status == 503 and int(headers["Retry-After"]) > 0
         assert results == [("alertmanager", "accepted"), ("alertmanager", "failed")]
     finally:
@@ -423,7 +495,7 @@ def test_tls_1_2_is_the_floor(intake: Intake) -> None:
 
 def test_port_zero_picks_a_free_port_and_stop_closes_it(certs: Path) -> None:
     config = ReceiverConfig("127.0.0.1", 0, str(certs / "tls.crt"), str(certs / "tls.key"), KEY)
-    receiver = Receiver(config, lambda signals: None)
+    receiver = Receiver(config, lambda signals: None, monitors=monitors())
     receiver.start()
     port = receiver.port
     assert port != 0
@@ -435,7 +507,7 @@ def test_port_zero_picks_a_free_port_and_stop_closes_it(certs: Path) -> None:
 def test_a_receiver_without_a_proper_key_does_not_start(certs: Path) -> None:
     config = ReceiverConfig("127.0.0.1", 0, str(certs / "tls.crt"), str(certs / "tls.key"), b"short")
     with pytest.raises(ValueError, match="at least 32 bytes"):
-        Receiver(config, lambda signals: None)
+        Receiver(config, lambda signals: None, monitors=monitors())
 
 
 # ---- a real Alertmanager --------------------------------------------------------------------------
@@ -497,12 +569,36 @@ def test_a_real_alertmanager_webhook_is_taken_in_with_the_alerts_token_only(
     assert signal.fingerprint == fast["fingerprint"]
 
 
+@pytest.mark.tools
+def test_a_real_alertmanager_posts_again_after_the_503_of_a_monitor_cache_that_cannot_say(
+    intake: Intake, tmp_path: Path
+) -> None:
+    """An operator whose monitor cache has not listed yet answers 503, not 401: Alertmanager keeps the
+    alert and delivers it once the cache can say which monitor the token belongs to."""
+    binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    if binary is None:
+        pytest.skip("Alertmanager is not installed (.ci/run installs prometheus-alertmanager)")
+    reads = cache(intake)
+    reads.error = NotSynced("the cache of trainingjobmonitors has not listed yet")
+    config = _am_config(tmp_path / "am.yml", intake.base + "/v1/alerts", alerts_token(), intake.ca)
+    with alertmanager(binary, config, tmp_path) as url:
+        http_json(f"{url}/api/v2/alerts", [{"labels": xid("3"), "annotations": {"summary": "fatal XID"}}])
+        wait_for("Alertmanager's first post, answered 503", lambda: reads.uid_reads >= 1, 10, 0.05)
+        assert intake.calls == []
+        reads.error = None
+        wait_for("the alert, posted again", lambda: intake.calls, 20, 0.05)
+    assert intake.calls[0][0].labels["gpu"] == "3"
+    assert reads.uid_reads >= 2
+
+
 def test_connections_beyond_the_bound_are_closed_and_the_slots_come_back(certs: Path) -> None:
     """A flood of clients that connect and say nothing holds at most max_connections threads; one more is
     closed unanswered (the sender retries), and once the flood is gone a post is served again."""
     config = ReceiverConfig("127.0.0.1", 0, str(certs / "tls.crt"), str(certs / "tls.key"), KEY,
                             max_connections=2)  # fmt: skip
-    receiver = Receiver(config, lambda signals: None, clock=lambda: NOW, senders=senders())
+    receiver = Receiver(
+        config, lambda signals: None, clock=lambda: NOW, monitors=monitors(), senders=senders()
+    )
     receiver.start()
     it = Intake(receiver, str(certs / "ca.crt"))
     stuck = [socket.create_connection(("127.0.0.1", receiver.port)) for _ in range(2)]

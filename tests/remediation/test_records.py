@@ -121,7 +121,7 @@ def every_stage() -> list[dict[str, Any]]:
     out.append(mark(new_record(node_fault_plan(), T0), 0, Phase.FAILED, "x" * 10_000, T0 + 1))
     out.append(done(new_record(skipped_plan(notify=True), T0)))
     signed = records.claimed(
-        records.sign(new_record(node_fault_plan(), T0), b"s" * 48, "ml", "job"), "a" * 128
+        records.sign(new_record(node_fault_plan(), T0), b"s" * 48, "ml", "job", "u-1"), "a" * 128
     )
     out += [
         signed,
@@ -394,13 +394,56 @@ def test_a_record_from_the_planner_round_trips_through_status() -> None:
 # ---- the operator's signature, claims and stopping ------------------------------------------------------
 
 SIGN_KEY = b"s" * 48
+UID = "u-1"
 
 
-def test_a_signature_holds_through_every_change_the_executor_makes() -> None:
-    rec = records.sign(new_record(node_fault_plan(), T0), SIGN_KEY, "ml", "job")
+def signed_by_operator(record: dict[str, Any]) -> dict[str, Any]:
+    return records.sign(record, SIGN_KEY, "ml", "job", UID)
+
+
+def checks(record: dict[str, Any]) -> bool:
+    return records.signed(record, SIGN_KEY, "ml", "job", UID)
+
+
+def through_the_apiserver(record: dict[str, Any]) -> dict[str, Any]:
+    """The record as the apiserver hands it back: JSON, a whole float as an integer (Go writes float64
+    1000 as 1000), an absent field with a default in the CRD's schema filled in."""
+
+    def whole(value: Any) -> Any:
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, dict):
+            return {k: whole(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [whole(v) for v in value]
+        return value
+
+    out = {"node": "", "gpu": "", "dryRun": False, "skipped": "", "message": ""} | whole(
+        json.loads(json.dumps(record))
+    )
+    for step in out["steps"]:
+        step.setdefault("params", {})
+        step.setdefault("detail", "")
+    return out
+
+
+def test_a_signature_covers_where_the_record_stands_and_each_save_is_signed_again() -> None:
+    """Every state the executor writes is signed again: a state moved on by someone else does not check."""
+    rec = signed_by_operator(new_record(node_fault_plan(), T0))
     moved = records.claimed(mark(rec, 0, Phase.IN_PROGRESS, "asking", T0 + 1, progress={"asked": 2}), "me")
-    assert records.signed(rec, SIGN_KEY, "ml", "job") and records.signed(moved, SIGN_KEY, "ml", "job")
-    assert records.signed(records.skip_rest(moved, "disabled", T0 + 2), SIGN_KEY, "ml", "job")
+    assert checks(rec) and not checks(moved), "moved on without the operator's signature"
+    assert checks(signed_by_operator(moved))
+    assert checks(signed_by_operator(records.skip_rest(moved, "disabled", T0 + 2)))
+
+
+def test_a_signature_holds_through_the_apiserver_and_over_the_texts_for_people() -> None:
+    rec = mark(new_record(node_fault_plan(), T0), 0, Phase.IN_PROGRESS, "asking", T0 + 1,
+               progress={"asked": 2, "pastStep": 1000.0})  # fmt: skip
+    rec = signed_by_operator(rec)
+    back = through_the_apiserver(rec)
+    assert back["steps"][0]["progress"] == {"asked": 2, "pastStep": 1000} and checks(back)
+    back["message"], back["steps"][0]["detail"], back["steps"][0]["time"] = "reworded", "reworded", "x"
+    assert checks(back), "the texts for people are not what the executor acts on"
 
 
 @pytest.mark.parametrize(
@@ -409,26 +452,98 @@ def test_a_signature_holds_through_every_change_the_executor_makes() -> None:
         lambda r: r.update(node="gpu-z"),
         lambda r: r.update(dryRun=True),
         lambda r: r.update(created="2020-01-01T00:00:00.000Z"),
-        lambda r: r["steps"][0]["params"].update(node="gpu-z"),
+        lambda r: r["steps"][1]["params"].update(node="gpu-z"),
         lambda r: r["steps"].append({"kind": "Cordon", "params": {"node": "gpu-z"}, "phase": "Planned"}),
         lambda r: r["steps"].pop(),
         lambda r: r.update(signature=r["signature"][:-2] + "AA"),
         lambda r: r.pop("signature"),
+        lambda r: r.update(phase=Phase.PLANNED),
+        lambda r: r["steps"][0].update(phase=Phase.SUCCEEDED),
+        lambda r: r["steps"][1].update(phase=Phase.SKIPPED),
+        lambda r: r["steps"][0]["progress"].update(asked=1),
+        lambda r: r["steps"][0].pop("progress"),
+        lambda r: r.update(updated=rfc3339(T0 + 3600)),
+        lambda r: r.update(owner="someone-else"),
+        lambda r: r.update(skipped="disabled"),
+    ],
+    ids=[
+        "node",
+        "dry-run",
+        "created",
+        "param",
+        "step-added",
+        "step-dropped",
+        "signature",
+        "no-signature",
+        "phase-reset",
+        "step-marked-done",
+        "step-skipped",
+        "progress",
+        "progress-dropped",
+        "updated",
+        "owner",
+        "skipped",
     ],
 )
-def test_any_change_to_what_a_record_orders_breaks_its_signature(alter: Any) -> None:
-    rec = records.sign(new_record(node_fault_plan(), T0), SIGN_KEY, "ml", "job")
+def test_any_change_to_what_a_record_orders_or_where_it_stands_breaks_its_signature(alter: Any) -> None:
+    rec = mark(
+        new_record(node_fault_plan(), T0), 0, Phase.IN_PROGRESS, "asking", T0 + 1, progress={"asked": 2}
+    )
+    rec = signed_by_operator(records.claimed(rec, "me"))
+    assert checks(rec)
     altered = copy.deepcopy(rec)
     alter(altered)
-    assert not records.signed(altered, SIGN_KEY, "ml", "job")
+    assert not checks(altered)
 
 
-def test_a_signature_is_the_monitors_and_the_keys() -> None:
-    rec = records.sign(new_record(node_fault_plan(), T0), SIGN_KEY, "ml", "job")
-    assert not records.signed(rec, SIGN_KEY, "ml", "other-job")
-    assert not records.signed(rec, SIGN_KEY, "other-ns", "job")
-    assert not records.signed(rec, b"t" * 48, "ml", "job")
-    assert not records.signed(new_record(node_fault_plan(), T0), SIGN_KEY, "ml", "job"), "unsigned"
+def test_a_signature_is_the_monitor_objects_and_the_keys() -> None:
+    rec = signed_by_operator(new_record(node_fault_plan(), T0))
+    assert not records.signed(rec, SIGN_KEY, "ml", "other-job", UID)
+    assert not records.signed(rec, SIGN_KEY, "other-ns", "job", UID)
+    assert not records.signed(rec, SIGN_KEY, "ml", "job", "u-2"), "a monitor created again under its name"
+    assert not records.signed(rec, b"t" * 48, "ml", "job", UID)
+    assert not checks(new_record(node_fault_plan(), T0)), "unsigned"
+
+
+# ---- replays ----------------------------------------------------------------------------------------
+
+
+def test_an_unfinished_record_is_stale_once_the_operator_last_wrote_it_longer_ago_than_the_window() -> None:
+    planned = new_record(node_fault_plan(), T0)
+    assert records.stale(planned, T0 + records.RESUME_WINDOW_S) == ""
+    why = records.stale(planned, T0 + records.RESUME_WINDOW_S + 1)
+    assert why.startswith(
+        "refused as stale: the operator last wrote this record 901s ago, more than the 900s"
+    )
+    moved = mark(planned, 0, Phase.SUCCEEDED, "", T0 + 600)
+    assert records.stale(moved, T0 + 600 + records.RESUME_WINDOW_S) == "", (
+        "from its last write, not its creation"
+    )
+    assert records.stale(done(planned), T0 + 10**6) == "", "a finished record has nothing left to run"
+
+
+def test_a_record_stopped_in_a_step_that_waits_may_be_older_by_that_wait() -> None:
+    """RequestCheckpoint waits up to its signed timeout_s (300 s here) without a save: an operator killed
+    at the end of that wait left the record that much older."""
+    asking = mark(new_record(node_fault_plan(), T0), 0, Phase.IN_PROGRESS, "asking", T0)
+    assert records.stale(asking, T0 + records.RESUME_WINDOW_S + 300) == ""
+    assert records.stale(asking, T0 + records.RESUME_WINDOW_S + 301).startswith("refused as stale")
+    next_one = mark(mark(asking, 0, Phase.SUCCEEDED, "", T0), 1, Phase.IN_PROGRESS, "", T0)
+    assert records.stale(next_one, T0 + records.RESUME_WINDOW_S + 1).startswith("refused as stale")
+
+
+def test_a_finished_record_is_remembered_until_every_earlier_state_of_it_is_stale() -> None:
+    finished = done(new_record(node_fault_plan(), T0), at=T0 + 100)
+    assert records.horizon(finished) == T0 + 100 + records.RESUME_WINDOW_S + 300
+    earliest = new_record(node_fault_plan(), T0)
+    assert records.stale(earliest, records.horizon(finished) + 1)
+
+
+def test_a_record_planned_again_for_the_same_alert_is_another_record() -> None:
+    first = new_record(node_fault_plan(dry_run=True), T0)
+    again = new_record(node_fault_plan(), T0 + 60)
+    assert first["id"] == again["id"] and records.identity(first) != records.identity(again)
+    assert records.identity(mark(again, 0, Phase.IN_PROGRESS, "", T0 + 61)) == records.identity(again)
 
 
 def test_skip_rest_skips_what_is_not_done_and_says_why() -> None:

@@ -5,14 +5,13 @@ write between the store's read and its patch."""
 
 from __future__ import annotations
 
-import copy
 import threading
 from typing import Any
 
 import pytest
 
 from tests.clock import T0
-from tests.conftest import MONITOR
+from tests.conftest import MONITOR, monitor_body
 from tests.kube.fakes import FakeKube, merge_patch
 from tests.remediation.fakes import KEY
 from trainguard.remediation import records
@@ -20,10 +19,11 @@ from trainguard.remediation.model import Phase, Plan, Step, StepKind
 from trainguard.remediation.store import RecordStore
 
 NS, JOB = MONITOR["metadata"]["namespace"], MONITOR["metadata"]["name"]
+UID = monitor_body()["metadata"]["uid"]
 
 
 def rig() -> tuple[RecordStore, FakeKube]:
-    kube = FakeKube(copy.deepcopy(MONITOR))
+    kube = FakeKube(monitor_body())
     locks: dict[tuple[str, str], threading.RLock] = {}
     store = RecordStore(kube, lambda ns, n: locks.setdefault((ns, n), threading.RLock()), key=lambda: KEY)
     return store, kube
@@ -47,7 +47,8 @@ def test_a_new_record_is_signed_and_written_conditionally() -> None:
     body = kube.get_monitor(NS, JOB)
     assert body is not None
     written = store.create(body, new())
-    assert records.signed(written, KEY, NS, JOB)
+    assert records.signed(written, KEY, NS, JOB, UID)
+    assert not records.signed(written, KEY, NS, JOB, "u-2"), "the monitor object's, not only its name's"
     assert kube.records(NS, JOB) == [written]
 
 
@@ -66,11 +67,24 @@ def test_a_new_record_planned_on_records_that_changed_meanwhile_is_not_written()
     store, kube = rig()
     body = kube.get_monitor(NS, JOB)
     assert body is not None
-    other = records.sign(new("rec-0"), KEY, NS, JOB)
+    other = records.sign(new("rec-0"), KEY, NS, JOB, UID)
     kube.interleave.append(lambda k: k.put(merge_patch(body, {"status": {"remediations": [other]}})))
     with pytest.raises(records.Superseded):
         store.create(body, new())
     assert [r["id"] for r in kube.records(NS, JOB)] == ["rec-0"], "the plan is made again on what is there"
+
+
+def test_a_new_record_planned_on_a_monitor_deleted_and_created_again_meanwhile_is_not_written() -> None:
+    """The same name and spec, another object: a record signed for the first would be refused by the
+    executor, so the plan is made again on the monitor that is there now."""
+    store, kube = rig()
+    body = kube.get_monitor(NS, JOB)
+    assert body is not None
+    again = merge_patch(body, {"metadata": {"uid": "u-2"}})
+    kube.interleave.append(lambda k: k.put(again))
+    with pytest.raises(records.Superseded, match="changed while planning"):
+        store.create(body, new())
+    assert kube.records(NS, JOB) == []
 
 
 def claimed(store: RecordStore, kube: FakeKube) -> tuple[Any, dict[str, Any]]:

@@ -97,13 +97,15 @@ class ReceiverSettings:
 
 
 def credentials(monitor: TrainingJobMonitor, receiver: ReceiverSettings) -> dict[str, Any]:
-    """The monitor's fast-path Secret with tokens derived from the operator key: applied each time, so a
-    new key (or a Secret deleted by hand) is repaired like any other object."""
-    ns, name = monitor.namespace, monitor.name
+    """The monitor's fast-path Secret with tokens derived from the operator key and bound to the monitor's
+    uid: applied each time (Kube.apply writes a Secret whatever it last wrote), so a new key, a Secret
+    deleted by hand, or a monitor deleted and created again under its name (a new uid, new tokens) is
+    repaired like any other object."""
+    ns, name, uid = monitor.namespace, monitor.name, monitor.metadata.uid or ""
     return fastpath_secret(
         monitor,
-        tokens.derive(receiver.key, tokens.EVENTS, ns, name),
-        tokens.derive(receiver.key, tokens.ALERTS, ns, name),
+        tokens.derive(receiver.key, tokens.EVENTS, ns, name, uid),
+        tokens.derive(receiver.key, tokens.ALERTS, ns, name, uid),
         receiver.ca,
     )
 

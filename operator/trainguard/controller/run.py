@@ -38,7 +38,7 @@ from trainguard.remediation.detect import NodeDownSettings
 from trainguard.remediation.guardrails import Guardrails
 from trainguard.remediation.loop import RemediationLoop
 from trainguard.remediation.model import Signal
-from trainguard.remediation.receiver import Receiver, ReceiverConfig, SenderCheck
+from trainguard.remediation.receiver import MonitorUids, Receiver, ReceiverConfig, SenderCheck
 from trainguard.remediation.senders import Senders
 from trainguard.render.sidecar import supports_native_sidecar
 from trainguard.render.webhook import WEBHOOK_CONFIG_NAME, mutating_webhook_configuration
@@ -249,6 +249,7 @@ def run(opts: OperatorOptions) -> None:
             leader,
             metrics,
             tls=certs.tls if certs is not None else None,
+            monitors=cache,
             senders=Senders(kube, cache, read_pod=kube.read_pod),
         )
         remediation.start()
@@ -383,6 +384,7 @@ def start_receiver(
     metrics: OperatorMetrics | None = None,
     *,
     tls: ReloadableTLS | None = None,
+    monitors: MonitorUids,
     senders: SenderCheck | None = None,
 ) -> Receiver | None:
     """The remediation receiver (TLS, /v1/alerts and /v1/events); every replica serves it, a standby
@@ -399,6 +401,7 @@ def start_receiver(
         on_signals=on_signals,
         accepting=leader,
         observe=metrics.signal if metrics is not None else lambda source, result: None,
+        monitors=monitors,
         senders=senders,
     )
     if isinstance(server, _ReloadingReceiver) and tls is not None:

@@ -20,7 +20,7 @@ from trainguard.api import GROUP, VERSION
 from trainguard.api.common import LabelSelector
 from trainguard.kube.errors import Stale
 from trainguard.kube.objects import Hearing, labels_of, slim, slim_node, slim_pod
-from trainguard.kube.watch import Counts, Informer, Resource
+from trainguard.kube.watch import QUIET_S, Counts, Informer, Resource
 
 log = logging.getLogger("trainguard.kube.cache")
 
@@ -33,6 +33,13 @@ NODES = Resource("", "v1", "nodes")
 NODE_LEASES = Resource("coordination.k8s.io", "v1", "leases", "kube-node-lease")
 JOBS = Resource("batch", "v1", "jobs")
 
+MONITORS_WAIT_S = 5.0
+"""How long the receiver's read of a monitor's uid waits for the monitor cache's first list (NotSynced
+after): Alertmanager is waiting for the answer, and a 503 makes it retry."""
+MONITORS_QUIET_S = QUIET_S + 30.0
+"""The apiserver sends a bookmark about every minute on a quiet watch, and the cache watches again after
+QUIET_S of silence: a monitor cache that has heard nothing for longer cannot reach the API, and may still
+hold a monitor deleted since (and its old uid)."""
 LEASES_WAIT_S = 5.0
 """How long a read of the Leases waits for their cache's first list (NotSynced after)."""
 LEASES_QUIET_S = 30.0
@@ -101,6 +108,20 @@ class ClusterCache:
 
     def monitor(self, namespace: str, name: str) -> Obj | None:
         return self.monitors_informer.get(namespace, name, timeout=self.read_timeout_s)
+
+    def monitor_uid(self, namespace: str, name: str) -> str | None:
+        """The metadata.uid of the monitor the cache holds now, None when it holds no such monitor: the
+        receiver checks a token against the monitor as it is now, so that a monitor deleted and created
+        again under its name refuses the old one's tokens. NotSynced when the cache has not listed within
+        MONITORS_WAIT_S; Stale when it has heard nothing from the API for MONITORS_QUIET_S (it cannot say
+        whether the monitor it holds is still the one that exists)."""
+        informer = self.monitors_informer
+        found = informer.get(namespace, name, timeout=min(self.read_timeout_s, MONITORS_WAIT_S))
+        quiet = informer.heard_s()
+        if quiet > MONITORS_QUIET_S:
+            raise Stale(f"the monitor cache has heard nothing from the API for {quiet:.0f}s")
+        uid = ((found or {}).get("metadata") or {}).get("uid")
+        return str(uid) if uid else None
 
     def policy(self, namespace: str, name: str) -> Obj | None:
         return self.policies_informer.get(namespace, name, timeout=self.read_timeout_s)

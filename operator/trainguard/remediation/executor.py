@@ -24,13 +24,16 @@ Decisions taken here:
   pinned to an old checkpoint.
 
 Exactly once: the executor never trusts the copy it was handed. It reads the record and its monitor
-from the API first (`read`), refuses a record without the operator's signature (Failed, nothing done),
-claims the record (`owner`) with a conditional write, and before every step asks `gate`, pure, whether
-it may go on: this replica must still lead, the API's copy must stand where this run left it (else
-another executor has it: stop, write nothing), and the operator's mode and the monitor's
-`spec.remediation` (read again) must still let it act (else the remaining steps are Skipped, saying
-why). Every save is conditional (store.Saver): a save that finds the record moved raises
-records.Superseded, and the run stops without acting.
+from the API first (`read`), refuses a record without the operator's signature for where it stands
+(Failed, nothing done; every save is signed again), refuses a replay (a record this process saw
+finished, found unfinished again) and a stale record (last written longer ago than
+records.RESUME_WINDOW_S when it was handed over; see records.py), claims the record (`owner`) with a
+conditional write, and before every step asks `gate`, pure, whether it may go on: this replica must
+still lead, the API's copy must stand where this run left it (else another executor has it: stop,
+write nothing), and the operator's mode and the monitor's `spec.remediation` (read again) must still
+let it act (else the remaining steps are Skipped, saying why). Every save is conditional
+(store.Saver): a save that finds the record moved raises records.Superseded, and the run stops without
+acting.
 """
 
 from __future__ import annotations
@@ -127,6 +130,15 @@ def gate(ours: Record, fresh: Fresh | None, *, leads: bool, mode: str) -> Verdic
     if remediation.dry_run:
         return Verdict(skip="the monitor was switched to dry run (spec.remediation.dryRun: true)")
     return Verdict()
+
+
+class FinishedRecords(Protocol):
+    """The records this operator process saw finished, by records.identity (dispatch.FinishedRecords):
+    one found unfinished again is a replay."""
+
+    def remember(self, record: Record, now: float) -> None: ...
+
+    def knows(self, record: Record, now: float) -> bool: ...
 
 
 def new_owner() -> str:
@@ -379,7 +391,7 @@ class Executor:
         self,
         cluster: ClusterOps,
         save: Callable[[Record], Record],
-        token_for: Callable[[str, str], str],
+        token_for: Callable[[TrainingJobMonitor], str],
         *,
         read: Callable[[str], Fresh | None],
         key: Callable[[], bytes | None],
@@ -391,6 +403,7 @@ class Executor:
         notify: Callable[[Record, str], None] | None = None,
         poll_interval: float = POLL_INTERVAL_S,
         history: FaultHistory | None = None,
+        finished: FinishedRecords | None = None,
     ) -> None:
         self.cluster = cluster
         self.save = save
@@ -406,7 +419,8 @@ class Executor:
         """The operator-wide mode: "act", "dry-run" or "off" (asked before every step)."""
         self.owner = owner or new_owner()
         self.token_for = token_for
-        """(namespace, monitor name) -> the bearer token of that monitor's sidecars."""
+        """The monitor (as read from the API for this step) -> the bearer token of its sidecars, bound to
+        its uid (remediation.tokens)."""
         self.clock = clock
         self.sleep = sleep
         self.notify = notify
@@ -415,16 +429,22 @@ class Executor:
         self.history = history
         """Prometheus's record of the jobs' own alerts, the second witness of a GPU fault (None without a
         --prometheus-url: the sidecar is then the only one)."""
+        self.finished = finished
+        """The records this operator process saw finished (without it, no replay is recognised as one;
+        the staleness check still holds)."""
+        self._key = b""
         self.stopped = ""
         """Why the last run stopped without finishing the record ("" when it did not): it is someone
         else's, this replica no longer leads, or there is no key to check it with."""
 
-    def run(self, record: Record, monitor: TrainingJobMonitor) -> Record:
+    def run(self, record: Record, monitor: TrainingJobMonitor, *, handed: float | None = None) -> Record:
         """Carry the record out from its next step, as the API holds it (`record` and `monitor` are only
-        what the caller saw); returns the record as last saved, or as found when this run stops."""
+        what the caller saw); returns the record as last saved, or as found when this run stops. `handed`
+        (unix seconds, now by default) is when the record was handed over: a record the operator last
+        wrote longer before that than records.stale allows is refused."""
         self.stopped = ""
         try:
-            return self._run(record, monitor)
+            return self._run(record, monitor, self.clock() if handed is None else handed)
         except Superseded as exc:
             self.stopped = str(exc)
             log.info("remediation %s stops without acting: %s", record.get("id"), exc)
@@ -435,7 +455,15 @@ class Executor:
         log.info("remediation %s stops without acting: %s", record.get("id"), why)
         return record
 
-    def _run(self, snapshot: Record, monitor: TrainingJobMonitor) -> Record:
+    def _save(self, record: Record, monitor: TrainingJobMonitor) -> Record:
+        """Sign the record where it now stands and save it; a finished one is remembered as finished."""
+        uid = monitor.metadata.uid or ""
+        saved = self.save(records.sign(record, self._key, monitor.namespace, monitor.name, uid))
+        if self.finished is not None and records.is_finished(saved):
+            self.finished.remember(saved, self.clock())
+        return saved
+
+    def _run(self, snapshot: Record, monitor: TrainingJobMonitor, handed: float) -> Record:
         fresh = self.read(snapshot["id"])
         if fresh is None or fresh.record is None:
             return self._stop(snapshot, "the record or its monitor is gone")
@@ -443,21 +471,32 @@ class Executor:
         key = self.key()
         if key is None:
             return self._stop(record, "no operator key yet to check the record's signature with")
-        if not records.signed(record, key, monitor.namespace, monitor.name):
-            why = ("refused: the record does not carry the operator's signature (written by someone else, "
-                   "altered since, or written before records were signed)")  # fmt: skip
-            log.warning("remediation %s of %s/%s %s; nothing of it is carried out", record.get("id"),
-                        monitor.namespace, monitor.name, why)  # fmt: skip
+        self._key = key
+        where = f"{monitor.namespace}/{monitor.name}"
+        if not records.signed(record, key, monitor.namespace, monitor.name, monitor.metadata.uid or ""):
+            why = ("refused: the record does not carry the operator's signature for where it stands (written "
+                   "or moved on by someone else, copied from another monitor, or written by an operator "
+                   "that signed less)")  # fmt: skip
+            log.warning("remediation %s of %s %s; nothing of it is carried out", record.get("id"), where, why)
             if records.is_finished(record):
                 return self._stop(record, why)
-            return self.save(records.refused(record, why, self.clock()))
+            return self._save(records.refused(record, why, self.clock()), monitor)
+        if records.is_finished(record):
+            if self.finished is not None:
+                self.finished.remember(record, self.clock())
+        else:
+            seen = self.finished is not None and self.finished.knows(record, self.clock())
+            why = records.replayed() if seen else records.stale(record, handed)
+            if why:
+                log.warning("remediation %s of %s %s", record.get("id"), where, why)
+                return self._save(records.refused(record, why, self.clock()), monitor)
         if record.get("dryRun"):
             return self._dry_run(record, monitor)
         if records.next_step(record) is None:
             return self._stop(record, f"the record is already {record.get('phase')}")
         if not self.leader():
             return self._stop(record, "this replica does not lead")
-        record = self.save(records.claimed(record, self.owner))
+        record = self._save(records.claimed(record, self.owner), monitor)
         while (index := records.next_step(record)) is not None:
             fresh = self.read(record["id"])
             verdict = gate(record, fresh, leads=self.leader(), mode=self.mode())
@@ -465,7 +504,7 @@ class Executor:
                 return self._stop(record, verdict.stop)
             if verdict.skip:
                 log.warning("remediation %s: %s; its remaining steps are skipped", record["id"], verdict.skip)
-                return self.save(records.skip_rest(record, verdict.skip, self.clock()))
+                return self._save(records.skip_rest(record, verdict.skip, self.clock()), monitor)
             if fresh is not None:
                 monitor = fresh.monitor  # the spec as it is now: it may have changed since the last step
             step = record["steps"][index]
@@ -474,13 +513,15 @@ class Executor:
             redo = step.get("phase") == Phase.IN_PROGRESS
             before = str(step.get("detail") or "") if redo else ""
             progress = Progress(dict(step.get("progress") or {}) if redo else {}, redo)
-            record = self.save(records.mark(record, index, Phase.IN_PROGRESS, before, self.clock()))
+            record = self._save(records.mark(record, index, Phase.IN_PROGRESS, before, self.clock()), monitor)
 
-            def note(detail: str, fields: dict[str, Any], at: int = index) -> None:
+            def note(
+                detail: str, fields: dict[str, Any], at: int = index, on: TrainingJobMonitor = monitor
+            ) -> None:
                 """Save what the step is about to do, and the fields a redo resumes from, before it does it."""
                 nonlocal record
-                record = self.save(
-                    records.mark(record, at, Phase.IN_PROGRESS, detail, self.clock(), progress=fields)
+                record = self._save(
+                    records.mark(record, at, Phase.IN_PROGRESS, detail, self.clock(), progress=fields), on
                 )
 
             try:
@@ -489,8 +530,8 @@ class Executor:
                 raise
             except Exception as exc:  # a crash (SystemExit, KeyboardInterrupt) is not a failed step
                 message = str(exc) if isinstance(exc, StepFailed) else f"{type(exc).__name__}: {exc}"
-                return self.save(records.mark(record, index, Phase.FAILED, message, self.clock()))
-            record = self.save(records.mark(record, index, Phase.SUCCEEDED, detail, self.clock()))
+                return self._save(records.mark(record, index, Phase.FAILED, message, self.clock()), monitor)
+            record = self._save(records.mark(record, index, Phase.SUCCEEDED, detail, self.clock()), monitor)
         return record
 
     def _dry_run(self, record: Record, monitor: TrainingJobMonitor) -> Record:
@@ -501,7 +542,7 @@ class Executor:
         for step in out.get("steps", []):
             if step.get("phase") == Phase.DRY_RUN and not step.get("detail"):
                 step["detail"] = would(step, monitor, timeout)
-        return self.save(out)
+        return self._save(out, monitor)
 
     def _act(
         self,
@@ -550,7 +591,7 @@ class Executor:
 
     def _sidecars(self, monitor: TrainingJobMonitor) -> tuple[list[Sidecar], str]:
         found = self.cluster.sidecars(monitor.namespace, monitor.spec.selector, monitor.spec.exporter.port)
-        return found, self.token_for(monitor.namespace, monitor.name)
+        return found, self.token_for(monitor)
 
     def _each(
         self, sidecars: list[Sidecar], call: Callable[[Sidecar], dict[str, Any]]

@@ -70,7 +70,7 @@ class RemediationLoop:
         self.intake = Intake(self.paging, pager, store=self.store, monitors=reads, clock=clock)
         self.dispatcher = Dispatcher(self.store, cluster, self.pool, key=key, leader=leader, mode=mode,
                                      alertmanager_url=alertmanager_url, executor_factory=executor_factory,
-                                     history=history)  # fmt: skip
+                                     clock=clock, history=history)  # fmt: skip
         guard = guardrails or Guardrails()
         self.breaker = Breaker(cluster, guard, leader=leader, reset=reset, alertmanager_url=alertmanager_url,
                                clock=clock)  # fmt: skip

@@ -69,7 +69,8 @@ def valid_monitors(reads: MonitorReads) -> list[tuple[Obj, TrainingJobMonitor]]:
 class ResumePass:
     """Start every unfinished record (a killed operator's, or an old leader's): each step is idempotent.
     The cache's copy only says which records to look at: the executor reads each again from the API,
-    claims it, and leaves it alone when it finished or another executor holds it."""
+    claims it, and leaves it alone when it finished or another executor holds it. The finished records
+    are remembered as finished (Dispatcher.saw_finished): one put back unfinished later is a replay."""
 
     reads: MonitorReads
     dispatcher: Dispatcher
@@ -81,7 +82,10 @@ class ResumePass:
         started = 0
         for body, monitor in valid_monitors(self.reads):
             for record in records_of(body):
-                if records.is_finished(record) or self.dispatcher.running(record["id"]):
+                if records.is_finished(record):
+                    self.dispatcher.saw_finished(record, monitor)
+                    continue
+                if self.dispatcher.running(record["id"]):
                     continue
                 if self.dispatcher.dispatch(record, monitor, body):  # read again before it runs
                     log.info(

@@ -7,8 +7,11 @@ Content-Length (400, before a byte of the body is read), the body (400 naming th
 then `on_signals`, and 200 once it returned: the operator's `on_signals` returns once every signal that
 could be acted on is in its monitor's status, so a 200 means the signal will be acted on; it raises
 pending.NotRecorded when that write failed: 503 with Retry-After, and the sender posts again (500 if it
-raised anything else). The sender of /v1/alerts holds the
-monitor's "alerts" token for every monitor the body names (401); the sender of /v1/events is a pod
+raised anything else). The sender of /v1/alerts holds the monitor's "alerts" token for every monitor
+the body names, derived with the uid of that monitor as the operator's watch cache holds it now
+(`monitors`): 401 for a wrong token or a monitor that does not exist now (a token of a monitor deleted
+and created again under its name is wrong), 503 with Retry-After when the cache has not listed yet or
+cannot reach the API, so that Alertmanager posts again. The sender of /v1/events is a pod
 whose projected ServiceAccount token a TokenReview verifies (`senders`, remediation/senders.py: 401
 for a token that names no pod, 403 naming why that pod may not speak for the monitor, 503 when the
 review cannot be made), and the event's pod and node are taken from that identity. Nothing is passed
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
+from trainguard.kube.errors import NotSynced, Stale
 from trainguard.remediation import tokens
 from trainguard.remediation.identity import Refused
 from trainguard.remediation.model import Signal
@@ -61,6 +65,19 @@ _ROUTES: dict[str, tuple[str | None, Callable[[Any, float], list[Signal]]]] = {
     ALERTS_PATH: (tokens.ALERTS, from_alertmanager),
     EVENTS_PATH: (None, lambda body, now: [from_fastpath(body, now)]),  # the sender's identity instead
 }
+
+
+_ABSENT_UID = "no-such-monitor"
+"""What a token is checked against for a monitor the cache does not hold (then refused whatever the
+check says), so that an absent monitor costs the same time as a present one."""
+
+
+class MonitorUids(Protocol):
+    def monitor_uid(self, namespace: str, name: str) -> str | None:
+        """The metadata.uid of the monitor as the operator's watch cache holds it now, None when it holds
+        no such monitor; raises kube.errors.NotSynced or Stale when the cache cannot say
+        (kube.ClusterCache.monitor_uid)."""
+        ...
 
 
 class SenderCheck(Protocol):
@@ -261,10 +278,12 @@ class Receiver:
         clock: Callable[[], float] = time.time,
         observe: Callable[[str, str], None] = lambda source, result: None,
         *,
+        monitors: MonitorUids,
         senders: SenderCheck | None = None,
     ) -> None:
         """`observe(source, result)` is told of each post to a known path (the operator's metrics);
-        `senders` checks the fast path's senders (without it, every event is refused)."""
+        `monitors` says which monitor object each name is now (the uid Alertmanager's tokens are bound
+        to); `senders` checks the fast path's senders (without it, every event is refused)."""
         if len(config.key) < tokens.MIN_KEY_BYTES:
             raise ValueError(f"the operator key must hold at least {tokens.MIN_KEY_BYTES} bytes")
         self.config = config
@@ -272,6 +291,7 @@ class Receiver:
         self.accepting = accepting
         self.clock = clock
         self.observe = observe
+        self.monitors = monitors
         self.senders = senders
         self.port = config.port
         self._server: _Server | None = None
@@ -363,15 +383,32 @@ class Receiver:
         return 200, {"accepted": len(signals), "fingerprints": [s.fingerprint for s in signals]}
 
     def _monitor_token(self, path: str, purpose: str, token: str, signals: list[Signal]) -> None:
-        monitors = {(s.namespace, s.training_job) for s in signals}
-        # every monitor is checked (no early exit), so timing says nothing about which one failed
-        ok = [tokens.verify(self.config.key, purpose, ns, name, token) for ns, name in sorted(monitors)]
+        monitors = sorted({(s.namespace, s.training_job) for s in signals})
+        try:
+            uids = [self.monitors.monitor_uid(ns, name) for ns, name in monitors]
+        except (NotSynced, Stale) as exc:
+            log.warning("%s: the tokens cannot be checked now, answered 503: %s", path, exc)
+            raise _Reject(
+                503,
+                "the operator cannot check the token now; retry",
+                {"Retry-After": str(RETRY_AFTER_S)},
+                "failed",
+            ) from None
+        # every monitor is checked (no early exit; an absent one against a placeholder uid), so timing
+        # says nothing about which one failed or whether it exists
+        ok = [
+            tokens.verify(self.config.key, purpose, ns, name, uid or _ABSENT_UID, presented=token)
+            and uid is not None
+            for (ns, name), uid in zip(monitors, uids, strict=True)
+        ]
         if not all(ok):
+            absent = [f"{ns}/{name}" for (ns, name), uid in zip(monitors, uids, strict=True) if uid is None]
             log.warning(
-                "%s: refused a token that is not the %r token of %s",
+                "%s: refused a token that is not the %r token of %s%s",
                 path,
                 purpose,
-                ", ".join(f"{ns}/{name}" for ns, name in sorted(monitors)),
+                ", ".join(f"{ns}/{name}" for ns, name in monitors),
+                f" (no such monitor now: {', '.join(absent)})" if absent else "",
             )
             raise _Reject(
                 401, "the token is not valid for this endpoint and monitor", {"WWW-Authenticate": "Bearer"}

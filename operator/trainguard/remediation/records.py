@@ -8,10 +8,34 @@ The shape is api.monitor.RemediationRecord's (camelCase); strings are clipped to
 
 Trust: anyone who may patch the monitor's status could write a record, so a record carries the
 operator's signature (`sign`), an HMAC under the operator key over the fields that say what it orders
-(id, fingerprint, alert, class, node, gpu, created, dryRun, each step's kind and params) and the
-monitor it belongs to; the executor refuses a record whose signature does not check (`signed`). Which
-executor carries a record out is its `owner`, claimed by a conditional write: another executor that
-finds the record moved (`same` is false) stops.
+(id, fingerprint, alert, class, node, gpu, created, dryRun, each step's kind and params), where it
+stands (its phase, owner, updated and skipped, each step's phase and progress fields) and the monitor
+object it belongs to (namespace, name and uid). The planner signs a new record and the executor signs
+again at every save, so each state a record is found in is one the operator wrote: a phase reset by
+hand, a step marked done to skip it (ConfirmFault before a cordon), or a record copied into another
+monitor's status does not check, and the executor refuses it (`signed`). Only the texts for people
+(`message`, each step's `detail` and `time`) are left out.
+
+Replays: a state the operator wrote once (the Planned record, a step InProgress) stays signed. Copied
+back after the record finished, it would run again. Two checks stop that, and the executor refuses
+such a record (Failed, its reason the message) as it refuses an unsigned one:
+- the operator process remembers each record it saw finished (dispatch.FinishedRecords, by id and
+  creation time, a record's `identity`: a record planned again for the same alert is a new record)
+  for as long as a copy of it could pass the next check (`horizon`): a record never leaves a finished
+  phase, so a finished record found unfinished again is a replay (`replayed`);
+- an unfinished record is carried out only if, when it is handed to an executor, the operator last
+  wrote it within RESUME_WINDOW_S, plus the wait the step it stopped in may take (its signed
+  timeout_s): the planner hands a new record over at once, and a record resumed by a restarted
+  operator or a new leader is a few minutes old at most; one older is a replay or a fault long past
+  (`stale`).
+What is left: a copy of a state younger than that window, put back while no operator process that
+saw the record finish leads (between a restart and the new leader's first pass over the records).
+A phase counter in the record would not help (the attacker replays the counter too), nor would a
+memory of finished records alone (it starts empty after a restart); both checks together bound a
+replay to that window.
+
+Which executor carries a record out is its `owner`, claimed by a conditional write: another executor
+that finds the record moved (`same` is false) stops.
 """
 
 from __future__ import annotations
@@ -21,6 +45,7 @@ import copy
 import hashlib
 import hmac
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -31,7 +56,7 @@ from trainguard.api.monitor import (
     REMEDIATION_STEPS_MAX,
 )
 from trainguard.remediation.model import Phase, Plan
-from trainguard.times import rfc3339
+from trainguard.times import rfc3339, unix
 
 Record = dict[str, Any]
 
@@ -45,8 +70,16 @@ _STEP_DONE: frozenset[str] = frozenset({Phase.SUCCEEDED, Phase.SKIPPED})
 _MARKS: frozenset[str] = frozenset({Phase.IN_PROGRESS, Phase.SUCCEEDED, Phase.FAILED, Phase.SKIPPED})
 
 
-SIGNATURE_CONTEXT = "trainguard.io/remediation-record/v1"
-"""Sets a record's signature apart from every other HMAC under the operator key (tokens.derive's)."""
+SIGNATURE_CONTEXT = "trainguard.io/remediation-record/v2"
+"""Sets a record's signature apart from every other HMAC under the operator key (tokens.derive's). v2
+covers where the record stands and the monitor's uid; a v1 record (what it orders only) does not check."""
+
+RESUME_WINDOW_S = 900.0
+"""How long after the operator last wrote an unfinished record an executor handed it still carries it
+out, besides the wait of the step it stopped in (`stale`): a resumed record waited for an operator.
+An operator is back in seconds to minutes: a standby takes the lease, a pod is rescheduled (5 minutes of
+NotReady toleration on a dead node) and its image pulled. Fifteen minutes leaves room for that; a record
+older is reported (Failed, saying why) rather than carried out: it is a replay, or its fault is old."""
 
 
 class Superseded(Exception):
@@ -199,8 +232,29 @@ def mark(
     return out
 
 
+_PROGRESS_FIELDS = ("asked", "count", "createdUpTo", "pastStep")
+"""api.monitor.StepProgress's fields: the apiserver prunes any other."""
+
+
+def _progress(step: Mapping[str, Any]) -> dict[str, float]:
+    """A step's progress fields as numbers: the apiserver hands 1000.0 back as 1000, and the signature
+    must hold through that."""
+    progress = step.get("progress")
+    if not isinstance(progress, Mapping):
+        return {}
+    out = {}
+    for k in _PROGRESS_FIELDS:
+        v = progress.get(k)
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            out[k] = float(v)
+        elif v is not None:
+            out[k] = v
+    return out
+
+
 def _signed_fields(record: Mapping[str, Any]) -> dict[str, Any]:
-    """What a record orders, the fields nothing changes after the planner wrote it."""
+    """What a record orders (the fields nothing changes after the planner wrote it) and where it stands
+    (what the executor's saves move), with the defaults the CRD's schema gives an absent field."""
     return {
         "id": record.get("id"),
         "fingerprint": record.get("fingerprint"),
@@ -210,36 +264,99 @@ def _signed_fields(record: Mapping[str, Any]) -> dict[str, Any]:
         "gpu": record.get("gpu", ""),
         "created": record.get("created"),
         "dryRun": bool(record.get("dryRun", False)),
+        "phase": record.get("phase"),
+        "owner": record.get("owner") or "",
+        "updated": record.get("updated"),
+        "skipped": record.get("skipped", ""),
         "steps": [
-            {"kind": s.get("kind"), "params": dict(s.get("params") or {})}
+            {
+                "kind": s.get("kind"),
+                "params": dict(s.get("params") or {}),
+                "phase": s.get("phase"),
+                "progress": _progress(s),
+            }
             for s in record.get("steps") or []
             if isinstance(s, Mapping)
         ],
     }
 
 
-def signature(record: Mapping[str, Any], key: bytes, namespace: str, name: str) -> str:
-    """HMAC-SHA256 under the operator key of the record's immutable fields and the monitor it belongs to
-    (so a record copied into another monitor's status does not check), urlsafe base64 unpadded."""
+def signature(record: Mapping[str, Any], key: bytes, namespace: str, name: str, uid: str) -> str:
+    """HMAC-SHA256 under the operator key of the record as it stands and the monitor object it belongs to
+    (so a record copied into another monitor's status, or into a monitor created again under the same
+    name, does not check), urlsafe base64 unpadded."""
     fields = json.dumps(_signed_fields(record), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    message = f"{SIGNATURE_CONTEXT}\n{namespace}\n{name}\n{fields}".encode()
+    message = f"{SIGNATURE_CONTEXT}\n{namespace}\n{name}\n{uid}\n{fields}".encode()
     mac = hmac.new(key, message, hashlib.sha256).digest()
     return base64.urlsafe_b64encode(mac).rstrip(b"=").decode("ascii")
 
 
-def sign(record: Record, key: bytes, namespace: str, name: str) -> Record:
-    """The record with the operator's signature, for the monitor `namespace`/`name`."""
-    return {**copy.deepcopy(record), "signature": signature(record, key, namespace, name)}
+def sign(record: Record, key: bytes, namespace: str, name: str, uid: str) -> Record:
+    """The record with the operator's signature, for the monitor `namespace`/`name` whose metadata.uid is
+    `uid`. Call it on every state written: the signature covers where the record stands."""
+    return {**copy.deepcopy(record), "signature": signature(record, key, namespace, name, uid)}
 
 
-def signed(record: Mapping[str, Any], key: bytes, namespace: str, name: str) -> bool:
-    """Whether the record carries the operator's signature for this monitor and is unaltered since
-    (a record written before records were signed has none, and does not check), in constant time."""
+def signed(record: Mapping[str, Any], key: bytes, namespace: str, name: str, uid: str) -> bool:
+    """Whether the record carries the operator's signature for this monitor object and stands where the
+    operator last wrote it (a record written before records were signed, or by an older operator that
+    signed only what it orders, does not check), in constant time."""
     given = record.get("signature")
     if not isinstance(given, str) or not given:
         return False
-    expected = signature(record, key, namespace, name)
+    expected = signature(record, key, namespace, name, uid)
     return hmac.compare_digest(expected.encode("ascii"), given.encode("ascii", "replace"))
+
+
+def identity(record: Mapping[str, Any]) -> tuple[str, str]:
+    """What tells one record from another: its id (one per alert instance) and its creation time. A
+    record planned again for the same alert (dry run turned off, a plan skipped before) has the id of
+    the first, not its creation time."""
+    return str(record.get("id", "")), str(record.get("created", ""))
+
+
+def _wait_s(step: Mapping[str, Any]) -> float:
+    """How long a step may wait without a save: its signed timeout_s (RequestCheckpoint's)."""
+    try:
+        wait = float((step.get("params") or {}).get("timeout_s") or 0)
+    except (TypeError, ValueError):
+        return 0.0
+    return wait if math.isfinite(wait) and wait > 0 else 0.0
+
+
+def stale(record: Record, handed: float) -> str:
+    """Why an unfinished record handed to an executor at `handed` (unix seconds) is too old to carry out,
+    or "": the operator last wrote it (`updated`, signed) more than RESUME_WINDOW_S before, plus the wait
+    of the step it stopped in when that step is InProgress."""
+    index = next_step(record)
+    if index is None:
+        return ""
+    step = (record.get("steps") or [])[index]
+    allowed = RESUME_WINDOW_S + (_wait_s(step) if step.get("phase") == Phase.IN_PROGRESS else 0.0)
+    age = handed - unix(str(record.get("updated", "")))
+    if age <= allowed:
+        return ""
+    return (
+        f"refused as stale: the operator last wrote this record {age:.0f}s ago, more than the {allowed:.0f}s "
+        "within which an operator resumes a record (a copy of an old record put back, or an operator "
+        "stopped that long); nothing of it is carried out"
+    )
+
+
+def replayed() -> str:
+    """The reason a finished record found unfinished again is refused."""
+    return (
+        "refused as a replay: this operator saw the record finished, and a record never leaves a finished "
+        "phase (an earlier state of it was put back); nothing of it is carried out"
+    )
+
+
+def horizon(record: Mapping[str, Any]) -> float:
+    """Until when (unix seconds) a finished record must be remembered as finished: after that, every
+    earlier state of it is `stale` (each was written no later than the finished one, and no step of it
+    waits longer than its longest timeout_s)."""
+    longest = max((_wait_s(s) for s in record.get("steps") or [] if isinstance(s, Mapping)), default=0.0)
+    return unix(str(record.get("updated", ""))) + RESUME_WINDOW_S + longest
 
 
 def claimed(record: Record, owner: str) -> Record:

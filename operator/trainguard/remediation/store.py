@@ -129,15 +129,15 @@ class RecordStore:
         record: Record,
         also: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> Record:
-        """Sign a new record and write it into the body's status (under the monitor's lock, the body read
-        fresh by the caller, who planned on it). On a conflict the monitor is read again: when its spec
-        and records are those the plan was made on, the record is written onto the fresh body; else
-        Superseded (plan again)."""
+        """Sign a new record (for this monitor object: its uid) and write it into the body's status (under
+        the monitor's lock, the body read fresh by the caller, who planned on it). On a conflict the
+        monitor is read again: when it is the same object and its spec and records are those the plan was
+        made on, the record is written onto the fresh body; else Superseded (plan again)."""
         meta = body["metadata"]
         key = self.key()
         if key is None:
             raise RuntimeError("no operator key yet: a remediation record cannot be signed")
-        signed = records.sign(record, key, meta["namespace"], meta["name"])
+        signed = records.sign(record, key, meta["namespace"], meta["name"], meta.get("uid") or "")
         current = body
         for _ in range(WRITE_ATTEMPTS):
             try:
@@ -148,6 +148,7 @@ class RecordStore:
                 fresh = self.api.get_monitor(meta["namespace"], meta["name"])
                 if (
                     fresh is None
+                    or (fresh.get("metadata") or {}).get("uid") != meta.get("uid")
                     or fresh.get("spec") != body.get("spec")
                     or records_of(fresh) != records_of(body)
                 ):
