@@ -208,3 +208,18 @@ def test_the_dispatcher_says_how_long_ago_a_record_ended_and_nothing_while_it_ru
     ended = responder.dispatcher.ended_since(record["id"])
     assert ended is not None and 0 <= ended < 5
     assert responder.dispatcher.ended_since("never-dispatched") is None
+
+
+def test_a_stopping_loop_starts_no_executor_and_leaves_its_records_to_the_next_leader() -> None:
+    """After SIGTERM nothing more is carried out here (the running executors stop at their next step or
+    poll: tests/remediation/test_executor.py); a record written meanwhile is the next leader's."""
+    responder, kube, cluster = loop_rig()
+    responder.stop()
+    record = responder.handle(p0_signal("GPUCriticalXid"))
+    assert record is not None and responder.idle()
+    assert kube.records(NS, JOB)[0]["phase"] == Phase.PLANNED and cluster.effects == []
+    assert responder.resume.run() == 0
+
+    successor, _, _ = loop_rig(kube=kube)
+    assert successor.resume.run() == 1 and successor.idle()
+    assert kube.records(NS, JOB)[0]["phase"] == Phase.SUCCEEDED

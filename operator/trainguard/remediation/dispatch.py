@@ -2,7 +2,8 @@
 most. A record handed over again (a new leader's resume, a second pass) while it runs is ignored. The
 executor reads every record again from the API before it runs it (the watch cache, or the planner's
 copy, may be behind), through a store.Saver of its own, and is given this replica's leadership, the
-operator's mode and the operator key to check the record's signature with."""
+operator's mode, whether the operator is stopping, and the operator key to check the record's signature
+with."""
 
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ class Dispatcher:
         """The operator-wide mode, "act", "dry-run" or "off" (each executor asks before every step)."""
         self.alertmanager_url = alertmanager_url
         self.executor_factory = executor_factory
+        self._stopping = threading.Event()
         self._running: set[str] = set()
         self._ended: dict[str, float] = {}
         """Record id -> when (time.monotonic) its executor last returned, for `ended_since`."""
@@ -67,11 +69,17 @@ class Dispatcher:
         with self._guard:
             return record_id in self._running
 
+    def stop(self) -> None:
+        """The operator is stopping: running executors stop at their next step or poll, writing nothing
+        (the next leader resumes their records), and nothing more is dispatched."""
+        self._stopping.set()
+
     def dispatch(self, record: Record, monitor: TrainingJobMonitor, body: dict[str, Any]) -> bool:
-        """Carry `record` out on a pool thread; False when it already runs here. The executor reads it
-        again from the API and leaves it alone if it finished or someone else has it."""
+        """Carry `record` out on a pool thread; False when it already runs here or the operator is
+        stopping. The executor reads it again from the API and leaves it alone if it finished or someone
+        else has it."""
         with self._guard:
-            if record["id"] in self._running:
+            if record["id"] in self._running or self._stopping.is_set():
                 return False
             self._running.add(record["id"])
         ns, name = monitor.namespace, monitor.name
@@ -81,7 +89,8 @@ class Dispatcher:
 
         saver = self.store.saver(ns, name)
         executor = self.executor_factory(self.cluster, saver, self._token, read=saver.read, key=self.key,
-                                         leader=self.leader, mode=self.mode, notify=notify)  # fmt: skip
+                                         leader=self.leader, mode=self.mode, notify=notify,
+                                         stopping=self._stopping.is_set)  # fmt: skip
 
         def work() -> None:
             try:
