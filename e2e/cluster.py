@@ -53,8 +53,9 @@ class Cluster:
     kubeconfig: Path
     workdir: Path
     audit_log: Path | None = None
-    """The apiserver's audit log of the operator's LIST requests, where the harness started the apiserver
-    (the local control plane); None on a cluster named by TRAINGUARD_E2E_KUBECONFIG."""
+    """The apiserver's audit log of the operator's LIST requests, pod deletions and node writes, where the
+    harness started the apiserver (the local control plane); None on a cluster named by
+    TRAINGUARD_E2E_KUBECONFIG."""
     api: client.ApiClient = field(init=False)
     operators: list[subprocess.Popen[bytes]] = field(default_factory=list)
     webhook_ports: dict[str, int] = field(default_factory=dict)

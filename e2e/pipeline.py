@@ -345,25 +345,33 @@ def resumed_from(pods: Any, old: set[str]) -> list[str]:
 
 
 @contextmanager
-def operator_stack(
-    cluster: Cluster, name: str = OPERATOR, *, prometheus: bool = False, flags: tuple[str, ...] = ()
-) -> Iterator[tuple[Cluster, Monitoring, Sink]]:
-    """Prometheus, Alertmanager, the sink and an operator replica `name` that knows where Alertmanager is
-    (and Prometheus, with `prometheus`), started with `flags` besides. The session's operator steps aside
-    (the sidecars and Alertmanager must reach this one) and comes back."""
+def monitoring_stack(cluster: Cluster) -> Iterator[tuple[Cluster, Monitoring, Sink]]:
+    """Prometheus, Alertmanager and the sink, and no operator: the caller starts the replicas it wants
+    in front of them. The session's operator steps aside (the sidecars and Alertmanager must reach the
+    caller's) and comes back."""
     had = bool(cluster.operators)
     cluster.stop_all_operators()
     with Sink().serve() as sink, Monitoring(cluster.api, cluster.workdir) as mon:
-        extra = ["--alertmanager-url", mon.alertmanager]
-        if prometheus:
-            extra += ["--prometheus-url", mon.prometheus]
-        cluster.start_operator(priority=200, name=name, extra=(*extra, *flags))
         try:
             yield cluster, mon, sink
         finally:
             cluster.stop_all_operators()
             if had:
                 cluster.start_operator(priority=100, keep_ports=True)
+
+
+@contextmanager
+def operator_stack(
+    cluster: Cluster, name: str = OPERATOR, *, prometheus: bool = False, flags: tuple[str, ...] = ()
+) -> Iterator[tuple[Cluster, Monitoring, Sink]]:
+    """monitoring_stack and an operator replica `name` that knows where Alertmanager is (and Prometheus,
+    with `prometheus`), started with `flags` besides."""
+    with monitoring_stack(cluster) as (_, mon, sink):
+        extra = ["--alertmanager-url", mon.alertmanager]
+        if prometheus:
+            extra += ["--prometheus-url", mon.prometheus]
+        cluster.start_operator(priority=200, name=name, extra=(*extra, *flags))
+        yield cluster, mon, sink
 
 
 def start(

@@ -19,9 +19,13 @@ SIDECAR_PORT = 9400
 
 
 @contextlib.contextmanager
-def sidecar_that_saw(pod: Any, token: str, fault: str = "xid-79", gpu: int = 3) -> Iterator[None]:
+def sidecar_that_saw(
+    pod: Any, token: str, fault: str = "xid-79", gpu: int = 3, *, cleared: bool = False
+) -> Iterator[None]:
     """The exporter of `pod` (a kubernetes V1Pod) serving its port with `token` (the monitor's events
-    token), having detected `fault` (an exporter fault-injection kind) on GPU `gpu`."""
+    token), having detected `fault` (an exporter fault-injection kind) on GPU `gpu` before it serves.
+    `cleared`: the fault has cleared since (a transient XID): GET /v1/hardware still lists it (it keeps an
+    hour), while its /metrics show a healthy GPU, so a Prometheus scraping it raises no alert of its own."""
     with tempfile.TemporaryDirectory() as tmp:
         token_file = Path(tmp) / "token"
         token_file.write_text(token)
@@ -33,11 +37,15 @@ def sidecar_that_saw(pod: Any, token: str, fault: str = "xid-79", gpu: int = 3) 
         ])  # fmt: skip
         exporter = build(args)
         exporter.start()
-        servers = serve(exporter, pod.status.pod_ip, SIDECAR_PORT, token_file=str(token_file))
+        servers = []
         try:
             exporter.render()
             exporter.add_fault(fault, gpu)
-            exporter.render()
+            exporter.render()  # detected: kept for GET /v1/hardware
+            if cleared:
+                exporter.faults.clear()
+                exporter.render()
+            servers = serve(exporter, pod.status.pod_ip, SIDECAR_PORT, token_file=str(token_file))
             yield
         finally:
             for s in servers:

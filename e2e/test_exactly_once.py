@@ -4,8 +4,8 @@ The status writes are the real kube.Kube's, conditional on the monitor's resourc
 behind the executors is tests/remediation/fakes.py's FakeCluster (behind a lock: two replicas share it),
 so what they did to nodes and pods is counted exactly. Both replicas are taken to lead at once: the
 overlap of a rolling upgrade, before the old one's leadership check notices; the conditional writes
-alone must let only one of them act. (A rolling upgrade of two operator processes through kopf's
-peering is not run here: the executor's fencing check is the unit tests', tests/remediation.)"""
+alone must let only one of them act. (Two operator processes through kopf's peering, a rolling upgrade
+and a kill in the middle of a remediation, are e2e/test_rolling_upgrade.py's.)"""
 
 from __future__ import annotations
 

@@ -64,9 +64,19 @@ apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
-  # the operator's LIST requests, and nothing else: the watch caches list once, then watch
+  # the operator's LIST requests: the watch caches list once, then watch (e2e/test_watch_caches.py)
   - level: Metadata
     verbs: [list]
+    users: ["system:serviceaccount:trainguard-system:trainguard-operator"]
+  # its pod deletions, and its node writes with their bodies: each effect of a remediation counted
+  # (e2e/audit.py)
+  - level: Metadata
+    verbs: [delete]
+    resources: [{group: "", resources: [pods]}]
+    users: ["system:serviceaccount:trainguard-system:trainguard-operator"]
+  - level: Request
+    verbs: [patch, update]
+    resources: [{group: "", resources: [nodes]}]
     users: ["system:serviceaccount:trainguard-system:trainguard-operator"]
   - level: None
 """
@@ -93,8 +103,9 @@ class LocalControlPlane:
 
     @property
     def audit_log(self) -> Path:
-        """The apiserver's audit log of the operator's LIST requests (AUDIT_POLICY), JSON lines, written
-        before each request is answered: e2e/test_watch_caches.py counts them."""
+        """The apiserver's audit log of the operator's LIST requests, pod deletions and node writes
+        (AUDIT_POLICY), JSON lines, written before each request is answered: e2e/test_watch_caches.py
+        and e2e/audit.py count them."""
         return self.workdir / "audit.log"
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:

@@ -452,8 +452,9 @@ def p0_signal(alertname: str, node: str = "gpu-a") -> Signal:
 
 
 class Rig:
-    """An executor on FakeCluster, saving to a Store; what it notifies is kept in `notified`. `leads` and
-    `mode` are what the executor is told of leadership and the operator's mode (tests change them)."""
+    """An executor on FakeCluster, saving to a Store; what it notifies is kept in `notified`. `leads`,
+    `mode` and `stopping` are what the executor is told of leadership, the operator's mode and whether
+    the operator is stopping (tests change them)."""
 
     def __init__(self, **fake: Any) -> None:
         self.clock = Clock()
@@ -465,6 +466,7 @@ class Rig:
         self.mode = "act"
         self.history: Any = None
         """What the executor is given as Prometheus's record of the jobs' alerts (FaultHistory)."""
+        self.stopping: Callable[[], bool] = lambda: False
         self.last: Executor | None = None
 
     def executor(self, owner: str = "") -> Executor:
@@ -477,6 +479,7 @@ class Rig:
             key=lambda: KEY,
             leader=lambda: self.leads,
             mode=lambda: self.mode,
+            stopping=lambda: self.stopping(),  # noqa: PLW0108 - read at each call: a test swaps it mid-run
             owner=owner,
             clock=self.clock,
             sleep=self.clock.sleep,

@@ -30,7 +30,7 @@ from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_BY, FAULTY_TAINT, RESUME_FROM
 from trainguard.exporter.checkpoints import checkpoint_ref
 from trainguard.remediation import records
-from trainguard.remediation.executor import choose_checkpoint, gang_checkpoint
+from trainguard.remediation.executor import STOPPING, choose_checkpoint, gang_checkpoint
 from trainguard.remediation.model import ClusterState, Phase, Plan, Step, StepKind
 from trainguard.remediation.plan import plan
 from trainguard.remediation.records import new_record
@@ -882,6 +882,53 @@ def test_an_executor_that_loses_the_lead_stops_and_the_new_leader_finishes_once(
     assert done["phase"] == Phase.SUCCEEDED and done["owner"] == "new-leader"
     assert effects_of(rig).count("cordon") == 1 and effects_of(rig).count("taint") == 1
     assert effects_of(rig).count("delete") == 2, "one gang restart"
+
+
+def test_a_stopping_operator_leaves_the_checkpoint_wait_within_a_poll_and_the_next_leader_finishes_once() -> (
+    None
+):
+    """SIGTERM (a rolling upgrade) while the emergency checkpoint is awaited: the executor stops at its
+    next poll, writing nothing, so the process exits in its grace period instead of waiting out
+    emergencyCheckpointTimeout; the step left InProgress is the next leader's, which asks no sidecar
+    twice and restarts the gang once."""
+    rig = Rig(save_after_reads=None)  # the trainer never saves: the wait would run 30 s
+    m = job_monitor()
+    rig.stopping = lambda: rig.clock() >= T0 + 3
+    record = node_fault_record(m, timeout_s=30)
+    rig.run(record, m)
+
+    assert rig.last is not None and rig.last.stopped == STOPPING
+    assert rig.clock() < T0 + 5, "stopped within a poll, not at the timeout"
+    left = rig.store.records[record["id"]]
+    assert kinds_and_phases(left)[3] == ("RequestCheckpoint", Phase.IN_PROGRESS)
+    assert left["phase"] == Phase.IN_PROGRESS and left["steps"][3]["progress"]["asked"] == 1
+    assert effects_of(rig) == ["cordon", "taint", "checkpoint-request"]
+
+    rig.stopping = lambda: False  # the next leader
+    done = rig.executor(owner="next-leader").run(left, m)
+    assert done["phase"] == Phase.SUCCEEDED and done["owner"] == "next-leader"
+    assert done["steps"][3]["detail"].startswith("timed out after 30s"), done["steps"][3]
+    assert effects_of(rig).count("checkpoint-request") == 1, "the request still held is not asked again"
+    assert effects_of(rig).count("cordon") == 1 and effects_of(rig).count("delete") == 2
+
+
+def test_a_stopping_operator_leaves_the_placement_wait_and_starts_no_step() -> None:
+    rig = Rig(nodes=("gpu-a", "gpu-b"))  # no room for the second new pod: the wait would run 120 s
+    m = job_monitor()
+    began: list[float] = []
+    rig.store.when(step_done("RestartGang"), lambda store: began.append(rig.clock()))
+    rig.stopping = lambda: bool(began) and rig.clock() >= began[0] + 2
+    record = node_fault_record(m)
+    rig.run(record, m)
+    assert rig.last is not None and rig.last.stopped == STOPPING
+    assert rig.clock() < began[0] + 5, "stopped within a poll, not at the timeout"
+    left = rig.store.records[record["id"]]
+    assert kinds_and_phases(left)[-1] == ("ConfirmPlacement", Phase.IN_PROGRESS)
+
+    saved = len(rig.store.saved)
+    again = rig.executor().run(left, m)  # the resume pass of a replica already stopping
+    assert again == left and len(rig.store.saved) == saved, "nothing claimed, nothing written"
+    assert rig.last is not None and rig.last.stopped == STOPPING
 
 
 def test_a_standby_does_not_claim_or_act() -> None:

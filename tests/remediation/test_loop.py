@@ -247,3 +247,18 @@ def test_the_sidecars_token_an_executor_is_given_is_bound_to_the_monitor_it_read
     again = monitor.model_copy(update={"metadata": monitor.metadata.model_copy(update={"uid": "u-2"})})
     assert given[0](again) != token
     assert tokens.verify(KEY, tokens.EVENTS, NS, JOB, "u-2", presented=given[0](again))
+
+
+def test_a_stopping_loop_starts_no_executor_and_leaves_its_records_to_the_next_leader() -> None:
+    """After SIGTERM nothing more is carried out here (the running executors stop at their next step or
+    poll: tests/remediation/test_executor.py); a record written meanwhile is the next leader's."""
+    responder, kube, cluster = loop_rig()
+    responder.stop()
+    record = responder.handle(p0_signal("GPUCriticalXid"))
+    assert record is not None and responder.idle()
+    assert kube.records(NS, JOB)[0]["phase"] == Phase.PLANNED and cluster.effects == []
+    assert responder.resume.run() == 0
+
+    successor, _, _ = loop_rig(kube=kube)
+    assert successor.resume.run() == 1 and successor.idle()
+    assert kube.records(NS, JOB)[0]["phase"] == Phase.SUCCEEDED

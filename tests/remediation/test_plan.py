@@ -495,6 +495,28 @@ def test_a_skipped_record_holds_off_only_for_the_duplicate_window() -> None:
     assert kinds(later) == FULL_NODE_FAULT
 
 
+def test_a_claim_its_sidecar_did_not_confirm_holds_off_only_its_own_copies() -> None:
+    """A GPUCriticalXid posted to Alertmanager by anyone, refused at ConfirmFault: the node's real fault
+    after it (its sidecar's fast path, another of its GPUs) is acted on; copies of the forged claim, which
+    began before the refusal (re-posted, or by the other path), are duplicates."""
+    m = make_monitor()
+    forged = signal(source=Source.ALERTMANAGER, starts_at=T0)
+    rec = new_record(plan(forged, m, state()), T0 + 5)
+    refused = mark(rec, 0, Phase.FAILED, "unconfirmed: no sidecar on gpu-a saw GPUCriticalXid", T0 + 6)
+    assert refused["phase"] == Phase.FAILED and rec["steps"][0]["kind"] == CONFIRM_FAULT
+    after = state(now=T0 + 30, records=[refused])
+    for copy in (forged, signal(source=Source.SIDECAR, starts_at=T0 + 1)):  # Alertmanager's repeat, in flight
+        assert plan(copy, m, after).skipped == f"duplicate of {rec['id']}"
+    real = signal(source=Source.SIDECAR, starts_at=T0 + 20)
+    assert real.fingerprint == forged.fingerprint
+    assert kinds(plan(real, m, after)) == FULL_NODE_FAULT
+    assert kinds(plan(signal("GPULost", gpu="5", starts_at=T0 + 2), m, after)) == FULL_NODE_FAULT
+    assert kinds(plan(signal("GPUNodeDown", gpu="", starts_at=T0 + 20), m, after)) == NODE_DOWN_PLAN
+    # a record that failed once it acted (its cordon) still holds the node's faults off
+    cordon_failed = mark(mark(rec, 0, Phase.SUCCEEDED, "confirmed", T0 + 6), 1, Phase.FAILED, "409", T0 + 7)
+    assert plan(real, m, state(now=T0 + 30, records=[cordon_failed])).skipped == f"duplicate of {rec['id']}"
+
+
 def test_dry_run_records_do_not_hold_off_a_live_response() -> None:
     dry = new_record(plan(signal(), monitor(dryRun=True), state()), T0 + 5)
     assert dry["phase"] == Phase.DRY_RUN

@@ -2,9 +2,9 @@
 most. A record handed over again (a new leader's resume, a second pass) while it runs is ignored. The
 executor reads every record again from the API before it runs it (the watch cache, or the planner's
 copy, may be behind), through a store.Saver of its own, and is given this replica's leadership, the
-operator's mode, the operator key to check and make the record's signature with, when the record was
-handed over (a stale one is refused), and this process's memory of the records it saw finished (one
-found unfinished again is a replay, refused): see records.py."""
+operator's mode, whether the operator is stopping, the operator key to check and make the record's
+signature with, when the record was handed over (a stale one is refused), and this process's memory of
+the records it saw finished (one found unfinished again is a replay, refused): see records.py."""
 
 from __future__ import annotations
 
@@ -95,6 +95,7 @@ class Dispatcher:
         """Unix seconds, the records' clock: when a record is handed over."""
         self.finished = FinishedRecords()
         """The records this process saw finished: its executors' and the resume pass's."""
+        self._stopping = threading.Event()
         self._running: set[str] = set()
         self._ended: dict[str, float] = {}
         """Record id -> when (time.monotonic) its executor last returned, for `ended_since`."""
@@ -124,12 +125,18 @@ class Dispatcher:
         if records.signed(record, key, monitor.namespace, monitor.name, monitor.metadata.uid or ""):
             self.finished.remember(record, now)
 
+    def stop(self) -> None:
+        """The operator is stopping: running executors stop at their next step or poll, writing nothing
+        (the next leader resumes their records), and nothing more is dispatched."""
+        self._stopping.set()
+
     def dispatch(self, record: Record, monitor: TrainingJobMonitor, body: dict[str, Any]) -> bool:
-        """Carry `record` out on a pool thread; False when it already runs here. The executor reads it
-        again from the API and leaves it alone if it finished or someone else has it."""
+        """Carry `record` out on a pool thread; False when it already runs here or the operator is
+        stopping. The executor reads it again from the API and leaves it alone if it finished or someone
+        else has it."""
         handed = self.clock()
         with self._guard:
-            if record["id"] in self._running:
+            if record["id"] in self._running or self._stopping.is_set():
                 return False
             self._running.add(record["id"])
         ns, name = monitor.namespace, monitor.name
@@ -140,7 +147,8 @@ class Dispatcher:
         saver = self.store.saver(ns, name)
         executor = self.executor_factory(self.cluster, saver, self._token, read=saver.read, key=self.key,
                                          leader=self.leader, mode=self.mode, notify=notify,
-                                         finished=self.finished, history=self.history)  # fmt: skip
+                                         finished=self.finished, history=self.history,
+                                         stopping=self._stopping.is_set)  # fmt: skip
 
         def work() -> None:
             try:

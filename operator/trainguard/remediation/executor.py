@@ -28,12 +28,17 @@ from the API first (`read`), refuses a record without the operator's signature f
 (Failed, nothing done; every save is signed again), refuses a replay (a record this process saw
 finished, found unfinished again) and a stale record (last written longer ago than
 records.RESUME_WINDOW_S when it was handed over; see records.py), claims the record (`owner`) with a
-conditional write, and before every step asks `gate`, pure, whether it may go on: this replica must
-still lead, the API's copy must stand where this run left it (else another executor has it: stop,
-write nothing), and the operator's mode and the monitor's `spec.remediation` (read again) must still
-let it act (else the remaining steps are Skipped, saying why). Every save is conditional
+conditional write, and before every step asks `gate`, pure, whether it may go on: the operator must
+not be stopping, this replica must still lead, the API's copy must stand where this run left it (else
+another executor has it: stop, write nothing), and the operator's mode and the monitor's
+`spec.remediation` (read again) must still let it act (else the remaining steps are Skipped, saying why). Every save is conditional
 (store.Saver): a save that finds the record moved raises records.Superseded, and the run stops without
 acting.
+
+A stopping operator (SIGTERM: a rolling upgrade, a drain) stops its executors at their next step or
+within a poll of a wait (the emergency checkpoint, the placement), writing nothing: the step left
+InProgress is the next leader's to redo, as after a crash. Else a wait of up to
+emergencyCheckpointTimeout would hold the process past its grace period, to be killed.
 """
 
 from __future__ import annotations
@@ -73,6 +78,13 @@ class StepFailed(Exception):
     """A step could not do what it is for; its message is the record's detail."""
 
 
+STOPPING = "the operator is stopping; the record is left to the next leader"
+
+
+class Stopping(Exception):
+    """The operator is stopping: the run stops where it stands, writing nothing."""
+
+
 @dataclass(frozen=True)
 class Progress:
     """A step's progress fields as the record held them when the step began (empty for a first run), and
@@ -105,9 +117,12 @@ class Verdict:
         return not (self.stop or self.skip)
 
 
-def gate(ours: Record, fresh: Fresh | None, *, leads: bool, mode: str) -> Verdict:
+def gate(ours: Record, fresh: Fresh | None, *, leads: bool, mode: str, stopping: bool = False) -> Verdict:
     """Whether the next step of `ours` (the record as this run last saved it) may be carried out, given the
-    API's copy and monitor now, whether this replica leads and the operator's mode."""
+    API's copy and monitor now, whether this replica leads, the operator's mode and whether it is
+    stopping."""
+    if stopping:
+        return Verdict(stop=STOPPING)
     if not leads:
         return Verdict(stop="this replica no longer leads; the record is left to the new leader")
     if fresh is None:
@@ -397,6 +412,7 @@ class Executor:
         key: Callable[[], bytes | None],
         leader: Callable[[], bool] = lambda: True,
         mode: Callable[[], str] = lambda: "act",
+        stopping: Callable[[], bool] = lambda: False,
         owner: str = "",
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
@@ -417,6 +433,8 @@ class Executor:
         """Whether this replica leads now (asked before every step: a fencing check)."""
         self.mode = mode
         """The operator-wide mode: "act", "dry-run" or "off" (asked before every step)."""
+        self.stopping = stopping
+        """Whether the operator is stopping (asked before every step and after every poll of a wait)."""
         self.owner = owner or new_owner()
         self.token_for = token_for
         """The monitor (as read from the API for this step) -> the bearer token of its sidecars, bound to
@@ -445,7 +463,7 @@ class Executor:
         self.stopped = ""
         try:
             return self._run(record, monitor, self.clock() if handed is None else handed)
-        except Superseded as exc:
+        except (Superseded, Stopping) as exc:
             self.stopped = str(exc)
             log.info("remediation %s stops without acting: %s", record.get("id"), exc)
             return record
@@ -494,12 +512,14 @@ class Executor:
             return self._dry_run(record, monitor)
         if records.next_step(record) is None:
             return self._stop(record, f"the record is already {record.get('phase')}")
+        if self.stopping():
+            return self._stop(record, STOPPING)
         if not self.leader():
             return self._stop(record, "this replica does not lead")
         record = self._save(records.claimed(record, self.owner), monitor)
         while (index := records.next_step(record)) is not None:
             fresh = self.read(record["id"])
-            verdict = gate(record, fresh, leads=self.leader(), mode=self.mode())
+            verdict = gate(record, fresh, leads=self.leader(), mode=self.mode(), stopping=self.stopping())
             if verdict.stop:
                 return self._stop(record, verdict.stop)
             if verdict.skip:
@@ -526,7 +546,7 @@ class Executor:
 
             try:
                 detail = self._act(record, index, monitor, progress, note)
-            except Superseded:
+            except (Superseded, Stopping):
                 raise
             except Exception as exc:  # a crash (SystemExit, KeyboardInterrupt) is not a failed step
                 message = str(exc) if isinstance(exc, StepFailed) else f"{type(exc).__name__}: {exc}"
@@ -586,6 +606,11 @@ class Executor:
             self.notify(record, message)
             return f"notified: {message}"
         raise StepFailed(f"unknown step kind {kind!r}")
+
+    def _unless_stopping(self) -> None:
+        """Raise Stopping when the operator is stopping: a wait ends there, its step left InProgress."""
+        if self.stopping():
+            raise Stopping(STOPPING)
 
     # ---- sidecars ----
 
@@ -727,6 +752,7 @@ class Executor:
         deadline = self.clock() + timeout
         while len(reached) < len(waiting) and self.clock() < deadline:
             self.sleep(self.poll_interval)
+            self._unless_stopping()
             for pod in sorted(set(waiting) - set(reached)):
                 try:
                     view = self.cluster.read_control(healthy[pod].base_url, token)
@@ -851,6 +877,7 @@ class Executor:
                     f"the new pods were not all placed away from {_names(sorted(avoid))} within {timeout:g}s ({seen})"
                 )
             self.sleep(self.poll_interval)
+            self._unless_stopping()
         where = ", ".join(f"{p}->{n}" for p, n in sorted(placed.items()))
         used = sorted(set(placed.values()) & set(self.cluster.spares()))
         return (

@@ -123,5 +123,6 @@ class RemediationLoop:
 
     def stop(self) -> None:
         self._stop.set()
+        self.dispatcher.stop()  # the executors stop within a poll: the process can exit in its grace period
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.paging.shutdown(wait=False, cancel_futures=True)

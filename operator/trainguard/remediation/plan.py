@@ -361,7 +361,13 @@ def _duplicate_of(
     finished within DUPLICATE_WINDOW_S, or acted and finished after this signal started (the instance
     it handled, re-posted). A stall or an interruption is also handled by any gang restart of the job
     under way, or done after it started (a dead GPU hangs the job and fails its pods too: one restart).
-    A live plan ignores dry-run records: turning dry run off acts on a fault still firing."""
+    A live plan ignores dry-run records: turning dry run off acts on a fault still firing.
+
+    A record whose ConfirmFault failed handled no fault: the node's sidecar had not seen what the alert
+    claimed, and nothing was done. It holds off only the copies of its own claim (its fingerprint) that
+    began before it was refused: the claim by its other path, Alertmanager's repeats. A claim that
+    begins later, or another claim about that node, is checked anew; else an alert anyone can post to
+    Alertmanager, refused, would make the node's real fault a duplicate for ten minutes."""
     for r in reversed(records if dry_run else tuple(_live(records))):
         same = r.get("fingerprint") == signal.fingerprint or (
             bool(signal.node) and r.get("node") == signal.node and r.get("class") in SAME_NODE.get(cls, ())
@@ -372,6 +378,10 @@ def _duplicate_of(
         if not is_finished(r):
             return str(r.get("id"))
         finished = unix(str(r.get("updated", "")))
+        if _unconfirmed(r):
+            if r.get("fingerprint") == signal.fingerprint and signal.starts_at <= finished:
+                return str(r.get("id"))
+            continue
         if same and now - finished < DUPLICATE_WINDOW_S:
             return str(r.get("id"))
         acted = r.get("phase") in (Phase.SUCCEEDED, Phase.DRY_RUN) or (
@@ -380,6 +390,14 @@ def _duplicate_of(
         if acted and signal.starts_at <= finished:
             return str(r.get("id"))
     return None
+
+
+def _unconfirmed(record: dict[str, Any]) -> bool:
+    """The record failed at its ConfirmFault step: the claim was not confirmed and nothing was done."""
+    return record.get("phase") == Phase.FAILED and any(
+        s.get("kind") == StepKind.CONFIRM_FAULT and s.get("phase") == Phase.FAILED
+        for s in record.get("steps", [])
+    )
 
 
 def _restarts_gang(record: dict[str, Any]) -> bool:
