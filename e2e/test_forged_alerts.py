@@ -27,7 +27,7 @@ from e2e.monitors import MON, ready
 from e2e.nodes import ANNOTATIONS
 from e2e.pipeline import JOB, OPERATOR, SELECTOR, Monitoring, Sink, job, objects
 from e2e.podprocesses import bound_token
-from e2e.receiver import decisions, operator_key, post, records
+from e2e.receiver import decisions, monitor_token, post, records
 from e2e.sidecars import sidecar_that_saw
 from tests.exposition import scrape, value
 from tests.processes import http_json, wait_for
@@ -96,7 +96,7 @@ def start_job(stack: Stack, ns: str) -> list[Any]:
 
 
 def events_token(cluster: Cluster, ns: str) -> str:
-    return tokens.derive(operator_key(cluster), tokens.EVENTS, ns, JOB)
+    return monitor_token(cluster, tokens.EVENTS, ns, JOB)
 
 
 def pending(cluster: Cluster, ns: str) -> list[dict[str, Any]]:
