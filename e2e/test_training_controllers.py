@@ -161,7 +161,7 @@ class TestKueue:
         cluster.apply([
             {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": "default-flavor"}},
             {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": cq}, "spec": {
-                "namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [
+                "namespaceSelector": {}, "cohortName": "e2e", "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [
                     {"name": "default-flavor", "resources": [{"name": "cpu", "nominalQuota": "4"},
                                                              {"name": "memory", "nominalQuota": "4Gi"}]}]}]}},
             {"apiVersion": KUEUE_API, "kind": "LocalQueue", "metadata": {"name": "lq", "namespace": ns},
@@ -171,6 +171,10 @@ class TestKueue:
             "the ClusterQueue Active",
             lambda: condition(cluster.get(KUEUE_API, "ClusterQueue", "", cq), "Active"),
         )
+        # stored as v1beta2; read as v1beta1 through Kueue's conversion webhook, which renames cohortName
+        old = cluster.get("kueue.x-k8s.io/v1beta1", "ClusterQueue", "", cq)
+        assert old is not None and old["apiVersion"] == "kueue.x-k8s.io/v1beta1"
+        assert old["spec"].get("cohort") == "e2e" and "cohortName" not in old["spec"], old["spec"]
         batch = client.BatchV1Api(cluster.api)
         batch.create_namespaced_job(ns, queued_job("queued", "lq", suspend=True))
 
