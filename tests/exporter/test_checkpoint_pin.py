@@ -7,6 +7,7 @@ the operator can check that a checkpoint predates the fault."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 
 from tests.clock import T0, Clock
 from tests.exporter.running import running_exporter
+from trainguard.catalog import control_auth
 from trainguard.exporter.training import CHECKPOINT_HISTORY, TrainingState
 
 PIN = {"step": 900.0, "kind": "full", "path": "/ckpt/900", "ts": T0 - 50}
@@ -184,8 +186,14 @@ def test_the_control_view_lists_the_recent_checkpoints_oldest_first() -> None:
 
 
 def control(url: str, body: Any, token: str = "t0k3n") -> tuple[int, dict[str, Any]]:
-    req = urllib.request.Request(f"{url}/v1/control", data=json.dumps(body).encode(), method="POST",
-                                 headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+    """POST /v1/control signed with `token`, as the operator calls it (catalog/control_auth.py)."""
+    data = json.dumps(body).encode()
+    signed = control_auth.authorization(
+        token, control_auth.Call("POST", "/v1/control", data), now=time.time()
+    )
+    req = urllib.request.Request(
+        f"{url}/v1/control", data=data, method="POST", headers={"Authorization": signed}
+    )
     try:
         with urllib.request.urlopen(req, timeout=5) as resp:
             return resp.status, json.loads(resp.read())

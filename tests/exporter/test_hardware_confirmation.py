@@ -5,16 +5,24 @@ what a node saw is not for every pod on the network."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from tests.exporter.running import running_exporter
+from trainguard.catalog import control_auth
 
 
 def get(url: str, token: str | None) -> tuple[int, Any]:
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    """GET signed with `token` as the operator signs (catalog/control_auth.py); None: no Authorization."""
+    path = urllib.parse.urlsplit(url).path
+    signed = (
+        control_auth.authorization(token, control_auth.Call("GET", path), now=time.time()) if token else ""
+    )
+    req = urllib.request.Request(url, headers={"Authorization": signed} if token else {})
     try:
         with urllib.request.urlopen(req, timeout=5) as resp:
             return int(resp.status), json.loads(resp.read())

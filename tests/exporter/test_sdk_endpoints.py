@@ -8,6 +8,7 @@ import http.client
 import json
 import logging
 import socket
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 
 from tests.exporter.running import running_exporter
 from tests.processes import free_port
+from trainguard.catalog import control_auth
 from trainguard.exporter.server import content_length, serve
 
 NAN_STEP = {"events": [{"type": "step", "step": 1, "loss": "nan"}]}
@@ -54,8 +56,21 @@ def test_reports_and_the_control_view_are_not_served_on_tcp(tmp_path: Path) -> N
         assert status(f"{exp.url}/v1/report", json.dumps(NAN_STEP).encode()) == 403
         assert exp.value("trainguard_train_nonfinite_loss_total") == 0, "a pod on the network paged nobody"
         assert status(f"{exp.url}/v1/control") == 401, "checkpoint paths are not for every pod"
-        assert status(f"{exp.url}/v1/control", headers={"Authorization": "Bearer t0k3n"}) == 200
-        assert status(f"{exp.url}/v1/control", b'{"pause": true}', {"Authorization": "Bearer t0k3n"}) == 200
+        assert status(f"{exp.url}/v1/control", headers={"Authorization": "Bearer t0k3n"}) == 401, (
+            "the token itself is not taken: it would travel in clear on the pod network"
+        )
+        signed = {"Authorization": control_auth.authorization("t0k3n", control_auth.Call("GET", "/v1/control"),
+                                                              now=time.time())}  # fmt: skip
+        assert status(f"{exp.url}/v1/control", headers=signed) == 200
+        assert status(f"{exp.url}/v1/control", headers=signed) == 401, "a copied request is refused"
+        pause = b'{"pause": true}'
+        post = control_auth.authorization(
+            "t0k3n", control_auth.Call("POST", "/v1/control", pause), now=time.time()
+        )
+        assert status(f"{exp.url}/v1/control", b'{"pause": false}', {"Authorization": post}) == 401, (
+            "the signature covers the body"
+        )
+        assert status(f"{exp.url}/v1/control", pause, {"Authorization": post}) == 200
         assert status(f"{exp.url}/metrics") == 200 and status(f"{exp.url}/healthz") == 200
         # the SDK's own path: the unix socket
         assert unix_request(sock, "POST", "/v1/report", NAN_STEP)[0] == 204

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 import os
 import subprocess
 import sys
 import tempfile
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +24,7 @@ import pytest
 
 from tests.exposition import Samples, scrape, value
 from tests.processes import free_port, wait_for, wait_http
+from trainguard.remediation.sidecars import SidecarControl
 
 TOKEN = "operator-t0k3n"
 REPO = Path(__file__).resolve().parents[2]
@@ -80,19 +79,11 @@ class Sidecar:
         return got[-1]
 
     def operator(self, body: dict[str, Any]) -> dict[str, Any]:
-        """What the operator does (remediation/cluster.py `control`): POST /v1/control with its token."""
-        req = urllib.request.Request(f"{self.url}/v1/control", data=json.dumps(body).encode(), method="POST",
-                                     headers={"Authorization": f"Bearer {TOKEN}",
-                                              "Content-Type": "application/json"})  # fmt: skip
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            answer: dict[str, Any] = json.loads(resp.read())
-        return answer
+        """What the operator does (remediation/sidecars.py): POST /v1/control, signed with its token."""
+        return SidecarControl().control(self.url, TOKEN, body)
 
     def control_view(self) -> dict[str, Any]:
-        req = urllib.request.Request(f"{self.url}/v1/control", headers={"Authorization": f"Bearer {TOKEN}"})
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            answer: dict[str, Any] = json.loads(resp.read())
-        return answer
+        return SidecarControl().read_control(self.url, TOKEN)
 
     def tail(self) -> str:
         return self.log.read_text()[-3000:] if self.log.exists() else ""

@@ -2,27 +2,29 @@
 report and control endpoints on a unix socket, and fault injection when enabled.
 
 The TCP port is open to the whole pod network, so it serves nothing that changes or reveals the
-training state without the operator's bearer token: a report posted there could page someone with
-a NaN loss or hide a stall with fake steps, and the control view names checkpoint paths. `--sdk-tcp`
-opens the SDK's endpoints on TCP as well, for local development.
+training state without the operator's signature (catalog/control_auth.py: the monitor's events token
+signs each call and never travels): a report posted there could page someone with a NaN loss or hide a
+stall with fake steps, and the control view names checkpoint paths. `--sdk-tcp` opens the SDK's
+endpoints on TCP as well, for local development.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hmac
 import ipaddress
 import json
 import logging
 import os
 import socketserver
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from trainguard.catalog import control_auth
 from trainguard.exporter.app import Exporter
 from trainguard.exporter.faults import FaultError
 
@@ -61,6 +63,8 @@ class Handler(BaseHTTPRequestHandler):
     exporter: Exporter
     fault_injection: bool = False
     token_file: str | None = None
+    nonces: control_auth.Nonces = control_auth.Nonces(time.time)
+    """The nonces of the operator's calls this sidecar took (serve() gives each server its own)."""
     sdk: bool = False
     """Serve the SDK's endpoints (report, unauthenticated control view): the unix socket, or TCP
     with --sdk-tcp."""
@@ -89,16 +93,20 @@ class Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         self._json(code, {"error": message})
 
-    def _authorized(self) -> bool:
-        """The operator's control calls carry the fast-path token (mounted from the same Secret)."""
-        if not self.token_file:
-            return False
-        try:
-            expected = Path(self.token_file).read_text().strip()
-        except OSError:
-            return False
-        given = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        return bool(expected) and hmac.compare_digest(given, expected)
+    def _authorized(self, body: bytes = b"") -> bool:
+        """The operator's control calls are signed with the monitor's events token (mounted from the
+        same Secret); a refusal is answered here, naming the scheme (so an operator can tell this sidecar
+        from an older one that took the token itself)."""
+        token = ""
+        if self.token_file:
+            with contextlib.suppress(OSError):
+                token = Path(self.token_file).read_text().strip()
+        call = control_auth.Call(self.command, self.path, body)
+        why = control_auth.check(token, call, self.headers.get("Authorization", ""), self.nonces)
+        if why:
+            log.warning("%s %s from %s refused: %s", self.command, self.path, self.address_string(), why)
+            self._json(401, {"error": why, "scheme": control_auth.SCHEME})
+        return not why
 
     def do_GET(self) -> None:
         if self.path == "/metrics":
@@ -107,12 +115,10 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200 if self.exporter.healthy() else 503, b"ok\n", "text/plain")
         elif self.path == "/v1/control":
             if not (self.sdk or self._authorized()):
-                self._json(401, {"error": "a valid bearer token is required (the SDK uses the unix socket)"})
                 return
             self._json(200, self.exporter.training.control_view())
         elif self.path == "/v1/hardware":
             if not self._authorized():
-                self._json(401, {"error": "a valid bearer token is required"})
                 return
             self._json(200, {"faults": self.exporter.hardware_faults()})
         elif self.path == "/v1/faults" and self.fault_injection:
@@ -132,8 +138,7 @@ class Handler(BaseHTTPRequestHandler):
                 403, {"error": "reports are accepted on the SDK's unix socket only (or TCP with --sdk-tcp)"}
             )
             return
-        if self.path == "/v1/control" and not self._authorized():
-            self._json(401, {"error": "a valid bearer token is required"})
+        if self.path == "/v1/control" and not self._authorized(raw):
             return
         try:
             body = json.loads(raw or b"{}")
@@ -191,7 +196,8 @@ def serve(
     sdk_tcp: bool = False,
 ) -> list[socketserver.BaseServer]:
     """Start the servers on daemon threads and return them (shutdown() stops each)."""
-    common = {"exporter": exporter, "fault_injection": fault_injection, "token_file": token_file}
+    common = {"exporter": exporter, "fault_injection": fault_injection, "token_file": token_file,
+              "nonces": control_auth.Nonces(time.time)}  # fmt: skip
     tcp = type("TCPHandler", (Handler,), common | {"sdk": sdk_tcp})
     if sdk_tcp and not is_loopback(host):
         log.warning("--sdk-tcp on %s: any pod that reaches this port can post training reports (a NaN loss "
