@@ -230,3 +230,10 @@ def test_a_disruption_ignore_rule_counts_only_when_no_exit_code_rule_comes_first
     assert not ignores_disruption({"rules": [exit_first, ignore]})
     assert not ignores_disruption({"rules": [{**ignore, "action": "Count"}]})
     assert not ignores_disruption(None)
+
+
+def test_a_dead_nodes_pod_already_terminating_is_replaced_too_when_asked() -> None:
+    stuck = job_pod("llama-0", "gpu-a", deleting=True)
+    got = read("Job", job(), pods=(stuck, job_pod("llama-1", "gpu-b")))
+    assert got.replacements("gpu-a") == []
+    assert [r.pod for r in got.replacements("gpu-a", terminating=True)] == ["llama-0"]

@@ -141,9 +141,14 @@ class Workload:
     """The JobSet behind a JobSet or TrainJob."""
     jobset_uid: str = ""
 
-    def replacements(self, node: str) -> list[Replacement]:
-        """The live pods of the gang on `node`, each with how it is replaced through the owner."""
-        on = [p for p in self.pods if _node(p) == node and _live(p)]
+    def replacements(self, node: str, *, terminating: bool = False) -> list[Replacement]:
+        """The live pods of the gang on `node`, each with how it is replaced through the owner; with
+        `terminating`, those already being deleted too (not yet terminal): on a dead node they stay
+        Terminating until forced off."""
+        on = [
+            p for p in self.pods
+            if _node(p) == node and (_live(p) or (terminating and is_terminating(p) and not _terminal(p)))
+        ]  # fmt: skip
         return [self._replacement(p) for p in sorted(on, key=_name)]
 
     def _replacement(self, pod: Obj) -> Replacement:
@@ -470,9 +475,12 @@ def _node(pod: Obj) -> str:
     return str((pod.get("spec") or {}).get("nodeName") or "")
 
 
+def _terminal(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
 def _live(pod: Obj) -> bool:
-    phase = (pod.get("status") or {}).get("phase")
-    return not is_terminating(pod) and phase not in ("Succeeded", "Failed")
+    return not is_terminating(pod) and not _terminal(pod)
 
 
 __all__ = [
