@@ -48,7 +48,7 @@ def notice(p: Any) -> str:
 def test_a_jobsets_node_fault_replaces_only_the_faulty_nodes_pod() -> None:
     p = plan(signal("GPUCriticalXid"), on("JobSet"), owned_by(a_jobset()))
     assert kinds(p) == (CONFIRM_FAULT, CORDON, TAINT, CKPT, REPLACE, CONFIRM)
-    assert p.steps[4].params == {"from": "newest-good-checkpoint", "node": "gpu-a"}
+    assert p.steps[4].params == {"from": "newest-good-checkpoint", "node": "gpu-a", "attempt": "0"}
     down = plan(signal("GPUNodeDown", gpu=""), on("JobSet"), owned_by(a_jobset()))
     assert kinds(down) == (CORDON, TAINT, CKPT, REPLACE, CONFIRM)
     assert down.steps[3].params["nodeDown"] == "true", "a node judged down: force its pod off"

@@ -5,6 +5,7 @@ crash never touches the replacements, and a JobSet's gang restart deletes its ch
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -153,3 +154,19 @@ def test_a_jobsets_gang_restart_deletes_its_child_jobs_and_the_jobset_recreates_
     restart = step(done, StepKind.RESTART_GANG)
     assert restart["progress"]["count"] == 2
     assert "of restart attempt 0: the JobSet recreates them (2 pod(s))" in restart["detail"]
+
+
+def test_a_jobset_that_restarted_the_gang_itself_meanwhile_is_left_to_it() -> None:
+    """The same fault failed a child Job and the JobSet's own failure policy restarted the gang (attempt 1)
+    after the plan saw attempt 0: its new pods are the replacement; nothing is deleted again."""
+    rig = Rig()
+    rig.cluster.as_jobset()
+    monitor = jobset_monitor()
+    record = planned(rig, monitor, p0_signal("GPUCriticalXid"))
+    assert step(record, "ReplacePod")["params"]["attempt"] == "0"
+    rig.cluster.owner = replace(rig.cluster.owner, attempt=1)
+    done = rig.run(record, monitor)
+    assert step(done, "ReplacePod")["detail"].startswith(
+        "the JobSet llama-pretrain restarted the gang itself (restart attempt 1, planned at 0)"
+    )
+    assert rig.cluster.jobs_deleted == [] and not [e for e in effects(rig) if e[0] in ("evict", "fail")]

@@ -547,7 +547,7 @@ class Executor:
         if kind == StepKind.RESTART_GANG:
             ref = monitor.spec.workload_ref
             if ref is not None and ref.kind in JOBSET_KINDS:
-                return self._restart_jobset(record, monitor, progress, note)
+                return self._restart_jobset(record, monitor, params, progress, note)
             return self._restart(record, monitor, progress, note)
         if kind == StepKind.REPLACE_POD:
             return self._replace_pod(monitor, params, progress, note)
@@ -780,7 +780,12 @@ class Executor:
         return workload
 
     def _restart_jobset(
-        self, record: Record, monitor: TrainingJobMonitor, progress: Progress, note: Note
+        self,
+        record: Record,
+        monitor: TrainingJobMonitor,
+        params: dict[str, str],
+        progress: Progress,
+        note: Note,
     ) -> str:
         """A JobSet's (or a TrainJob's JobSet's) gang restarted through the JobSet: its child Jobs of the
         current restart attempt are deleted (Background, each checked to be the JobSet's), and the
@@ -789,6 +794,9 @@ class Executor:
         has nothing left). Progress as for pods: the gang's pod count and newest creation second; a
         redo deletes only the child Jobs created up to that second, never the recreated ones."""
         workload = self._owner(monitor)
+        moved = _restarted_by_owner(workload, params, progress)
+        if moved:
+            return moved
         namespace = monitor.namespace
         live = list(workload.live)
         cut = _float(progress.fields.get("createdUpTo"))
@@ -832,6 +840,9 @@ class Executor:
         down = params.get("nodeDown") == "true"
         namespace = monitor.namespace
         workload = self._owner(monitor)
+        moved = _restarted_by_owner(workload, params, progress)
+        if moved:
+            return moved
         if progress.fields.get("uids") is not None:  # a redo: the same pods and Jobs as before the crash
             targets = _targets(progress.fields.get("uids"), node)
         else:
@@ -1026,3 +1037,16 @@ def _targets(entries: Any, node: str) -> list[Replacement]:
         job = ChildJob(parts[2], parts[3], 1, 0, False) if len(parts) == 4 else None
         out.append(Replacement(parts[0], parts[1], node, job))
     return out
+
+
+def _restarted_by_owner(workload: Workload, params: dict[str, str], progress: Progress) -> str:
+    """Why the step has nothing left to do: the JobSet restarted the gang itself (its restart attempt
+    moved past the one the plan saw) before this step began; "" otherwise. A redo's own progress stands:
+    the attempt it saw is the one it acted on."""
+    planned = params.get("attempt")
+    if not planned or progress.fields or workload.attempt is None or str(workload.attempt) == planned:
+        return ""
+    return (
+        f"the JobSet {workload.jobset} restarted the gang itself (restart attempt {workload.attempt}, "
+        f"planned at {planned}): its new pods are the replacement, nothing more is done"
+    )

@@ -274,7 +274,14 @@ def _through_owner(steps: tuple[Step, ...], workload: Workload | None, node: str
         if refused:
             why = f"{OWNER_REFUSES}: {refused[0]}"
     if not why:
-        return steps
+        if workload.attempt is None:
+            return steps
+        # the JobSet's restart attempt the plan saw: the executor does nothing when the JobSet has since
+        # restarted the gang itself (its own failure policy, for the same fault)
+        attempt = str(workload.attempt)
+        return tuple(
+            replace(s, params={**s.params, "attempt": attempt}) if s.kind in RESTARTS else s for s in steps
+        )
     kept = tuple(s for s in steps if s.kind not in (*RESTARTS, StepKind.CONFIRM_PLACEMENT))
     return (*kept, _notify(why))
 
