@@ -57,6 +57,8 @@ class NodeWrites(Protocol):
 
     def evict_pod(self, namespace: str, name: str, *, uid: str, grace_period_s: int) -> bool: ...
 
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
     def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
 
     def delete_job(self, namespace: str, name: str, *, uid: str) -> bool: ...
@@ -281,6 +283,11 @@ class Cluster:
             raise
 
     def evict_pod(self, namespace: str, name: str, uid: str, grace_s: int) -> bool:
+        # the uid is checked on a fresh read first: the apiserver retries an eviction whose uid
+        # precondition fails as a conflict for about 10 s before it answers 409
+        live = self.kube.read_pod(namespace, name)
+        if live is None or str((live.get("metadata") or {}).get("uid") or "") != uid:
+            return False
         try:
             return self.kube.evict_pod(namespace, name, uid=uid, grace_period_s=grace_s)
         except ApiError as exc:
