@@ -3,6 +3,7 @@ CRDs and RBAC installed, and the operator running under its ServiceAccount."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -14,6 +15,15 @@ import pytest
 from kubernetes import client
 
 from e2e.cluster import Cluster, new_workdir
+from e2e.controlplane.controllers import (
+    JOBSET,
+    KUEUE,
+    TRAINER,
+    TRAINING_OPERATOR,
+    Controller,
+    Spec,
+    run_controller,
+)
 from e2e.controlplane.local import local_control_plane, prometheus_operator_crds
 from e2e.nodes import restore
 from e2e.pipeline import Monitoring, Sink, operator_stack
@@ -114,6 +124,55 @@ def spare(cluster: Cluster) -> Iterator[str]:
                                    "spec": {"taints": [{k: v for k, v in t.items() if v is not None} for t in keep] or None}},
                             _content_type="application/merge-patch+json")  # fmt: skip
     restore(cluster.core)
+
+
+def training_controller(cluster: Cluster, spec: Spec) -> contextlib.AbstractContextManager[Controller]:
+    """run_controller, where it can run: on the local control plane (a cluster named by
+    TRAINGUARD_E2E_KUBECONFIG cannot call webhooks on this machine's loopback), and as root where the
+    controller needs its fixed paths mounted (Kueue, the training-operator); a skip elsewhere, a
+    failure under TRAINGUARD_REQUIRE_TOOLS=1 (CI)."""
+    why = None
+    if os.environ.get("TRAINGUARD_E2E_KUBECONFIG"):
+        why = (
+            "the training controllers run beside the local control plane only: their webhooks are on loopback"
+        )
+    elif spec.needs_root and os.geteuid() != 0:
+        why = f"{spec.name} reads fixed paths that the harness bind-mounts in a mount namespace, which needs root"
+    if why and os.environ.get("TRAINGUARD_REQUIRE_TOOLS"):
+        pytest.fail(f"{why} (TRAINGUARD_REQUIRE_TOOLS is set)")
+    if why:
+        pytest.skip(why)
+    return run_controller(cluster, spec)
+
+
+@pytest.fixture(scope="class")
+def jobset_controller(cluster: Cluster) -> Iterator[Controller]:
+    """The JobSet controller (e2e/controlplane/controllers.py) for a test class: its CRD, its webhooks on
+    loopback; unregistered and stopped when the test class (or module) ends, so that its webhooks
+    see no other test's objects."""
+    with training_controller(cluster, JOBSET) as ctl:
+        yield ctl
+
+
+@pytest.fixture(scope="class")
+def kueue_controller(cluster: Cluster) -> Iterator[Controller]:
+    """Kueue, managing batch Jobs (its other integrations off), for a test class."""
+    with training_controller(cluster, KUEUE) as ctl:
+        yield ctl
+
+
+@pytest.fixture(scope="class")
+def trainer_controller(cluster: Cluster, jobset_controller: Controller) -> Iterator[Controller]:
+    """Kubeflow Trainer v2, with the JobSet controller its TrainJobs run on, for a test class."""
+    with training_controller(cluster, TRAINER) as ctl:
+        yield ctl
+
+
+@pytest.fixture(scope="class")
+def training_operator_controller(cluster: Cluster) -> Iterator[Controller]:
+    """The Kubeflow training-operator (PyTorchJob and the other v1 jobs), for a test class."""
+    with training_controller(cluster, TRAINING_OPERATOR) as ctl:
+        yield ctl
 
 
 @pytest.hookimpl(tryfirst=True)

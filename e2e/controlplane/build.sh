@@ -17,6 +17,11 @@ CONTROLLER_TOOLS_VERSION="${CONTROLLER_TOOLS_VERSION:-0.20.1}"
 # the newest release whose module Go 1.26 accepts (later ones need a newer Go)
 VICTORIA_METRICS_VERSION="${VICTORIA_METRICS_VERSION:-1.151.0}"
 NODE_EXPORTER_VERSION="${NODE_EXPORTER_VERSION:-1.12.1}"
+# the training controllers of e2e/test_training_controllers.py (`build.sh controllers`)
+JOBSET_VERSION="${JOBSET_VERSION:-0.11.1}"
+KUEUE_VERSION="${KUEUE_VERSION:-0.17.0}"
+TRAINER_VERSION="${TRAINER_VERSION:-2.2.0}"
+TRAINING_OPERATOR_VERSION="${TRAINING_OPERATOR_VERSION:-1.9.3}"
 
 CACHE="${TRAINGUARD_E2E_CACHE:-$HOME/.cache/trainguard-e2e}"
 BIN="$CACHE/bin"
@@ -146,6 +151,53 @@ go_tool() {  # go_tool NAME VERSION PACKAGE LDFLAGS: `go build` one command of a
   link_current "$name" "$v"
 }
 
+go_controller() {  # go_controller NAME VERSION MODULE PACKAGE LDFLAGS PATH...: a controller manager's binary
+  # (go_tool), and the YAML its module ships at each PATH (files or folders: CRDs, webhook
+  # configurations, kustomize patches), copied into $CACHE/manifests/NAME-VERSION/ as they are; the
+  # harness (e2e/controlplane/controllers.py) rewrites what it needs. bin/current/NAME and
+  # manifests/current/NAME are the stable names.
+  local name="$1" v="$2" mod="$3" pkg="$4" ldflags="$5"; shift 5
+  local dest="$CACHE/manifests/$name-$v"
+  go_tool "$name" "$v" "$pkg" "$ldflags"
+  if [ ! -d "$dest" ]; then
+    local src p
+    src=$(go mod download -json "$mod@v$v" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+    rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
+    for p in "$@"; do
+      mkdir -p "$dest.tmp/$(dirname "$p")"
+      cp -r "$src/$p" "$dest.tmp/$p"
+    done
+    chmod -R u+w "$dest.tmp"  # the module cache is read-only
+    mv "$dest.tmp" "$dest"
+  fi
+  mkdir -p "$CACHE/manifests/current"
+  ln -sfn "../$name-$v" "$CACHE/manifests/current/$name"
+}
+
+build_jobset() {
+  go_controller jobset "$JOBSET_VERSION" sigs.k8s.io/jobset sigs.k8s.io/jobset \
+    "-X sigs.k8s.io/jobset/pkg/version.GitVersion=v$JOBSET_VERSION" \
+    config/components/crd config/components/webhook
+}
+
+build_kueue() {
+  go_controller kueue "$KUEUE_VERSION" sigs.k8s.io/kueue sigs.k8s.io/kueue/cmd/kueue \
+    "-X sigs.k8s.io/kueue/pkg/version.GitVersion=v$KUEUE_VERSION" \
+    config/components/crd config/components/webhook
+}
+
+build_trainer() {
+  go_controller trainer "$TRAINER_VERSION" github.com/kubeflow/trainer/v2 \
+    github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager "" \
+    manifests/base/crds manifests/base/webhook manifests/base/runtimes
+}
+
+build_training_operator() {
+  go_controller training-operator "$TRAINING_OPERATOR_VERSION" github.com/kubeflow/training-operator \
+    github.com/kubeflow/training-operator/cmd/training-operator.v1 "" \
+    manifests/base/crds manifests/base/webhook
+}
+
 build_helm() {
   go_tool helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm "-X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
 }
@@ -209,5 +261,18 @@ case "$what" in
   crds) locked crds fetch_prometheus_operator_crds ;;
   victoria-metrics) locked victoria-metrics build_victoria_metrics ;;
   node-exporter) locked node_exporter build_node_exporter ;;
-  *) echo "usage: $0 [all|kubernetes|etcd|helm|crds|victoria-metrics|node-exporter]" >&2; exit 2 ;;
+  jobset) locked jobset build_jobset ;;
+  kueue) locked kueue build_kueue ;;
+  trainer) locked trainer build_trainer ;;
+  training-operator) locked training-operator build_training_operator ;;
+  controllers)  # not in all, which every e2e process waits for: 16 more CPU-minutes from cold (Kueue 6,
+    # Trainer 3.7, JobSet 3.3, training-operator 3.1; ~8 minutes on 2 idle cores). e2e/test_training_controllers.py
+    # asks for each one it starts, and .ci/run builds them in the background after all
+    locked jobset build_jobset
+    locked kueue build_kueue
+    locked trainer build_trainer
+    locked training-operator build_training_operator
+    ;;
+  *) echo "usage: $0 [all|kubernetes|etcd|helm|crds|victoria-metrics|node-exporter|controllers|jobset|kueue|trainer|training-operator]" >&2
+     exit 2 ;;
 esac

@@ -10,9 +10,15 @@ def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
 
 
-def make_ca(d: Path, name: str = "ca") -> None:
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650", "-subj", f"/CN=trainguard-e2e-{name}",
-             "-keyout", f"{name}.key", "-out", f"{name}.crt", cwd=d)  # fmt: skip
+def make_ca(d: Path, name: str = "ca", *, cn: str | None = None, pkcs1: bool = False) -> None:
+    """A self-signed CA `name.crt`/`name.key`, CN trainguard-e2e-<name> unless `cn` is given (which then
+    is its DNS name too, as cert-controller's rotator checks a CA it finds); `pkcs1`: the key in PKCS#1
+    PEM (BEGIN RSA PRIVATE KEY), the only form that rotator reads."""
+    extra = ["-addext", f"subjectAltName=DNS:{cn}"] if cn else []
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650", "-subj", f"/CN={cn or f'trainguard-e2e-{name}'}",
+             *extra, "-keyout", f"{name}.key", "-out", f"{name}.crt", cwd=d)  # fmt: skip
+    if pkcs1:
+        _openssl("rsa", "-in", f"{name}.key", "-traditional", "-out", f"{name}.key", cwd=d)
 
 
 def make_cert(
