@@ -4,7 +4,8 @@ the JobSet case against the real JobSet controller v0.11.1 (e2e/controlplane/con
 on a JobSet finds its pods (the current restart attempt only) and the restarts it has left, a node fault
 replaces only the faulty node's pod through the JobSet (its child Job deleted and recreated, the other
 pod untouched, the JobSet's restarts unchanged), and a monitor on a missing JobSet, or on a kind the
-cluster does not serve, is Degraded with the reason."""
+cluster does not serve, is Degraded with the reason; and a monitor on a TrainJob of the real Trainer
+v2.2.0 finds the JobSet and pods made of it, whose shipped runtime allows no restart (a notice)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from e2e.cluster import Cluster
-from e2e.controlplane.controllers import Controller
+from e2e.cluster import Cluster, load_all
+from e2e.controlplane.controllers import Controller, manifests_dir
 from e2e.monitors import MON, condition, quickstart, ready
 from e2e.podprocesses import bound_token
 from e2e.receiver import alert_payload, operator_key, post, records
@@ -356,3 +357,85 @@ class TestJobSet:
         )
         assert operator.core.read_node(faulty.spec.node_name).spec.unschedulable is True
         assert child_jobs(operator, ns) == jobs_before, "nothing restarted"
+
+
+# ---- a TrainJob, on the real Trainer v2.2.0 and its JobSet -----------------------------------------------
+
+TRAINJOB_API = ("trainer.kubeflow.org", "v1alpha1", "trainjobs")
+
+
+@pytest.fixture
+def trainjobs(cluster: Cluster, trainer_controller: Controller, ns: str) -> Iterator[str]:
+    """The namespace, with the shipped torch-distributed ClusterTrainingRuntime applied; its TrainJobs are
+    deleted after the test and their pods waited out (as `jobsets`)."""
+    runtime = next(
+        iter(load_all(manifests_dir("trainer") / "manifests/base/runtimes/torch_distributed.yaml"))
+    )
+    cluster.apply([runtime])
+    yield ns
+    for tj in cluster.custom.list_namespaced_custom_object(*TRAINJOB_API[:2], ns, TRAINJOB_API[2])["items"]:
+        cluster.custom.delete_namespaced_custom_object(*TRAINJOB_API[:2], ns, TRAINJOB_API[2], tj["metadata"]["name"],
+                                                       propagation_policy="Foreground")  # fmt: skip
+    wait_for("the TrainJobs' pods gone", lambda: not cluster.core.list_namespaced_pod(
+        ns, label_selector="jobset.sigs.k8s.io/jobset-name").items, timeout=60)  # fmt: skip
+
+
+class TestTrainJob:
+    """A monitor on a TrainJob reads it through the JobSet the Trainer made of it."""
+
+    def test_a_monitor_on_a_trainjob_finds_its_jobset_and_pods_and_a_restart_is_a_notice(
+        self, operator: Cluster, trainjobs: str, clean_nodes: None
+    ) -> None:
+        ns = trainjobs
+        monitor, policy = quickstart(ns)
+        monitor["spec"]["selector"] = {"matchLabels": {"jobset.sigs.k8s.io/jobset-name": JOB}}
+        monitor["spec"]["workloadRef"] = {"kind": "TrainJob", "name": JOB}
+        monitor["spec"]["remediation"] = {"emergencyCheckpointTimeout": "2s"}
+        operator.apply([monitor, policy])
+        wait_for("monitor Ready", lambda: ready(operator, ns), timeout=60)
+        job = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": JOB},
+               "spec": {"runtimeRef": {"name": "torch-distributed"},
+                        "trainer": {"numNodes": 2, "image": "busybox:1.36", "command": ["sh", "-c", "sleep 600"]}}}  # fmt: skip
+        operator.custom.create_namespaced_custom_object(*TRAINJOB_API[:2], ns, TRAINJOB_API[2], job)
+        pods = gang(operator, ns)
+        wait_for("the owner resolved", lambda: degraded(operator, ns).get("status") == "False", timeout=30)
+
+        cache = ClusterCache(operator.api).start()
+        try:
+            ref = WorkloadRef(kind="TrainJob", name=JOB)
+            selector = LabelSelector.model_validate(monitor["spec"]["selector"])
+            w = wait_for("the owner read", lambda: (r := cache.workload(ns, ref, selector)).pods and r)
+        finally:
+            cache.stop()
+        assert (w.problem, w.jobset, w.attempt) == ("", JOB, 0), "the JobSet of the TrainJob's name"
+        assert sorted(p["metadata"]["uid"] for p in w.pods) == sorted(p.metadata.uid for p in pods)
+        assert [(c.name, c.parallelism) for c in w.children] == [(f"{JOB}-node-0", 2)], (
+            "every rank in one Job"
+        )
+        # the shipped torch-distributed runtime sets no failure policy: its JobSet allows no restart
+        assert (
+            w.refusal
+            == f"the JobSet allows no restarts (spec.failurePolicy.maxRestarts) (the JobSet {JOB} of TrainJob {JOB})"
+        )
+
+        faulty = pods[0]
+        token = tokens.derive(operator_key(operator), tokens.ALERTS, ns, JOB)
+        with sidecar_that_saw(faulty, tokens.derive(operator_key(operator), tokens.EVENTS, ns, JOB)):
+            status, answer = post(operator, "/v1/alerts", alert_payload(ns, faulty.spec.node_name), token)
+            assert status == 200, answer
+            done = wait_for("the remediation finished", lambda: (r := records(operator, ns)) and r[0]["phase"] in
+                            ("Succeeded", "Failed", "Skipped") and r[0], timeout=120)  # fmt: skip
+        assert [s["kind"] for s in done["steps"]] == [
+            "ConfirmFault",
+            "Cordon",
+            "Taint",
+            "RequestCheckpoint",
+            "Notify",
+        ]
+        assert (
+            "the JobSet allows no restarts (spec.failurePolicy.maxRestarts)"
+            in done["steps"][-1]["params"]["reason"]
+        )
+        assert {p.metadata.uid for p in gang(operator, ns)} == {p.metadata.uid for p in pods}, (
+            "nothing restarted"
+        )
