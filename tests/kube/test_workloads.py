@@ -18,7 +18,14 @@ from tests.kube.owners import (
     pytorchjob,
     trainjob,
 )
-from trainguard.kube.workloads import NO_JOBSET_RESTARTS, OwnerRead, Workload, ignores_disruption, resolve
+from trainguard.kube.workloads import (
+    NO_JOBSET_RESTARTS,
+    OwnerRead,
+    Workload,
+    ignores_disruption,
+    launcher_restart,
+    resolve,
+)
 
 VERSIONS = {"Job": "batch/v1", "JobSet": "jobset.x-k8s.io/v1alpha2",
             "TrainJob": "trainer.kubeflow.org/v1alpha1", "PyTorchJob": "kubeflow.org/v1"}  # fmt: skip
@@ -237,3 +244,28 @@ def test_a_dead_nodes_pod_already_terminating_is_replaced_too_when_asked() -> No
     got = read("Job", job(), pods=(stuck, job_pod("llama-1", "gpu-b")))
     assert got.replacements("gpu-a") == []
     assert [r.pod for r in got.replacements("gpu-a", terminating=True)] == ["llama-0"]
+
+
+def test_the_hook_for_a_launcher_exit_that_restarts_the_jobset_through_its_failure_policy() -> None:
+    """Not acted on yet (the launcher exits with the code): what a JobSet must say for the exit to restart
+    it, read from the JobSet alone."""
+    fail_on_86 = {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [86]}}, IGNORE]}
+    owner = jobset(max_restarts=3)
+    owner["spec"]["replicatedJobs"] = [
+        {"name": "node", "template": {"spec": {"podFailurePolicy": fail_on_86}}}
+    ]
+    assert launcher_restart(owner) == "", "no rule: RestartJobSet, the default"
+    owner["spec"]["failurePolicy"]["rules"] = [
+        {"name": "restart-on-86", "action": "RestartJobSet", "onJobFailureReasons": ["PodFailurePolicy"],
+         "onJobFailureMessagePatterns": ["exit code 86"]}]  # fmt: skip
+    assert launcher_restart(owner) == ""
+    owner["spec"]["failurePolicy"]["rules"].insert(0, {"name": "stop", "action": "FailJobSet",
+                                                       "onJobFailureReasons": ["PodFailurePolicy"]})  # fmt: skip
+    assert launcher_restart(owner) == "the JobSet's failure-policy rule stop FailJobSets on it"
+    owner["spec"]["failurePolicy"] = {"maxRestarts": 0}
+    assert launcher_restart(owner) == NO_JOBSET_RESTARTS
+    owner["spec"]["replicatedJobs"][0]["template"]["spec"]["podFailurePolicy"] = {"rules": [IGNORE]}
+    assert launcher_restart(owner).startswith("replicated Job node has no podFailurePolicy rule FailJob")
+
+
+IGNORE = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}

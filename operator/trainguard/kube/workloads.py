@@ -10,6 +10,7 @@ training-operator v1.9.3, Kueue v0.17.0; docs/p0-response.md, "Restarts through 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -331,6 +332,74 @@ def _pytorchjob(read: OwnerRead, job: Obj) -> Workload:
     return Workload("PyTorchJob", read.name, pods=tuple(mine), budget_left=left, refusal=refusal)
 
 
+# ---- the JobSet's own gang restart, for `trainguard launch` ----
+
+LAUNCHER_RESTART_EXIT_CODE = 86
+"""The exit code with which `trainguard launch` asks its pod's owner to restart the gang (issue 22's
+design, 2.2 item 3): a Job podFailurePolicy FailJob rule on it makes the child Job fail with reason
+PodFailurePolicy, and a JobSet failure-policy rule on that reason restarts the JobSet."""
+JOB_FAILURE_MESSAGE = (
+    "Container {container} for pod {pod} failed with exit code {code} matching FailJob rule at index {index}"
+)
+"""The Job controller's message for a FailJob rule (k8s pkg/controller/job/pod_failure_policy.go), which a
+JobSet rule's onJobFailureMessagePatterns is matched against."""
+
+
+def launcher_restart(jobset: Obj, code: int = LAUNCHER_RESTART_EXIT_CODE) -> str:
+    """Why a launcher's exit with `code` would not restart the JobSet through its own failure policy ("" when
+    it would): the hook for a whole-gang restart through the JobSet (RestartJobSet, counted against
+    maxRestarts), which needs the launcher in every pod to exit with the code. Each replicated Job's
+    template needs a podFailurePolicy FailJob rule on the code before any rule that could match first,
+    and the JobSet's first failure-policy rule that matches a PodFailurePolicy failure with that message
+    must restart it (no rule matching: RestartJobSet, the default)."""
+    spec = jobset.get("spec") or {}
+    for rjob in spec.get("replicatedJobs") or []:
+        policy = (((rjob.get("template") or {}).get("spec") or {}).get("podFailurePolicy") or {}).get(
+            "rules"
+        ) or []
+        first = next((r for r in policy if _on_exit(r, code)), None)
+        if first is None or first.get("action") != "FailJob":
+            return (
+                f"replicated Job {rjob.get('name')} has no podFailurePolicy rule FailJob onExitCodes In [{code}] "
+                "(spec.replicatedJobs[].template.spec.podFailurePolicy)"
+            )
+    failure = spec.get("failurePolicy")
+    if not isinstance(failure, dict) or not _int(failure.get("maxRestarts")):
+        return NO_JOBSET_RESTARTS
+    message = JOB_FAILURE_MESSAGE.format(container="trainer", pod="pod", code=code, index=0)
+    for rule in failure.get("rules") or []:
+        reasons = rule.get("onJobFailureReasons") or []
+        if reasons and "PodFailurePolicy" not in reasons:
+            continue
+        patterns = rule.get("onJobFailureMessagePatterns") or []
+        if patterns and not any(_matches(p, message) for p in patterns):
+            continue
+        if rule.get("action") in ("RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts"):
+            return ""
+        return (
+            f"the JobSet's failure-policy rule {rule.get('name') or '(unnamed)'} {rule.get('action')}s on it"
+        )
+    return ""
+
+
+def _on_exit(rule: Obj, code: int) -> bool:
+    """A podFailurePolicy rule that matches a container exiting with `code` (an onPodConditions rule does
+    not: the launcher's exit sets no condition)."""
+    exits = rule.get("onExitCodes")
+    if not isinstance(exits, dict):
+        return False
+    values = {_int(v) for v in exits.get("values") or []}
+    return (code in values) if exits.get("operator") == "In" else (code not in values)
+
+
+def _matches(pattern: str, text: str) -> bool:
+    """An RE2 pattern, as Python reads it (the subset a message pattern uses); an invalid one matches nothing."""
+    try:
+        return re.search(pattern, text) is not None
+    except re.error:
+        return False
+
+
 # ---- readings ----
 
 
@@ -492,5 +561,6 @@ __all__ = [
     "Workload",
     "controlled_by",
     "ignores_disruption",
+    "launcher_restart",
     "resolve",
 ]
