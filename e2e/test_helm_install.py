@@ -212,10 +212,17 @@ MUST_NOT: list[dict[str, str]] = [
     # certificates from a Secret are mounted: the self-managed certificates' Secret is not its own
     {"verb": "get", "resource": "secrets", "namespace": NS, "name": "trainguard-operator-webhook-tls"},
     {"verb": "update", "resource": "secrets", "namespace": NS, "name": "trainguard-operator-webhook-tls"},
-    # workloads: restarts by deleting pods, never creates or execs into them
+    # workloads: restarts through their owners (pods deleted or evicted, a JobSet's child Job deleted, a
+    # dead node's pod marked Failed in its status), never creates, edits or execs into a pod, never
+    # creates a Job or deletes an owner
     {"verb": "create", "resource": "pods", "namespace": WORKLOAD_NS},
     {"verb": "create", "resource": "pods", "subresource": "exec", "namespace": WORKLOAD_NS},
-    {"verb": "delete", "group": "batch", "resource": "jobs", "namespace": WORKLOAD_NS},
+    {"verb": "patch", "resource": "pods", "namespace": WORKLOAD_NS},
+    {"verb": "update", "resource": "pods", "namespace": WORKLOAD_NS},
+    {"verb": "create", "group": "batch", "resource": "jobs", "namespace": WORKLOAD_NS},
+    {"verb": "delete", "group": "jobset.x-k8s.io", "resource": "jobsets", "namespace": WORKLOAD_NS},
+    {"verb": "delete", "group": "trainer.kubeflow.org", "resource": "trainjobs", "namespace": WORKLOAD_NS},
+    {"verb": "patch", "group": "kueue.x-k8s.io", "resource": "workloads", "namespace": WORKLOAD_NS},
     {"verb": "patch", "group": "apps", "resource": "deployments", "namespace": NS},
     {"verb": "get", "resource": "configmaps", "namespace": WORKLOAD_NS},
     # nodes: cordons and taints, never deletes

@@ -10,8 +10,9 @@ from typing import Any
 import kopf
 
 from tests.clock import Clock
-from tests.conftest import MONITOR
+from tests.conftest import MONITOR, merged
 from tests.kube.fakes import FakeKube, pod
+from tests.kube.owners import jobset
 from trainguard.controller.handlers import LOCKS, MonitorLocks, register
 from trainguard.controller.periodic import Loop, Periodic
 
@@ -136,3 +137,29 @@ def test_a_loop_acts_on_the_leader_only_and_survives_a_failed_pass() -> None:
     loop.tick()
     loop.tick()  # the failure is logged, and the next pass runs all the same
     assert calls == ["pass", "pass"]
+
+
+def test_a_monitor_whose_workload_appears_or_goes_is_reconciled_at_the_next_pod_count() -> None:
+    body = merged(MONITOR, **{"spec.workloadRef": {"kind": "JobSet", "name": "llama-pretrain"}})
+    body["status"] = {"conditions": [{"type": "Degraded", "status": "True", "reason": "WorkloadUnresolved",
+                                      "message": "spec.workloadRef: JobSet ml/llama-pretrain not found: create it, "
+                                      "or fix spec.workloadRef.name"}]}  # fmt: skip
+    clock, kube, done = Clock(1000.0), fake(body), []
+    p = periodic(True, clock, kube, done)
+    clock.now += 5
+    p.tick()
+    assert done == [], "still missing: nothing to redo"
+    kube.put(jobset(name="llama-pretrain"))
+    clock.now += 15
+    p.tick()
+    assert done == ["ml/llama-pretrain"], "created after its monitor: Degraded is cleared within a pass"
+
+
+def test_a_monitor_degraded_for_another_reason_is_left_to_its_resync() -> None:
+    body = merged(MONITOR, **{"spec.workloadRef": {"kind": "JobSet", "name": "llama-pretrain"}})
+    body["status"] = {"conditions": [{"type": "Degraded", "status": "True", "reason": "PolicyNotFound"}]}
+    clock, kube, done = Clock(1000.0), fake(body), []
+    p = periodic(True, clock, kube, done)
+    clock.now += 5
+    p.tick()
+    assert done == []

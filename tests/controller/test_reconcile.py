@@ -11,6 +11,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.conftest import MONITOR, POLICY, monitor_body
 from tests.kube.fakes import FakeKube, namespace_terminating, node, pod, refused
+from tests.kube.owners import jobset
 from trainguard.controller.reconcile import NamespaceTerminating, ReceiverSettings, reconcile_monitor
 from trainguard.kube import HASH_ANNOTATION
 from trainguard.kube import namespace_terminating as namespace_terminating_refusal
@@ -277,3 +278,54 @@ def test_a_monitor_created_again_under_its_name_gets_new_tokens_from_the_same_op
     )
     assert not tokens.verify(key, tokens.EVENTS, "ml", "llama-pretrain", "u-2", presented=old["token"])
     assert [r["uid"] for r in secret["metadata"]["ownerReferences"]] == ["u-2"]
+
+
+# ---- the workload owner (kube/workloads.py) ----
+
+
+def with_ref(kind: str = "JobSet", name: str = "llama-pretrain") -> dict[str, Any]:
+    return monitor_body(workloadRef={"kind": kind, "name": name})
+
+
+def test_a_workload_ref_to_a_missing_object_is_degraded_naming_the_field_while_rules_stay_ready() -> None:
+    kube = fake(POLICY)
+    events: list[tuple[str, str]] = []
+    reconcile_monitor(kube, kube, with_ref("Job"), announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
+    c = cond(kube, "Degraded")
+    assert (c["status"], c["reason"]) == ("True", "WorkloadUnresolved")
+    assert (
+        c["message"]
+        == "spec.workloadRef: Job ml/llama-pretrain not found: create it, or fix spec.workloadRef.name"
+    )
+    assert cond(kube, "Ready")["status"] == "True", "the rules and routes work: only restarts do not"
+    assert kube.applies == ["PrometheusRule", "AlertmanagerConfig", "PodMonitor"]
+    assert ("WorkloadUnresolved", c["message"]) in events
+    body = with_ref("Job")
+    body["status"] = kube.status
+    events.clear()
+    reconcile_monitor(kube, kube, body, announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
+    assert [e for e in events if e[0] == "WorkloadUnresolved"] == [], "announced once per distinct problem"
+
+
+def test_a_workload_kind_whose_crd_is_not_installed_is_degraded_and_a_found_one_is_not() -> None:
+    kube = fake(POLICY, missing_kinds=("JobSet",))
+    reconcile_monitor(kube, kube, with_ref("JobSet"))  # type: ignore[arg-type]
+    c = cond(kube, "Degraded")
+    assert (
+        c["reason"] == "WorkloadUnresolved"
+        and "JobSet (jobset.x-k8s.io/v1alpha2) is not served" in c["message"]
+    )
+    found = FakeKube(*NODES, POLICY, jobset(name="llama-pretrain"))
+    reconcile_monitor(found, found, with_ref("JobSet"))  # type: ignore[arg-type]
+    assert (cond(found, "Degraded")["status"], cond(found, "Degraded")["reason"]) == ("False", "AsExpected")
+    strangers = fake(POLICY, jobset(name="llama-pretrain"))  # the selector's pods are not the JobSet's
+    reconcile_monitor(strangers, strangers, with_ref("JobSet"))  # type: ignore[arg-type]
+    assert cond(strangers, "Degraded")["message"].startswith(
+        "spec.selector selects pods that JobSet llama-pretrain does not own (llama-0, llama-1, llama-2)"
+    )
+
+
+def test_a_reconcile_error_is_said_before_the_workloads_problem() -> None:
+    kube = fake()  # no policy
+    reconcile_monitor(kube, kube, with_ref("Job"))  # type: ignore[arg-type]
+    assert cond(kube, "Degraded")["reason"] == "PolicyNotFound"

@@ -26,8 +26,10 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from trainguard.api.common import LabelSelector
+from trainguard.api.monitor import WorkloadRef
 from trainguard.kube import MissingAPI
 from trainguard.kube.objects import Hearing, labels_of
+from trainguard.kube.workloads import KUEUE_JOB_UID, OwnerRead, Workload, resolve
 
 Obj = dict[str, Any]
 Key = tuple[str, str, str]
@@ -271,6 +273,26 @@ class FakeKube:
 
     def job(self, namespace: str, name: str) -> Obj | None:
         return self._get("Job", namespace, name)
+
+    def workload(self, namespace: str, ref: WorkloadRef, selector: LabelSelector) -> Workload:
+        """As kube.ClusterCache reads it: the owner, a TrainJob's JobSet, the namespace's Jobs, the
+        selector's pods, its Kueue Workloads; a kind in `missing_kinds` is not served."""
+        version = ref.resolved_api_version()
+        if ref.kind in self.missing_kinds:
+            return resolve(OwnerRead(ref.kind, ref.name, namespace, version, served=False))
+        owner = self._get(ref.kind, namespace, ref.name)
+        if owner is None:
+            return resolve(OwnerRead(ref.kind, ref.name, namespace, version))
+        jobset = owner if ref.kind == "JobSet" else None
+        if ref.kind == "TrainJob":
+            jobset = self._get("JobSet", namespace, ref.name)
+        uid = (owner.get("metadata") or {}).get("uid")
+        return resolve(OwnerRead(
+            ref.kind, ref.name, namespace, version, owner=owner, jobset=jobset,
+            jobset_served="JobSet" not in self.missing_kinds, jobs=tuple(self._list("Job", namespace)),
+            pods=tuple(self.pods(namespace, selector)),
+            workloads=tuple(w for w in self._list("Workload", namespace) if uid and labels_of(w).get(KUEUE_JOB_UID) == uid),
+        ))  # fmt: skip
 
     def nodes(self) -> list[Obj]:
         return self._list("Node")

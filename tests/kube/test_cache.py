@@ -8,9 +8,20 @@ import time
 
 import pytest
 
+from tests.kube.owners import child_job, job, job_pod, jobset, jobset_pod, kueue_workload, pod
 from trainguard.api.common import LabelSelector
+from trainguard.api.monitor import WorkloadRef
 from trainguard.kube import ClusterCache, NotSynced, Stale
-from trainguard.kube.cache import LEASES_QUIET_S, MONITORS_QUIET_S
+from trainguard.kube.cache import (
+    JOBSETS,
+    KUEUE_WORKLOADS,
+    LEASES_QUIET_S,
+    MONITORS_QUIET_S,
+    UNSERVED_RECHECK_S,
+)
+from trainguard.kube.watch import Resource
+
+LLAMA = LabelSelector.model_validate({"matchLabels": {"app": "llama"}})
 
 
 def filled(cache: ClusterCache, name: str, objects: list[dict]) -> None:  # type: ignore[type-arg]
@@ -57,3 +68,58 @@ def test_the_monitor_uid_is_the_cached_monitors_or_none_and_a_cache_that_cannot_
     cache.monitors_informer._heard = time.monotonic() - MONITORS_QUIET_S - 1
     with pytest.raises(Stale, match="monitor cache has heard nothing"):
         cache.monitor_uid("ml", "llama")
+
+
+def test_a_workload_kind_the_cluster_does_not_serve_is_resolved_as_such_and_asked_again_later() -> None:
+    asked: list[str] = []
+    now = [0.0]
+
+    def served(resource: Resource) -> bool:
+        asked.append(str(resource))
+        return False
+
+    cache = ClusterCache(api=None, served=served, clock=lambda: now[0])  # type: ignore[arg-type]
+    filled(cache, "pods", [])
+    ref = WorkloadRef(kind="JobSet", name="llama")
+    got = cache.workload("ml", ref, LLAMA)
+    assert got.problem.startswith("spec.workloadRef: JobSet (jobset.x-k8s.io/v1alpha2) is not served")
+    cache.workload("ml", ref, LLAMA)
+    assert asked == ["jobsets.jobset.x-k8s.io"], "not asked again at once"
+    now[0] = UNSERVED_RECHECK_S + 1
+    cache.workload("ml", ref, LLAMA)
+    assert len(asked) == 2, "a CRD installed after the monitor is found"
+
+
+def test_a_served_owner_kind_gets_a_cache_of_its_own_and_kueue_is_read_only_for_a_queued_owner() -> None:
+    served: list[str] = []
+    cache = ClusterCache(api=None, served=lambda r: served.append(str(r)) is None)  # type: ignore[arg-type]
+    owner = jobset(labels={"kueue.x-k8s.io/queue-name": "team-a"})
+    child = child_job()
+    filled(cache, "pods", [jobset_pod(child, 0, "gpu-a"), pod("other", labels={"app": "other"})])
+    filled(cache, "jobs", [child])
+    ref = WorkloadRef(kind="JobSet", name="llama")
+    for kind in (JOBSETS, KUEUE_WORKLOADS[0]):  # made as a first read would (not started: this cache is not)
+        assert cache._cache_of(kind) is not None
+    filled(cache, "jobsets.jobset.x-k8s.io", [owner])
+    filled(cache, "workloads.kueue.x-k8s.io", [kueue_workload("js-uid", Admitted="True"),
+                                                kueue_workload("another-uid", name="other", Admitted="False")])  # fmt: skip
+    got = cache.workload("ml", ref, LLAMA)
+    assert (got.problem, [p["metadata"]["name"] for p in got.pods]) == ("", ["llama-node-0-0"])
+    assert got.admission is not None and got.admission.name == "jobset-llama-1a2b3" and got.admission.admitted
+    assert "jobsets.jobset.x-k8s.io" in cache.informers, "its counts are exported with the others"
+    assert served == ["jobsets.jobset.x-k8s.io", "workloads.kueue.x-k8s.io"]
+    unqueued = jobset()
+    filled(cache, "jobsets.jobset.x-k8s.io", [unqueued])
+    assert cache.workload("ml", ref, LLAMA).admission is None
+
+
+def test_a_job_owner_is_read_from_the_jobs_cache_and_a_missing_one_is_not_found() -> None:
+    cache = ClusterCache(api=None, served=lambda r: False)  # type: ignore[arg-type]
+    filled(cache, "pods", [job_pod("llama-0"), job_pod("llama-1", "gpu-b")])
+    filled(cache, "jobs", [job()])
+    got = cache.workload("ml", WorkloadRef(kind="Job", name="llama"), LLAMA)
+    assert (got.problem, got.budget_left) == ("", 3)
+    missing = cache.workload("ml", WorkloadRef(kind="Job", name="gone"), LLAMA)
+    assert (
+        missing.problem == "spec.workloadRef: Job ml/gone not found: create it, or fix spec.workloadRef.name"
+    )

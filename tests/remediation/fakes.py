@@ -18,6 +18,7 @@ import datetime as dt
 import re
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from tests.clock import T0, Clock
@@ -29,11 +30,12 @@ from trainguard.catalog.events import fingerprint
 from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT, RESUME_FROM
 from trainguard.exporter.checkpoints import checkpoint_ref, newer, resume_pointer
 from trainguard.kube.objects import new_pods_placement, taints_with
+from trainguard.kube.workloads import ChildJob, Workload
 from trainguard.remediation import records
 from trainguard.remediation.executor import Executor
 from trainguard.remediation.loop import RemediationLoop
 from trainguard.remediation.model import Phase, Signal, Source
-from trainguard.remediation.ops import Sidecar
+from trainguard.remediation.ops import Refused, Sidecar
 from trainguard.remediation.sidecars import ControlError
 from trainguard.remediation.store import Fresh
 
@@ -82,8 +84,10 @@ class FakeCluster:
             self.pods[pod] = {"node": node, "created": int(T0 - 3600), "terminating": False, "index": i}
         first = {"step": CKPT_STEP, "kind": "full", "path": f"/ckpt/{CKPT_STEP}", "ts": CKPT_TS}
         self.sidecar: dict[str, dict[str, Any]] = {pod: self._sidecar_state(dict(first)) for pod in self.pods}
-        self.workload = ("Job", "llama-pretrain")
+        self.owner_ref = ("Job", "llama-pretrain")
         """The gang's owner: the webhook reads its resume-from annotation into each new pod's sidecar."""
+        self.owner: Workload = Workload("Job", "llama-pretrain")
+        """What `workload` answers: the owner resolved (no problem, no limit of its own by default)."""
         self.workloads: dict[tuple[str, str], dict[str, str]] = {}
         self.annotations_written: list[dict[str, str | None]] = []
         self.generation = 0
@@ -98,6 +102,9 @@ class FakeCluster:
         the GPU faults p0_signal names there)."""
         self.down: set[str] = set()
         """Nodes whose Ready condition is not True."""
+        self.pdb_blocks: set[str] = set()
+        """Pods whose eviction a PodDisruptionBudget refuses."""
+        self.jobs_deleted: list[str] = []
         self.calls = 0
         self.crash_after: int | None = None
         self.effects: list[tuple[str, ...]] = []
@@ -153,17 +160,26 @@ class FakeCluster:
                     pod["node"] = name
                     break
 
-    def _recreate(self, index: int) -> None:
+    def _recreate(self, index: int, job: str | None = None) -> None:
         """The Job controller's replacement; the webhook gives its sidecar the workload's resume-from."""
         self.generation += 1
         name = f"job-{index}-r{self.generation}"
         self.pods[name] = {"node": "", "created": int(self.clock()), "terminating": False, "index": index}
-        pointer = self.workloads.get(self.workload, {}).get(RESUME_FROM)
+        if job:
+            self.pods[name]["job"] = job
+        pointer = self.workloads.get(self.owner_ref, {}).get(RESUME_FROM)
         self.sidecar[name] = self._sidecar_state(None, resume_pointer(pointer) if pointer else None)
 
     def _pod_dict(self, name: str) -> dict[str, Any]:
         s = self.pods[name]
-        meta: dict[str, Any] = {"name": name, "creationTimestamp": _ts(s["created"])}
+        meta: dict[str, Any] = {
+            "name": name,
+            "uid": s.get("uid", name),
+            "creationTimestamp": _ts(s["created"]),
+        }
+        job = next((c for c in self.owner.children if c.name == s.get("job")), None)
+        if job is not None:
+            meta["ownerReferences"] = [{"kind": "Job", "name": job.name, "uid": job.uid, "controller": True}]
         if s["terminating"]:
             meta["deletionTimestamp"] = _ts(self.clock())
         return {
@@ -255,6 +271,92 @@ class FakeCluster:
             deleted.append(name)
         self._called()
         return deleted
+
+    # ---- through the owner ----
+
+    def as_jobset(self, parallelism: int = 1, **owner: Any) -> None:
+        """The gang as a JobSet's: each pod the only pod of child Job llama-pretrain-node-<index>
+        (parallelism 1), or all of them of llama-pretrain-node-0; `owner` overrides the resolved
+        Workload's fields (budget_left, refusal, ...)."""
+        jobs: dict[str, ChildJob] = {}
+        for state in self.pods.values():
+            name = f"llama-pretrain-node-{state['index'] if parallelism == 1 else 0}"
+            jobs[name] = ChildJob(name, f"{name}-uid", parallelism, 6, True, float(state["created"]))
+            state["job"] = name
+        self.owner_ref = ("JobSet", "llama-pretrain")
+        self.owner = Workload("JobSet", "llama-pretrain", budget_left=2, attempt=0, jobset="llama-pretrain",
+                              jobset_uid="js-uid", children=tuple(sorted(jobs.values(), key=lambda j: j.name)))  # fmt: skip
+        self.owner = replace(self.owner, **owner)
+
+    def workload(self, namespace: str, ref: Any, selector: Any) -> Workload:
+        """The owner with the gang's pods as they are now (their child Jobs in ownerReferences)."""
+        self._tick()
+        self._called()
+        return replace(self.owner, pods=tuple(self._pod_dict(p) for p in sorted(self.pods)))
+
+    def _replace(self, name: str, uid: str, what: str) -> bool:
+        pod = self.pods.get(name)
+        if pod is None or (pod["terminating"] and what != "force-delete") or pod.get("uid", name) != uid:
+            return False  # 404, or another pod of that name now: the precondition fails
+        if what == "force-delete":
+            del self.pods[name]  # grace 0: gone at once
+            self.sidecar.pop(name, None)
+        else:
+            pod["terminating"] = True
+        self._effect(what, name)
+        job = next((c for c in self.owner.children if c.name == pod.get("job")), None)
+        if job is None or job.parallelism > 1:  # a JobSet's parallelism-1 Job is recreated with its Job
+            self._recreate(int(pod["index"]), pod.get("job"))
+        return True
+
+    def fail_pod(self, namespace: str, name: str, uid: str, message: str) -> bool:
+        pod = self.pods.get(name)
+        ok = (
+            pod is not None
+            and pod.get("uid", name) == uid
+            and pod.get("phase") not in ("Failed", "Succeeded")
+        )
+        if ok:
+            assert pod is not None
+            pod["phase"] = "Failed"
+            self._effect("fail", name)
+        self._called()
+        return ok
+
+    def force_delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        out = self._replace(name, uid, "force-delete")
+        self._called()
+        return out
+
+    def evict_pod(self, namespace: str, name: str, uid: str, grace_s: int) -> bool:
+        if name in self.pdb_blocks:
+            self._called()
+            raise Refused(f"the eviction of pod {namespace}/{name} was refused (429): a PodDisruptionBudget")
+        out = self._replace(name, uid, "evict")
+        self._called()
+        return out
+
+    def delete_child_job(self, namespace: str, name: str, uid: str, owner_uid: str) -> bool:
+        """Background deletion: the Job goes, the garbage collector deletes its pods, and the JobSet
+        recreates the Job (a new uid) at once, whose pods come with it."""
+        job = next((c for c in self.owner.children if c.name == name), None)
+        if job is None or job.uid != uid:
+            self._called()
+            return False
+        if owner_uid != self.owner.jobset_uid:
+            raise Refused(f"Job {namespace}/{name} is not controlled by the JobSet: it is not deleted")
+        self.jobs_deleted.append(name)
+        self._effect("delete-job", name)
+        renewed = replace(job, uid=f"{name}-uid-{len(self.jobs_deleted)}", created=self.clock())
+        self.owner = replace(
+            self.owner, children=tuple(renewed if c.name == name else c for c in self.owner.children)
+        )
+        for _, state in sorted(self.pods.items()):
+            if state.get("job") == name and not state["terminating"]:
+                state["terminating"] = True  # the garbage collector's delete
+                self._recreate(int(state["index"]), name)
+        self._called()
+        return True
 
     def placement(self, namespace: str, label_selector: str, created_after: float) -> dict[str, str] | None:
         pods = self.gang_pods(namespace, label_selector)

@@ -6,16 +6,15 @@ corrupted state), while should_checkpoint keeps working."""
 from __future__ import annotations
 
 import contextlib
-import json
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 from tests.exporter.running import Running, running_exporter
 from tests.processes import wait_for
 from tests.sdk.fakes import running_sidecar
+from trainguard.remediation.sidecars import SidecarControl
 from trainguard.sdk import Reporter
 
 TOKEN = "t0k3n"
@@ -41,12 +40,8 @@ def pod() -> Iterator[tuple[Running, Reporter]]:
 
 
 def operator(exp: Running, body: dict[str, Any]) -> dict[str, Any]:
-    """The operator's call: POST /v1/control on the sidecar's TCP port with the bearer token."""
-    req = urllib.request.Request(f"{exp.url}/v1/control", data=json.dumps(body).encode(), method="POST",
-                                 headers={"Authorization": f"Bearer {TOKEN}"})  # fmt: skip
-    with urllib.request.urlopen(req, timeout=5) as resp:
-        answer: dict[str, Any] = json.loads(resp.read())
-    return answer
+    """The operator's call (remediation/sidecars.py): POST /v1/control on the sidecar's TCP port, signed."""
+    return SidecarControl().control(exp.url, TOKEN, body)
 
 
 def within(cond: Any, seconds: float) -> float:

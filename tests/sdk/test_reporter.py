@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 
 from tests.exporter.running import running_exporter
 from tests.processes import free_port, wait_for
+from trainguard.remediation.sidecars import SidecarControl
 from trainguard.sdk import Reporter
 
 
@@ -104,9 +106,7 @@ def test_operator_requests_reach_the_trainer(tmp_path: Path) -> None:
             urllib.request.urlopen(req)
         assert exc.value.code == 401, "nobody may pause training without the token"
         body = b'{"pause": true, "checkpoint": "full", "advisories": [{"action": "clip_gradients", "max_norm": 1.0}]}'
-        req = urllib.request.Request(f"{exp.url}/v1/control", data=body, method="POST",
-                                     headers={"Authorization": "Bearer t0k3n"})  # fmt: skip
-        urllib.request.urlopen(req).read()
+        SidecarControl().control(exp.url, "t0k3n", json.loads(body))  # as the operator calls, signed
         wait_for("the pause", tg.should_pause, 5, 0.02)
         assert tg.should_checkpoint(7) == "full"
         assert tg.advisories() == [{"action": "clip_gradients", "max_norm": 1.0}]

@@ -29,25 +29,30 @@ DEFAULT_EXPORTER_IMAGE = "ghcr.io/trainguard/trainguard:0.1.0"
 WARMUP_STEPS_BY_MODE: dict[Mode, int] = {Mode.TRAINING: 1000, Mode.FINETUNING: 100, Mode.INFERENCE: 0}
 
 
-class WorkloadRef(Model):
-    """The workload that owns the pods; the operator restarts it as a whole gang on a P0."""
+WORKLOAD_API_VERSIONS: dict[str, str] = {
+    "Job": "batch/v1",
+    "JobSet": "jobset.x-k8s.io/v1alpha2",
+    "TrainJob": "trainer.kubeflow.org/v1alpha1",
+    "PyTorchJob": "kubeflow.org/v1",
+}
+"""The apiVersion of each workload kind trainguard reads, when workloadRef names none."""
 
-    kind: Literal["Job", "JobSet", "PyTorchJob"]
+
+class WorkloadRef(Model):
+    """The workload that owns the pods. The operator reads the gang, its restart budget and its Kueue
+    admission from it, and restarts it through its own controller (docs/p0-response.md)."""
+
+    kind: Literal["Job", "JobSet", "TrainJob", "PyTorchJob"]
     name: K8sName
     api_version: str | None = Field(
         default=None,
-        description="Defaults by kind: batch/v1, jobset.x-k8s.io/v1alpha2, kubeflow.org/v1.",
+        max_length=253,
+        description="Defaults by kind: batch/v1, jobset.x-k8s.io/v1alpha2, trainer.kubeflow.org/v1alpha1, "
+        "kubeflow.org/v1. One the cluster does not serve makes the monitor Degraded (WorkloadUnresolved).",
     )
 
     def resolved_api_version(self) -> str:
-        return (
-            self.api_version
-            or {
-                "Job": "batch/v1",
-                "JobSet": "jobset.x-k8s.io/v1alpha2",
-                "PyTorchJob": "kubeflow.org/v1",
-            }[self.kind]
-        )
+        return self.api_version or WORKLOAD_API_VERSIONS[self.kind]
 
 
 OTLP_ENDPOINT_PATTERN = (
@@ -398,6 +403,7 @@ RemediationStepKind = Literal[
     "Cordon",
     "Taint",
     "RestartGang",
+    "ReplacePod",
     "ConfirmPlacement",
     "Advise",
     "Notify",
@@ -417,13 +423,20 @@ class StepProgress(Model):
     count: int | None = Field(
         default=None,
         ge=0,
-        description="RestartGang: how many pods of the gang it deletes (the new gang's size).",
+        description="RestartGang: how many pods of the gang it deletes (the new gang's size); ReplacePod: "
+        "how many pods it replaces.",
     )
     created_up_to: int | None = Field(
         default=None,
         ge=0,
         description="RestartGang: unix seconds of the newest old pod's creation: a redo deletes only pods "
-        "created up to then, never their replacements.",
+        "(or a JobSet's child Jobs) created up to then, never their replacements.",
+    )
+    uids: str | None = Field(
+        default=None,
+        max_length=2048,
+        description="ReplacePod: each pod it replaces as name/uid, followed by /name/uid of the JobSet child "
+        "Job it deletes with it, comma-separated: a redo acts on those only, never on their replacements.",
     )
     past_step: float | None = Field(
         default=None,

@@ -61,10 +61,10 @@ RESTART_WINDOW_S = 600.0
 
 
 def restarting(monitor: Mapping[str, Any], now: float) -> bool:
-    """Whether trainguard is restarting the job: a RestartGang step under way or done, in a record not
-    finished or finished within RESTART_WINDOW_S. Its new pods may then use a warm spare."""
+    """Whether trainguard is restarting the job: a RestartGang or ReplacePod step under way or done, in a
+    record not finished or finished within RESTART_WINDOW_S. Its new pods may then use a warm spare."""
     for record in (monitor.get("status") or {}).get("remediations") or []:
-        steps = [s for s in record.get("steps") or [] if s.get("kind") == "RestartGang"]
+        steps = [s for s in record.get("steps") or [] if s.get("kind") in ("RestartGang", "ReplacePod")]
         if not steps or record.get("dryRun") or steps[0].get("phase") not in ("InProgress", "Succeeded"):
             continue
         if record.get("phase") not in ("Succeeded", "Failed", "Skipped"):

@@ -70,7 +70,8 @@ def announcer(kube: Kube, body: Mapping[str, Any]) -> Any:
 
     def post(reason: str, message: str) -> None:
         try:
-            kube.post_event(dict(body), reason, message, "Warning" if reason.endswith("Failed") else "Normal")
+            warning = reason.endswith(("Failed", "Unresolved"))
+            kube.post_event(dict(body), reason, message, "Warning" if warning else "Normal")
         except Exception as exc:
             # refused in a namespace being deleted: expected, and nothing to report
             if not namespace_terminating(exc):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from trainguard.api import monitor_of
-from trainguard.controller.reconcile import ReconcileReads, monitored_pods
+from trainguard.controller.reconcile import ReconcileReads, monitored_pods, recorded_problem, workload_problem
 
 log = logging.getLogger("trainguard.periodic")
 
@@ -80,10 +80,15 @@ class Periodic:
             log.exception("%s of %s/%s failed; retried next time", what, ns, name)
 
     def _count_pods(self, ns: str, name: str, body: dict[str, Any]) -> None:
-        """Keeps status.podsMonitored current between reconciles."""
+        """Keeps status.podsMonitored current between reconciles, and reconciles a monitor whose
+        workloadRef started or stopped resolving (an owner created after its monitor, or deleted)."""
         monitor = monitor_of(body)
         if monitor is None or monitor.spec.selector.is_empty():
             return  # the monitor's own reconcile reports it as Degraded
+        problem, recorded = workload_problem(self.reads, monitor), recorded_problem(body)
+        if problem is not None and recorded is not None and problem != recorded:
+            self.reconcile(ns, name)
+            return
         count = monitored_pods(self.reads, monitor)
         if (body.get("status") or {}).get("podsMonitored") != count:
             with self.lock(ns, name):

@@ -1,7 +1,9 @@
 """One reconcile of a monitor: render what it should own, apply what changed, report status.
 
 Never raises for a bad object: problems end in the Degraded condition with a message that says
-what to fix. An apply the API refuses (a 422, an admission webhook or policy, a 403) is Degraded with
+what to fix. A workloadRef that does not resolve (a kind the cluster does not serve, an object that does
+not exist, one run elsewhere) is Degraded with reason WorkloadUnresolved, naming the field, while Ready
+stays True: the rules and routes work, and the P0 response turns a restart into a notice. An apply the API refuses (a 422, an admission webhook or policy, a 403) is Degraded with
 reason ApplyFailed, naming the object and the API's message; a transient failure (5xx, 429, no answer)
 is reported the same way and raised, so kopf retries with backoff.
 """
@@ -17,10 +19,12 @@ from typing import Any, Protocol
 
 from trainguard.api import InvalidInput, PolicyProblem, TrainingJobMonitor, parse_object, policies_for
 from trainguard.api.common import LabelSelector
-from trainguard.controller.status import Outcome, monitor_status
+from trainguard.api.monitor import WorkloadRef
+from trainguard.controller.status import WORKLOAD_UNRESOLVED, Outcome, monitor_status
 from trainguard.kube import (
     ApiError,
     MissingAPI,
+    NotSynced,
     api_status,
     content_hash,
     namespace_terminating,
@@ -28,6 +32,7 @@ from trainguard.kube import (
     with_hash,
 )
 from trainguard.kube.objects import is_terminating, labels_of
+from trainguard.kube.workloads import Workload
 from trainguard.remediation import tokens
 from trainguard.render.kubernetes import (
     emptied_receiver_secret,
@@ -72,6 +77,32 @@ class ReconcileReads(Protocol):
     def nodes(self) -> list[Obj]: ...
 
     def pods(self, namespace: str, selector: LabelSelector) -> list[Obj]: ...
+
+    def workload(self, namespace: str, ref: WorkloadRef, selector: LabelSelector) -> Workload: ...
+
+
+def workload_problem(reads: ReconcileReads, monitor: TrainingJobMonitor) -> str | None:
+    """Why the monitor's workloadRef does not resolve ("" when it does or there is none); None when the
+    caches cannot tell now (not listed yet, the API unreachable): the condition is left as it was."""
+    ref = monitor.spec.workload_ref
+    if ref is None:
+        return ""
+    try:
+        return reads.workload(monitor.namespace, ref, monitor.spec.selector).problem
+    except (NotSynced, ApiError) as exc:
+        log.warning("%s/%s: the workload %s %s cannot be read now: %s", monitor.namespace, monitor.name,
+                    ref.kind, ref.name, exc)  # fmt: skip
+        return None
+
+
+def recorded_problem(body: dict[str, Any]) -> str | None:
+    """The WorkloadUnresolved message the monitor's status holds ("" when it holds none); None when it
+    is Degraded for another reason, which is said first and hides the workload's."""
+    for c in (body.get("status") or {}).get("conditions") or []:
+        if c.get("type") != "Degraded" or c.get("status") != "True":
+            continue
+        return str(c.get("message") or "") if c.get("reason") == WORKLOAD_UNRESOLVED else None
+    return ""
 
 
 def node_names(reads: ReconcileReads, selector: LabelSelector) -> list[str]:
@@ -131,6 +162,10 @@ def reconcile_monitor(
         return _write(kube, reads, body, outcome, now=now)
     assert isinstance(parsed_monitor, TrainingJobMonitor)
     monitor = parsed_monitor
+    problem, recorded = workload_problem(reads, monitor), recorded_problem(body)
+    outcome.workload_problem = (recorded or "") if problem is None else problem
+    if outcome.workload_problem and outcome.workload_problem != recorded:
+        announce(WORKLOAD_UNRESOLVED, outcome.workload_problem)  # once per distinct problem
 
     try:  # read by name, not from the cache: a policy applied with the monitor may not be there yet
         policies = policies_for(monitor, kube.get_policy)

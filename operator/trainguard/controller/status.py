@@ -21,6 +21,12 @@ class Outcome:
     input_hash: str = ""
     receiver_secret: str | None = None
     """The receiver Secret holding inline values now ("" once emptied); None: as before."""
+    workload_problem: str = ""
+    """Why spec.workloadRef does not resolve (kube/workloads.py): Degraded, reason WorkloadUnresolved,
+    while the rules and routes are in place (Ready stays True: monitoring works, restarts do not)."""
+
+
+WORKLOAD_UNRESOLVED = "WorkloadUnresolved"
 
 
 def _condition(  # noqa: PLR0917 - one call site, read as a table
@@ -70,13 +76,14 @@ def monitor_status(previous: dict[str, Any] | None, outcome: Outcome, now: str) 
         ),
         _condition(prev_conditions, "RulesApplied", outcome.rules_applied, rules_reason, "", now, g),
         _condition(prev_conditions, "RoutesApplied", outcome.routes_applied, routes_reason, "", now, g),
-        # Degraded is True when something is wrong, so its "ok" is inverted
+        # Degraded is True when something is wrong, so its "ok" is inverted; an error of the reconcile
+        # itself is said before the workload's
         _condition(
             prev_conditions,
             "Degraded",
-            failed,
-            outcome.error_reason or "AsExpected",
-            outcome.error_message,
+            failed or bool(outcome.workload_problem),
+            outcome.error_reason or (WORKLOAD_UNRESOLVED if outcome.workload_problem else "AsExpected"),
+            outcome.error_message if failed else outcome.workload_problem,
             now,
             g,
         ),

@@ -104,7 +104,9 @@ class Handler(BaseHTTPRequestHandler):
         call = control_auth.Call(self.command, self.path, body)
         why = control_auth.check(token, call, self.headers.get("Authorization", ""), self.nonces)
         if why:
-            log.warning("%s %s from %s refused: %s", self.command, self.path, self.address_string(), why)
+            # a call that tried to authenticate is worth a warning; an SDK polling the wrong port is not
+            level = logging.WARNING if self.headers.get("Authorization") else logging.DEBUG
+            log.log(level, "%s %s from %s refused: %s", self.command, self.path, self.address_string(), why)
             self._json(401, {"error": why, "scheme": control_auth.SCHEME})
         return not why
 

@@ -1,5 +1,6 @@
 """The operator's watch caches: monitors, policies, pods, nodes, node Leases and Jobs, each listed once
-and then watched (kube/watch.py). The periodic passes, the planner and the admission webhook read
+and then watched (kube/watch.py); and, started on the first read that needs them and only when the
+cluster serves them, JobSets, TrainJobs, PyTorchJobs and Kueue Workloads (a monitor's workload owner). The periodic passes, the planner and the admission webhook read
 these instead of listing: in steady state a P0 signal, an admission request and a P0 pass make no
 LIST call (e2e/test_watch_caches.py counts them at the apiserver).
 
@@ -10,7 +11,11 @@ them all, and their tests fake only what they name.
 
 from __future__ import annotations
 
+import json
 import logging
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,9 +23,11 @@ from kubernetes import client
 
 from trainguard.api import GROUP, VERSION
 from trainguard.api.common import LabelSelector
-from trainguard.kube.errors import Stale
+from trainguard.api.monitor import WorkloadRef
+from trainguard.kube.errors import ApiError, Stale
 from trainguard.kube.objects import Hearing, labels_of, slim, slim_node, slim_pod
 from trainguard.kube.watch import QUIET_S, Counts, Informer, Resource
+from trainguard.kube.workloads import KUEUE_JOB_UID, KUEUE_QUEUE, OwnerRead, Workload, resolve
 
 log = logging.getLogger("trainguard.kube.cache")
 
@@ -32,6 +39,17 @@ PODS = Resource("", "v1", "pods")
 NODES = Resource("", "v1", "nodes")
 NODE_LEASES = Resource("coordination.k8s.io", "v1", "leases", "kube-node-lease")
 JOBS = Resource("batch", "v1", "jobs")
+OWNER_PLURALS = {"Job": "jobs", "JobSet": "jobsets", "TrainJob": "trainjobs", "PyTorchJob": "pytorchjobs"}
+"""The plural of each workload kind a monitor's workloadRef may name."""
+JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets")
+KUEUE_WORKLOADS = (
+    Resource("kueue.x-k8s.io", "v1beta2", "workloads"),
+    Resource("kueue.x-k8s.io", "v1beta1", "workloads"),
+)
+"""Kueue's Workloads: v1beta2 is the storage version since Kueue 0.15; v1beta1 where only it is served."""
+UNSERVED_RECHECK_S = 30.0
+"""How long a kind found not served is taken as such before discovery is asked again (a CRD installed
+after the monitor)."""
 
 MONITORS_WAIT_S = 5.0
 """How long the receiver's read of a monitor's uid waits for the monitor cache's first list (NotSynced
@@ -59,12 +77,20 @@ class ClusterCache:
     api: client.ApiClient
     read_timeout_s: float = 30.0
     """How long a read waits for a cache's first list before it fails (NotSynced)."""
+    served: Callable[[Resource], bool] | None = None
+    """Whether the cluster serves a kind (discovery, by default); tests pass their own."""
+    clock: Callable[[], float] = time.monotonic
     monitors_informer: Informer = field(init=False)
     policies_informer: Informer = field(init=False)
     pods_informer: Informer = field(init=False)
     nodes_informer: Informer = field(init=False)
     leases_informer: Informer = field(init=False)
     jobs_informer: Informer = field(init=False)
+    _optional: dict[Resource, Informer] = field(init=False, default_factory=dict)
+    """The caches of the kinds only some clusters serve, made on their first read."""
+    _unserved: dict[Resource, float] = field(init=False, default_factory=dict)
+    _started: bool = field(init=False, default=False)
+    _guard: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.monitors_informer = Informer(self.api, MONITORS)
@@ -76,6 +102,8 @@ class ClusterCache:
 
     @property
     def informers(self) -> dict[str, Informer]:
+        with self._guard:
+            optional = {str(r): i for r, i in self._optional.items()}
         return {
             "monitors": self.monitors_informer,
             "policies": self.policies_informer,
@@ -83,9 +111,11 @@ class ClusterCache:
             "nodes": self.nodes_informer,
             "leases": self.leases_informer,
             "jobs": self.jobs_informer,
+            **optional,
         }
 
     def start(self) -> ClusterCache:
+        self._started = True
         for informer in self.informers.values():
             informer.start()
         return self
@@ -172,3 +202,89 @@ class ClusterCache:
             leases_heard_s=leases.heard_s(),
             breaks=breaks,
         )
+
+    # ---- a monitor's workload owner ----
+
+    def jobs(self, namespace: str) -> list[Obj]:
+        return self.jobs_informer.items(namespace, timeout=self.read_timeout_s)
+
+    def workload(self, namespace: str, ref: WorkloadRef, selector: LabelSelector) -> Workload:
+        """The monitor's workload owner resolved (kube/workloads.py) from the caches: the owner, a
+        TrainJob's JobSet, the namespace's Jobs, the selector's pods and, for an owner Kueue queues, its
+        Workload. A kind the cluster does not serve, or an owner that does not exist, is the result's
+        `problem`, not an error."""
+        return resolve(self.owner_read(namespace, ref, selector))
+
+    def owner_read(self, namespace: str, ref: WorkloadRef, selector: LabelSelector) -> OwnerRead:
+        api_version = ref.resolved_api_version()
+        group, _, version = api_version.rpartition("/")
+        resource = Resource(group, version, OWNER_PLURALS[ref.kind])
+        base = OwnerRead(ref.kind, ref.name, namespace, api_version)
+        informer = self.jobs_informer if resource == JOBS else self._cache_of(resource)
+        if informer is None:
+            return OwnerRead(ref.kind, ref.name, namespace, api_version, served=False)
+        owner = informer.get(namespace, ref.name, timeout=self.read_timeout_s)
+        if owner is None:
+            return base
+        jobset, jobset_served = (owner if ref.kind == "JobSet" else None), True
+        if ref.kind == "TrainJob":
+            jobsets = self._cache_of(JOBSETS)
+            jobset_served = jobsets is not None
+            jobset = jobsets.get(namespace, ref.name, timeout=self.read_timeout_s) if jobsets else None
+        return OwnerRead(
+            ref.kind, ref.name, namespace, api_version,
+            owner=owner, jobset=jobset, jobset_served=jobset_served,
+            jobs=tuple(self.jobs(namespace)) if ref.kind in ("JobSet", "TrainJob") else (),
+            pods=tuple(self.pods(namespace, selector)),
+            workloads=tuple(self._kueue_workloads(namespace, owner)),
+        )  # fmt: skip
+
+    def _kueue_workloads(self, namespace: str, owner: Obj) -> list[Obj]:
+        """The Kueue Workloads of an owner Kueue queues (it carries kueue.x-k8s.io/queue-name); none for
+        another, so a cluster without Kueue is never asked."""
+        if KUEUE_QUEUE not in labels_of(owner):
+            return []
+        uid = str((owner.get("metadata") or {}).get("uid") or "")
+        for resource in KUEUE_WORKLOADS:
+            informer = self._cache_of(resource)
+            if informer is not None:
+                items = informer.items(namespace, timeout=self.read_timeout_s)
+                return [w for w in items if uid and labels_of(w).get(KUEUE_JOB_UID) == uid]
+        return []
+
+    def _cache_of(self, resource: Resource) -> Informer | None:
+        """The cache of a kind only some clusters serve, made (and started, with the others) on its first
+        read; None while discovery says the cluster does not serve it."""
+        with self._guard:
+            found = self._optional.get(resource)
+            if found is not None:
+                return found
+            checked = self._unserved.get(resource)
+            if checked is not None and self.clock() - checked < UNSERVED_RECHECK_S:
+                return None
+        if not (self.served or self._discovered)(resource):
+            with self._guard:
+                self._unserved[resource] = self.clock()
+            return None
+        with self._guard:
+            informer = self._optional.get(resource)
+            if informer is None:
+                informer = self._optional[resource] = Informer(self.api, resource)
+                self._unserved.pop(resource, None)
+                if self._started:
+                    informer.start()
+            return informer
+
+    def _discovered(self, resource: Resource) -> bool:
+        """Whether the API's discovery of the group and version lists the plural (a 404: not served)."""
+        path = f"/apis/{resource.group}/{resource.version}" if resource.group else f"/api/{resource.version}"
+        method, url, headers, body, _ = self.api.param_serialize(
+            "GET", path, header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]
+        )
+        response = self.api.call_api(method, url, header_params=headers, body=body, _request_timeout=10.0)
+        if response.status == 404:
+            return False
+        if not 200 <= response.status < 300:
+            raise ApiError(status=response.status, reason=f"discovery of {path}")
+        names = {r.get("name") for r in json.loads(response.read()).get("resources") or []}
+        return resource.plural in names

@@ -26,7 +26,7 @@ FIELD_MANAGER = "trainguard-operator"
 HASH_ANNOTATION = "trainguard.io/input-hash"
 PEERING = ("kopf.dev", "v1", "clusterkopfpeerings")
 MERGE_PATCH = "application/merge-patch+json"
-WORKLOAD_PLURALS = {"Job": "jobs", "JobSet": "jobsets", "PyTorchJob": "pytorchjobs"}
+WORKLOAD_PLURALS = {"Job": "jobs", "JobSet": "jobsets", "TrainJob": "trainjobs", "PyTorchJob": "pytorchjobs"}
 """The workload kinds a monitor's workloadRef may name, by plural."""
 
 
@@ -376,10 +376,57 @@ class Kube:
         changed since it was read)."""
         self.core.patch_node(name, patch, _content_type=MERGE_PATCH, _request_timeout=self.timeout)
 
-    def delete_pod(self, namespace: str, name: str) -> bool:
-        """Delete with the pod's own grace period; False when it was already gone."""
+    def delete_pod(
+        self, namespace: str, name: str, *, uid: str | None = None, grace_period_s: int | None = None
+    ) -> bool:
+        """Delete with the pod's own grace period (or `grace_period_s`; 0 forces it off a dead node);
+        with `uid`, only that incarnation of the name (a pod recreated under it meanwhile is a 409).
+        False when it was already gone."""
+        body = client.V1DeleteOptions(
+            grace_period_seconds=grace_period_s,
+            preconditions=client.V1Preconditions(uid=uid) if uid else None,
+        )
         try:
-            self.core.delete_namespaced_pod(name, namespace, _request_timeout=self.timeout)
+            self.core.delete_namespaced_pod(name, namespace, body=body, _request_timeout=self.timeout)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def evict_pod(self, namespace: str, name: str, *, uid: str, grace_period_s: int) -> bool:
+        """policy/v1 Eviction of that incarnation of the pod: the apiserver sets its DisruptionTarget
+        condition (EvictionByEvictionAPI) and respects PodDisruptionBudgets (a 429 when one forbids it,
+        raised). False when the pod was already gone."""
+        body = client.V1Eviction(
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+            delete_options=client.V1DeleteOptions(
+                grace_period_seconds=grace_period_s, preconditions=client.V1Preconditions(uid=uid)
+            ),
+        )
+        try:
+            self.core.create_namespaced_pod_eviction(name, namespace, body, _request_timeout=self.timeout)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """A strategic merge patch of the pod's status (conditions merge by type)."""
+        self.core.patch_namespaced_pod_status(name, namespace, patch, _request_timeout=self.timeout)
+
+    def delete_job(self, namespace: str, name: str, *, uid: str) -> bool:
+        """Delete that incarnation of a batch Job with Background propagation: the Job goes at once and
+        the garbage collector removes its pods after (Foreground would wait for a dead node's pod
+        forever). False when it was already gone."""
+        body = client.V1DeleteOptions(
+            propagation_policy="Background", preconditions=client.V1Preconditions(uid=uid)
+        )
+        try:
+            client.BatchV1Api(self.api).delete_namespaced_job(
+                name, namespace, body=body, _request_timeout=self.timeout
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return False

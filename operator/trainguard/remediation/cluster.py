@@ -6,7 +6,10 @@ already changed. `Cluster` implements remediation/ops.ClusterOps, the protocol t
 planner depend on; tests use a fake that behaves the same.
 
 RBAC the operator needs for this module: nodes get, list, watch, patch; pods list, watch, delete;
-jobs.batch, jobsets.jobset.x-k8s.io, pytorchjobs.kubeflow.org patch (the resume-from annotation).
+pods/eviction create and pods/status patch (a pod replaced through its owner); jobs.batch delete (a
+JobSet's child Job, checked by ownerReference first); jobs.batch, jobsets.jobset.x-k8s.io,
+trainjobs.trainer.kubeflow.org, pytorchjobs.kubeflow.org patch (the resume-from annotation) and list,
+watch (with workloads.kueue.x-k8s.io: the owner's caches).
 """
 
 from __future__ import annotations
@@ -16,19 +19,25 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from trainguard.api.common import LabelSelector
+from trainguard.api.monitor import WorkloadRef
 from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT, SPARE_LABEL
-from trainguard.kube.errors import on_conflict
+from trainguard.kube.errors import ApiError, is_conflict, on_conflict
 from trainguard.kube.objects import gpus, is_ready, label_value, new_pods_placement, taints_with
-from trainguard.remediation.ops import Sidecar, callable_sidecars
+from trainguard.kube.workloads import DISRUPTION_TARGET, Workload, controlled_by
+from trainguard.remediation.ops import Refused, Sidecar, callable_sidecars
 from trainguard.remediation.sidecars import SidecarControl
 
 
 class ClusterReads(Protocol):
-    """The watch caches' pods and nodes (kube.ClusterCache)."""
+    """The watch caches' pods, nodes, Jobs and workload owners (kube.ClusterCache)."""
 
     def pods(self, namespace: str, selector: LabelSelector) -> list[dict[str, Any]]: ...
 
     def nodes(self) -> list[dict[str, Any]]: ...
+
+    def job(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def workload(self, namespace: str, ref: WorkloadRef, selector: LabelSelector) -> Workload: ...
 
 
 class NodeWrites(Protocol):
@@ -38,11 +47,33 @@ class NodeWrites(Protocol):
 
     def patch_node(self, name: str, patch: dict[str, Any]) -> None: ...
 
-    def delete_pod(self, namespace: str, name: str) -> bool: ...
-
     def annotate_workload(
         self, namespace: str, api_version: str, kind: str, name: str, annotations: dict[str, str | None]
     ) -> None: ...
+
+    def delete_pod(
+        self, namespace: str, name: str, *, uid: str | None = None, grace_period_s: int | None = None
+    ) -> bool: ...
+
+    def evict_pod(self, namespace: str, name: str, *, uid: str, grace_period_s: int) -> bool: ...
+
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
+
+    def delete_job(self, namespace: str, name: str, *, uid: str) -> bool: ...
+
+
+NODE_DOWN_REASON = "TrainguardNodeDown"
+"""The reason of the DisruptionTarget condition trainguard sets on a pod of a node it judged down."""
+
+
+def failed_status(message: str, now: str) -> dict[str, Any]:
+    """The status patch that marks a dead node's pod Failed with DisruptionTarget=True, as PodGC and
+    JobSet's pod controller do, so that a Job's podFailurePolicy can Ignore it."""
+    condition = {"type": DISRUPTION_TARGET, "status": "True", "reason": NODE_DOWN_REASON,
+                 "message": message[:1024], "lastTransitionTime": now}  # fmt: skip
+    return {"status": {"phase": "Failed", "conditions": [condition]}}
 
 
 # ---- pure readings of the node list ----
@@ -223,6 +254,64 @@ class Cluster:
         self, namespace: str, api_version: str, kind: str, name: str, annotations: dict[str, str | None]
     ) -> None:
         self.kube.annotate_workload(namespace, api_version, kind, name, annotations)
+
+    # ---- through the workload's owner ----
+
+    def workload(self, namespace: str, ref: WorkloadRef, selector: LabelSelector) -> Workload:
+        return self.reads.workload(namespace, ref, selector)
+
+    def fail_pod(self, namespace: str, name: str, uid: str, message: str) -> bool:
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
+        patch = failed_status(message, now)
+        patch["metadata"] = {"uid": uid}  # a precondition: a pod recreated under the name is a 409
+        try:
+            self.kube.patch_pod_status(namespace, name, patch)
+        except ApiError as exc:
+            # gone, or another incarnation of the name (a uid that differs is a 409 or an invalid, 422,
+            # update), or already terminal: not this pod to fail any more
+            if exc.status in (404, 409, 422):
+                return False
+            raise
+        return True
+
+    def force_delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        try:
+            return self.kube.delete_pod(namespace, name, uid=uid, grace_period_s=0)
+        except ApiError as exc:
+            if is_conflict(exc):  # another pod has the name now: ours is gone
+                return False
+            raise
+
+    def evict_pod(self, namespace: str, name: str, uid: str, grace_s: int) -> bool:
+        # the uid is checked on a fresh read first: the apiserver retries an eviction whose uid
+        # precondition fails as a conflict for about 10 s before it answers 409
+        live = self.kube.read_pod(namespace, name)
+        if live is None or str((live.get("metadata") or {}).get("uid") or "") != uid:
+            return False
+        try:
+            return self.kube.evict_pod(namespace, name, uid=uid, grace_period_s=grace_s)
+        except ApiError as exc:
+            if is_conflict(exc):
+                return False
+            if exc.status == 429:
+                raise Refused(
+                    f"the eviction of pod {namespace}/{name} was refused (429): a PodDisruptionBudget "
+                    "does not allow it now"
+                ) from exc
+            raise
+
+    def delete_child_job(self, namespace: str, name: str, uid: str, owner_uid: str) -> bool:
+        job = self.reads.job(namespace, name)
+        if job is None or str((job.get("metadata") or {}).get("uid") or "") != uid:
+            return False
+        if not controlled_by(job, owner_uid):
+            raise Refused(f"Job {namespace}/{name} is not controlled by the JobSet: it is not deleted")
+        try:
+            return self.kube.delete_job(namespace, name, uid=uid)
+        except ApiError as exc:
+            if is_conflict(exc):
+                return False
+            raise
 
     # ---- sidecars ----
 

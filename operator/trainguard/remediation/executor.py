@@ -57,9 +57,10 @@ from trainguard.api.common import duration_seconds
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog.kubernetes import FAULTY_TAINT, RESUME_FROM
 from trainguard.kube.objects import creation_seconds, is_terminating, label_value
+from trainguard.kube.workloads import ChildJob, Replacement, Workload
 from trainguard.remediation import records
 from trainguard.remediation.model import Phase, StepKind
-from trainguard.remediation.ops import ClusterOps, Sidecar
+from trainguard.remediation.ops import ClusterOps, Refused, Sidecar
 from trainguard.remediation.records import Superseded
 from trainguard.times import rfc3339, unix
 
@@ -72,6 +73,11 @@ MODES: tuple[str, ...] = ("act", "dry-run", "off")
 
 PLACEMENT_TIMEOUT_S = 120.0
 POLL_INTERVAL_S = 1.0
+EVICTION_GRACE_S = 5
+"""The grace period of a pod evicted off a live faulty node: its trainer stops on SIGTERM, and its
+replacement (under the same name, for a PyTorchJob) waits for it to go."""
+JOBSET_KINDS = ("JobSet", "TrainJob")
+"""Owners whose gang is restarted through the JobSet: its current child Jobs are deleted and recreated."""
 
 
 class StepFailed(Exception):
@@ -378,7 +384,13 @@ def would(step: dict[str, Any], monitor: TrainingJobMonitor, default_checkpoint_
     if kind == StepKind.TAINT:
         return f"would taint node {p.get('node', '?')} {FAULTY_TAINT}={label_value(p.get('reason', ''))}:NoSchedule"
     if kind == StepKind.RESTART_GANG:
+        ref = monitor.spec.workload_ref
+        if ref is not None and ref.kind in JOBSET_KINDS:
+            return f"would delete the child Jobs of the JobSet of {ref.kind} {ref.name} so that it recreates them"
         return f"would delete the pods of {selector} so that their controller recreates them as one gang"
+    if kind == StepKind.REPLACE_POD:
+        how = "mark Failed and force-delete" if p.get("nodeDown") else "evict"
+        return f"would {how} the pod of {selector} on node {p.get('node', '?')} so that its owner replaces it"
     if kind == StepKind.CONFIRM_PLACEMENT:
         away = f" away from {p['avoid']}" if p.get("avoid") else ""
         return f"would wait up to {p.get('timeout_s') or f'{PLACEMENT_TIMEOUT_S:g}'}s for the new pods to be scheduled{away}"
@@ -594,7 +606,12 @@ class Executor:
                 raise StepFailed("no node to taint")
             return self.cluster.taint(node, params.get("reason") or record.get("alert", ""))
         if kind == StepKind.RESTART_GANG:
+            ref = monitor.spec.workload_ref
+            if ref is not None and ref.kind in JOBSET_KINDS:
+                return self._restart_jobset(record, monitor, params, progress, note)
             return self._restart(record, monitor, progress, note)
+        if kind == StepKind.REPLACE_POD:
+            return self._replace_pod(monitor, params, progress, note)
         if kind == StepKind.CONFIRM_PLACEMENT:
             return self._confirm(record, monitor, params)
         if kind == StepKind.ADVISE:
@@ -817,6 +834,123 @@ class Executor:
             detail += f"; spares available: {_names(spares)}"
         return detail
 
+    def _owner(self, monitor: TrainingJobMonitor) -> Workload:
+        """The workload owner now; a step through it fails when it no longer resolves or allows it."""
+        ref = monitor.spec.workload_ref
+        if ref is None:
+            raise StepFailed("no spec.workloadRef: the pods' owner is unknown")
+        workload = self.cluster.workload(monitor.namespace, ref, monitor.spec.selector)
+        if workload.problem:
+            raise StepFailed(f"{workload.problem}; nothing is restarted")
+        if workload.refusal:
+            raise StepFailed(f"{workload.refusal}; nothing is restarted")
+        return workload
+
+    def _restart_jobset(
+        self,
+        record: Record,
+        monitor: TrainingJobMonitor,
+        params: dict[str, str],
+        progress: Progress,
+        note: Note,
+    ) -> str:
+        """A JobSet's (or a TrainJob's JobSet's) gang restarted through the JobSet: its child Jobs of the
+        current restart attempt are deleted (Background, each checked to be the JobSet's), and the
+        JobSet recreates them at once, at the same attempt, with no Job back-off and nothing counted
+        against maxRestarts (trainguard counts it in jobRestartBudget, and refuses it when maxRestarts
+        has nothing left). Progress as for pods: the gang's pod count and newest creation second; a
+        redo deletes only the child Jobs created up to that second, never the recreated ones."""
+        workload = self._owner(monitor)
+        moved = _restarted_by_owner(workload, params, progress)
+        if moved:
+            return moved
+        namespace = monitor.namespace
+        live = list(workload.live)
+        cut = _float(progress.fields.get("createdUpTo"))
+        pointer = ""
+        if cut is None:
+            if progress.redo:  # an older operator's step: the gang is what was there before the record
+                before = math.floor(unix(str(record.get("created", ""))))
+                live = [p for p in live if creation_seconds(p) < before]
+            cut = max((creation_seconds(p) for p in live), default=0.0)
+            jobs = [j for j in workload.children if j.created <= cut]
+            pointer = self._resume_pointer(monitor, _restart_avoid(record))
+            note(f"deleting the JobSet {workload.jobset}'s child Job(s) {_names([j.name for j in jobs])} "
+                 f"({len(live)} pod(s) created up to {cut:.0f}); {pointer}",
+                 {"count": len(live), "createdUpTo": int(cut)})  # fmt: skip
+        else:
+            jobs = [j for j in workload.children if j.created <= cut]
+        deleted = [
+            j.name
+            for j in jobs
+            if self.cluster.delete_child_job(namespace, j.name, j.uid, workload.jobset_uid)
+        ]
+        count = int(progress.fields.get("count") or len(live))
+        detail = (
+            f"deleted the JobSet {workload.jobset}'s child Job(s) {_names(deleted) or 'none (already gone)'}"
+            f" of restart attempt {workload.attempt}: the JobSet recreates them ({count} pod(s))"
+        )
+        return detail + (f"; {pointer}" if pointer else "")
+
+    def _replace_pod(
+        self, monitor: TrainingJobMonitor, params: dict[str, str], progress: Progress, note: Note
+    ) -> str:
+        """Replace only the gang's pod(s) on the faulty node, through the owner (kube/workloads.py's
+        Replacement): a JobSet child Job of parallelism 1 is deleted first (Background; the JobSet
+        recreates it at once and no one counts the pod's loss), then the pod goes: on a node judged down
+        it is marked Failed with DisruptionTarget=True and force-deleted (its kubelet will never
+        confirm), on a live node it is evicted (policy/v1 sets DisruptionTarget; a PodDisruptionBudget
+        may refuse). Before acting, the step's progress names each pod and child Job by uid, so a redo
+        acts on those only, never on their replacements; the resume-from pointer is written on the
+        workload first, for the replacement's sidecar."""
+        node = params.get("node", "")
+        down = params.get("nodeDown") == "true"
+        namespace = monitor.namespace
+        workload = self._owner(monitor)
+        moved = _restarted_by_owner(workload, params, progress)
+        if moved:
+            return moved
+        if progress.fields.get("uids") is not None:  # a redo: the same pods and Jobs as before the crash
+            targets = _targets(progress.fields.get("uids"), node)
+        else:
+            # a dead node's pod may be stuck terminating already: it is forced off too
+            targets = workload.replacements(node, terminating=down)
+            refused = [r.refusal for r in targets if r.refusal]
+            if refused:
+                raise StepFailed(f"{refused[0]}; nothing is done")
+            if not targets:
+                return f"no pod of the gang on {node}: nothing to replace"
+            pointer = self._resume_pointer(monitor, {node})
+            how = "force-deleting (node down)" if down else "evicting"
+            note(f"{how} {_names([t.pod for t in targets])} on {node}; {pointer}",
+                 {"count": len(targets), "uids": _entries(targets)})  # fmt: skip
+        done: list[str] = []
+        for target in targets:
+            job = target.child_job
+            if job is not None and self.cluster.delete_child_job(
+                namespace, job.name, job.uid, workload.jobset_uid
+            ):
+                done.append(f"deleted child Job {job.name}")
+            try:
+                if down:
+                    self.cluster.fail_pod(namespace, target.pod, target.uid,
+                                          f"node {node} is down: replaced by trainguard through its owner")  # fmt: skip
+                    gone = self.cluster.force_delete_pod(namespace, target.pod, target.uid)
+                else:
+                    gone = self.cluster.evict_pod(namespace, target.pod, target.uid, EVICTION_GRACE_S)
+            except Refused as exc:
+                if job is None:  # the pod stays and nothing replaces it: a person must look
+                    raise StepFailed(f"{exc}; {', '.join(done) or 'nothing done'}") from exc
+                done.append(f"{exc} (its Job is gone: the garbage collector deletes it)")
+                continue
+            done.append(
+                f"{'force-deleted' if down else 'evicted'} {target.pod}"
+                if gone
+                else f"{target.pod} already gone"
+            )
+        waits = sorted({t.wait for t in targets if t.wait})
+        return "; ".join(done) + (f"; the replacement waits for {', '.join(waits)}" if waits else "")
+
     def _resume_pointer(self, monitor: TrainingJobMonitor, avoid: set[str]) -> str:
         """Write the checkpoint the gang resumes from on the workload as trainguard.io/resume-from
         ({step, path, kind, ts}) before its pods go (they take their sidecars' view with them): the
@@ -937,14 +1071,50 @@ def _restart_avoid(record: Record) -> set[str]:
     for step in record.get("steps", []):
         if step.get("kind") == StepKind.RESTART_GANG:
             return _avoid(step.get("params") or {})
+        if step.get("kind") == StepKind.REPLACE_POD:
+            return {str((step.get("params") or {}).get("node", ""))} - {""}
     return set()
 
 
 def _gang_size(record: Record) -> int:
-    """How many pods the RestartGang step deleted (its progress count); 1 if unknown."""
+    """How many pods the RestartGang step deleted, or the ReplacePod step replaced (its progress
+    count): the new pods ConfirmPlacement waits for; 1 if unknown."""
     for step in record.get("steps", []):
-        if step.get("kind") == StepKind.RESTART_GANG:
+        if step.get("kind") in (StepKind.RESTART_GANG, StepKind.REPLACE_POD):
             count = (step.get("progress") or {}).get("count")
             if isinstance(count, int):
                 return max(1, count)
     return 1
+
+
+def _entries(targets: list[Replacement]) -> str:
+    """A ReplacePod's progress: pod/uid per target, with /job/uid of the child Job it deletes."""
+    return ",".join(
+        f"{t.pod}/{t.uid}" + (f"/{t.child_job.name}/{t.child_job.uid}" if t.child_job else "")
+        for t in targets
+    )
+
+
+def _targets(entries: Any, node: str) -> list[Replacement]:
+    """A redo's targets, from the step's progress (`_entries`)."""
+    out = []
+    for entry in str(entries or "").split(","):
+        parts = entry.split("/")
+        if len(parts) not in (2, 4) or not all(parts):
+            continue
+        job = ChildJob(parts[2], parts[3], 1, 0, False) if len(parts) == 4 else None
+        out.append(Replacement(parts[0], parts[1], node, job))
+    return out
+
+
+def _restarted_by_owner(workload: Workload, params: dict[str, str], progress: Progress) -> str:
+    """Why the step has nothing left to do: the JobSet restarted the gang itself (its restart attempt
+    moved past the one the plan saw) before this step began; "" otherwise. A redo's own progress stands:
+    the attempt it saw is the one it acted on."""
+    planned = params.get("attempt")
+    if not planned or progress.fields or workload.attempt is None or str(workload.attempt) == planned:
+        return ""
+    return (
+        f"the JobSet {workload.jobset} restarted the gang itself (restart attempt {workload.attempt}, "
+        f"planned at {planned}): its new pods are the replacement, nothing more is done"
+    )

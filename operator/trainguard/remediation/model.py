@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from trainguard.kube.workloads import Workload
 from trainguard.remediation.guardrails import Guardrails
 
 
@@ -61,7 +62,14 @@ class StepKind(StrEnum):
     """Taint params['node'] trainguard.io/faulty=<params['reason']>:NoSchedule."""
     RESTART_GANG = "RestartGang"
     """Delete the job's pods so that their controller recreates them as one gang, resuming from the
-    newest good checkpoint; replacement pods may use a spare node (trainguard.io/spare=true)."""
+    newest good checkpoint; replacement pods may use a spare node (trainguard.io/spare=true). A JobSet's
+    or TrainJob's gang is restarted through the JobSet: its current child Jobs are deleted, and the
+    JobSet recreates them at once."""
+    REPLACE_POD = "ReplacePod"
+    """Replace only the gang's pod(s) on params['node'] through the owner: on a node judged down
+    (params['nodeDown']) the pod is marked Failed with a DisruptionTarget condition and force-deleted,
+    on a live node it is evicted (policy/v1); a JobSet child Job of parallelism 1 is deleted first, so
+    the JobSet recreates it at once."""
     CONFIRM_PLACEMENT = "ConfirmPlacement"
     """Wait until the new pods are scheduled away from params['avoid'] nodes; record where."""
     ADVISE = "Advise"
@@ -131,3 +139,6 @@ class ClusterState:
     """GPU nodes per pool."""
     open_breakers: Mapping[str, str] = field(default_factory=dict)
     """Pool -> why its circuit breaker is open: no cordon there."""
+    workload: Workload | None = None
+    """The monitor's workload owner resolved (kube/workloads.py), when it names one: its problem, the
+    restarts it has left and whether it allows one, and how one pod is replaced through it."""

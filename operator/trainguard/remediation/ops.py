@@ -7,7 +7,9 @@ import ipaddress
 from typing import Any, NamedTuple, Protocol
 
 from trainguard.api.common import LabelSelector
+from trainguard.api.monitor import WorkloadRef
 from trainguard.kube.objects import is_terminating
+from trainguard.kube.workloads import Workload
 
 
 class Sidecar(NamedTuple):
@@ -35,6 +37,11 @@ def callable_sidecars(pods: list[dict[str, Any]], port: int) -> list[Sidecar]:
         node = str((pod.get("spec") or {}).get("nodeName") or "")
         out.append(Sidecar(str(pod["metadata"]["name"]), node, f"http://{_url_host(ip)}:{port}"))
     return sorted(out)
+
+
+class Refused(Exception):
+    """The API refused a step's write for a reason a person must look at (a PodDisruptionBudget, a Job
+    that is not the JobSet's); the message says which."""
 
 
 class ClusterOps(Protocol):
@@ -85,3 +92,30 @@ class ClusterOps(Protocol):
         ...
 
     def unready_nodes(self) -> set[str]: ...
+
+    # ---- through the workload's owner ----
+
+    def workload(self, namespace: str, ref: WorkloadRef, selector: LabelSelector) -> Workload:
+        """The monitor's workload owner resolved from the caches (kube/workloads.py)."""
+        ...
+
+    def fail_pod(self, namespace: str, name: str, uid: str, message: str) -> bool:
+        """Mark the pod (that uid) Failed with DisruptionTarget=True, as PodGC and JobSet's pod controller
+        do before deleting: its Job's podFailurePolicy can Ignore it. False when it is gone or replaced."""
+        ...
+
+    def force_delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete the pod (that uid) with grace period 0: a dead node's kubelet never confirms it. False
+        when it is gone or replaced."""
+        ...
+
+    def evict_pod(self, namespace: str, name: str, uid: str, grace_s: int) -> bool:
+        """policy/v1 Eviction of the pod (that uid); False when it is gone or replaced. Raises Refused
+        when a PodDisruptionBudget forbids it now."""
+        ...
+
+    def delete_child_job(self, namespace: str, name: str, uid: str, owner_uid: str) -> bool:
+        """Delete that incarnation of a JobSet's child Job (Background), after checking that its
+        controller ownerReference is the JobSet `owner_uid`; False when it is gone. Raises Refused when
+        the Job is not that JobSet's."""
+        ...

@@ -10,6 +10,13 @@ restart budget. A plan stopped by a guard has no steps (`skipped` says why), exc
 and the budget, which leave one NOTIFY step so that a human hears what was not done. With the
 operator in dry-run mode every plan is a dry run.
 
+Restarts go through the workload's owner (kube/workloads.py, resolved by the edge into
+ClusterState.workload): a workloadRef that does not resolve, or an owner that allows no restart (a
+JobSet without failurePolicy.maxRestarts, one Kueue evicted), turns the restart steps into a NOTIFY
+saying why, while the node is still cordoned; the restart budget is the smaller of jobRestartBudget's
+and the owner's. A node fault of a JobSet or TrainJob replaces only the faulty node's pod (REPLACE_POD)
+instead of restarting the gang.
+
 Two classes are acted on at P1: trainingAdvice (GradientExplosion, opt-in) and eccDegraded
 (GPUSingleBitECCErrorsHigh: a checkpoint, then cordon and taint; the job is not restarted). The
 operator's escalation re-posts an unacknowledged P1 as a P0 copy (`escalated_from`) that reaches the
@@ -27,6 +34,7 @@ from trainguard.api import duration_seconds
 from trainguard.api.monitor import Remediation, TrainingJobMonitor
 from trainguard.catalog import ALERTS_BY_NAME
 from trainguard.catalog.alerts import TRAINING_INTERRUPTED
+from trainguard.kube.workloads import Workload
 from trainguard.remediation.escalation import ESCALATED_FROM
 from trainguard.remediation.guardrails import (
     CORDON_CAP,
@@ -96,6 +104,9 @@ MODE_OFF = "remediation off operator-wide"
 QUIET = (RESOLVED, FOREIGN, NO_RESPONSE, ESCALATED, DUPLICATE, DISABLED, NOTIFY_ONLY, UNVERIFIED, MODE_OFF)
 
 NODE_DOWN = "GPUNodeDown"
+REPLACE_ONE = ("JobSet", "TrainJob")
+"""Owners whose node-fault plan replaces only the faulty node's pod: their gang restart is the JobSet's
+own (counted against maxRestarts, every pod recreated), a pod's replacement is not."""
 HARDWARE_CLAIMS = ("GPUCriticalXid", "GPUDoubleBitECCError", "GPULost")
 """Alerts that claim a GPU fault the job's sidecar on that node saw itself (exporter/fastpath.py): their
 plans start with CONFIRM_FAULT, so that a label in an alert posted by anyone who reaches Alertmanager's
@@ -201,7 +212,7 @@ def plan(signal: Signal, monitor: TrainingJobMonitor, state: ClusterState) -> Pl
     doubt = _unverified(signal, cls, state)
     if doubt and not rem.dry_run:  # a dry run acts on nothing: a drill's synthetic alert is planned
         return skip(f"{UNVERIFIED}: {doubt}")
-    steps = _steps(signal, monitor, cls, action)
+    steps = _through_owner(_steps(signal, monitor, cls, action), state.workload, signal.node)
     if not any(s.kind != StepKind.NOTIFY for s in steps):
         # nothing but the notice of what could not be done
         return skip(steps[0].params["reason"], *steps)
@@ -229,7 +240,7 @@ def plan(signal: Signal, monitor: TrainingJobMonitor, state: ClusterState) -> Pl
         withheld = withheld_cordon(signal.node, guard, rem.max_cordoned_nodes, view)
         if withheld:
             return skip(withheld, _notify(withheld))
-    if any(s.kind == StepKind.RESTART_GANG for s in steps):
+    if any(s.kind in RESTARTS for s in steps):
         restarts = _restarts(state, duration_seconds(rem.budget_window))
         if restarts >= rem.job_restart_budget:
             reason = (
@@ -238,6 +249,41 @@ def plan(signal: Signal, monitor: TrainingJobMonitor, state: ClusterState) -> Pl
             )
             return skip(reason, _notify(reason))
     return replace(base, steps=steps)
+
+
+RESTARTS = (StepKind.RESTART_GANG, StepKind.REPLACE_POD)
+"""The steps that restart the job (each spends the restart budget) and go through its owner."""
+WORKLOAD_UNRESOLVED = "workload unresolved"
+OWNER_REFUSES = "the owner allows no restart"
+
+
+def _through_owner(steps: tuple[Step, ...], workload: Workload | None, node: str) -> tuple[Step, ...]:
+    """`steps` with their restart (and the placement it waits for) turned into one NOTIFY when the owner
+    cannot be resolved, allows no restart now (the budget it has left included: trainguard never spends
+    more than the owner allows), or would fail rather than replace the faulty node's pod. The steps
+    before it (cordon, taint, checkpoint) stay: a bad node is taken out of service whoever owns the pods."""
+    if workload is None or not any(s.kind in RESTARTS for s in steps):
+        return steps
+    why = ""
+    if workload.problem:
+        why = f"{WORKLOAD_UNRESOLVED}: {workload.problem}; nothing is restarted"
+    elif workload.refusal:
+        why = f"{OWNER_REFUSES}: {workload.refusal}"
+    elif any(s.kind == StepKind.REPLACE_POD for s in steps):
+        refused = [r.refusal for r in workload.replacements(node) if r.refusal]
+        if refused:
+            why = f"{OWNER_REFUSES}: {refused[0]}"
+    if not why:
+        if workload.attempt is None:
+            return steps
+        # the JobSet's restart attempt the plan saw: the executor does nothing when the JobSet has since
+        # restarted the gang itself (its own failure policy, for the same fault)
+        attempt = str(workload.attempt)
+        return tuple(
+            replace(s, params={**s.params, "attempt": attempt}) if s.kind in RESTARTS else s for s in steps
+        )
+    kept = tuple(s for s in steps if s.kind not in (*RESTARTS, StepKind.CONFIRM_PLACEMENT))
+    return (*kept, _notify(why))
 
 
 def _unverified(signal: Signal, cls: str, state: ClusterState) -> str:
@@ -314,6 +360,16 @@ def _steps(signal: Signal, monitor: TrainingJobMonitor, cls: str, action: str) -
         Step(StepKind.RESTART_GANG, {"from": NEWEST_GOOD_CHECKPOINT, "avoid": node}),
         Step(StepKind.CONFIRM_PLACEMENT, {"avoid": node}),
     )
+    ref = monitor.spec.workload_ref
+    if node and ref is not None and ref.kind in REPLACE_ONE:
+        # only the faulty node's pod is replaced, through the owner, and nothing is counted against the
+        # JobSet's maxRestarts. The healthy ranks are restarted in place by `trainguard launch`
+        # (RESTART_IN_PLACE, to follow REPLACE_POD here once every gang pod runs the launcher).
+        down = {"nodeDown": "true"} if signal.alertname == NODE_DOWN else {}
+        restart = (
+            Step(StepKind.REPLACE_POD, {"from": NEWEST_GOOD_CHECKPOINT, "node": node, **down}),
+            Step(StepKind.CONFIRM_PLACEMENT, {"avoid": node}),
+        )
     if cls == NONFINITE_LOSS:
         return (
             Step(StepKind.PAUSE),
@@ -401,10 +457,9 @@ def _unconfirmed(record: dict[str, Any]) -> bool:
 
 
 def _restarts_gang(record: dict[str, Any]) -> bool:
-    return any(
-        s.get("kind") == StepKind.RESTART_GANG and s.get("phase") != Phase.SKIPPED
-        for s in record.get("steps", [])
-    )
+    """The record restarts the job (the gang, or the pod a fault took): an interruption it caused (the
+    replaced pod, failed on purpose) is the same restart."""
+    return any(s.get("kind") in RESTARTS and s.get("phase") != Phase.SKIPPED for s in record.get("steps", []))
 
 
 def _cordoned_nodes(state: ClusterState, window: float) -> set[str]:
@@ -426,15 +481,16 @@ def _cordoned_nodes(state: ClusterState, window: float) -> set[str]:
 
 
 def _restarts(state: ClusterState, window: float) -> int:
-    """Gang restarts of this job within the window: begun (InProgress, Succeeded or Failed) or still to
-    come in an unfinished record; a restart that a failed earlier step never reached does not count."""
+    """Restarts of this job within the window (a gang restart, or a pod replaced through the owner):
+    begun (InProgress, Succeeded or Failed) or still to come in an unfinished record; a restart that a
+    failed earlier step never reached does not count."""
     since = state.now - window
     count = 0
     for r in _live(state.records):
         if unix(str(r.get("created", ""))) < since:
             continue
         for step in r.get("steps", []):
-            if step.get("kind") != StepKind.RESTART_GANG:
+            if step.get("kind") not in RESTARTS:
                 continue
             phase = step.get("phase")
             if phase in (Phase.IN_PROGRESS, Phase.SUCCEEDED, Phase.FAILED) or (

@@ -17,9 +17,11 @@ from typing import Any, Protocol
 
 from trainguard.api import PolicyProblem, TrainingJobMonitor, policies_for
 from trainguard.api.common import LabelSelector
+from trainguard.api.monitor import WorkloadRef
 from trainguard.catalog import ALERTS_BY_NAME
 from trainguard.kube.errors import NotSynced
 from trainguard.kube.errors import retryable as api_retryable
+from trainguard.kube.workloads import Workload
 from trainguard.remediation import pending, records
 from trainguard.remediation.dispatch import Dispatcher
 from trainguard.remediation.guardrails import ACT, OFF, Guardrails
@@ -57,6 +59,8 @@ class PlanningReads(Protocol):
 
     def unready_nodes(self) -> set[str]: ...
     def held_cordons(self) -> list[str]: ...
+
+    def workload(self, namespace: str, ref: WorkloadRef, selector: LabelSelector) -> Workload: ...
 
     def pools(self, label: str) -> list[tuple[str, str, bool]]: ...
 
@@ -134,6 +138,7 @@ class Planner:
                 pools=pools,
                 pool_sizes=dict(Counter(pools.values())),
                 open_breakers=dict(self.breaker()),
+                workload=self._workload(monitor),
             )
             decided = plan(signal, monitor, state)
             if quiet(decided):
@@ -155,6 +160,13 @@ class Planner:
         self.store.announce(body, "RemediationPlanned", summary(record))
         self.dispatcher.dispatch(record, monitor, body)
         return record
+
+    def _workload(self, monitor: TrainingJobMonitor) -> Workload | None:
+        """The monitor's workload owner as the caches show it now; None without a workloadRef."""
+        ref = monitor.spec.workload_ref
+        if ref is None:
+            return None
+        return self.cluster.workload(monitor.namespace, ref, monitor.spec.selector)
 
     def _as_policy_says(self, signal: Signal, monitor: TrainingJobMonitor) -> tuple[Signal, str]:
         """The signal at the severity the monitor's policies give its alert, or why it is dropped (the
