@@ -72,6 +72,8 @@ it. Not the other way round: a node fault on a node only isolated must still mov
 ADVICE_ALERT = "GradientExplosion"
 CLIP_GRADIENTS = "clip_gradients"
 NEWEST_GOOD_CHECKPOINT = "newest-good-checkpoint"
+RESTARTS = (StepKind.RESTART_IN_PLACE, StepKind.RESTART_GANG)
+"""The steps that restart the job, each counted against jobRestartBudget (once per record)."""
 
 DUPLICATE_WINDOW_S = 600.0
 """A fault is acted on once: another signal of it within this long after its record finished is a
@@ -229,13 +231,17 @@ def plan(signal: Signal, monitor: TrainingJobMonitor, state: ClusterState) -> Pl
         withheld = withheld_cordon(signal.node, guard, rem.max_cordoned_nodes, view)
         if withheld:
             return skip(withheld, _notify(withheld))
-    if any(s.kind == StepKind.RESTART_GANG for s in steps):
+    if any(s.kind in RESTARTS for s in steps):
         restarts = _restarts(state, duration_seconds(rem.budget_window))
         if restarts >= rem.job_restart_budget:
-            reason = (
+            spent = (
                 f"{RESTART_BUDGET}: {restarts} restart(s) of this job in the last {rem.budget_window}"
-                f" (jobRestartBudget {rem.job_restart_budget}); nothing is done"
+                f" (jobRestartBudget {rem.job_restart_budget})"
             )
+            if cls == NONFINITE_LOSS:  # the pause and the pin still hold the good checkpoint
+                reason = f"{spent}; the trainers are not restarted, training stays paused at the pin"
+                return replace(base, steps=(*(s for s in steps if s.kind not in RESTARTS), _notify(reason)))
+            reason = f"{spent}; nothing is done"
             return skip(reason, _notify(reason))
     return replace(base, steps=steps)
 
@@ -314,15 +320,19 @@ def _steps(signal: Signal, monitor: TrainingJobMonitor, cls: str, action: str) -
         Step(StepKind.RESTART_GANG, {"from": NEWEST_GOOD_CHECKPOINT, "avoid": node}),
         Step(StepKind.CONFIRM_PLACEMENT, {"avoid": node}),
     )
+    # the trainers, not the pods, where every pod runs `trainguard launch`: the step reads the sidecars
+    # (the planner calls none) and, where a pod has no launcher, leaves the restart to the steps after it
+    in_place = Step(StepKind.RESTART_IN_PLACE, {"from": NEWEST_GOOD_CHECKPOINT})
     if cls == NONFINITE_LOSS:
         return (
             Step(StepKind.PAUSE),
             Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(_nan_bound(signal, monitor))}),
+            in_place,
         )
     if cls == TRAINING_ADVICE:
         return (Step(StepKind.ADVISE, {"advice": CLIP_GRADIENTS}),)
     if cls in (STALL, INTERRUPTED):
-        return restart
+        return (in_place, *restart)
     # NODE_FAULT
     checkpoint = _checkpoint(monitor, node)
     if not node:
@@ -383,10 +393,8 @@ def _duplicate_of(
 
 
 def _restarts_gang(record: dict[str, Any]) -> bool:
-    return any(
-        s.get("kind") == StepKind.RESTART_GANG and s.get("phase") != Phase.SKIPPED
-        for s in record.get("steps", [])
-    )
+    """Whether the record restarts the gang, in place or by new pods (a step not skipped)."""
+    return any(s.get("kind") in RESTARTS and s.get("phase") != Phase.SKIPPED for s in record.get("steps", []))
 
 
 def _cordoned_nodes(state: ClusterState, window: float) -> set[str]:
@@ -408,19 +416,18 @@ def _cordoned_nodes(state: ClusterState, window: float) -> set[str]:
 
 
 def _restarts(state: ClusterState, window: float) -> int:
-    """Gang restarts of this job within the window: begun (InProgress, Succeeded or Failed) or still to
-    come in an unfinished record; a restart that a failed earlier step never reached does not count."""
+    """Restarts of this job within the window, one per record whose restart (in place, or of the gang's
+    pods) has begun (InProgress, Succeeded or Failed) or is still to come in an unfinished record; a
+    restart that a failed earlier step never reached does not count, nor one skipped (an in-place restart
+    with no launcher, whose RestartGang then counts, or a NaN's that leaves training paused)."""
     since = state.now - window
     count = 0
     for r in _live(state.records):
         if unix(str(r.get("created", ""))) < since:
             continue
-        for step in r.get("steps", []):
-            if step.get("kind") != StepKind.RESTART_GANG:
-                continue
-            phase = step.get("phase")
-            if phase in (Phase.IN_PROGRESS, Phase.SUCCEEDED, Phase.FAILED) or (
-                phase == Phase.PLANNED and not is_finished(r)
-            ):
-                count += 1
+        phases = [s.get("phase") for s in r.get("steps", []) if s.get("kind") in RESTARTS]
+        if any(p in (Phase.IN_PROGRESS, Phase.SUCCEEDED, Phase.FAILED) for p in phases) or (
+            Phase.PLANNED in phases and not is_finished(r)
+        ):
+            count += 1
     return count

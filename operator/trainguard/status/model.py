@@ -30,8 +30,9 @@ BASELINE = "trainguard:train_tokens_per_second_per_gpu:avg:baseline_mean"
 CHECKPOINT_STEP = "trainguard_checkpoint_last_step"
 CHECKPOINT_TIME = "trainguard_checkpoint_last_success_timestamp_seconds"
 TRAIN_STEP = "trainguard_train_step"
-STOPPING_STEPS = frozenset({"Pause", "RestartGang"})
-RESTART = "RestartGang"
+STOPPING_STEPS = frozenset({"Pause", "RestartInPlace", "RestartGang"})
+RESTARTS = frozenset({"RestartInPlace", "RestartGang"})
+"""A restart redoes the steps since the checkpoint it resumed from, in place or by new pods."""
 REDO_WINDOW = "5m"
 """The redo is read over the window before a record's creation, not at that instant: by then the failed
 pod's target may be gone and its series marked stale."""
@@ -150,7 +151,7 @@ def _remediation(record: Mapping[str, Any]) -> Remediation:
 
 
 def stopped_training(record: Mapping[str, Any]) -> bool:
-    """Finished, not a dry run, and a step that stops training (Pause, RestartGang) succeeded."""
+    """Finished, not a dry run, and a step that stops training (Pause, a restart) succeeded."""
     if record.get("dryRun") or record.get("phase") not in ("Succeeded", "Failed"):
         return False
     return any(
@@ -159,7 +160,7 @@ def stopped_training(record: Mapping[str, Any]) -> bool:
 
 
 def restarted(record: Mapping[str, Any]) -> bool:
-    return any(s.get("kind") == RESTART and s.get("phase") == "Succeeded" for s in record.get("steps") or [])
+    return any(s.get("kind") in RESTARTS and s.get("phase") == "Succeeded" for s in record.get("steps") or [])
 
 
 def time_lost(records: Sequence[Mapping[str, Any]], redo: Mapping[str, Redo]) -> tuple[float, bool]:
