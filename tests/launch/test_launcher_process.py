@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,7 +29,8 @@ out, mode = sys.argv[1], sys.argv[2]
 gen = os.environ["TRAINGUARD_GENERATION"]
 helper = subprocess.Popen(["sleep", "300"])  # a worker the trainer started: it must go with the trainer
 with open(out, "a") as f:
-    f.write(json.dumps({"gen": gen, "pid": os.getpid(), "helper": helper.pid,
+    f.write(json.dumps({"gen": gen, "pid": os.getpid(), "helper": helper.pid, "argv": sys.argv[1:],
+                        "preloaded": "wave" in sys.modules, "main": __name__,
                         "resume": os.environ.get("TRAINGUARD_RESUME_FROM")}) + "\\n")
 if mode == "fail" and gen == "0":
     sys.exit(5)
@@ -153,3 +155,19 @@ def test_no_command_is_a_usage_error(args: list[str]) -> None:
     done = subprocess.run([sys.executable, "-m", "trainguard.cli", "launch", *args], env=env, capture_output=True,
                           text=True, check=False, timeout=30)  # fmt: skip
     assert done.returncode == 2 and "needs the trainer's command after --" in done.stderr
+
+
+def test_with_preload_the_restart_runs_in_the_warm_trainer_that_imported_ahead(tmp_path: Path) -> None:
+    with launched(tmp_path, "sleep", "--preload", "wave") as (exp, _proc, out):
+        log = tmp_path / "launcher.log"
+        warm = wait_for("a warm trainer parked", lambda: re.search(r"a warm trainer \(pid (\d+)\) preloads wave",
+                                                                     log.read_text()), timeout=30)  # fmt: skip
+        first = lines(out)[0]
+        assert first["preloaded"] is False, "the first trainer starts cold"
+        word(exp, 1)
+        wait_for("generation 1 started", lambda: len(lines(out)) == 2, timeout=10, interval=0.02)
+        second = lines(out)[1]
+        assert second["pid"] == int(warm.group(1)) and second["preloaded"] is True
+        assert second["argv"] == first["argv"] and second["main"] == "__main__"
+        assert json.loads(second["resume"])["step"] == 1000 and second["gen"] == "1"
+        assert not alive(first["pid"])

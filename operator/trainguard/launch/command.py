@@ -53,6 +53,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    f"launcher exits with its status (default {DEFAULT_WORD_TIMEOUT})")  # fmt: skip
     p.add_argument("--poll-interval", type=seconds, default=seconds(DEFAULT_POLL), metavar="DURATION",
                    help=f"how often the sidecar's control is read for a word (default {DEFAULT_POLL})")  # fmt: skip
+    p.add_argument("--preload", metavar="MODULES", default="",
+                   help="comma-separated modules (such as torch) a warm trainer imports ahead of each in-place "
+                   "restart, for a command `python SCRIPT ...` or `python -m MODULE ...`: the restart skips the "
+                   "interpreter's start and those imports, for the memory of one parked interpreter")  # fmt: skip
     p.add_argument("command", nargs=argparse.REMAINDER, help="the trainer's command, after --")
     p.set_defaults(func=run)
 
@@ -75,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
     endpoint = args.endpoint or os.environ.get("TRAINGUARD_ENDPOINT") or DEFAULT_ENDPOINT
     settings = Settings(term_grace_s=args.term_grace, word_timeout_s=args.word_timeout)
     try:
-        supervisor = Supervisor(Options(command, endpoint, settings, args.poll_interval))
+        preload = tuple(m.strip() for m in args.preload.split(",") if m.strip())
+        supervisor = Supervisor(Options(command, endpoint, settings, args.poll_interval, preload))
     except ValueError as exc:  # the endpoint's form
         return _usage(str(exc))
     return supervisor.run()

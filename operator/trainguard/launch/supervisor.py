@@ -21,6 +21,7 @@ from typing import Any
 
 from trainguard.launch import decide
 from trainguard.launch.decide import Action, Settings, State
+from trainguard.launch.warm import entry_of, order, warm_command
 from trainguard.launch.word import BadWord, Word, child_env, word_of
 from trainguard.sdk.transport import Transport
 
@@ -31,6 +32,9 @@ HEARTBEAT_S = 5.0
 SIDECAR_TIMEOUT_S = 1.0
 FIRST_WORD_TIMEOUT_S = 0.5
 """How long the first look for a word the sidecar already holds may take before the trainer starts."""
+WARM_DELAY_S = 5.0
+"""With --preload, the next warm trainer starts this long after a trainer did, not with it: its imports
+would compete with the new trainer's for the CPU at the moment that counts."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,8 @@ class Options:
     endpoint: str
     settings: Settings = field(default_factory=Settings)
     poll_interval_s: float = 0.1
+    preload: tuple[str, ...] = ()
+    """Modules a warm trainer imports ahead of the next restart (launch/warm.py); none: always cold."""
 
 
 class Supervisor:
@@ -63,6 +69,12 @@ class Supervisor:
         self.last_report = 0.0
         self.exit_status: int | None = None
         self.spawn_failed = False
+        self.entry = entry_of(options.command) if options.preload else None
+        if options.preload and self.entry is None:
+            log.warning("--preload needs a command `python [flags] SCRIPT ...` or `python [flags] -m MODULE ...`;"
+                        " %s is started cold", options.command[0])  # fmt: skip
+        self.warm: subprocess.Popen[bytes] | None = None
+        self.warm_at: float | None = None
 
     # ---- the sidecar ----
 
@@ -111,6 +123,23 @@ class Supervisor:
 
     def _spawn(self, generation: int, word: Word | None) -> None:
         env = child_env(self.env, generation, word)
+        if self.entry is not None:
+            self.warm_at = self.clock() + WARM_DELAY_S
+        warm, self.warm = self.warm, None
+        if warm is not None and self.entry is not None and warm.poll() is None and warm.stdin is not None:
+            try:
+                warm.stdin.write(order(self.entry, env))
+                warm.stdin.close()
+                log.info("starting generation %d in the warm trainer (pid %d): %s", generation, warm.pid,
+                         " ".join(self.options.command))  # fmt: skip
+                self.child = warm
+                self._report("started")
+                return
+            except OSError as exc:
+                log.warning(
+                    "the warm trainer (pid %d) did not take the order (%s): starting cold", warm.pid, exc
+                )
+                self._kill_group(warm.pid, signal.SIGKILL)
         log.info("starting generation %d: %s", generation, " ".join(self.options.command))
         try:
             # its own session and process group: the whole group is stopped, whatever it started
@@ -121,6 +150,25 @@ class Supervisor:
             self.spawn_failed = True  # as a shell would have it: a trainer that exited 127
             return
         self._report("started")
+
+    def _warm_up(self) -> None:
+        """Start the next warm trainer when it is due (--preload): parked until a restart needs it."""
+        if self.entry is None or self.warm is not None or self.warm_at is None or self.clock() < self.warm_at:
+            return
+        self.warm_at = None
+        command = warm_command(self.entry, self.options.preload)
+        try:
+            self.warm = subprocess.Popen(command, env=self.env, stdin=subprocess.PIPE, start_new_session=True)
+        except OSError as exc:
+            log.warning("cannot start a warm trainer (%s): the next restart starts cold", exc)
+            return
+        log.info("a warm trainer (pid %d) preloads %s for the next restart", self.warm.pid,
+                 ", ".join(self.options.preload))  # fmt: skip
+
+    @staticmethod
+    def _kill_group(pid: int, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
 
     def _stop(self, hard: bool) -> None:
         if self.child is None:
@@ -142,6 +190,11 @@ class Supervisor:
             if self.child is not None and pid == self.child.pid:
                 found = os.waitstatus_to_exitcode(status)
                 self.child.returncode = found
+            elif self.warm is not None and pid == self.warm.pid:
+                self.warm.returncode = os.waitstatus_to_exitcode(status)
+                log.warning("the warm trainer (pid %d) exited with %d before it was needed: the next one starts "
+                            "after %gs", pid, self.warm.returncode, WARM_DELAY_S)  # fmt: skip
+                self.warm, self.warm_at = None, self.clock() + WARM_DELAY_S
         if found is not None and self.child is not None:
             # what the trainer left in its group dies with it: a dataloader worker, a torchrun worker
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -209,10 +262,16 @@ class Supervisor:
                     if word is not None:
                         self._apply(decide.on_word(self.state, word, now))
             self._apply(decide.on_tick(self.state, now, settings))
+            if self.state.running and self.exit_status is None:
+                self._warm_up()
             if self.exit_status is None and now - self.last_report >= HEARTBEAT_S:
                 self._report("alive")
             time.sleep(min(self.options.poll_interval_s, 0.05))
         if self.state.running and self.child is not None:  # an Exit while the trainer still runs: never
             self._stop(hard=True)
+        if self.warm is not None:
+            self._kill_group(self.warm.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                self.warm.wait(timeout=5)
         self._report("bye")
         return self.exit_status
