@@ -171,3 +171,38 @@ def test_with_preload_the_restart_runs_in_the_warm_trainer_that_imported_ahead(t
         assert second["argv"] == first["argv"] and second["main"] == "__main__"
         assert json.loads(second["resume"])["step"] == 1000 and second["gen"] == "1"
         assert not alive(first["pid"])
+
+
+def test_a_restarted_sidecar_is_told_the_launchers_state_again(tmp_path: Path) -> None:
+    sock, out, script = tmp_path / "sdk.sock", tmp_path / "trainer.jsonl", tmp_path / "trainer.py"
+    script.write_text(TRAINER)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "operator")}
+    with running_exporter("--backend", "none", "--no-host", socket_path=str(sock), sdk_tcp=False) as exp:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "trainguard.cli", "launch", "--endpoint", f"unix://{sock}", "--",
+             sys.executable, str(script), str(out), "sleep"],
+            env=env, stdout=(tmp_path / "launcher.log").open("wb"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            wait_for("generation 0 running", lambda: launcher(exp).get("state") == "running")
+            word(exp, 1)
+            wait_for("generation 1 running", lambda: launcher(exp).get("generation") == 1)
+        except BaseException:
+            proc.kill()
+            raise
+    try:
+        with running_exporter(
+            "--backend", "none", "--no-host", socket_path=str(sock), sdk_tcp=False
+        ) as again:
+            wait_for(
+                "the launcher's hello to the new sidecar", lambda: launcher(again).get("generation") == 1
+            )
+            assert launcher(again)["alive"] and launcher(again)["state"] == "running"
+            assert len(lines(out)) == 2, "the trainer ran on while the sidecar was away"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+        for line in lines(out):
+            for pid in (line["pid"], line["helper"]):
+                if alive(pid):
+                    os.kill(pid, signal.SIGKILL)

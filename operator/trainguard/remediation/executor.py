@@ -22,6 +22,10 @@ Decisions taken here:
 - The resume-from pointer on the workload lives from the gang's deletion until its replacements are
   placed (the webhook has read it by then): a pod recreated later for another reason must not start
   pinned to an old checkpoint.
+- RestartInPlace restarts the trainers, not the pods, only where every live pod of the gang has a live
+  `trainguard launch`; otherwise it is Skipped and the RestartGang after it restarts the gang by new
+  pods, every pod of it: a gang is never half restarted in place. Once it succeeded, the RestartGang
+  and ConfirmPlacement after it are Skipped (checked before each of them, so a redo skips them too).
 
 Exactly once: the executor never trusts the copy it was handed. It reads the record and its monitor
 from the API first (`read`), refuses a record without the operator's signature (Failed, nothing done),

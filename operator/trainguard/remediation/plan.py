@@ -10,6 +10,11 @@ restart budget. A plan stopped by a guard has no steps (`skipped` says why), exc
 and the budget, which leave one NOTIFY step so that a human hears what was not done. With the
 operator in dry-run mode every plan is a dry run.
 
+A restart (a stall, an interruption, and a NaN after its pin) is planned in place first: RestartInPlace,
+which the executor carries out only where every pod runs `trainguard launch` (it reads the sidecars;
+the planner reads none), then the RestartGang and ConfirmPlacement that restart by new pods where it
+cannot (a NaN has none: it stays paused). Both count once against the restart budget.
+
 Two classes are acted on at P1: trainingAdvice (GradientExplosion, opt-in) and eccDegraded
 (GPUSingleBitECCErrorsHigh: a checkpoint, then cordon and taint; the job is not restarted). The
 operator's escalation re-posts an unacknowledged P1 as a P0 copy (`escalated_from`) that reaches the
