@@ -99,6 +99,7 @@ bench: bootstrap node-exporter
 	$(PY) bench/detection.py
 	$(PY) bench/scale.py
 	$(PY) bench/pipeline.py --injections 4 --per-class 3
+	$(PY) bench/restart_in_place.py --runs 3
 	$(PY) bench/ettr.py
 	$(PY) bench/signal_handling.py
 
