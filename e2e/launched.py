@@ -26,8 +26,9 @@ WORLD = 2
 STEP_DELAY_S = 0.02
 TERM_GRACE = "2s"
 WORD_TIMEOUT = "60s"
-PRELOAD = "torch,torch.distributed,torch.nn.parallel"
-"""What the warm trainer imports ahead of a restart: what examples/train_ddp.py spends its start on."""
+PRELOAD = "torch,torch.distributed,torch.nn.parallel,torch._dynamo"
+"""What the warm trainer imports ahead of a restart: what examples/train_ddp.py spends its start on,
+torch._dynamo (and sympy with it: about 900 modules) included, which DDP's constructor imports."""
 WARM_STEP = 120
 """Each rank's step before a fault is injected: past the first full checkpoint (fullEverySteps 100)."""
 

@@ -160,8 +160,10 @@ def test_no_command_is_a_usage_error(args: list[str]) -> None:
 def test_with_preload_the_restart_runs_in_the_warm_trainer_that_imported_ahead(tmp_path: Path) -> None:
     with launched(tmp_path, "sleep", "--preload", "wave") as (exp, _proc, out):
         log = tmp_path / "launcher.log"
-        warm = wait_for("a warm trainer parked", lambda: re.search(r"a warm trainer \(pid (\d+)\) preloads wave",
-                                                                     log.read_text()), timeout=30)  # fmt: skip
+        wait_for("the warm trainer ready, as the sidecar is told", lambda: launcher(exp).get("warm") == "ready",
+                 timeout=30)  # fmt: skip
+        warm = re.search(r"a warm trainer \(pid (\d+)\) preloads wave", log.read_text())
+        assert warm is not None and "the warm trainer (pid" in log.read_text()
         first = lines(out)[0]
         assert first["preloaded"] is False, "the first trainer starts cold"
         word(exp, 1)

@@ -21,6 +21,8 @@ LAUNCHER_EVENTS = ("hello", "started", "exited", "alive", "bye")
 EXIT_CAUSES = ("exit", "restart", "signal")
 """Why a trainer exited: by itself, killed by its launcher for a new generation, or killed because the
 launcher was told to stop (the pod is going away)."""
+WARM_STATES = ("starting", "ready")
+"""The launcher's warm trainer (--preload): importing, or ready to take the next restart."""
 LAUNCHER_STALE_S = 15.0
 """A launcher not heard from for this long is not counted on (it reports at least every 5 s)."""
 
@@ -87,7 +89,7 @@ def launcher_state(report: dict[str, Any]) -> dict[str, Any] | None:
     pid, generation = _count(report.get("pid")), _count(report.get("generation"))
     if not pid or generation is None:
         return None
-    cause = report.get("cause")
+    cause, warm = report.get("cause"), report.get("warm")
     return {
         "pid": pid,
         "generation": generation,
@@ -97,6 +99,7 @@ def launcher_state(report: dict[str, Any]) -> dict[str, Any] | None:
         "code": _count(report.get("code")),
         "signal": _count(report.get("signal")),
         "cause": cause if cause in EXIT_CAUSES else None,
+        "warm": warm if warm in WARM_STATES else None,
     }
 
 

@@ -75,6 +75,9 @@ class Supervisor:
                         " %s is started cold", options.command[0])  # fmt: skip
         self.warm: subprocess.Popen[bytes] | None = None
         self.warm_at: float | None = None
+        self.warm_ready: int | None = None
+        """The read end of the warm trainer's ready pipe, until it said it is ready (then None)."""
+        self.warm_since = 0.0
 
     # ---- the sidecar ----
 
@@ -111,7 +114,7 @@ class Supervisor:
         state = "gone" if event == "bye" else "running" if s.running else "waiting"
         body = {"type": "launcher", "event": event, "state": state, "pid": os.getpid(), "generation": s.generation,
                 "child": self.child.pid if self.child is not None and s.running else None, "ts": self.wall(),
-                **more}  # fmt: skip
+                "warm": self._warm_state(), **more}  # fmt: skip
         self.last_report = self.clock()
         try:
             self.transport.request("POST", "/v1/report", {"events": [body]})
@@ -126,6 +129,7 @@ class Supervisor:
         if self.entry is not None:
             self.warm_at = self.clock() + WARM_DELAY_S
         warm, self.warm = self.warm, None
+        self._close_ready()
         if warm is not None and self.entry is not None and warm.poll() is None and warm.stdin is not None:
             try:
                 warm.stdin.write(order(self.entry, env))
@@ -152,18 +156,48 @@ class Supervisor:
         self._report("started")
 
     def _warm_up(self) -> None:
-        """Start the next warm trainer when it is due (--preload): parked until a restart needs it."""
+        """Start the next warm trainer when it is due (--preload): parked until a restart needs it. Once it
+        says it is ready (its imports done), the next report tells the sidecar (`warm: ready`)."""
+        if self.warm is not None and self.warm_ready is not None:
+            try:
+                said = os.read(self.warm_ready, 1)
+            except BlockingIOError:
+                return
+            self._close_ready()
+            if said:
+                log.info("the warm trainer (pid %d) is ready: its imports took %.1fs", self.warm.pid,
+                         self.clock() - self.warm_since)  # fmt: skip
+                self._report("alive")
+            return
         if self.entry is None or self.warm is not None or self.warm_at is None or self.clock() < self.warm_at:
             return
         self.warm_at = None
-        command = warm_command(self.entry, self.options.preload)
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        command = warm_command(self.entry, self.options.preload, write)
         try:
-            self.warm = subprocess.Popen(command, env=self.env, stdin=subprocess.PIPE, start_new_session=True)
+            self.warm = subprocess.Popen(command, env=self.env, stdin=subprocess.PIPE, start_new_session=True,
+                                         pass_fds=(write,))  # fmt: skip
         except OSError as exc:
+            os.close(read)
             log.warning("cannot start a warm trainer (%s): the next restart starts cold", exc)
             return
+        finally:
+            os.close(write)
+        self.warm_ready, self.warm_since = read, self.clock()
         log.info("a warm trainer (pid %d) preloads %s for the next restart", self.warm.pid,
                  ", ".join(self.options.preload))  # fmt: skip
+
+    def _close_ready(self) -> None:
+        if self.warm_ready is not None:
+            os.close(self.warm_ready)
+            self.warm_ready = None
+
+    def _warm_state(self) -> str | None:
+        """What the sidecar is told of the warm trainer: None (none), starting, or ready."""
+        if self.warm is None or self.warm.returncode is not None:
+            return None
+        return "starting" if self.warm_ready is not None else "ready"
 
     @staticmethod
     def _kill_group(pid: int, sig: int) -> None:
@@ -195,6 +229,7 @@ class Supervisor:
                 log.warning("the warm trainer (pid %d) exited with %d before it was needed: the next one starts "
                             "after %gs", pid, self.warm.returncode, WARM_DELAY_S)  # fmt: skip
                 self.warm, self.warm_at = None, self.clock() + WARM_DELAY_S
+                self._close_ready()
         if found is not None and self.child is not None:
             # what the trainer left in its group dies with it: a dataloader worker, a torchrun worker
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -269,6 +304,7 @@ class Supervisor:
             time.sleep(min(self.options.poll_interval_s, 0.05))
         if self.state.running and self.child is not None:  # an Exit while the trainer still runs: never
             self._stop(hard=True)
+        self._close_ready()
         if self.warm is not None:
             self._kill_group(self.warm.pid, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError):

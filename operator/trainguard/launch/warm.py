@@ -23,6 +23,8 @@ BOOT = r"""
 import importlib, json, os, runpy, sys
 for name in json.loads(sys.argv[1]):
     importlib.import_module(name)
+os.write(int(sys.argv[2]), b"1")
+os.close(int(sys.argv[2]))
 line = sys.stdin.readline()
 if not line:
     raise SystemExit(0)
@@ -38,8 +40,9 @@ else:
     sys.path[0] = os.path.dirname(os.path.abspath(order["argv"][0]))
     runpy.run_path(order["argv"][0], run_name="__main__")
 """
-"""What the warm interpreter runs: the preloads (its argv), then one order from stdin ({env, argv,
-module}), then the trainer as `python SCRIPT` or `python -m MODULE` would run it."""
+"""What the warm interpreter runs: the preloads (its argv[1]), a byte to the file descriptor argv[2] once
+they are imported (it is ready), then one order from stdin ({env, argv, module}), then the trainer as
+`python SCRIPT` or `python -m MODULE` would run it."""
 
 
 @dataclass(frozen=True)
@@ -75,8 +78,9 @@ def entry_of(command: Sequence[str]) -> Entry | None:
     return None
 
 
-def warm_command(entry: Entry, preload: Sequence[str]) -> list[str]:
-    return [*entry.interpreter, "-c", BOOT, json.dumps(list(preload))]
+def warm_command(entry: Entry, preload: Sequence[str], ready_fd: int) -> list[str]:
+    """The warm interpreter's command; it writes one byte to `ready_fd` (inherited) once it is ready."""
+    return [*entry.interpreter, "-c", BOOT, json.dumps(list(preload)), str(ready_fd)]
 
 
 def order(entry: Entry, env: Mapping[str, str]) -> bytes:
