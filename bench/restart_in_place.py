@@ -25,8 +25,9 @@ first full checkpoint (step 120), then one fault on rank 0:
   -> RestartGang, ConfirmPlacement: both pods deleted and recreated by the Job controller after its
   back-off. Resumed: both replacement pods' trainers took their first step.
 
-Action is the operator's first record, done when every record finished, resumed as above; all polled
-every 50 ms from the injection. Faults and modes alternate run by run, so drift hits them alike.
+In place (warm), the fault waits until both warm trainers said they are ready, as they are in a job that
+has run for a while. Action is the operator's first record, done when every record finished, resumed as
+above; all polled every 50 ms from the injection. Faults and modes alternate run by run, so drift hits them alike.
 """
 
 from __future__ import annotations
@@ -129,6 +130,9 @@ def one(cluster: Cluster, case: Case, workdir: Path) -> dict[str, float]:
                      and all(exporter_step(x) >= WARM_STEP for x in r), timeout=180)  # fmt: skip
             runs = sorted(pods.running(), key=lambda r: r.rank)
             a, old = runs[0], {r.name for r in runs}
+            if case.mode == IN_PLACE:  # a job runs for hours before its fault: the warm trainers are ready
+                wait_for("both warm trainers ready", lambda: all("is ready: its imports took" in r.trainer_log()
+                         for r in runs), timeout=180)  # fmt: skip
 
             def gang_resumed() -> bool:
                 fresh = [r for r in pods.running() if r.name not in old]
