@@ -121,10 +121,9 @@ def one(cluster: Cluster, case: Case, workdir: Path) -> dict[str, float]:
     cluster.apply(objects(ns, Sink(), {"emergencyCheckpointTimeout": "20s"}))
     wait_for("monitor Ready", lambda: ready(cluster, ns), timeout=60)
     cluster.apply([ddp_job(ns, free_port())])
-    command = launch_command if case.launched else direct_command
     try:
         with PodProcesses(
-            cluster.api, ns, SELECTOR, workdir, command=command, step_delay=STEP_DELAY_S
+            cluster.api, ns, SELECTOR, workdir, command=case.command, step_delay=STEP_DELAY_S
         ) as pods:
             wait_for(f"{WORLD} ranks past step {WARM_STEP}", lambda: len(r := pods.running()) == WORLD
                      and all(exporter_step(x) >= WARM_STEP for x in r), timeout=180)  # fmt: skip
