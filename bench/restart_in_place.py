@@ -184,6 +184,7 @@ def main() -> int:
     p.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "restart_in_place.json")
     args = p.parse_args()
     results: dict[Case, list[dict[str, float]]] = {c: [] for c in CASES}  # frozen: hashable
+    failures: dict[Case, list[str]] = {c: [] for c in CASES}
     workdir = Path(tempfile.mkdtemp(prefix="trainguard-bench-"))
     t_start = time.monotonic()
     order = [c for _ in range(args.runs) for c in CASES]
@@ -195,10 +196,19 @@ def main() -> int:
         cluster.start_operator(priority=100)
         try:
             for i, case in enumerate(order):
-                figures = one(cluster, case, workdir / f"run-{i}")
+                try:
+                    figures = one(cluster, case, workdir / f"run-{i}")
+                except (
+                    AssertionError,
+                    RuntimeError,
+                ) as exc:  # a run that never got there: counted, not fatal
+                    failures[case].append(str(exc).splitlines()[0][:200])
+                    print(f"[{i + 1}/{len(order)}] {case.fault:9s} {case.mode:15s} FAILED: {failures[case][-1]}",
+                          flush=True)  # fmt: skip
+                    continue
                 results[case].append(figures)
                 shown = "  ".join(f"{s} {figures[f'{s}_s']:5.2f}s" for s in STAGES if f"{s}_s" in figures)
-                print(f"[{i + 1}/{len(order)}] {case.fault:9s} {case.mode:13s} {shown}", flush=True)
+                print(f"[{i + 1}/{len(order)}] {case.fault:9s} {case.mode:15s} {shown}", flush=True)
         finally:
             cluster.stop_all_operators()
     summary: dict[str, Any] = {
@@ -208,15 +218,14 @@ def main() -> int:
             "python": platform.python_version(), "machine": platform.platform(),
             "wall_s": round(time.monotonic() - t_start, 1),
         },
-        "cases": [{"fault": c.fault, "mode": c.mode, **summarise(runs)} for c, runs in results.items()],
+        "cases": [{"fault": c.fault, "mode": c.mode, **summarise(runs), "failed": failures[c]}
+                  for c, runs in results.items()],
     }  # fmt: skip
     print("\nfault to ... (p50 / p95, seconds; '-' where the mode does not get there)")
-    print(f"{'fault':9s} {'mode':13s} {'n':>3s} " + " ".join(f"{s:>13s}" for s in STAGES))
+    print(f"{'fault':9s} {'mode':15s} {'n':>3s} " + " ".join(f"{s:>13s}" for s in STAGES) + "  failed")
     for row in summary["cases"]:
-        print(
-            f"{row['fault']:9s} {row['mode']:13s} {row['n']:3d} "
-            + " ".join(f"{cell(row, s):>13s}" for s in STAGES)
-        )
+        cells = " ".join(f"{cell(row, s):>13s}" for s in STAGES)
+        print(f"{row['fault']:9s} {row['mode']:15s} {row['n']:3d} {cells}  {len(row['failed'])}")
     by = {(r["fault"], r["mode"]): r for r in summary["cases"]}
     for fault in ("nan-loss", "oom"):
         got = by[(fault, IN_PLACE)].get("resumed_p50_s")

@@ -280,7 +280,8 @@ class Supervisor:
                 self._apply(decide.on_signal(self.state, self.signals.pop(0), now))
             if self.exit_status is not None:
                 break
-            if self.state.running and (code := self._reap()) is not None:
+            code = self._reap()  # every pass: the trainer's orphans and a dead warm trainer too
+            if code is not None and self.state.running:
                 self._apply(decide.on_exit(self.state, code, now, settings))
                 continue
             if now >= next_poll:
@@ -297,7 +298,7 @@ class Supervisor:
                     if word is not None:
                         self._apply(decide.on_word(self.state, word, now))
             self._apply(decide.on_tick(self.state, now, settings))
-            if self.state.running and self.exit_status is None:
+            if self.exit_status is None:
                 self._warm_up()
             if self.exit_status is None and now - self.last_report >= HEARTBEAT_S:
                 self._report("alive")
