@@ -9,8 +9,9 @@ help:
 	@echo "make demo   - render the quickstart and check it with promtool and amtool"
 	@echo "make test   - everything CI runs: lint, types, layer contracts, docs site, unit, integration and e2e tests"
 	@echo "make e2e    - the e2e suite on a local control plane built from Go modules (cached)"
-	@echo "make bench  - every benchmark, one after the other (about 45 minutes on 2 cores): exporter cost, SDK overhead,"
-	@echo "              alert noise, detection quality, operator and rule scale, fault to action, training time lost (ETTR)"
+	@echo "make bench  - every benchmark, one after the other (about an hour on 2 cores): exporter cost, SDK overhead,"
+	@echo "              alert noise, detection quality, operator and rule scale, fault to action, restart in place,"
+	@echo "              training time lost (ETTR)"
 	@echo "make bench-pipeline - fault to action alone at its full defaults (about 45 minutes)"
 	@echo "make crds   - regenerate crds/ from the models; make docs - docs/alerts.md from the catalogue; make dashboards - the chart's Grafana dashboards"
 	@echo "make controlplane - build (or reuse) the local Kubernetes control plane binaries"
@@ -101,6 +102,7 @@ bench: bootstrap node-exporter
 	$(PY) bench/detection.py
 	$(PY) bench/scale.py
 	$(PY) bench/pipeline.py --injections 4 --per-class 3
+	$(PY) bench/restart_in_place.py --runs 3
 	$(PY) bench/ettr.py
 	$(PY) bench/signal_handling.py
 

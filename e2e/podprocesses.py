@@ -1,6 +1,7 @@
 """The containers the fake kubelet does not run, as local processes: for each Running pod of a job, the
 injected trainguard exporter, started from the pod's own container spec (args, env, volumes), and
-examples/train_tiny.py in place of the trainer image, talking to it over the pod's SDK socket.
+examples/train_tiny.py in place of the trainer image (or the command a test gives, such as
+examples/train_ddp.py under `trainguard launch`), talking to it over the pod's SDK socket.
 
 What a kubelet would do is done here by hand and is all there is to it: field references become their
 values; the pod's emptyDir and its fastpath Secret volume become directories (the Secret's items
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -167,10 +169,16 @@ class PodProcesses:
         step_delay: float = 0.02,
         fastpath: bool = True,
         steps: int = 100_000_000,
+        command: Callable[[PodRun, Path], list[str]] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
+        """`command`: the trainer's command for a pod, given its run and the job's checkpoint folder (shared
+        by the ranks, as a job's filesystem would be); default train_tiny.py in a folder per rank. `env`:
+        variables the trainer gets besides its container's."""
         self.core = client.CoreV1Api(api)
         self.namespace, self.selector, self.workdir = namespace, selector, workdir
         self.step_delay, self.fastpath, self.steps = step_delay, fastpath, steps
+        self.command, self.env = command, dict(env or {})
         self.runs: dict[str, PodRun] = {}
         self.finished: list[PodRun] = []
         self.lock = threading.Lock()
@@ -302,9 +310,13 @@ class PodProcesses:
         ckpt.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINGUARD_")} | run.trainer_env
         env["PYTHONUNBUFFERED"] = "1"
+        env.update(self.env)
+        cmd = [sys.executable, "examples/train_tiny.py", "--steps", str(self.steps), "--step-delay",
+               str(self.step_delay), "--checkpoint-dir", str(ckpt)]  # fmt: skip
+        if self.command is not None:
+            cmd = self.command(run, self.workdir / "checkpoints")
         return _spawn_logged(
-            [sys.executable, "examples/train_tiny.py", "--steps", str(self.steps), "--step-delay",
-             str(self.step_delay), "--checkpoint-dir", str(ckpt)],
+            cmd,
             run.dir / "trainer.log", run.cri_dir / run.trainer_container / "0.log" if run.cri_dir else None,
             cwd=REPO, env=env, preexec_fn=die_with_parent,  # as above
         )  # fmt: skip

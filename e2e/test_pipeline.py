@@ -127,9 +127,12 @@ def test_nan_loss_pauses_training_and_pins_the_good_checkpoint_without_cordoning
         inject(a, "nan-loss", gpu=None)
         (record,) = finished(cluster, ns, timeout=60)
         assert record["alert"] == "TrainingLossNonFinite", record
-        assert [s["kind"] for s in record["steps"]] == ["Pause", "PinCheckpoint"], record
+        assert [s["kind"] for s in record["steps"]] == ["Pause", "PinCheckpoint", "RestartInPlace"], record
         assert record["phase"] == "Succeeded", record
         assert "pinned step" in record["steps"][1]["detail"], record["steps"][1]
+        # train_tiny.py runs without trainguard launch: nothing restarts it, it stays paused at the pin
+        assert record["steps"][2]["phase"] == "Skipped", record["steps"][2]
+        assert "training stays paused at the pin" in record["steps"][2]["detail"], record["steps"][2]
 
         def still() -> bool:  # the trainers see the pause at their next control refresh
             before = {r.name: exporter_step(r) for r in pods.running()}
@@ -156,7 +159,9 @@ def test_an_oom_killed_trainer_pages_training_interrupted_and_the_gang_restarts_
              "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled", "startedAt": t, "finishedAt": t}}}]}})  # fmt: skip
         (record,) = finished(cluster, ns)
         assert record["alert"] == "TrainingInterrupted" and record["phase"] == "Succeeded", record
-        assert [s["kind"] for s in record["steps"]] == ["RestartGang", "ConfirmPlacement"], record
+        assert [(s["kind"], s["phase"]) for s in record["steps"]] == [
+            ("RestartInPlace", "Skipped"), ("RestartGang", "Succeeded"), ("ConfirmPlacement", "Succeeded")
+        ], record  # fmt: skip
         wait_for("TrainingInterrupted paged", lambda: sink.received("phone", "TrainingInterrupted", namespace=ns),
                  timeout=30)  # fmt: skip
         try:  # two exporters and two trainers start from cold Python: slow on a loaded two-core CI machine

@@ -142,7 +142,7 @@ def test_status_watch_in_a_terminal_shows_the_job_then_a_fault_then_its_remediat
             record
         )
         screen = wait_for("the remediation and the time it lost on the screen", lambda: (s := term.screen())
-                          and "remediation TrainingInterrupted" in s and "Succeeded [RestartGang" in s
+                          and "remediation TrainingInterrupted" in s and "Succeeded [RestartInPlace,RestartGang" in s
                           and not re.search(r"time lost   0s\b", s) and s, timeout=30)  # fmt: skip
         lost = re.search(r"time lost   (\S+)", screen)
         assert lost and lost.group(1) not in ("0s", "-"), screen

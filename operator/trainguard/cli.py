@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     from trainguard.diagnosis import command as report_command
     from trainguard.drill import command as drill_command
     from trainguard.exporter import flags as exporter_flags
+    from trainguard.launch import command as launch_command
     from trainguard.remediation import command as remediation_command
     from trainguard.render import command as render_command
     from trainguard.review import flags as review_flags
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     review_flags.add_arguments(rev)
     rev.set_defaults(func=cmd_review)
 
+    launch_command.add_parser(sub)
     remediation_command.add_parsers(sub)
     report_command.add_parser(sub)
     status_command.add_parser(sub)

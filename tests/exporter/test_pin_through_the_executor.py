@@ -1,5 +1,5 @@
 """Across the seam: the operator's executor carries out the planner's NaN-loss plan (pause, pin the
-newest checkpoint saved before the NaN) against a real exporter in this process, through the real
+newest checkpoint saved before the NaN; no launcher runs here, so no restart in place) against a real exporter in this process, through the real
 remediation.sidecars.SidecarControl calls, while a real Reporter trains against that exporter on
 its unix socket. Only the pod lookup is stood in for: the pod is this process."""
 
@@ -39,6 +39,10 @@ class ThisPod(Cluster):
     def sidecars(self, namespace: str, label_selector: str, port: int) -> list[Sidecar]:
         return [Sidecar("llama-0", "gpu-node-1", self.url)]
 
+    def gang_pods(self, namespace: str, selector: Any) -> list[dict[str, Any]]:
+        return [{"metadata": {"name": "llama-0", "creationTimestamp": "2023-11-14T22:00:00Z"},
+                 "spec": {"nodeName": "gpu-node-1"}, "status": {"phase": "Running", "podIP": "127.0.0.1"}}]  # fmt: skip
+
 
 @contextlib.contextmanager
 def training(clock: Clock) -> Iterator[tuple[Running, Reporter]]:
@@ -60,7 +64,7 @@ def nan_plan_run(exp: Running, nan_at: float) -> dict[str, Any]:
               "training_job": "llama-pretrain", "pod": "llama-0", "node": "gpu-node-1"}  # fmt: skip
     signal = Signal("TrainingLossNonFinite", "P0", labels, "fp-nan", Source.SIDECAR, nan_at)
     p = plan(signal, MONITOR, ClusterState(now=time.time(), gpu_nodes=2))
-    assert [s.kind for s in p.steps] == [StepKind.PAUSE, StepKind.PIN_CHECKPOINT]
+    assert [s.kind for s in p.steps] == [StepKind.PAUSE, StepKind.PIN_CHECKPOINT, StepKind.RESTART_IN_PLACE]
     store = Store([])  # the monitor's status, holding the record as the planner signed it
     store.monitor = MONITOR
     record = sign(new_record(p, time.time()), MONITOR)
@@ -87,7 +91,12 @@ def test_the_executor_pins_the_checkpoint_saved_before_the_nan_and_the_sidecar_h
         wait_for("the exporter to know step 900", lambda: knows(exp, 900), 5, 0.02)
 
         record = nan_plan_run(exp, nan_at=base + 25)
-        assert [s["phase"] for s in record["steps"]] == [Phase.SUCCEEDED, Phase.SUCCEEDED], record
+        assert [s["phase"] for s in record["steps"]] == [Phase.SUCCEEDED, Phase.SUCCEEDED, Phase.SKIPPED], (
+            record
+        )
+        assert record["steps"][2]["detail"].startswith(
+            "no live trainguard launch in llama-0; training stays paused"
+        )
         pinned = record["steps"][1]["detail"]
         assert pinned.startswith("pinned step 900 (/ckpt/900)"), pinned
         assert "not checked" not in pinned, "the sidecar says when each checkpoint was saved"

@@ -9,7 +9,9 @@ advisories replaced whole, a requested checkpoint saved by the trainer a little 
 `checkpoints`, a pinned resume_from held until a trainer started after the pin saves past it, new pods'
 sidecars knowing no checkpoint but the workload's resume-from pointer the webhook gave them, held as a
 pin). An older sidecar (`old_sidecars=True`) ignores resume_from posts and shows neither times, pinned
-nor checkpoints."""
+nor checkpoints. With `launchers`, the pods (all, or those named) run `trainguard launch`: its sidecar
+takes a restart word as the exporter does (exporter/restarts.py checks it) and its launcher runs the new
+generation `launcher_reads` control reads later (None: never)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog.events import fingerprint
 from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT, RESUME_FROM
 from trainguard.exporter.checkpoints import checkpoint_ref, newer, resume_pointer
+from trainguard.exporter.restarts import restart_word
 from trainguard.kube.objects import new_pods_placement, taints_with
 from trainguard.kube.workloads import ChildJob, Workload
 from trainguard.remediation import records
@@ -71,6 +74,8 @@ class FakeCluster:
         pods: dict[str, str] | None = None,
         save_after_reads: int | None = 2,
         old_sidecars: bool = False,
+        launchers: bool | set[str] = False,
+        launcher_reads: int | None = 1,
     ) -> None:
         self.clock = clock
         self.timeline = timeline
@@ -84,6 +89,10 @@ class FakeCluster:
             self.pods[pod] = {"node": node, "created": int(T0 - 3600), "terminating": False, "index": i}
         first = {"step": CKPT_STEP, "kind": "full", "path": f"/ckpt/{CKPT_STEP}", "ts": CKPT_TS}
         self.sidecar: dict[str, dict[str, Any]] = {pod: self._sidecar_state(dict(first)) for pod in self.pods}
+        self.launcher_reads = launcher_reads
+        for pod, state in self.sidecar.items():
+            if launchers is True or (isinstance(launchers, set) and pod in launchers):
+                state["launcher"] = {"pid": 1, "generation": 0, "state": "running", "alive": True}
         self.owner_ref = ("Job", "llama-pretrain")
         """The gang's owner: the webhook reads its resume-from annotation into each new pod's sidecar."""
         self.owner: Workload = Workload("Job", "llama-pretrain")
@@ -125,6 +134,9 @@ class FakeCluster:
             "newest": newest,
             "started": self.clock(),  # the trainer's start (the pod's, here)
             "reads": 0,
+            "restart": None,
+            "launcher": None,
+            "word_reads": 0,
         }
 
     def _effect(self, *what: str) -> None:
@@ -397,9 +409,9 @@ class FakeCluster:
         return pod, self.sidecar[pod]
 
     def _view(self, state: dict[str, Any]) -> dict[str, Any]:
-        hidden = {"reads", "pinned_at", "newest", "started"}
+        hidden = {"reads", "pinned_at", "newest", "started", "word_reads"}
         if self.old_sidecars:  # before the pin: no times, no pinned, no list
-            hidden |= {"pinned", "checkpoints"}
+            hidden |= {"pinned", "checkpoints", "restart", "launcher"}
         view = copy.deepcopy({k: v for k, v in state.items() if k not in hidden})
         if self.old_sidecars and view["resume_from"]:
             view["resume_from"].pop("ts", None)
@@ -411,8 +423,12 @@ class FakeCluster:
             raise ControlError("HTTP 400 checkpoint")  # checked whole: nothing changed
         try:
             pin = checkpoint_ref(body["resume_from"]) if "resume_from" in body else None
+            word = restart_word(body["restart"]) if "restart" in body else None
         except ValueError as exc:
             raise ControlError(f"HTTP 400 {exc}") from None
+        held = (state["restart"] or {}).get("generation", 0)
+        if word is not None and word["generation"] < held:
+            raise ControlError(f"HTTP 400 restart.generation {word['generation']} is older")
         if "pause" in body and bool(body["pause"]) != state["pause"]:
             state["pause"] = bool(body["pause"])
             self._effect("pause", pod)
@@ -424,6 +440,9 @@ class FakeCluster:
             self._effect("advise", pod)
         if "resume_from" in body and not self.old_sidecars:  # an older exporter ignores the key
             self._pin(pod, state, pin)
+        if "restart" in body and word != state["restart"] and not self.old_sidecars:
+            state["restart"], state["word_reads"] = word, 0
+            self._effect("word", pod, str(word["generation"] if word else None))
         self._called()
         return self._view(state)
 
@@ -455,6 +474,17 @@ class FakeCluster:
 
     def read_control(self, base_url: str, token: str) -> dict[str, Any]:
         pod, state = self._reach(base_url, token)
+        launcher, word = state["launcher"], state["restart"]
+        if (
+            launcher
+            and word
+            and launcher["generation"] < word["generation"]
+            and self.launcher_reads is not None
+        ):
+            state["word_reads"] += 1
+            if state["word_reads"] >= self.launcher_reads:  # the launcher ran it: a new trainer
+                launcher["generation"], state["started"] = word["generation"], self.clock()
+                self._effect("restarted", pod, str(word["generation"]))
         if state["checkpoint"] and self.save_after_reads is not None:
             state["reads"] += 1
             if state["reads"] >= self.save_after_reads:  # the trainer saved and reported it

@@ -45,6 +45,9 @@ P, PIN, CKPT, CORDON, TAINT, RESTART, CONFIRM, ADVISE, NOTIFY = (
     StepKind.NOTIFY,
 )
 CONFIRM_FAULT = StepKind.CONFIRM_FAULT
+IN_PLACE = StepKind.RESTART_IN_PLACE
+RESTART_JOB = (IN_PLACE, RESTART, CONFIRM)
+"""A stall's or an interruption's: in place where every pod runs trainguard launch, else new pods."""
 NODE_DOWN_PLAN = (CORDON, TAINT, CKPT, RESTART, CONFIRM)
 """GPUNodeDown's plan at the defaults: cordon and taint first, then the checkpoint and the restart."""
 FULL_NODE_FAULT = (CONFIRM_FAULT, *NODE_DOWN_PLAN)
@@ -115,14 +118,14 @@ def finished(record: dict[str, Any], at: float) -> dict[str, Any]:
 
 # (alert, spec.remediation, expected steps); every cell is also run in dry run
 MATRIX: list[tuple[str, dict[str, Any], tuple[StepKind, ...]]] = [
-    ("TrainingLossNonFinite", {"actions": {"nonFiniteLoss": "PauseAndPinCheckpoint"}}, (P, PIN)),
+    ("TrainingLossNonFinite", {"actions": {"nonFiniteLoss": "PauseAndPinCheckpoint"}}, (P, PIN, IN_PLACE)),
     ("TrainingLossNonFinite", {"actions": {"nonFiniteLoss": "Notify"}}, ()),
     *[(a, {"actions": {"nodeFault": "CheckpointCordonReschedule"}}, full_plan(a)) for a in NODE_FAULTS],
     *[(a, {"actions": {"nodeFault": "Cordon"}}, full_plan(a, cordon_only=True)) for a in NODE_FAULTS],
     *[(a, {"actions": {"nodeFault": "Notify"}}, ()) for a in NODE_FAULTS],
-    ("TrainingJobStalled", {"actions": {"stall": "RestartFromCheckpoint"}}, (RESTART, CONFIRM)),
+    ("TrainingJobStalled", {"actions": {"stall": "RestartFromCheckpoint"}}, RESTART_JOB),
     ("TrainingJobStalled", {"actions": {"stall": "Notify"}}, ()),
-    (TRAINING_INTERRUPTED, {"actions": {"interrupted": "RestartFromCheckpoint"}}, (RESTART, CONFIRM)),
+    (TRAINING_INTERRUPTED, {"actions": {"interrupted": "RestartFromCheckpoint"}}, RESTART_JOB),
     (TRAINING_INTERRUPTED, {"actions": {"interrupted": "Notify"}}, ()),
     ("GradientExplosion", {"trainingAdvice": True}, (ADVISE,)),
     ("GradientExplosion", {"trainingAdvice": False}, ()),
@@ -149,9 +152,9 @@ def test_default_settings_answer_each_class() -> None:
     """The defaults: pause and pin, the full node-fault response, restart an interrupted gang, and only
     notify a stall (a restart on a slow step is not what a default should do)."""
     m = make_monitor()
-    assert kinds(plan(signal("TrainingLossNonFinite"), m, state())) == (P, PIN)
+    assert kinds(plan(signal("TrainingLossNonFinite"), m, state())) == (P, PIN, IN_PLACE)
     assert kinds(plan(signal("GPULost"), m, state())) == FULL_NODE_FAULT
-    assert kinds(plan(signal(TRAINING_INTERRUPTED), m, state())) == (RESTART, CONFIRM)
+    assert kinds(plan(signal(TRAINING_INTERRUPTED), m, state())) == RESTART_JOB
     stall = plan(signal("TrainingJobStalled"), m, state())
     assert kinds(stall) == () and stall.skipped.startswith(planning.NOTIFY_ONLY)
     assert kinds(plan(signal("GradientExplosion", severity="P1"), m, state())) == ()
@@ -192,7 +195,8 @@ def test_stall_and_interrupted_restart_without_avoiding_a_node() -> None:
     m = monitor(actions={"stall": "RestartFromCheckpoint"})
     for alert in ("TrainingJobStalled", TRAINING_INTERRUPTED):
         p = plan(signal(alert), m, state())
-        assert [s.params.get("avoid") for s in p.steps] == ["", ""]  # the node is not at fault
+        gang = [s.params.get("avoid") for s in p.steps if s.kind != IN_PLACE]
+        assert gang == ["", ""]  # the node is not at fault
 
 
 # ---- a node fault without a node --------------------------------------------------------------------
@@ -237,7 +241,7 @@ def test_nonfinite_loss_pins_a_checkpoint_saved_before_the_nan(source: Source, s
 
 def test_nonfinite_loss_never_cordons_even_with_a_node_label() -> None:
     p = plan(signal("TrainingLossNonFinite", node=NODE, pod="llama-0"), make_monitor(), state())
-    assert kinds(p) == (P, PIN)
+    assert kinds(p) == (P, PIN, IN_PLACE)
     assert p.node == NODE  # recorded, not cordoned
 
 
@@ -311,7 +315,7 @@ def test_storm_guard_applies_to_the_cordon_action_and_not_to_a_stall() -> None:
     full = state(cordons=cordoned(4))
     assert kinds(plan(signal(), monitor(actions={"nodeFault": "Cordon"}), full)) == (NOTIFY,)
     stall = monitor(actions={"stall": "RestartFromCheckpoint"})
-    assert kinds(plan(signal("TrainingJobStalled"), stall, full)) == (RESTART, CONFIRM)
+    assert kinds(plan(signal("TrainingJobStalled"), stall, full)) == RESTART_JOB
 
 
 def test_storm_guard_is_decided_in_dry_run_too() -> None:
@@ -348,11 +352,9 @@ def test_restart_budget_allows_up_to_the_budget_then_notifies(alert: str) -> Non
 def test_restart_budget_counts_only_the_budget_window() -> None:
     now = T0 + 86400 + 60
     old = restart_records(3, at=T0)  # created more than 24h before now
-    assert kinds(
-        plan(signal(TRAINING_INTERRUPTED, starts_at=now), make_monitor(), state(now=now, records=old))
-    ) == (
-        RESTART,
-        CONFIRM,
+    assert (
+        kinds(plan(signal(TRAINING_INTERRUPTED, starts_at=now), make_monitor(), state(now=now, records=old)))
+        == RESTART_JOB
     )
     short = monitor(budgetWindow="1h")
     recent = restart_records(3, at=now - 1800)
@@ -436,7 +438,7 @@ def test_new_instance_after_the_record_finished_acts_again() -> None:
     within = plan(signal("TrainingJobStalled", starts_at=T0 + 300), m, state(now=T0 + 301, records=[rec]))
     assert within.skipped.startswith(planning.DUPLICATE)  # finished less than 10 minutes ago
     later = plan(signal("TrainingJobStalled", starts_at=T0 + 3600), m, state(now=T0 + 3601, records=[rec]))
-    assert kinds(later) == (RESTART, CONFIRM)
+    assert kinds(later) == RESTART_JOB
 
 
 def test_one_dead_node_raising_several_alerts_acts_once() -> None:
@@ -464,7 +466,7 @@ def test_a_gang_restart_under_way_covers_the_stall_and_the_failed_pods_it_caused
         assert plan(s, m, state(now=T0 + 3600, records=[done])).skipped == f"duplicate of {rec['id']}"
     # a stall that began after the restart finished is a new fault
     fresh = signal("TrainingJobStalled", node="", gpu="", starts_at=T0 + 200)
-    assert kinds(plan(fresh, m, state(now=T0 + 201, records=[done]))) == (RESTART, CONFIRM)
+    assert kinds(plan(fresh, m, state(now=T0 + 201, records=[done]))) == RESTART_JOB
 
 
 def test_a_failed_restart_does_not_cover_a_later_interruption() -> None:
@@ -472,7 +474,7 @@ def test_a_failed_restart_does_not_cover_a_later_interruption() -> None:
     rec = new_record(plan(signal(TRAINING_INTERRUPTED), m, state()), T0 + 5)
     failed = mark(rec, 0, Phase.FAILED, "pods not deleted", T0 + 6)
     other = signal(TRAINING_INTERRUPTED, node="gpu-b", starts_at=T0 + 2)
-    assert kinds(plan(other, m, state(now=T0 + 700, records=[failed]))) == (RESTART, CONFIRM)
+    assert kinds(plan(other, m, state(now=T0 + 700, records=[failed]))) == RESTART_JOB
 
 
 def test_a_node_fault_is_not_covered_by_a_restart_under_way() -> None:
@@ -659,7 +661,7 @@ def test_a_gpu_fault_is_confirmed_by_the_nodes_sidecar_before_the_cordon(alert: 
 def test_a_stall_or_interruption_names_no_node_and_needs_no_node_verification() -> None:
     m = monitor(actions={"stall": "RestartFromCheckpoint"})
     for alert in ("TrainingJobStalled", TRAINING_INTERRUPTED):
-        assert kinds(plan(signal(alert, node="gpu-c"), m, state())) == (RESTART, CONFIRM)
+        assert kinds(plan(signal(alert, node="gpu-c"), m, state())) == RESTART_JOB
 
 
 def test_a_dry_run_plans_an_unverified_claim_since_it_acts_on_nothing() -> None:
@@ -667,3 +669,76 @@ def test_a_dry_run_plans_an_unverified_claim_since_it_acts_on_nothing() -> None:
     dry run: the plan is recorded, and nothing is done."""
     p = plan(signal("GPUNodeDown", gpu=""), monitor(dryRun=True), state(unready=frozenset()))
     assert p.dry_run and kinds(p) == NODE_DOWN_PLAN
+
+
+# ---- in place ---------------------------------------------------------------------------------------
+
+
+def in_place_records(n: int, at: float, *, launchers: bool = True) -> list[dict[str, Any]]:
+    """n finished interruptions, each restarted in place (its gang steps then Skipped) or, without
+    `launchers`, its RestartInPlace Skipped and the gang restarted by new pods."""
+    m = make_monitor()
+    out = []
+    for i in range(n):
+        rec = new_record(
+            plan(signal(TRAINING_INTERRUPTED, pod=f"llama-{i}", starts_at=at + i), m, state(now=at + i)),
+            at + i,
+        )
+        if launchers:
+            rec = mark(rec, 0, Phase.SUCCEEDED, "generation 1 runs", at + i + 1)
+            rec = mark(
+                mark(rec, 1, Phase.SKIPPED, "not needed", at + i + 1),
+                2,
+                Phase.SKIPPED,
+                "not needed",
+                at + i + 1,
+            )
+        else:
+            rec = mark(rec, 0, Phase.SKIPPED, "no live trainguard launch in llama-1", at + i + 1)
+            rec = mark(
+                mark(rec, 1, Phase.SUCCEEDED, "deleted", at + i + 1), 2, Phase.SUCCEEDED, "placed", at + i + 1
+            )
+        out.append(rec)
+    return out  # fmt: skip
+
+
+@pytest.mark.parametrize("launchers", [True, False], ids=["in-place", "new-pods"])
+def test_a_restart_counts_once_against_the_budget_in_place_or_by_new_pods(launchers: bool) -> None:
+    m = monitor(jobRestartBudget=3)
+    now = T0 + 3600
+    two = in_place_records(2, at=T0, launchers=launchers)
+    assert (
+        kinds(plan(signal(TRAINING_INTERRUPTED, starts_at=now), m, state(now=now, records=two)))
+        == RESTART_JOB
+    )
+    three = in_place_records(3, at=T0, launchers=launchers)
+    p = plan(signal(TRAINING_INTERRUPTED, starts_at=now), m, state(now=now, records=three))
+    assert kinds(p) == (NOTIFY,) and "3 restart(s)" in p.skipped
+
+
+def test_over_the_budget_a_nan_is_still_paused_and_pinned_only_the_restart_is_withheld() -> None:
+    m = monitor(jobRestartBudget=1)
+    now = T0 + 3600
+    p = plan(
+        signal("TrainingLossNonFinite", starts_at=now), m, state(now=now, records=in_place_records(1, at=T0))
+    )
+    assert kinds(p) == (P, PIN, NOTIFY) and not p.skipped
+    assert p.steps[-1].params["reason"].startswith(planning.RESTART_BUDGET)
+    assert "training stays paused at the pin" in p.steps[-1].params["reason"]
+
+
+def test_a_nan_whose_pods_had_no_launcher_spent_no_restart() -> None:
+    m = monitor(jobRestartBudget=1)
+    rec = new_record(plan(signal("TrainingLossNonFinite", starts_at=T0), m, state()), T0 + 1)
+    rec = mark(mark(rec, 0, Phase.SUCCEEDED, "paused", T0 + 2), 1, Phase.SUCCEEDED, "pinned", T0 + 2)
+    rec = mark(rec, 2, Phase.SKIPPED, "no live trainguard launch in llama-0", T0 + 2)
+    later = signal(TRAINING_INTERRUPTED, starts_at=T0 + 3600)
+    assert kinds(plan(later, m, state(now=T0 + 3600, records=[rec]))) == RESTART_JOB
+
+
+def test_an_in_place_restart_covers_the_interruption_it_caused() -> None:
+    m = make_monitor()
+    rec = new_record(plan(signal(TRAINING_INTERRUPTED, pod="llama-0"), m, state()), T0 + 5)
+    under_way = mark(rec, 0, Phase.IN_PROGRESS, "posting generation 1", T0 + 6)
+    other = signal(TRAINING_INTERRUPTED, node="gpu-b", starts_at=T0 + 6)
+    assert plan(other, m, state(now=T0 + 7, records=[under_way])).skipped == f"duplicate of {rec['id']}"

@@ -148,7 +148,11 @@ def test_a_jobsets_gang_restart_deletes_its_child_jobs_and_the_jobset_recreates_
     signal = Signal(TRAINING_INTERRUPTED, "P0", labels, fingerprint(labels), Source.OPERATOR, T0 - 5)
     done = rig.run(planned(rig, monitor, signal), monitor)
     assert done["phase"] == Phase.SUCCEEDED, done
-    assert [s["kind"] for s in done["steps"]] == [StepKind.RESTART_GANG, StepKind.CONFIRM_PLACEMENT]
+    assert [(s["kind"], s["phase"]) for s in done["steps"]] == [
+        (StepKind.RESTART_IN_PLACE, Phase.SKIPPED),  # no trainguard launch in these pods
+        (StepKind.RESTART_GANG, Phase.SUCCEEDED),
+        (StepKind.CONFIRM_PLACEMENT, Phase.SUCCEEDED),
+    ]
     assert rig.cluster.jobs_deleted == ["llama-pretrain-node-0", "llama-pretrain-node-1"]
     assert not any(e[0] == "delete" for e in rig.cluster.effects), "no pod deleted behind the JobSet's back"
     restart = step(done, StepKind.RESTART_GANG)

@@ -222,7 +222,9 @@ class RemediationActions(Model):
     non_finite_loss: NonFiniteLossAction = Field(
         default="PauseAndPinCheckpoint",
         description="TrainingLossNonFinite: pause training and pin the newest checkpoint saved before the "
-        "NaN; never cordons.",
+        "NaN, then, where every pod of the job runs its trainer under `trainguard launch`, restart the "
+        "trainers in place from it (within jobRestartBudget); without launchers training stays paused at the "
+        "pin. Never cordons.",
     )
     node_fault: NodeFaultAction = Field(
         default="CheckpointCordonReschedule",
@@ -234,12 +236,14 @@ class RemediationActions(Model):
     stall: StallAction = Field(
         default="Notify",
         description="TrainingJobStalled: restart the gang from the newest good checkpoint "
-        "(RestartFromCheckpoint), within jobRestartBudget.",
+        "(RestartFromCheckpoint), within jobRestartBudget: in place where every pod runs `trainguard launch`, "
+        "else by deleting its pods.",
     )
     interrupted: InterruptedAction = Field(
         default="RestartFromCheckpoint",
-        description="TrainingInterrupted (a training pod OOMKilled, failed or evicted, or its Job failed): "
-        "restart the gang from the newest good checkpoint, within jobRestartBudget.",
+        description="TrainingInterrupted (a training pod OOMKilled, failed or evicted, its Job failed, or a "
+        "trainer under `trainguard launch` failed): restart the gang from the newest good checkpoint, within "
+        "jobRestartBudget: in place where every pod runs `trainguard launch`, else by deleting its pods.",
     )
     ecc_degraded: EccDegradedAction = Field(
         default="CordonAfterCheckpoint",
@@ -402,6 +406,7 @@ RemediationStepKind = Literal[
     "ConfirmFault",
     "Cordon",
     "Taint",
+    "RestartInPlace",
     "RestartGang",
     "ReplacePod",
     "ConfirmPlacement",
@@ -444,6 +449,12 @@ class StepProgress(Model):
     )
     asked: int | None = Field(
         default=None, ge=0, description="RequestCheckpoint: how many sidecars were asked."
+    )
+    generation: int | None = Field(
+        default=None,
+        ge=1,
+        description="RestartInPlace: the generation posted to every pod's launcher: a redo posts the same one, "
+        "which a launcher that already runs it ignores.",
     )
 
 

@@ -53,7 +53,8 @@ _SCOPE_LABELS: dict[Scope, tuple[str, ...]] = {
 SEVERITIES: tuple[str, ...] = ("P0", "P1", "P2", "P3")
 TRAINING_INTERRUPTED = "TrainingInterrupted"
 """The operator's own P0, for what no exporter can report: a training pod OOMKilled, failed or evicted,
-or its Job failed (remediation/detect.py)."""
+or its Job failed (remediation/detect.py); and the sidecar's, by the fast path, for a trainer that failed
+under `trainguard launch`, whose pod lives on (exporter/restarts.py)."""
 WITHHELD = "TrainguardRemediationWithheld"
 """The notice a storm guard or budget posts instead of an action, so that a person acts."""
 NODE_CORDONED = "TrainguardNodeCordoned"

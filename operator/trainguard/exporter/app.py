@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from trainguard.catalog.alerts import TRAINING_INTERRUPTED
 from trainguard.exporter.assignment import Assignment, resolve
 from trainguard.exporter.collectors import (
     ExporterCollector,
@@ -26,6 +27,7 @@ from trainguard.exporter.fastpath import FastPathSender, detect_gpu_faults, dete
 from trainguard.exporter.faults import Faults
 from trainguard.exporter.host import KSWAPD_HIDDEN, MEMINFO_UNREADABLE, HostReader
 from trainguard.exporter.readings import DriverInfo, GPUDevice, GPUReading, HostReading
+from trainguard.exporter.restarts import interruption, launcher_state
 from trainguard.exporter.training import TrainingState
 
 log = logging.getLogger("trainguard.exporter")
@@ -265,6 +267,18 @@ class Exporter:
             event("GPUOutOfMemory", labels, f"the trainer ran out of GPU memory{where}", self.clock())
         )
 
+    def on_trainer_exit(self, report: dict[str, Any]) -> None:
+        """`trainguard launch` saw its trainer end by itself, failed (an OOM kill, a crash): the pod lives on
+        (the launcher waits for the operator's word), so no pod state will ever show it. TrainingInterrupted
+        by the fast path, as the operator's own detection names a failed training container."""
+        state = launcher_state(report)
+        reason = interruption(state) if state is not None else None
+        if self.fastpath is None or reason is None or state is None:
+            return
+        labels = {**self.config.identity, "reason": reason}
+        summary = f"the trainer of generation {state['generation']} ended: {reason}"
+        self.fastpath.send(event(TRAINING_INTERRUPTED, labels, summary, self.clock()))
+
     def add_fault(self, kind: str, gpu: int | None = None) -> None:
         """Fault injection: `oom` is what a trainer's OOM report does, fast-path event included."""
         self.faults.add(kind, gpu)
@@ -283,6 +297,8 @@ class Exporter:
                 self.on_nonfinite_loss()
             elif report.get("type") == "oom":
                 self.on_oom(report)
+            elif report.get("type") == "launcher" and report.get("event") == "exited":
+                self.on_trainer_exit(report)
 
     # ---- lifecycle ----
 

@@ -20,6 +20,7 @@ from trainguard.catalog import METRICS_BY_NAME
 from trainguard.exporter.assignment import UNKNOWN_VISIBLE
 from trainguard.exporter.checkpoints import CHECKPOINT_KINDS, checkpoint_ref, newer
 from trainguard.exporter.faults import Faults
+from trainguard.exporter.restarts import LAUNCHER_STALE_S, launcher_state, restart_word
 
 __all__ = ["CHECKPOINT_KINDS", "Collective", "Control", "TrainingState", "TrainingView"]
 
@@ -119,6 +120,9 @@ class Control:
     pointer the pod was created with: every trainer of this pod resumed from it."""
     newest: dict[str, Any] | None = None
     """The newest checkpoint reported (by step), pinned or not: resume_from once a pin is cleared."""
+    restart: dict[str, Any] | None = None
+    """The operator's word to `trainguard launch` (exporter/restarts.py): restart the trainer as this
+    generation, from this checkpoint. Kept as posted; the launcher ignores a generation it has run."""
 
 
 def _num(value: Any) -> float | None:
@@ -183,11 +187,27 @@ class TrainingState:
         """collective-slow: when its last per-second observation was added; None while it is off."""
         self.fs_filling_since: float | None = None
         """checkpoint-fs-filling: when this sidecar first saw it active; None while it is off."""
+        self.launcher: dict[str, Any] | None = None
+        """The last state `trainguard launch` reported (exporter/restarts.py); None: no launcher here."""
+        self.launcher_seen: float | None = None
+        """When that report came (this sidecar's clock)."""
 
     def trainers_done(self) -> bool:
-        """Every trainer that said hello has said bye, and there was at least one: training is over."""
+        """Every trainer that said hello has said bye, and there was at least one: training is over.
+        Not while a launcher runs: its trainer says bye before every in-place restart, and the next
+        generation says hello after; the launcher's own bye ends it."""
         with self.lock:
+            if self._launcher_alive(self.clock()):
+                return False
             return bool(self.hello_pids) and self.hello_pids <= self.bye_pids
+
+    def _launcher_alive(self, now: float) -> bool:
+        return (
+            self.launcher is not None
+            and self.launcher["state"] != "gone"
+            and self.launcher_seen is not None
+            and now - self.launcher_seen < LAUNCHER_STALE_S
+        )
 
     def reported_visible_devices(self) -> str | None:
         with self.lock:
@@ -244,13 +264,25 @@ class TrainingState:
                 "resume_from": dict(c.resume_from) if c.resume_from else None,
                 "pinned": c.pinned,
                 "checkpoints": [dict(x) for x in self.checkpoints],
+                "restart": copy.deepcopy(c.restart),
+                "launcher": self._launcher_view(),
             }
+
+    def _launcher_view(self) -> dict[str, Any] | None:
+        """The launcher's last report, with `alive`: heard from within LAUNCHER_STALE_S and not gone (the
+        operator restarts in place only where every pod's launcher is alive). The caller holds the lock."""
+        if self.launcher is None:
+            return None
+        now = self.clock()
+        seen = self.launcher_seen if self.launcher_seen is not None else now
+        return {**self.launcher, "seen": seen, "alive": self._launcher_alive(now)}
 
     def set_control(self, body: Any) -> None:
         """POST /v1/control. The whole body is checked before anything changes: a 400 leaves the
         control as it was (a refused checkpoint kind must not have paused training already).
         `resume_from` pins a checkpoint ({step, kind, path, ts}); null lifts the pin, and resume_from
-        is the newest checkpoint again."""
+        is the newest checkpoint again. `restart` is the word to the launcher (restarts.restart_word);
+        one of a generation older than the one held is refused (an older operator's word)."""
         if not isinstance(body, dict):
             raise ValueError("expected a JSON object")
         if "pause" in body and not isinstance(body["pause"], bool):
@@ -263,8 +295,17 @@ class TrainingState:
         ):
             raise ValueError("advisories must be a list of objects")
         pin = checkpoint_ref(body["resume_from"]) if "resume_from" in body else None
+        word = restart_word(body["restart"]) if "restart" in body else None
         with self.lock:
             c = self.control
+            held = c.restart["generation"] if c.restart else 0
+            if word is not None and word["generation"] < held:
+                raise ValueError(
+                    f"restart.generation {word['generation']} is older than the generation this sidecar holds"
+                    f" ({held}): a stale word is refused"
+                )
+            if "restart" in body:
+                c.restart = word
             if "pause" in body:
                 c.pause = body["pause"]
             if "checkpoint" in body:
@@ -310,6 +351,10 @@ class TrainingState:
                 self._collectives(report)
             elif kind == "restore":
                 self._restore(report)
+            elif kind == "launcher":
+                state = launcher_state(report)
+                if state is not None:
+                    self.launcher, self.launcher_seen = state, self.clock()
             elif kind == "fragmentation":
                 ratio = _num(report.get("ratio"))
                 if ratio is not None:

@@ -22,6 +22,10 @@ Decisions taken here:
 - The resume-from pointer on the workload lives from the gang's deletion until its replacements are
   placed (the webhook has read it by then): a pod recreated later for another reason must not start
   pinned to an old checkpoint.
+- RestartInPlace restarts the trainers, not the pods, only where every live pod of the gang has a live
+  `trainguard launch`; otherwise it is Skipped and the RestartGang after it restarts the gang by new
+  pods, every pod of it: a gang is never half restarted in place. Once it succeeded, the RestartGang
+  and ConfirmPlacement after it are Skipped (checked before each of them, so a redo skips them too).
 
 Exactly once: the executor never trusts the copy it was handed. It reads the record and its monitor
 from the API first (`read`), refuses a record without the operator's signature for where it stands
@@ -51,7 +55,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from trainguard.api.common import duration_seconds
 from trainguard.api.monitor import TrainingJobMonitor
@@ -59,6 +63,7 @@ from trainguard.catalog.kubernetes import FAULTY_TAINT, RESUME_FROM
 from trainguard.kube.objects import creation_seconds, is_terminating, label_value
 from trainguard.kube.workloads import ChildJob, Replacement, Workload
 from trainguard.remediation import records
+from trainguard.remediation.detect import GANG_SPREAD_S
 from trainguard.remediation.model import Phase, StepKind
 from trainguard.remediation.ops import ClusterOps, Refused, Sidecar
 from trainguard.remediation.records import Superseded
@@ -78,6 +83,13 @@ EVICTION_GRACE_S = 5
 replacement (under the same name, for a PyTorchJob) waits for it to go."""
 JOBSET_KINDS = ("JobSet", "TrainJob")
 """Owners whose gang is restarted through the JobSet: its current child Jobs are deleted and recreated."""
+IN_PLACE_TIMEOUT_S = 60.0
+"""How long RestartInPlace waits for every launcher to run the new generation before the gang is
+restarted by new pods instead (params['timeout_s'] overrides it)."""
+WORD_POLL_S = 0.2
+"""How often RestartInPlace reads the sidecars while it waits: a launcher starts its trainer within a
+second, and the record's end is part of the restart's time."""
+IN_PLACE_DONE = "not needed: the trainers restarted in place, no pod was replaced"
 
 
 class StepFailed(Exception):
@@ -89,6 +101,12 @@ STOPPING = "the operator is stopping; the record is left to the next leader"
 
 class Stopping(Exception):
     """The operator is stopping: the run stops where it stands, writing nothing."""
+
+
+class NotInPlace(Exception):
+    """RestartInPlace cannot restart the trainers in place (a pod without a live launcher, a sidecar that
+    does not answer, a launcher that did not start the new generation in time): the step is Skipped,
+    saying why, and the RestartGang after it restarts the gang."""
 
 
 @dataclass(frozen=True)
@@ -383,6 +401,11 @@ def would(step: dict[str, Any], monitor: TrainingJobMonitor, default_checkpoint_
         return f"would cordon node {p.get('node', '?')} ({p.get('reason', '')})"
     if kind == StepKind.TAINT:
         return f"would taint node {p.get('node', '?')} {FAULTY_TAINT}={label_value(p.get('reason', ''))}:NoSchedule"
+    if kind == StepKind.RESTART_IN_PLACE:
+        return (
+            f"would restart the trainers of {selector} in place (a new generation to every pod's trainguard launch),"
+            " from the newest checkpoint every rank has, where every pod runs one"
+        )
     if kind == StepKind.RESTART_GANG:
         ref = monitor.spec.workload_ref
         if ref is not None and ref.kind in JOBSET_KINDS:
@@ -540,6 +563,9 @@ class Executor:
             if fresh is not None:
                 monitor = fresh.monitor  # the spec as it is now: it may have changed since the last step
             step = record["steps"][index]
+            if step.get("kind") in (StepKind.RESTART_GANG, StepKind.CONFIRM_PLACEMENT) and _in_place(record):
+                record = self.save(records.mark(record, index, Phase.SKIPPED, IN_PLACE_DONE, self.clock()))
+                continue
             # a step left InProgress by a crash says in its progress fields how far it got; its detail
             # (what it was about to do) is kept for people until the redo writes its own
             redo = step.get("phase") == Phase.IN_PROGRESS
@@ -560,6 +586,13 @@ class Executor:
                 detail = self._act(record, index, monitor, progress, note)
             except (Superseded, Stopping):
                 raise
+            except NotInPlace as exc:
+                after = ("the gang is restarted by new pods instead (RestartGang)" if _gang_after(record, index)
+                         else "training stays paused at the pin: restart the job by hand")  # fmt: skip
+                record = self.save(
+                    records.mark(record, index, Phase.SKIPPED, f"{exc}; {after}", self.clock())
+                )
+                continue
             except Exception as exc:  # a crash (SystemExit, KeyboardInterrupt) is not a failed step
                 message = str(exc) if isinstance(exc, StepFailed) else f"{type(exc).__name__}: {exc}"
                 return self._save(records.mark(record, index, Phase.FAILED, message, self.clock()), monitor)
@@ -605,6 +638,8 @@ class Executor:
             if not node:
                 raise StepFailed("no node to taint")
             return self.cluster.taint(node, params.get("reason") or record.get("alert", ""))
+        if kind == StepKind.RESTART_IN_PLACE:
+            return self._restart_in_place(record, index, monitor, params, progress=progress, note=note)
         if kind == StepKind.RESTART_GANG:
             ref = monitor.spec.workload_ref
             if ref is not None and ref.kind in JOBSET_KINDS:
@@ -801,6 +836,103 @@ class Executor:
         )
 
     # ---- the gang ----
+
+    def _restart_in_place(
+        self,
+        record: Record,
+        index: int,
+        monitor: TrainingJobMonitor,
+        params: dict[str, str],
+        *,
+        progress: Progress,
+        note: Note,
+    ) -> str:
+        """Restart the trainers, not the pods: post a new generation's word to every sidecar of the gang,
+        where `trainguard launch` stops its trainer and starts it again from the word's checkpoint, and wait
+        until every launcher runs that generation. The generation is saved in the step's progress before
+        the first post, so a redo posts the same one (a launcher that runs it ignores it), with the word a
+        sidecar already holds. Every live pod of the gang must have a running sidecar with a live launcher
+        and none may have failed (a member lost: only new pods restore the gang), else NotInPlace; a
+        launcher that does not start it within the timeout is NotInPlace too when a RestartGang follows
+        (its new pods replace every pod), else the step fails. The checkpoint is the newest every rank
+        has (`gang_checkpoint`; a rank holding a pin offers only its pin)."""
+        timeout = _float(params.get("timeout_s")) or IN_PLACE_TIMEOUT_S
+        gang, lost = _gang(self.cluster.gang_pods(monitor.namespace, monitor.spec.selector))
+        posted = progress.fields.get("generation")
+        fallback = _gang_after(record, index)
+
+        def refuse(why: str) -> NoReturn:
+            if posted is not None and not fallback:
+                raise StepFailed(f"generation {posted} was posted, then: {why}")
+            raise NotInPlace(why)
+
+        if lost:
+            refuse(f"{_names(lost)} of the gang ended or is being deleted")
+        if not gang:
+            refuse("no live pod of the job")
+        sidecars, token = self._sidecars(monitor)
+        by_pod = {sc.pod: sc for sc in sidecars if sc.pod in gang}
+        if missing := [p for p in gang if p not in by_pod]:
+            refuse(f"no running sidecar in {_names(missing)}")
+        views, errors = self._each(
+            list(by_pod.values()), lambda sc: self.cluster.read_control(sc.base_url, token)
+        )
+        if errors:
+            refuse(f"not every sidecar answered{_errors(errors)}")
+        if without := [p for p in gang if not _launcher_alive(views[p])]:
+            refuse(f"no live trainguard launch in {_names(without)}")
+        if isinstance(posted, int) and not isinstance(posted, bool):
+            generation = posted
+        else:
+            generation = 1 + max(_generation(v) for v in views.values())
+        word = next(
+            (copy.deepcopy(v["restart"]) for v in views.values() if _word_generation(v) == generation), None
+        )
+        if word is None:  # first post: the gang's checkpoint, the one every sidecar's pin will hold
+            best, why = gang_checkpoint({pod: _held(v) for pod, v in views.items()}, None, None)
+            word = {
+                "generation": generation,
+                "record": record["id"],
+                "resume_from": _pointer(best) if best else None,
+            }
+            where = f"step {_fmt_step(_float(best.get('step')))}{why}" if best else "what each trainer finds"
+            note(f"posting generation {generation} to the launchers of {_names(gang)}; resuming from {where}",
+                 {"generation": generation})  # fmt: skip
+        posted = generation  # from here on a refusal after some launchers may have restarted
+        body: dict[str, Any] = {"restart": word, "pause": False}
+        if word.get("resume_from"):
+            body["resume_from"] = word["resume_from"]  # held as a pin: what the SDK answers too
+        started: set[str] = set()
+        deadline = self.clock() + timeout
+        while True:
+            for pod in sorted(set(gang) - started):
+                if _word_generation(views[pod]) < generation:  # not posted yet, or a sidecar that restarted
+                    answers, failed = self._each(
+                        [by_pod[pod]], lambda sc: self.cluster.control(sc.base_url, token, body)
+                    )
+                    errors.update(failed)
+                    views.update(answers)
+                if _launcher_generation(views[pod]) >= generation:
+                    started.add(pod)
+            if len(started) == len(gang):
+                break
+            if self.clock() >= deadline:
+                late = sorted(set(gang) - started)
+                refuse(f"generation {generation} not started by the launchers of {_names(late)} within {timeout:g}s"
+                       f"{_errors({p: e for p, e in errors.items() if p in late})}")  # fmt: skip
+            self.sleep(min(self.poll_interval, WORD_POLL_S))
+            fresh, errors = self._each(
+                [by_pod[p] for p in sorted(set(gang) - started)],
+                lambda sc: self.cluster.read_control(sc.base_url, token),
+            )
+            views.update(fresh)
+        resume = word.get("resume_from")
+        step = (
+            f"step {_fmt_step(_float(resume.get('step')))}"
+            if isinstance(resume, dict)
+            else "what each trainer found"
+        )
+        return f"generation {generation} runs on {_names(gang)}, restarted in place from {step}; no pod was replaced"
 
     def _restart(self, record: Record, monitor: TrainingJobMonitor, progress: Progress, note: Note) -> str:
         """Delete the gang's pods; their controller recreates them. Before deleting, the step's progress
@@ -1118,3 +1250,55 @@ def _restarted_by_owner(workload: Workload, params: dict[str, str], progress: Pr
         f"the JobSet {workload.jobset} restarted the gang itself (restart attempt {workload.attempt}, "
         f"planned at {planned}): its new pods are the replacement, nothing more is done"
     )
+
+
+def _gang(pods: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """(the live pods of the gang, the members it lost): a pod that failed or is being deleted and was
+    created with the live ones (within detect.GANG_SPREAD_S of the oldest) left the gang, which only new
+    pods make whole again; an older one is history (a Job keeps the failed pods it replaced)."""
+    live = [p for p in pods if _live(p)]
+    first = min((creation_seconds(p) for p in live), default=None)
+    lost = [
+        p
+        for p in pods
+        if not _live(p)
+        and (p.get("status") or {}).get("phase") != "Succeeded"
+        and (first is None or creation_seconds(p) >= first - GANG_SPREAD_S)
+    ]
+    return _pod_names(live), _pod_names(lost)
+
+
+def _launcher_alive(view: dict[str, Any]) -> bool:
+    """The sidecar has heard from its pod's launcher lately, and it is not exiting (exporter/restarts.py)."""
+    launcher = view.get("launcher")
+    return isinstance(launcher, dict) and launcher.get("alive") is True
+
+
+def _int_field(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _launcher_generation(view: dict[str, Any]) -> int:
+    launcher = view.get("launcher")
+    return _int_field(launcher.get("generation")) if isinstance(launcher, dict) else 0
+
+
+def _word_generation(view: dict[str, Any]) -> int:
+    word = view.get("restart")
+    return _int_field(word.get("generation")) if isinstance(word, dict) else 0
+
+
+def _generation(view: dict[str, Any]) -> int:
+    """The newest generation a sidecar knows: its word's or its launcher's."""
+    return max(_word_generation(view), _launcher_generation(view))
+
+
+def _in_place(record: Record) -> bool:
+    """Whether the record's RestartInPlace restarted the trainers: the gang steps after it are not needed."""
+    return any(s.get("kind") == StepKind.RESTART_IN_PLACE and s.get("phase") == Phase.SUCCEEDED
+               for s in record.get("steps", []))  # fmt: skip
+
+
+def _gang_after(record: Record, index: int) -> bool:
+    """Whether a RestartGang follows step `index`: what restarts the gang when it cannot be done in place."""
+    return any(s.get("kind") == StepKind.RESTART_GANG for s in record.get("steps", [])[index + 1 :])

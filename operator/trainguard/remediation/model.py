@@ -60,6 +60,12 @@ class StepKind(StrEnum):
     """Mark params['node'] unschedulable, annotated with who, when and why."""
     TAINT = "Taint"
     """Taint params['node'] trainguard.io/faulty=<params['reason']>:NoSchedule."""
+    RESTART_IN_PLACE = "RestartInPlace"
+    """Restart the trainers, not the pods: post a new generation's restart word ({generation, record,
+    resume_from}, the newest checkpoint every rank has) to every pod's sidecar, where `trainguard launch`
+    restarts its trainer; wait until every launcher runs that generation. Only where every live pod of the
+    gang has a live launcher; else, or when a launcher does not start it in time, the RestartGang that
+    follows restarts the gang (a NaN's plan has none: training stays paused at the pin)."""
     RESTART_GANG = "RestartGang"
     """Delete the job's pods so that their controller recreates them as one gang, resuming from the
     newest good checkpoint; replacement pods may use a spare node (trainguard.io/spare=true). A JobSet's

@@ -17,6 +17,11 @@ saying why, while the node is still cordoned; the restart budget is the smaller 
 and the owner's. A node fault of a JobSet or TrainJob replaces only the faulty node's pod (REPLACE_POD)
 instead of restarting the gang.
 
+A restart (a stall, an interruption, and a NaN after its pin) is planned in place first: RestartInPlace,
+which the executor carries out only where every pod runs `trainguard launch` (it reads the sidecars;
+the planner reads none), then the RestartGang and ConfirmPlacement that restart by new pods where it
+cannot (a NaN has none: it stays paused). Both count once against the restart budget.
+
 Two classes are acted on at P1: trainingAdvice (GradientExplosion, opt-in) and eccDegraded
 (GPUSingleBitECCErrorsHigh: a checkpoint, then cordon and taint; the job is not restarted). The
 operator's escalation re-posts an unacknowledged P1 as a P0 copy (`escalated_from`) that reaches the
@@ -80,6 +85,10 @@ it. Not the other way round: a node fault on a node only isolated must still mov
 ADVICE_ALERT = "GradientExplosion"
 CLIP_GRADIENTS = "clip_gradients"
 NEWEST_GOOD_CHECKPOINT = "newest-good-checkpoint"
+RESTARTS = (StepKind.RESTART_IN_PLACE, StepKind.RESTART_GANG, StepKind.REPLACE_POD)
+"""The steps that restart the job (in place, by new pods, or the faulty node's pod replaced through the
+owner): counted against jobRestartBudget once per record, and turned into a notice when the owner
+allows no restart."""
 
 DUPLICATE_WINDOW_S = 600.0
 """A fault is acted on once: another signal of it within this long after its record finished is a
@@ -243,16 +252,18 @@ def plan(signal: Signal, monitor: TrainingJobMonitor, state: ClusterState) -> Pl
     if any(s.kind in RESTARTS for s in steps):
         restarts = _restarts(state, duration_seconds(rem.budget_window))
         if restarts >= rem.job_restart_budget:
-            reason = (
+            spent = (
                 f"{RESTART_BUDGET}: {restarts} restart(s) of this job in the last {rem.budget_window}"
-                f" (jobRestartBudget {rem.job_restart_budget}); nothing is done"
+                f" (jobRestartBudget {rem.job_restart_budget})"
             )
+            if cls == NONFINITE_LOSS:  # the pause and the pin still hold the good checkpoint
+                reason = f"{spent}; the trainers are not restarted, training stays paused at the pin"
+                return replace(base, steps=(*(s for s in steps if s.kind not in RESTARTS), _notify(reason)))
+            reason = f"{spent}; nothing is done"
             return skip(reason, _notify(reason))
     return replace(base, steps=steps)
 
 
-RESTARTS = (StepKind.RESTART_GANG, StepKind.REPLACE_POD)
-"""The steps that restart the job (each spends the restart budget) and go through its owner."""
 WORKLOAD_UNRESOLVED = "workload unresolved"
 OWNER_REFUSES = "the owner allows no restart"
 
@@ -370,15 +381,19 @@ def _steps(signal: Signal, monitor: TrainingJobMonitor, cls: str, action: str) -
             Step(StepKind.REPLACE_POD, {"from": NEWEST_GOOD_CHECKPOINT, "node": node, **down}),
             Step(StepKind.CONFIRM_PLACEMENT, {"avoid": node}),
         )
+    # the trainers, not the pods, where every pod runs `trainguard launch`: the step reads the sidecars
+    # (the planner calls none) and, where a pod has no launcher, leaves the restart to the steps after it
+    in_place = Step(StepKind.RESTART_IN_PLACE, {"from": NEWEST_GOOD_CHECKPOINT})
     if cls == NONFINITE_LOSS:
         return (
             Step(StepKind.PAUSE),
             Step(StepKind.PIN_CHECKPOINT, {"before_ts": repr(_nan_bound(signal, monitor))}),
+            in_place,
         )
     if cls == TRAINING_ADVICE:
         return (Step(StepKind.ADVISE, {"advice": CLIP_GRADIENTS}),)
     if cls in (STALL, INTERRUPTED):
-        return restart
+        return (in_place, *restart)
     # NODE_FAULT
     checkpoint = _checkpoint(monitor, node)
     if not node:
@@ -481,20 +496,19 @@ def _cordoned_nodes(state: ClusterState, window: float) -> set[str]:
 
 
 def _restarts(state: ClusterState, window: float) -> int:
-    """Restarts of this job within the window (a gang restart, or a pod replaced through the owner):
-    begun (InProgress, Succeeded or Failed) or still to come in an unfinished record; a restart that a
-    failed earlier step never reached does not count."""
+    """Restarts of this job within the window, one per record whose restart (in place, of the gang's
+    pods, or of a pod replaced through the owner) has begun (InProgress, Succeeded or Failed) or is still
+    to come in an unfinished record; a restart that a failed earlier step never reached does not count,
+    nor one skipped (an in-place restart with no launcher, whose RestartGang then counts, or a NaN's that
+    leaves training paused)."""
     since = state.now - window
     count = 0
     for r in _live(state.records):
         if unix(str(r.get("created", ""))) < since:
             continue
-        for step in r.get("steps", []):
-            if step.get("kind") not in RESTARTS:
-                continue
-            phase = step.get("phase")
-            if phase in (Phase.IN_PROGRESS, Phase.SUCCEEDED, Phase.FAILED) or (
-                phase == Phase.PLANNED and not is_finished(r)
-            ):
-                count += 1
+        phases = [s.get("phase") for s in r.get("steps", []) if s.get("kind") in RESTARTS]
+        if any(p in (Phase.IN_PROGRESS, Phase.SUCCEEDED, Phase.FAILED) for p in phases) or (
+            Phase.PLANNED in phases and not is_finished(r)
+        ):
+            count += 1
     return count

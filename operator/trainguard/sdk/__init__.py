@@ -22,9 +22,11 @@ checkpoint recorded per kind). It is sent again when the sidecar's control answe
 a bye, from close() or, for a script that never closes, at interpreter exit: a sidecar run as a
 regular container (--exit-after-bye) stops once every trainer said it. resume_from() asks the sidecar itself
 (briefly) when called before the background thread has: it is usually the first thing a script asks.
-It answers {step, kind, path, ts}: the checkpoint the operator pinned when the sidecar holds a pin
-(after a NaN loss, the newest saved before it; after a gang restart, the pod's resume-from pointer),
-else the newest good one; a pin is not moved by this process's own later saves.
+It answers {step, kind, path, ts}: for a trainer `trainguard launch` restarted on the operator's
+word, the checkpoint in TRAINGUARD_RESUME_FROM (the newest every rank has); else the checkpoint the
+operator pinned when the sidecar holds a pin (after a NaN loss, the newest saved before it; after a
+gang restart, the pod's resume-from pointer), else the newest good one; a pin is not moved by this
+process's own later saves.
 
 trainguard.sdk.huggingface and .lightning also report the fp16 loss scale every step and, where CUDA
 exists, the allocator's fragmentation every 50 steps (trainguard.sdk.torch_state reads both).

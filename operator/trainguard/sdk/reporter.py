@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import json
 import logging
 import math
 import os
@@ -22,6 +23,9 @@ DEFAULT_ENDPOINT = "unix:///var/run/trainguard/sdk.sock"
 """The injected sidecar's socket (the sidecar serves the SDK on TCP only with --sdk-tcp)."""
 CHECKPOINT_KINDS = ("incremental", "full")  # the exporter counts any other kind as incremental
 FIRST_CONTROL_TIMEOUT_S = 0.5  # resume_from() waits at most this long for a sidecar it never reached
+RESUME_FROM_ENV = "TRAINGUARD_RESUME_FROM"
+"""Set by `trainguard launch` for a trainer it restarted on the operator's word: the checkpoint the whole
+gang resumes from ({step, kind, path, ts}, JSON), which resume_from() answers first."""
 RESTORE_PROGRESS_EVERY_S = 2.0
 """While a checkpoint loads, its read throughput so far is reported this often (by the Reporter's thread)."""
 
@@ -34,6 +38,21 @@ def _checkpoint(value: Any) -> dict[str, Any] | None:
     if isinstance(step, bool) or not isinstance(step, int | float) or not math.isfinite(step):
         return None
     return dict(value)
+
+
+def _env_pointer(text: str | None) -> dict[str, Any] | None:
+    """TRAINGUARD_RESUME_FROM as a checkpoint, or None when unset, empty or not one (logged: the trainer
+    then resumes from what the sidecar says)."""
+    if not text or not text.strip() or text.strip() == "null":
+        return None
+    try:
+        found = _checkpoint(json.loads(text))
+    except ValueError:
+        found = None
+    if found is None:
+        log.warning("trainguard: %s is not a checkpoint {step, kind, path, ts} (%r); ignored", RESUME_FROM_ENV,
+                    text[:200])  # fmt: skip
+    return found
 
 
 def _newer(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -150,6 +169,8 @@ class Reporter:
             "pinned": False,
         }
         self._own_best: dict[str, Any] | None = None  # the newest checkpoint this Reporter recorded
+        self._told: dict[str, Any] | None = _env_pointer(os.environ.get(RESUME_FROM_ENV))
+        """The launcher's resume-from for this generation (TRAINGUARD_RESUME_FROM): the operator's word."""
         self._last_control = 0.0
         self._control_fetched = False  # once the sidecar has answered GET /v1/control
         self._first_resume_fetch_done = False
@@ -364,8 +385,10 @@ class Reporter:
             return bool(self._control.get("pause"))
 
     def resume_from(self) -> dict[str, Any] | None:
-        """The checkpoint to resume from: {"step", "kind", "path", "ts"}, or None. The one the operator
-        pinned when the sidecar says so (a good checkpoint from before a NaN, or the pointer a
+        """The checkpoint to resume from: {"step", "kind", "path", "ts"}, or None. First the one
+        `trainguard launch` gave this process (TRAINGUARD_RESUME_FROM: the operator restarted the gang in
+        place from it; a checkpoint this process saved since is newer and wins); then the one the
+        operator pinned when the sidecar says so (a good checkpoint from before a NaN, or the pointer a
         restarted gang was given), else the newest good one this process or the sidecar knows.
 
         Usually called once, right after construction, before the background thread has asked the
@@ -376,6 +399,9 @@ class Reporter:
             self._first_resume_fetch_done = True
             self._refresh_control(force=True, timeout=min(self.transport.timeout, FIRST_CONTROL_TIMEOUT_S))
         with self._lock:
+            if self._told is not None:
+                best = _newer(dict(self._told), self._own_best)
+                return dict(best) if best else None
             best = self._control.get("resume_from")
             return dict(best) if best else None
 

@@ -30,9 +30,10 @@ BASELINE = "trainguard:train_tokens_per_second_per_gpu:avg:baseline_mean"
 CHECKPOINT_STEP = "trainguard_checkpoint_last_step"
 CHECKPOINT_TIME = "trainguard_checkpoint_last_success_timestamp_seconds"
 TRAIN_STEP = "trainguard_train_step"
-STOPPING_STEPS = frozenset({"Pause", "RestartGang", "ReplacePod"})
-RESTARTS = frozenset({"RestartGang", "ReplacePod"})
-"""A gang restarted, or a pod replaced through its owner: training resumes from a checkpoint."""
+STOPPING_STEPS = frozenset({"Pause", "RestartInPlace", "RestartGang", "ReplacePod"})
+RESTARTS = frozenset({"RestartInPlace", "RestartGang", "ReplacePod"})
+"""A restart redoes the steps since the checkpoint it resumed from: in place, by new pods, or the faulty
+node's pod replaced through its owner."""
 REDO_WINDOW = "5m"
 """The redo is read over the window before a record's creation, not at that instant: by then the failed
 pod's target may be gone and its series marked stale."""
@@ -151,7 +152,7 @@ def _remediation(record: Mapping[str, Any]) -> Remediation:
 
 
 def stopped_training(record: Mapping[str, Any]) -> bool:
-    """Finished, not a dry run, and a step that stops training (Pause, RestartGang, ReplacePod) succeeded."""
+    """Finished, not a dry run, and a step that stops training (Pause, a restart) succeeded."""
     if record.get("dryRun") or record.get("phase") not in ("Succeeded", "Failed"):
         return False
     return any(

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""A real torch.distributed trainer, meant to run under `trainguard launch`: DDP over gloo on CPU, a small
+network learning a noisy sine wave, each rank on its own data, every step's gradients all-reduced by DDP,
+reported through the trainguard SDK.
+
+    # in every pod of the gang, RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set as for torchrun
+    trainguard launch -- python examples/train_ddp.py --checkpoint-dir /shared/ckpt
+
+What an in-place restart needs from a trainer, and what this one does:
+- resume from Reporter.resume_from(): after an in-place restart, the checkpoint every rank has
+  (TRAINGUARD_RESUME_FROM, set by the launcher); load this rank's shard of it and go on at the next step;
+- a new rendezvous per generation: the store listens on MASTER_PORT + TRAINGUARD_GENERATION, so a
+  restarted gang never meets a store of the generation before (a rank of it may still be dying);
+- checkpoint into one directory per step, each rank its own file (`step-00001200/rank-0.pt`), and report
+  the directory: every rank names the same checkpoint, the operator's choice of the newest one every rank
+  has is a directory each rank can load its own shard from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from trainguard.sdk import Reporter
+from trainguard.sdk.torch import reporting_oom
+
+RENDEZVOUS_TIMEOUT = dt.timedelta(seconds=120)
+
+
+def shard(path: str | Path, rank: int) -> Path:
+    return Path(path) / f"rank-{rank}.pt"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=100_000)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--hidden", type=int, default=32)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--step-delay", type=float, default=0.0, help="sleep per step, to make a short run last")
+    p.add_argument("--checkpoint-dir", default="out/ddp-checkpoints", help="shared by the ranks")
+    p.add_argument("--endpoint", help="default: TRAINGUARD_ENDPOINT, else the injected sidecar's socket")
+    args = p.parse_args()
+
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    generation = int(os.environ.get("TRAINGUARD_GENERATION", "0"))
+    addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    port = int(os.environ.get("MASTER_PORT", "29500")) + generation
+    print(
+        f"rank {rank}/{world} generation {generation} pid {os.getpid()}: rendezvous at {addr}:{port}",
+        flush=True,
+    )
+    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world,
+                            timeout=RENDEZVOUS_TIMEOUT)  # fmt: skip
+    torch.manual_seed(args.seed)  # the same initial weights on every rank
+    model = torch.nn.Sequential(
+        torch.nn.Linear(1, args.hidden), torch.nn.Tanh(), torch.nn.Linear(args.hidden, 1)
+    )
+    ddp = DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
+    data = torch.Generator().manual_seed(args.seed * 1000 + rank)
+    root = Path(args.checkpoint_dir)
+    with Reporter(args.endpoint) as tg, reporting_oom(tg):
+        start = 0
+        if (resume := tg.resume_from()) is not None:
+            start = int(resume["step"]) + 1
+            saved = Path(str(resume.get("path") or root / f"step-{int(resume['step']):08d}"))
+            loaded = shard(saved, rank).is_file()
+            if loaded:
+                with tg.restore(str(shard(saved, rank))):
+                    state = torch.load(shard(saved, rank), weights_only=True)
+                model.load_state_dict(state["model"])
+                opt.load_state_dict(state["optimizer"])
+            print(f"resuming after the checkpoint of step {resume['step']} ({saved}; "
+                  f"{'weights loaded' if loaded else 'fresh weights'})", flush=True)  # fmt: skip
+        loss = math.nan
+        for step in range(start, args.steps):
+            while tg.should_pause():
+                time.sleep(0.2)  # the operator pinned a good checkpoint; a word restarts us from it
+            t0 = time.monotonic()
+            x = torch.rand(args.batch, 1, generator=data) * 2 - 1
+            y = torch.sin(3 * x) + 0.05 * torch.randn(args.batch, 1, generator=data)
+            opt.zero_grad()
+            out = torch.nn.functional.mse_loss(ddp(x), y)
+            out.backward()  # DDP all-reduces the gradients here
+            opt.step()
+            loss = out.item()
+            if args.step_delay:
+                time.sleep(args.step_delay)
+            if step == start:
+                print(f"generation {generation} rank {rank} first step {step}", flush=True)
+            tg.log_step(step, loss=loss, tokens=args.batch, step_time_s=time.monotonic() - t0)
+            if kind := tg.should_checkpoint(step):
+                where = root / f"step-{step:08d}"
+                where.mkdir(parents=True, exist_ok=True)
+                torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step},
+                           shard(where, rank))  # fmt: skip
+                tg.checkpoint_saved(step, kind, str(where))
+            if step % 500 == 0:
+                print(f"rank {rank} step {step:6d}  loss {loss:.4f}", flush=True)
+    dist.destroy_process_group()
+    print(f"done: {args.steps} steps, final loss {loss:.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
