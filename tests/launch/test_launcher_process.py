@@ -208,3 +208,20 @@ def test_a_restarted_sidecar_is_told_the_launchers_state_again(tmp_path: Path) -
             for pid in (line["pid"], line["helper"]):
                 if alive(pid):
                     os.kill(pid, signal.SIGKILL)
+
+
+def test_a_launcher_killed_outright_takes_its_trainer_and_warm_trainer_with_it(tmp_path: Path) -> None:
+    """SIGKILL leaves the launcher no time to stop the trainer's session, which a runner stopping only the
+    launcher's process group would miss: the trainer and the parked warm trainer die with it (a leak here
+    kept 32 trainers burning the CPU of a 2-core machine after a bench)."""
+    with launched(tmp_path, "sleep", "--preload", "wave") as (exp, proc, out):
+        wait_for("the trainer and a warm trainer", lambda: len(lines(out)) == 1
+                 and launcher(exp).get("warm") == "ready", timeout=30)  # fmt: skip
+        found = re.search(r"a warm trainer \(pid (\d+)\)", (tmp_path / "launcher.log").read_text())
+        assert found is not None
+        warm, trainer = int(found.group(1)), lines(out)[0]["pid"]
+        assert alive(warm) and alive(trainer)
+        proc.kill()
+        proc.wait()
+        wait_for("the trainer gone with its launcher", lambda: not alive(trainer), timeout=10)
+        wait_for("the warm trainer gone too", lambda: not alive(warm), timeout=10)

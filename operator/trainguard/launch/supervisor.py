@@ -27,6 +27,27 @@ from trainguard.sdk.transport import Transport
 
 log = logging.getLogger("trainguard.launch")
 
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent: int) -> Callable[[], None]:
+    """A preexec_fn: the child is sent SIGKILL when the launcher dies (Linux PR_SET_PDEATHSIG). The
+    trainer runs in a session of its own, so a launcher killed outright (SIGKILL, the OOM killer) would
+    otherwise leave it running: in a pod the runtime stops every process of the container, but a runner
+    that stops only the launcher's group (the e2e pod runner, a bench, a shell) leaks it. Elsewhere than
+    Linux it does nothing."""
+
+    def arm() -> None:
+        with contextlib.suppress(Exception):
+            import ctypes  # noqa: PLC0415 - in the child only, between fork and exec
+
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the launcher died before the signal was armed
+            os._exit(1)
+
+    return arm
+
+
 HEARTBEAT_S = 5.0
 """The sidecar counts on a launcher heard from within 15 s (exporter/restarts.py LAUNCHER_STALE_S)."""
 SIDECAR_TIMEOUT_S = 1.0
@@ -147,7 +168,8 @@ class Supervisor:
         log.info("starting generation %d: %s", generation, " ".join(self.options.command))
         try:
             # its own session and process group: the whole group is stopped, whatever it started
-            self.child = subprocess.Popen(list(self.options.command), env=env, start_new_session=True)
+            self.child = subprocess.Popen(list(self.options.command), env=env, start_new_session=True,
+                                          preexec_fn=_die_with(os.getpid()))  # noqa: PLW1509 - the launcher runs no thread  # fmt: skip
         except OSError as exc:
             log.error("cannot start %s: %s", self.options.command[0], exc)
             self.child = None
@@ -177,7 +199,7 @@ class Supervisor:
         command = warm_command(self.entry, self.options.preload, write)
         try:
             self.warm = subprocess.Popen(command, env=self.env, stdin=subprocess.PIPE, start_new_session=True,
-                                         pass_fds=(write,))  # fmt: skip
+                                         pass_fds=(write,), preexec_fn=_die_with(os.getpid()))  # noqa: PLW1509 - the launcher runs no thread  # fmt: skip
         except OSError as exc:
             os.close(read)
             log.warning("cannot start a warm trainer (%s): the next restart starts cold", exc)
