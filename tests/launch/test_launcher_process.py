@@ -30,7 +30,7 @@ gen = os.environ["TRAINGUARD_GENERATION"]
 helper = subprocess.Popen(["sleep", "300"])  # a worker the trainer started: it must go with the trainer
 with open(out, "a") as f:
     f.write(json.dumps({"gen": gen, "pid": os.getpid(), "helper": helper.pid, "argv": sys.argv[1:],
-                        "preloaded": "wave" in sys.modules, "main": __name__,
+                        "preloaded": "wave" in sys.modules, "slow": "slowimport" in sys.modules, "main": __name__,
                         "resume": os.environ.get("TRAINGUARD_RESUME_FROM")}) + "\\n")
 if mode == "fail" and gen == "0":
     sys.exit(5)
@@ -56,12 +56,13 @@ def alive(pid: int) -> bool:
 
 @contextmanager
 def launched(
-    tmp_path: Path, mode: str = "sleep", *flags: str
+    tmp_path: Path, mode: str = "sleep", *flags: str, path: str = ""
 ) -> Iterator[tuple[Running, subprocess.Popen[bytes], Path]]:
+    """The launcher running the test trainer against a real exporter; `path`: more of PYTHONPATH."""
     sock, out, script = tmp_path / "sdk.sock", tmp_path / "trainer.jsonl", tmp_path / "trainer.py"
     script.write_text(TRAINER)
     with running_exporter("--backend", "none", "--no-host", socket_path=str(sock), sdk_tcp=False) as exp:
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "operator")}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "operator"), path) if p)}
         proc = subprocess.Popen(
             [sys.executable, "-m", "trainguard.cli", "launch", "--endpoint", f"unix://{sock}", *flags, "--",
              sys.executable, str(script), str(out), mode],
@@ -225,3 +226,23 @@ def test_a_launcher_killed_outright_takes_its_trainer_and_warm_trainer_with_it(t
         proc.wait()
         wait_for("the trainer gone with its launcher", lambda: not alive(trainer), timeout=10)
         wait_for("the warm trainer gone too", lambda: not alive(warm), timeout=10)
+
+
+def test_a_word_that_comes_while_the_warm_trainer_still_imports_waits_for_it(tmp_path: Path) -> None:
+    """The restart is handed over before the warm trainer's imports are done: it runs the new generation
+    once they are, and its late word that it is ready is no longer listened to (and harms nothing)."""
+    (tmp_path / "slowimport.py").write_text("import time\ntime.sleep(3)\n")
+    with launched(tmp_path, "sleep", "--preload", "slowimport", path=str(tmp_path)) as (exp, proc, out):
+        log = tmp_path / "launcher.log"
+        warm = wait_for("a warm trainer started", lambda: re.search(
+            r"a warm trainer \(pid (\d+)\) preloads slowimport", log.read_text()), timeout=30)  # fmt: skip
+        assert launcher(exp).get("warm") != "ready"
+        word(exp, 1)
+        wait_for("generation 1 started", lambda: len(lines(out)) == 2, timeout=20, interval=0.05)
+        second = lines(out)[1]
+        assert second["pid"] == int(warm.group(1)) and second["slow"] is True and second["gen"] == "1"
+        time.sleep(1)
+        assert (
+            proc.poll() is None and launcher(exp)["state"] == "running" and launcher(exp)["generation"] == 1
+        )
+        assert "ended" not in log.read_text().split("starting generation 1")[1]

@@ -23,7 +23,10 @@ BOOT = r"""
 import importlib, json, os, runpy, sys
 for name in json.loads(sys.argv[1]):
     importlib.import_module(name)
-os.write(int(sys.argv[2]), b"1")
+try:
+    os.write(int(sys.argv[2]), b"1")
+except OSError:
+    pass  # the launcher handed the order over before the imports were done: it no longer listens
 os.close(int(sys.argv[2]))
 line = sys.stdin.readline()
 if not line:
