@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from tests.clock import T0, Clock
+from tests.exporter.fastpath_receiver import receiver
 from tests.exporter.running import running_exporter
-from tests.exporter.test_fastpath import receiver
+from trainguard.catalog import control_auth
 from trainguard.exporter.restarts import LAUNCHER_STALE_S, interruption, launcher_state, restart_word
 from trainguard.exporter.training import TrainingState
 
@@ -24,8 +25,13 @@ CKPT = {"step": 900, "kind": "full", "path": "/ckpt/900", "ts": T0 - 50}
 
 
 def authed_post(url: str, body: Any, token: str) -> Any:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"})  # fmt: skip
+    """POST /v1/control signed with `token`, as the operator calls it (catalog/control_auth.py)."""
+    data = json.dumps(body).encode()
+    signed = control_auth.authorization(
+        token, control_auth.Call("POST", "/v1/control", data), now=time.time()
+    )
+    req = urllib.request.Request(url, data=data, method="POST",
+                                 headers={"Content-Type": "application/json", "Authorization": signed})  # fmt: skip
     with urllib.request.urlopen(req, timeout=10) as resp:
         return json.loads(resp.read())
 
