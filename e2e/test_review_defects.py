@@ -125,6 +125,7 @@ def test_a_deleted_policy_degrades_the_monitors_that_name_it(operator: Cluster, 
         lambda: (
             (c := condition(operator.get(*MON, ns, "llama-pretrain"), "Degraded"))
             and c["status"] == "True"
+            and c["reason"] == "PolicyNotFound"  # not the WorkloadUnresolved of a monitor without its Job
             and c
         ),
         timeout=30,

@@ -22,7 +22,7 @@ from e2e.cluster import Cluster, load_all
 from e2e.controlplane.controllers import Controller, manifests_dir
 from e2e.monitors import MON, condition, quickstart, ready
 from e2e.podprocesses import bound_token
-from e2e.receiver import alert_payload, operator_key, post, records
+from e2e.receiver import alert_payload, monitor_token, post, records
 from e2e.sidecars import sidecar_that_saw
 from tests.processes import wait_for
 from trainguard.api.common import LabelSelector
@@ -277,7 +277,7 @@ class TestJobSet:
         jobs_before = child_jobs(operator, ns)
         wait_for("the owner resolved", lambda: degraded(operator, ns).get("status") == "False", timeout=30)
 
-        token = tokens.derive(operator_key(operator), tokens.EVENTS, ns, JOB)
+        token = monitor_token(operator, tokens.EVENTS, ns, JOB)
         event = {"source": "sidecar", "labels": alert_payload(ns, node)["alerts"][0]["labels"],
                  "annotations": {}, "fingerprint": "x", "startsAt": time.time()}  # fmt: skip
         sender = operator.api.sanitize_for_serialization(faulty)
@@ -337,8 +337,8 @@ class TestJobSet:
         )
         faulty, _ = gang(operator, ns)
         jobs_before = child_jobs(operator, ns)
-        token = tokens.derive(operator_key(operator), tokens.ALERTS, ns, JOB)
-        with sidecar_that_saw(faulty, tokens.derive(operator_key(operator), tokens.EVENTS, ns, JOB)):
+        token = monitor_token(operator, tokens.ALERTS, ns, JOB)
+        with sidecar_that_saw(faulty, monitor_token(operator, tokens.EVENTS, ns, JOB)):
             status, answer = post(operator, "/v1/alerts", alert_payload(ns, faulty.spec.node_name), token)
             assert status == 200, answer
             done = wait_for("the remediation finished", lambda: (r := records(operator, ns)) and r[0]["phase"] in
@@ -419,8 +419,8 @@ class TestTrainJob:
         )
 
         faulty = pods[0]
-        token = tokens.derive(operator_key(operator), tokens.ALERTS, ns, JOB)
-        with sidecar_that_saw(faulty, tokens.derive(operator_key(operator), tokens.EVENTS, ns, JOB)):
+        token = monitor_token(operator, tokens.ALERTS, ns, JOB)
+        with sidecar_that_saw(faulty, monitor_token(operator, tokens.EVENTS, ns, JOB)):
             status, answer = post(operator, "/v1/alerts", alert_payload(ns, faulty.spec.node_name), token)
             assert status == 200, answer
             done = wait_for("the remediation finished", lambda: (r := records(operator, ns)) and r[0]["phase"] in
