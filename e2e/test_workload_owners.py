@@ -110,6 +110,19 @@ def gang(cluster: Cluster, ns: str, attempt: int = 0, count: int = 2) -> list[cl
     return wait_for(f"the JobSet's {count} pods of attempt {attempt} Running", running, timeout=90)
 
 
+def confirmed_node_fault(operator: Cluster, ns: str, faulty: client.V1Pod) -> dict[str, Any]:
+    """A fatal XID on the faulty pod's node, posted as Alertmanager would and confirmed by that node's
+    sidecar: the monitor's record once it has finished."""
+    token = monitor_token(operator, tokens.ALERTS, ns, JOB)
+    with sidecar_that_saw(faulty, monitor_token(operator, tokens.EVENTS, ns, JOB)):
+        status, answer = post(operator, "/v1/alerts", alert_payload(ns, faulty.spec.node_name), token)
+        assert status == 200, answer
+        done: dict[str, Any] = wait_for("the remediation finished", lambda: (r := records(operator, ns)) and
+                                        r[0]["phase"] in ("Succeeded", "Failed", "Skipped") and r[0],
+                                        timeout=120)  # fmt: skip
+    return done
+
+
 def child_jobs(cluster: Cluster, ns: str) -> dict[str, str]:
     """name -> uid of the JobSet's child Jobs."""
     jobs = client.BatchV1Api(cluster.api).list_namespaced_job(
@@ -337,12 +350,7 @@ class TestJobSet:
         )
         faulty, _ = gang(operator, ns)
         jobs_before = child_jobs(operator, ns)
-        token = monitor_token(operator, tokens.ALERTS, ns, JOB)
-        with sidecar_that_saw(faulty, monitor_token(operator, tokens.EVENTS, ns, JOB)):
-            status, answer = post(operator, "/v1/alerts", alert_payload(ns, faulty.spec.node_name), token)
-            assert status == 200, answer
-            done = wait_for("the remediation finished", lambda: (r := records(operator, ns)) and r[0]["phase"] in
-                            ("Succeeded", "Failed", "Skipped") and r[0], timeout=120)  # fmt: skip
+        done = confirmed_node_fault(operator, ns, faulty)
         assert [s["kind"] for s in done["steps"]] == [
             "ConfirmFault",
             "Cordon",
@@ -419,12 +427,7 @@ class TestTrainJob:
         )
 
         faulty = pods[0]
-        token = monitor_token(operator, tokens.ALERTS, ns, JOB)
-        with sidecar_that_saw(faulty, monitor_token(operator, tokens.EVENTS, ns, JOB)):
-            status, answer = post(operator, "/v1/alerts", alert_payload(ns, faulty.spec.node_name), token)
-            assert status == 200, answer
-            done = wait_for("the remediation finished", lambda: (r := records(operator, ns)) and r[0]["phase"] in
-                            ("Succeeded", "Failed", "Skipped") and r[0], timeout=120)  # fmt: skip
+        done = confirmed_node_fault(operator, ns, faulty)
         assert [s["kind"] for s in done["steps"]] == [
             "ConfirmFault",
             "Cordon",
