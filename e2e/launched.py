@@ -19,10 +19,11 @@ from typing import Any
 from e2e.cluster import Cluster
 from e2e.monitors import ready
 from e2e.pipeline import JOB, SELECTOR, Sink, exporter_step, job, objects
-from e2e.podprocesses import COMPLETION_INDEX, PodProcesses, PodRun
+from e2e.podprocesses import COMPLETION_INDEX, JOBSET_INDEX, PodProcesses, PodRun
 from tests.processes import free_port, wait_for
 
 WORLD = 2
+JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
 STEP_DELAY_S = 0.02
 TERM_GRACE = "2s"
 WORD_TIMEOUT = "60s"
@@ -59,6 +60,31 @@ def ddp_job(ns: str, port: int) -> dict[str, Any]:
     return body
 
 
+def ddp_jobset(ns: str, port: int, max_restarts: int = 2) -> dict[str, Any]:
+    """The same gang as a JobSet of two child Jobs of one pod each (README: what the owner must allow:
+    restartPolicy Never, a podFailurePolicy that Ignores DisruptionTarget, failurePolicy.maxRestarts),
+    RANK from the child Job's index (jobset.sigs.k8s.io/job-index)."""
+    body = ddp_job(ns, port)
+    template = body["spec"]["template"]
+    env = template["spec"]["containers"][0]["env"]
+    env[0] = {
+        "name": "RANK",
+        "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{JOBSET_INDEX}']"}},
+    }
+    template["spec"]["terminationGracePeriodSeconds"] = 5
+    child = {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": template, "podFailurePolicy": {
+        "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]}}  # fmt: skip
+    return {
+        "apiVersion": JOBSET_API_VERSION,
+        "kind": "JobSet",
+        "metadata": {"name": JOB, "namespace": ns},
+        "spec": {
+            "replicatedJobs": [{"name": "node", "replicas": WORLD, "template": {"spec": child}}],
+            "failurePolicy": {"maxRestarts": max_restarts},
+        },
+    }
+
+
 def trainer_command(checkpoints: Path) -> list[str]:
     """The trainer itself, with this interpreter (`python examples/train_ddp.py` in the pod spec)."""
     return [sys.executable, "examples/train_ddp.py", "--step-delay", str(STEP_DELAY_S), "--checkpoint-dir",
@@ -78,14 +104,26 @@ def cold_launch_command(run: PodRun, checkpoints: Path) -> list[str]:
 
 
 def start_gang(
-    cluster: Cluster, ns: str, workdir: Path, remediation: dict[str, Any] | None = None
+    cluster: Cluster,
+    ns: str,
+    workdir: Path,
+    remediation: dict[str, Any] | None = None,
+    *,
+    kind: str = "Job",
 ) -> PodProcesses:
-    """The monitor Ready, the Job's two pods running exporters and launched trainers, every rank past its
-    first full checkpoint: the PodProcesses, entered (the caller exits it)."""
-    cluster.apply(objects(ns, Sink(), {"emergencyCheckpointTimeout": "20s", **(remediation or {})}))
+    """The monitor Ready, the Job's (or JobSet's) two pods running exporters and launched trainers, every
+    rank past its first full checkpoint: the PodProcesses, entered (the caller exits it)."""
+    monitor, policy = objects(ns, Sink(), {"emergencyCheckpointTimeout": "20s", **(remediation or {})})
+    monitor["spec"]["workloadRef"] = {"kind": kind, "name": JOB}
+    cluster.apply([monitor, policy])  # first: the webhook gives the pods their sidecars at creation
     wait_for("monitor Ready", lambda: ready(cluster, ns), timeout=60)
     port = free_port()
-    cluster.apply([ddp_job(ns, port)])
+    if kind == "JobSet":
+        cluster.custom.create_namespaced_custom_object(
+            "jobset.x-k8s.io", "v1alpha2", ns, "jobsets", ddp_jobset(ns, port)
+        )
+    else:
+        cluster.apply([ddp_job(ns, port)])
     pods = PodProcesses(cluster.api, ns, SELECTOR, workdir, command=launch_command).__enter__()
     try:
         wait_for(f"{WORLD} ranks past step {WARM_STEP}", lambda: len(r := pods.running()) == WORLD
@@ -136,6 +174,7 @@ __all__ = [
     "JOB",
     "WORLD",
     "cold_launch_command",
+    "ddp_jobset",
     "generations",
     "launch_command",
     "resumed",

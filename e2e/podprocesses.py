@@ -48,6 +48,7 @@ from trainguard.render.sidecar import (
 
 REPO = Path(__file__).resolve().parents[1]
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+JOBSET_INDEX = "jobset.sigs.k8s.io/job-index"
 
 
 @dataclass
@@ -250,7 +251,9 @@ class PodProcesses:
         port = int(exporter["ports"][0]["containerPort"])
         args = [_local_path(a, run_dir, token_dir) for a in exporter["args"]]
         args = [f"{ip}:{port}" if a.startswith("0.0.0.0:") else a for a in args]
-        rank = (meta.get("annotations") or {}).get(COMPLETION_INDEX, "0")
+        annotations = meta.get("annotations") or {}
+        # a JobSet's child Jobs each have completion index 0: the rank is the child Job's index
+        rank = annotations.get(JOBSET_INDEX) or annotations.get(COMPLETION_INDEX, "0")
         trainer = spec["containers"][0]  # the first container trains; its image is replaced by train_tiny.py
         trainer_env = {
             e["name"]: _local_path(_env_value(e, pod), run_dir, token_dir) for e in trainer.get("env") or []

@@ -251,6 +251,15 @@ def served(url: str, ca: Path) -> bool:
             return True
     except urllib.error.HTTPError as exc:
         return exc.code != 404
+    except (urllib.error.URLError, OSError):  # the webhook server not listening yet
+        return False
+
+
+WEBHOOKS_TIMEOUT_S = 30.0
+"""How long a controller ready by /readyz may take to register its webhook handlers: JobSet and Kueue
+register them only once their certificate rotator says the certificates are ready, after /readyz
+answers, and a webhook dropped in that window leaves its objects undefaulted (JobSet then creates no
+Jobs)."""
 
 
 def pointed_at(
@@ -378,6 +387,11 @@ def run_controller(cluster: Cluster, spec: Spec, *, ready_timeout: float = 120) 
             lines = [ln for ln in ctl.log().splitlines() if "healthz check failed" not in ln]
             raise AssertionError(f"{exc}\n{spec.name}'s log ends:\n" + "\n".join(lines[-30:])) from None
         ctl.ready_seconds = time.monotonic() - t0
+        urls = [w["clientConfig"]["url"] for doc in configs for w in doc["webhooks"]]
+        if urls:  # the handlers are registered together: once one answers, the rest are checked once
+            with contextlib.suppress(AssertionError):
+                wait_for(f"{spec.name}'s webhook handlers", lambda: any(served(u, ca) for u in urls),
+                         timeout=WEBHOOKS_TIMEOUT_S, interval=0.5)  # fmt: skip
         for doc in configs:  # a webhook without a handler would refuse what it matches: taken out
             keep = []
             for w in doc["webhooks"]:

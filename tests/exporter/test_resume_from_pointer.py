@@ -80,3 +80,32 @@ def test_the_operator_pinning_the_pointer_again_holds_it_against_the_running_tra
     t.ingest({"type": "checkpoint", "step": 1200, "kind": "full", "path": "/ckpt/1200", "ts": 1005.0,
               "started_at": 900.0})  # fmt: skip
     assert t.control_view()["pinned"] is True and t.control_view()["resume_from"]["step"] == 1100
+
+
+REJOIN = '{"step": 1100, "path": "/ckpt/1100", "generation": 3, "record": "rem-1"}'
+"""The pointer on a gang whose healthy ranks restart in place while this pod replaces one rank."""
+
+
+def test_a_pointer_with_a_generation_is_held_as_the_launchers_word_from_the_start() -> None:
+    """The launcher reads the word its sidecar holds before its first trainer (launch/decide.py begin):
+    the replacement's first trainer joins generation 3's rendezvous, not generation 0's, which the
+    gang has left."""
+    t = TrainingState(resume_from=parse("--resume-from", REJOIN).resume_from)
+    view = t.control_view()
+    pointer = {"step": 1100, "kind": None, "path": "/ckpt/1100", "ts": None}
+    assert view["resume_from"] == pointer and view["pinned"] is True, "the pin has no word fields"
+    assert view["restart"] == {"generation": 3, "record": "rem-1", "resume_from": pointer}
+
+
+def test_a_pointer_without_a_generation_holds_no_word() -> None:
+    assert TrainingState(resume_from=parse("--resume-from", POINTER).resume_from).control_view()["restart"] is None
+
+
+@pytest.mark.parametrize("generation", ["0", "-1", '"3"', "true", "1.5"])
+def test_a_pointer_with_a_generation_the_launcher_could_not_use_stops_the_exporter(
+    generation: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TRAINGUARD_RESUME_FROM", f'{{"step": 1100, "generation": {generation}}}')
+    with pytest.raises(SystemExit):
+        parse()
+    assert "pointer.generation must be an integer >= 1" in capsys.readouterr().err

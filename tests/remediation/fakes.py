@@ -93,6 +93,8 @@ class FakeCluster:
         for pod, state in self.sidecar.items():
             if launchers is True or (isinstance(launchers, set) and pod in launchers):
                 state["launcher"] = {"pid": 1, "generation": 0, "state": "running", "alive": True}
+        self.new_launchers = launchers is True
+        """Whether recreated pods run `trainguard launch` too (their first trainer as the word they hold)."""
         self.owner_ref = ("Job", "llama-pretrain")
         """The gang's owner: the webhook reads its resume-from annotation into each new pod's sidecar."""
         self.owner: Workload = Workload("Job", "llama-pretrain")
@@ -180,7 +182,15 @@ class FakeCluster:
         if job:
             self.pods[name]["job"] = job
         pointer = self.workloads.get(self.owner_ref, {}).get(RESUME_FROM)
-        self.sidecar[name] = self._sidecar_state(None, resume_pointer(pointer) if pointer else None)
+        held = resume_pointer(pointer) if pointer else None
+        pin = {k: v for k, v in held.items() if k not in ("generation", "record")} if held else None
+        state = self._sidecar_state(None, pin)
+        if held and held.get("generation"):  # exporter/training.py: the pointer's generation is the word
+            state["restart"] = {"generation": held["generation"], "record": held["record"], "resume_from": pin}
+        if self.new_launchers:  # launch/decide.py begin: the first trainer runs as the word held
+            generation = (state["restart"] or {}).get("generation", 0)
+            state["launcher"] = {"pid": 1, "generation": generation, "state": "running", "alive": True}
+        self.sidecar[name] = state
 
     def _pod_dict(self, name: str) -> dict[str, Any]:
         s = self.pods[name]

@@ -22,6 +22,7 @@ CONFIRM_FAULT, CORDON, TAINT, CKPT = (StepKind.CONFIRM_FAULT, StepKind.CORDON, S
                                       StepKind.REQUEST_CHECKPOINT)  # fmt: skip
 RESTART, REPLACE, CONFIRM, NOTIFY = (StepKind.RESTART_GANG, StepKind.REPLACE_POD, StepKind.CONFIRM_PLACEMENT,
                                      StepKind.NOTIFY)  # fmt: skip
+REJOIN = StepKind.RESTART_IN_PLACE
 
 
 def on(kind: str, name: str = "llama", **remediation: Any) -> TrainingJobMonitor:
@@ -47,10 +48,13 @@ def notice(p: Any) -> str:
 
 def test_a_jobsets_node_fault_replaces_only_the_faulty_nodes_pod() -> None:
     p = plan(signal("GPUCriticalXid"), on("JobSet"), owned_by(a_jobset()))
-    assert kinds(p) == (CONFIRM_FAULT, CORDON, TAINT, CKPT, REPLACE, CONFIRM)
+    assert kinds(p) == (CONFIRM_FAULT, CORDON, TAINT, CKPT, REPLACE, REJOIN, CONFIRM)
     assert p.steps[4].params == {"from": "newest-good-checkpoint", "node": "gpu-a", "attempt": "0"}
+    assert p.steps[5].params == {"from": "newest-good-checkpoint", "rejoin": "gpu-a", "attempt": "0"}, (
+        "the healthy ranks restart in place, and the replacement joins them"
+    )
     down = plan(signal("GPUNodeDown", gpu=""), on("JobSet"), owned_by(a_jobset()))
-    assert kinds(down) == (CORDON, TAINT, CKPT, REPLACE, CONFIRM)
+    assert kinds(down) == (CORDON, TAINT, CKPT, REPLACE, REJOIN, CONFIRM)
     assert down.steps[3].params["nodeDown"] == "true", "a node judged down: force its pod off"
 
 

@@ -10,6 +10,8 @@ from typing import Any
 
 CHECKPOINT_KINDS = ("incremental", "full")
 PATH_MAX = 4096
+RECORD_MAX = 253
+"""A remediation record id, as a sidecar takes it (a Kubernetes name at most)."""
 RESUME_FROM_ENV = "TRAINGUARD_RESUME_FROM"
 
 
@@ -49,14 +51,27 @@ def checkpoint_ref(value: Any, what: str = "resume_from") -> dict[str, Any] | No
 
 def resume_pointer(text: str) -> dict[str, Any] | None:
     """--resume-from / TRAINGUARD_RESUME_FROM: the JSON the operator wrote on the workload as
-    trainguard.io/resume-from ({step, path, kind?, ts?}); empty or "null" is no pointer."""
+    trainguard.io/resume-from ({step, path, kind?, ts?, generation?, record?}); empty or "null" is no
+    pointer. `generation` (and the `record` that chose it) is there when the pod replaces one rank of a
+    gang whose other ranks restart in place: the sidecar holds it as the launcher's word from the start,
+    so the pod's first trainer joins that generation's rendezvous instead of one the gang has left."""
     if not text.strip():
         return None
     try:
         value = json.loads(text)
     except ValueError as exc:
         raise ValueError(f"not JSON ({exc})") from None
-    return checkpoint_ref(value, "the resume-from pointer")
+    ref = checkpoint_ref(value, "the resume-from pointer")
+    if ref is None:
+        return None
+    generation, record = value.get("generation"), value.get("record", "")
+    if generation is not None:
+        if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
+            raise ValueError("the resume-from pointer.generation must be an integer >= 1, or absent")
+        if not isinstance(record, str) or len(record) > RECORD_MAX:
+            raise ValueError(f"the resume-from pointer.record must be a string of at most {RECORD_MAX} characters")
+        ref = {**ref, "generation": generation, "record": record}
+    return ref
 
 
 def newer(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -10,9 +10,8 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from trainguard.exporter.checkpoints import checkpoint_ref
+from trainguard.exporter.checkpoints import RECORD_MAX, checkpoint_ref
 
-RECORD_MAX = 253
 ADDR_MAX = 253
 LAUNCHER_STATES = ("running", "waiting", "gone")
 """running: a trainer of `generation` runs; waiting: it exited by itself and the launcher waits for a word;

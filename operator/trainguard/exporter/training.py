@@ -158,8 +158,9 @@ class TrainingState:
         clock: Callable[[], float] = time.time,
         resume_from: dict[str, Any] | None = None,
     ) -> None:
-        """`resume_from`: the operator's resume-from pointer for this pod (--resume-from, a checked
-        checkpoint_ref), held as a pin from the start."""
+        """`resume_from`: the operator's resume-from pointer for this pod (--resume-from, checked by
+        checkpoints.resume_pointer), held as a pin from the start; with a generation, also held as the
+        launcher's word (the pod replaces a rank of a gang restarting in place as that generation)."""
         self.gpus = max(1, gpus_per_pod)
         self.faults = faults or Faults()
         self.clock = clock
@@ -167,7 +168,14 @@ class TrainingState:
         self.view = TrainingView()
         self.control = Control()
         if resume_from is not None:
-            self.control.resume_from, self.control.pinned = dict(resume_from), True
+            pointer = {k: v for k, v in resume_from.items() if k not in ("generation", "record")}
+            self.control.resume_from, self.control.pinned = pointer, True
+            if resume_from.get("generation"):
+                self.control.restart = {
+                    "generation": resume_from["generation"],
+                    "record": resume_from.get("record", ""),
+                    "resume_from": dict(pointer),
+                }
         self.checkpoints: list[dict[str, Any]] = []
         """The last CHECKPOINT_HISTORY good checkpoints reported, by step (oldest first)."""
         self.prev_step_ts: float | None = None

@@ -55,6 +55,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, NoReturn, Protocol
 
 from trainguard.api.common import duration_seconds
@@ -90,6 +91,9 @@ WORD_POLL_S = 0.2
 """How often RestartInPlace reads the sidecars while it waits: a launcher starts its trainer within a
 second, and the record's end is part of the restart's time."""
 IN_PLACE_DONE = "not needed: the trainers restarted in place, no pod was replaced"
+REJOIN_TIMEOUT_S = PLACEMENT_TIMEOUT_S
+"""How long a rejoin waits for the replacement pod to be created, placed and started and for every
+launcher to run the new generation (params['timeout_s'] overrides it)."""
 
 
 class StepFailed(Exception):
@@ -401,6 +405,11 @@ def would(step: dict[str, Any], monitor: TrainingJobMonitor, default_checkpoint_
         return f"would cordon node {p.get('node', '?')} ({p.get('reason', '')})"
     if kind == StepKind.TAINT:
         return f"would taint node {p.get('node', '?')} {FAULTY_TAINT}={label_value(p.get('reason', ''))}:NoSchedule"
+    if kind == StepKind.RESTART_IN_PLACE and p.get("rejoin"):
+        return (
+            f"would restart the trainers of {selector} off {p['rejoin']} in place as a new generation that the"
+            " replacement pod's trainer joins, where every pod runs trainguard launch"
+        )
     if kind == StepKind.RESTART_IN_PLACE:
         return (
             f"would restart the trainers of {selector} in place (a new generation to every pod's trainguard launch),"
@@ -587,8 +596,12 @@ class Executor:
             except (Superseded, Stopping):
                 raise
             except NotInPlace as exc:
-                after = ("the gang is restarted by new pods instead (RestartGang)" if _gang_after(record, index)
-                         else "training stays paused at the pin: restart the job by hand")  # fmt: skip
+                if (step.get("params") or {}).get("rejoin"):
+                    after = "the healthy ranks are left to the owner's failure policy (their pods restart when they fail)"
+                elif _gang_after(record, index):
+                    after = "the gang is restarted by new pods instead (RestartGang)"
+                else:
+                    after = "training stays paused at the pin: restart the job by hand"
                 record = self.save(
                     records.mark(record, index, Phase.SKIPPED, f"{exc}; {after}", self.clock())
                 )
@@ -639,6 +652,8 @@ class Executor:
                 raise StepFailed("no node to taint")
             return self.cluster.taint(node, params.get("reason") or record.get("alert", ""))
         if kind == StepKind.RESTART_IN_PLACE:
+            if params.get("rejoin"):
+                return self._rejoin(record, monitor, params, progress=progress, note=note)
             return self._restart_in_place(record, index, monitor, params, progress=progress, note=note)
         if kind == StepKind.RESTART_GANG:
             ref = monitor.spec.workload_ref
@@ -646,7 +661,7 @@ class Executor:
                 return self._restart_jobset(record, monitor, params, progress, note)
             return self._restart(record, monitor, progress, note)
         if kind == StepKind.REPLACE_POD:
-            return self._replace_pod(monitor, params, progress, note)
+            return self._replace_pod(record, index, monitor, params, progress=progress, note=note)
         if kind == StepKind.CONFIRM_PLACEMENT:
             return self._confirm(record, monitor, params)
         if kind == StepKind.ADVISE:
@@ -934,6 +949,141 @@ class Executor:
         )
         return f"generation {generation} runs on {_names(gang)}, restarted in place from {step}; no pod was replaced"
 
+    def _healthy_launchers(
+        self, monitor: TrainingJobMonitor, node: str, before: float | None = None
+    ) -> tuple[dict[str, dict[str, Any]], str]:
+        """The views of the sidecars of the gang's live pods off `node` (created before `before`: not
+        the replacement), and why they cannot restart in place ("" when each runs a live launcher)."""
+        pods = self.cluster.gang_pods(monitor.namespace, monitor.spec.selector)
+        if before is not None:
+            pods = [p for p in pods if creation_seconds(p) < before]
+        gang, _ = _gang([p for p in pods if (p.get("spec") or {}).get("nodeName") != node])
+        if not gang:
+            return {}, f"no live pod of the job off {node}"
+        sidecars, token = self._sidecars(monitor)
+        by_pod = {sc.pod: sc for sc in sidecars if sc.pod in gang}
+        if missing := [p for p in gang if p not in by_pod]:
+            return {}, f"no running sidecar in {_names(missing)}"
+        views, errors = self._each(list(by_pod.values()), partial(self._read_view, token=token))
+        if errors:
+            return views, f"not every sidecar answered{_errors(errors)}"
+        if without := [p for p in gang if not _launcher_alive(views[p])]:
+            return views, f"no live trainguard launch in {_names(without)}"
+        return views, ""
+
+    def _read_view(self, sc: Sidecar, *, token: str) -> dict[str, Any]:
+        return self.cluster.read_control(sc.base_url, token)
+
+    def _post_word(self, sc: Sidecar, *, token: str, word: dict[str, Any]) -> dict[str, Any]:
+        """The restart word to one sidecar, its checkpoint held as a pin (what the SDK answers too)."""
+        body: dict[str, Any] = {"restart": word, "pause": False}
+        if word.get("resume_from"):
+            body["resume_from"] = word["resume_from"]
+        return self.cluster.control(sc.base_url, token, body)
+
+    def _rejoin_generation(self, monitor: TrainingJobMonitor, node: str) -> int | None:
+        """The generation the healthy ranks off `node` will restart as, for the replacement's pointer; None
+        when they cannot restart in place (the replacement then starts as its launcher would)."""
+        views, why = self._healthy_launchers(monitor, node)
+        return None if why else 1 + max(_generation(v) for v in views.values())
+
+    def _rejoin(
+        self,
+        record: Record,
+        monitor: TrainingJobMonitor,
+        params: dict[str, str],
+        *,
+        progress: Progress,
+        note: Note,
+    ) -> str:
+        """After ReplacePod: restart the healthy ranks' trainers in place as a new generation at once
+        (their peer is gone: they wait at the new generation's rendezvous while the owner makes the
+        replacement), then give the replacement's sidecar the same word and wait until every rank's
+        launcher runs it. The generation is the one ReplacePod put in the pointer (the replacement's
+        sidecar holds it from the start, so its first trainer joins), else one above every generation a
+        sidecar knows; it is saved in the progress before the first word, with the gang's size. Before
+        any word, a healthy rank without a live launcher (or a sidecar that does not answer) makes the
+        step NotInPlace: the owner's own policy restarts the gang when the trainers fail. After it, a
+        rank lost or a launcher that does not run the generation within the timeout fails the step."""
+        node = params["rejoin"]
+        timeout = _float(params.get("timeout_s")) or REJOIN_TIMEOUT_S
+        ref = monitor.spec.workload_ref
+        if ref is not None and not progress.fields:
+            moved = _restarted_by_owner(
+                self.cluster.workload(monitor.namespace, ref, monitor.spec.selector), params, progress
+            )
+            if moved:
+                raise NotInPlace(moved)
+        posted, size = progress.fields.get("generation"), progress.fields.get("size")
+        word: dict[str, Any] | None = None
+        if not (isinstance(posted, int) and isinstance(size, int)):
+            views, why = self._healthy_launchers(
+                monitor, node, before=math.floor(unix(str(record.get("created", ""))))
+            )
+            if why:
+                raise NotInPlace(why)
+            replaced = _replaced(record)
+            planned = _replace_generation(record)
+            generation = planned or 1 + max(_generation(v) for v in views.values())
+            if planned:  # the replacement was created holding this checkpoint: the whole gang resumes from it
+                best, chose = _replace_pointer(record), " (the replacement's resume-from)"
+            else:
+                best, chose = gang_checkpoint({pod: _held(v) for pod, v in views.items()}, None, None)
+            word = {
+                "generation": generation,
+                "record": record["id"],
+                "resume_from": _pointer(best) if best else None,
+            }
+            where = (
+                f"step {_fmt_step(_float(best.get('step')))}{chose}" if best else "what each trainer finds"
+            )
+            size = len(views) + replaced
+            note(f"posting generation {generation} to the launchers of {_names(sorted(views))}, then to the "
+                 f"replacement's; resuming from {where}", {"generation": generation, "size": size})  # fmt: skip
+            posted = generation
+        generation = int(posted)
+        started: set[str] = set()
+        known: set[str] = set()
+        errors: dict[str, str] = {}
+        deadline = self.clock() + timeout
+        while True:
+            self._unless_stopping()
+            gang, _ = _gang(self.cluster.gang_pods(monitor.namespace, monitor.spec.selector))
+            if gone := sorted(known - set(gang)):
+                raise StepFailed(f"generation {generation} was posted, then {_names(gone)} of the gang ended")
+            sidecars, token = self._sidecars(monitor)
+            by_pod = {sc.pod: sc for sc in sidecars if sc.pod in gang and sc.node != node}
+            views, errors = self._each(
+                [by_pod[p] for p in sorted(set(by_pod) - started)], partial(self._read_view, token=token)
+            )
+            if word is None:  # a redo: the word as a sidecar holds it
+                word = next((copy.deepcopy(v["restart"]) for v in views.values()
+                             if _word_generation(v) == generation), None)  # fmt: skip
+            if word is not None:
+                behind = [by_pod[p] for p, v in sorted(views.items()) if _word_generation(v) < generation]
+                answers, failed = self._each(behind, partial(self._post_word, token=token, word=word))
+                errors.update(failed)
+                views.update(answers)
+            known |= {p for p, v in views.items() if _word_generation(v) >= generation}
+            started |= {p for p, v in views.items() if _launcher_generation(v) >= generation}
+            if len(started) >= int(size) and started >= set(by_pod):
+                break
+            if self.clock() >= deadline:
+                late = sorted(
+                    (set(by_pod) - started) | ({"the replacement"} if len(by_pod) < int(size) else set())
+                )
+                raise StepFailed(f"generation {generation} was posted, then not started by {_names(late)} within "
+                                 f"{timeout:g}s{_errors(errors)}")  # fmt: skip
+            self.sleep(min(self.poll_interval, WORD_POLL_S))
+        resume = (word or {}).get("resume_from")
+        step = (
+            f"step {_fmt_step(_float(resume.get('step')))}"
+            if isinstance(resume, dict)
+            else "what each trainer found"
+        )
+        return (f"generation {generation} runs on {_names(sorted(started))} (the replacement joined it), restarted in "
+                f"place from {step}")  # fmt: skip
+
     def _restart(self, record: Record, monitor: TrainingJobMonitor, progress: Progress, note: Note) -> str:
         """Delete the gang's pods; their controller recreates them. Before deleting, the step's progress
         says how many pods and the newest creation second among them (count, createdUpTo): a redo after a
@@ -953,7 +1103,7 @@ class Executor:
                 live = [p for p in live if creation_seconds(p) < before]
             old, count = live, len(live)
             cut = max((creation_seconds(p) for p in old), default=0.0)
-            pointer = self._resume_pointer(monitor, _restart_avoid(record))
+            pointer, _ = self._resume_pointer(monitor, _restart_avoid(record))
             note(f"deleting {count} pod(s) created up to {cut:.0f}: {_names(_pod_names(old))}; {pointer}",
                  {"count": count, "createdUpTo": int(cut)})  # fmt: skip
         deleted = self.cluster.delete_pods(namespace, _pod_names(old))
@@ -1006,7 +1156,7 @@ class Executor:
                 live = [p for p in live if creation_seconds(p) < before]
             cut = max((creation_seconds(p) for p in live), default=0.0)
             jobs = [j for j in workload.children if j.created <= cut]
-            pointer = self._resume_pointer(monitor, _restart_avoid(record))
+            pointer, _ = self._resume_pointer(monitor, _restart_avoid(record))
             note(f"deleting the JobSet {workload.jobset}'s child Job(s) {_names([j.name for j in jobs])} "
                  f"({len(live)} pod(s) created up to {cut:.0f}); {pointer}",
                  {"count": len(live), "createdUpTo": int(cut)})  # fmt: skip
@@ -1025,7 +1175,14 @@ class Executor:
         return detail + (f"; {pointer}" if pointer else "")
 
     def _replace_pod(
-        self, monitor: TrainingJobMonitor, params: dict[str, str], progress: Progress, note: Note
+        self,
+        record: Record,
+        index: int,
+        monitor: TrainingJobMonitor,
+        params: dict[str, str],
+        *,
+        progress: Progress,
+        note: Note,
     ) -> str:
         """Replace only the gang's pod(s) on the faulty node, through the owner (kube/workloads.py's
         Replacement): a JobSet child Job of parallelism 1 is deleted first (Background; the JobSet
@@ -1034,7 +1191,9 @@ class Executor:
         confirm), on a live node it is evicted (policy/v1 sets DisruptionTarget; a PodDisruptionBudget
         may refuse). Before acting, the step's progress names each pod and child Job by uid, so a redo
         acts on those only, never on their replacements; the resume-from pointer is written on the
-        workload first, for the replacement's sidecar."""
+        workload first, for the replacement's sidecar. When a RestartInPlace rejoins the gang after it
+        and every healthy rank runs a live launcher, the pointer carries the generation the gang restarts
+        as (saved in the progress too): the replacement's first trainer joins it."""
         node = params.get("node", "")
         down = params.get("nodeDown") == "true"
         namespace = monitor.namespace
@@ -1052,10 +1211,15 @@ class Executor:
                 raise StepFailed(f"{refused[0]}; nothing is done")
             if not targets:
                 return f"no pod of the gang on {node}: nothing to replace"
-            pointer = self._resume_pointer(monitor, {node})
+            generation = self._rejoin_generation(monitor, node) if _rejoin_after(record, index) else None
+            pointer, chosen = self._resume_pointer(
+                monitor, {node}, generation=generation, record_id=record["id"]
+            )
             how = "force-deleting (node down)" if down else "evicting"
+            # the rejoin restarts the healthy ranks from the checkpoint the replacement was given
+            joins = {"generation": generation, "resumeFrom": _checkpoint_only(chosen)} if generation else {}
             note(f"{how} {_names([t.pod for t in targets])} on {node}; {pointer}",
-                 {"count": len(targets), "uids": _entries(targets)})  # fmt: skip
+                 {"count": len(targets), "uids": _entries(targets), **joins})  # fmt: skip
         done: list[str] = []
         for target in targets:
             job = target.child_job
@@ -1083,7 +1247,14 @@ class Executor:
         waits = sorted({t.wait for t in targets if t.wait})
         return "; ".join(done) + (f"; the replacement waits for {', '.join(waits)}" if waits else "")
 
-    def _resume_pointer(self, monitor: TrainingJobMonitor, avoid: set[str]) -> str:
+    def _resume_pointer(
+        self,
+        monitor: TrainingJobMonitor,
+        avoid: set[str],
+        *,
+        generation: int | None = None,
+        record_id: str = "",
+    ) -> tuple[str, dict[str, Any] | None]:
         """Write the checkpoint the gang resumes from on the workload as trainguard.io/resume-from
         ({step, path, kind, ts}) before its pods go (they take their sidecars' view with them): the
         webhook gives it to the new sidecars, which hold it as a pin, and its ts lets a later NaN pin
@@ -1092,8 +1263,9 @@ class Executor:
         checkpoints followed a NaN). The ranks on an avoided node (the faulty one) do not count while
         any other rank answers: the emergency checkpoint did not ask them (their GPU is suspect), so
         their older checkpoints must not hold the gang back from the one every healthy rank saved.
-        Says what was done. Best effort: without it the new sidecar learns the checkpoints from the
-        trainer's hello."""
+        Says what was done, and returns the pointer. Best effort: without it the new sidecar learns the checkpoints from the
+        trainer's hello. With `generation`, the new sidecars also hold it as the launcher's word
+        (exporter/checkpoints.py resume_pointer)."""
         sidecars, token = self._sidecars(monitor)
         views, errors = self._each(sidecars, lambda sc: self.cluster.read_control(sc.base_url, token))
         healthy = {sc.pod for sc in sidecars if sc.node not in avoid} & set(views)
@@ -1101,13 +1273,15 @@ class Executor:
         best, note = gang_checkpoint(ranks, None, None)
         if best is None:
             if not any(ranks.values()):
-                return "no checkpoint known for resume-from"
-            return f"no checkpoint every rank has for resume-from (newest: {newest_by_rank(ranks)})"
-        pointer = _pointer(best)
+                return "no checkpoint known for resume-from", None
+            return f"no checkpoint every rank has for resume-from (newest: {newest_by_rank(ranks)})", None
+        pointer: dict[str, Any] = _pointer(best)
+        if generation:
+            pointer = {**pointer, "generation": generation, "record": record_id}
         step = _fmt_step(_float(best.get("step")))
         ref = monitor.spec.workload_ref
         if ref is None:
-            return f"resume-from step {step} (no workloadRef to annotate){note}"
+            return f"resume-from step {step} (no workloadRef to annotate){note}", pointer
         try:
             self.cluster.annotate_workload(
                 monitor.namespace,
@@ -1117,9 +1291,10 @@ class Executor:
                 {RESUME_FROM: json.dumps(pointer, sort_keys=True)},
             )
         except Exception as exc:
-            return f"resume-from step {step} not written on {ref.kind}/{ref.name}: {str(exc)[:80]}"
+            return f"resume-from step {step} not written on {ref.kind}/{ref.name}: {str(exc)[:80]}", pointer
         unasked = f" (no answer from {_names(sorted(errors))})" if errors else ""
-        return f"resume-from step {step} on {ref.kind}/{ref.name}{note}{unasked}"
+        joins = f", generation {generation}" if generation else ""
+        return f"resume-from step {step}{joins} on {ref.kind}/{ref.name}{note}{unasked}", pointer
 
     def _confirm(self, record: Record, monitor: TrainingJobMonitor, params: dict[str, str]) -> str:
         """Wait until as many live pods as were deleted exist, created since the record, all scheduled
@@ -1294,9 +1469,49 @@ def _generation(view: dict[str, Any]) -> int:
 
 
 def _in_place(record: Record) -> bool:
-    """Whether the record's RestartInPlace restarted the trainers: the gang steps after it are not needed."""
+    """Whether the record's RestartInPlace restarted the whole gang's trainers: the gang steps after it
+    are not needed. A rejoin (after ReplacePod) is not: its ConfirmPlacement still says where the
+    replacement landed."""
     return any(s.get("kind") == StepKind.RESTART_IN_PLACE and s.get("phase") == Phase.SUCCEEDED
-               for s in record.get("steps", []))  # fmt: skip
+               and not (s.get("params") or {}).get("rejoin") for s in record.get("steps", []))  # fmt: skip
+
+
+def _replaced(record: Record) -> int:
+    """How many pods the record's ReplacePod replaced (its progress count), 0 if none."""
+    for step in record.get("steps", []):
+        if step.get("kind") == StepKind.REPLACE_POD:
+            count = (step.get("progress") or {}).get("count")
+            return count if isinstance(count, int) and not isinstance(count, bool) else 0
+    return 0
+
+
+def _checkpoint_only(pointer: dict[str, Any] | None) -> dict[str, Any] | None:
+    return {k: v for k, v in pointer.items() if k not in ("generation", "record")} if pointer else None
+
+
+def _replace_pointer(record: Record) -> dict[str, Any] | None:
+    """The checkpoint the record's ReplacePod gave the replacement, when it named a generation."""
+    for step in record.get("steps", []):
+        if step.get("kind") == StepKind.REPLACE_POD:
+            pointer = (step.get("progress") or {}).get("resumeFrom")
+            return dict(pointer) if isinstance(pointer, dict) else None
+    return None
+
+
+def _replace_generation(record: Record) -> int | None:
+    """The generation the record's ReplacePod put in the replacement's pointer, if it did."""
+    for step in record.get("steps", []):
+        if step.get("kind") == StepKind.REPLACE_POD:
+            generation = (step.get("progress") or {}).get("generation")
+            if isinstance(generation, int) and not isinstance(generation, bool) and generation > 0:
+                return generation
+    return None
+
+
+def _rejoin_after(record: Record, index: int) -> bool:
+    """Whether a RestartInPlace that rejoins the gang follows step `index` (a ReplacePod)."""
+    return any(s.get("kind") == StepKind.RESTART_IN_PLACE and (s.get("params") or {}).get("rejoin")
+               for s in record.get("steps", [])[index + 1 :])  # fmt: skip
 
 
 def _gang_after(record: Record, index: int) -> bool:

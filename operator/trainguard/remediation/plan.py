@@ -15,7 +15,8 @@ ClusterState.workload): a workloadRef that does not resolve, or an owner that al
 JobSet without failurePolicy.maxRestarts, one Kueue evicted), turns the restart steps into a NOTIFY
 saying why, while the node is still cordoned; the restart budget is the smaller of jobRestartBudget's
 and the owner's. A node fault of a JobSet or TrainJob replaces only the faulty node's pod (REPLACE_POD)
-instead of restarting the gang.
+instead of restarting the gang, and its healthy ranks restart in place as a new generation that the
+replacement joins (RestartInPlace with `rejoin`: the executor skips it where a pod has no launcher).
 
 A restart (a stall, an interruption, and a NaN after its pin) is planned in place first: RestartInPlace,
 which the executor carries out only where every pod runs `trainguard launch` (it reads the sidecars;
@@ -367,18 +368,20 @@ def _steps(signal: Signal, monitor: TrainingJobMonitor, cls: str, action: str) -
             return (_notify(f"{NO_NODE} on {signal.alertname}: the degraded GPU's node cannot be cordoned"),)
         return (*_isolate(signal, signal.node, signal.alertname), _checkpoint(monitor, ""))
     node = signal.node if cls == NODE_FAULT else ""
-    restart = (
+    restart: tuple[Step, ...] = (
         Step(StepKind.RESTART_GANG, {"from": NEWEST_GOOD_CHECKPOINT, "avoid": node}),
         Step(StepKind.CONFIRM_PLACEMENT, {"avoid": node}),
     )
     ref = monitor.spec.workload_ref
     if node and ref is not None and ref.kind in REPLACE_ONE:
         # only the faulty node's pod is replaced, through the owner, and nothing is counted against the
-        # JobSet's maxRestarts. The healthy ranks are restarted in place by `trainguard launch`
-        # (RESTART_IN_PLACE, to follow REPLACE_POD here once every gang pod runs the launcher).
+        # JobSet's maxRestarts. The healthy ranks restart in place as a new generation that the
+        # replacement joins (where every pod runs `trainguard launch`; else the owner's failure policy
+        # restarts them when their trainers fail, as it would without trainguard).
         down = {"nodeDown": "true"} if signal.alertname == NODE_DOWN else {}
         restart = (
             Step(StepKind.REPLACE_POD, {"from": NEWEST_GOOD_CHECKPOINT, "node": node, **down}),
+            Step(StepKind.RESTART_IN_PLACE, {"from": NEWEST_GOOD_CHECKPOINT, "rejoin": node}),
             Step(StepKind.CONFIRM_PLACEMENT, {"avoid": node}),
         )
     # the trainers, not the pods, where every pod runs `trainguard launch`: the step reads the sidecars
