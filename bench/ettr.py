@@ -4,40 +4,31 @@ the published fault mix and rate, reporting ETTR (effective training time ratio:
 wall time), the figure ByteDance's ByteRobust reports (97% for a three-month job on 9,600 GPUs).
 
     python bench/ettr.py [--runs 20] [--seed 1] [--json bench/results/ettr.json]
+        [--pipeline ...] [--detection ...] [--restart-in-place ...] [--replace-pod FILE]
 
 Fault mix and rate: Meta, "The Llama 3 Herd of Models" (arXiv 2407.21783), section 3.3.4 and Table 5:
-419 unexpected interruptions in a 54-day snapshot of pre-training on 16,384 H100 GPUs (2,048 nodes of
-8), about 78% confirmed or suspected hardware. LLAMA3_TABLE holds Table 5's counts, which sum to 419;
-its percentages are count/419 except "Faulty GPU" (NVLink included), printed as 30.1% for a count of
-148 (35.3%). The rate is per GPU, so a smaller job fails proportionally less often. Meta reports more
-than 90% effective training time for that run, with automation handling all but three interruptions.
+466 interruptions in a 54-day snapshot of pre-training on 16,384 H100 GPUs (2,048 nodes of 8), 47 of
+them planned (left out here: scheduled, checkpointed ahead) and 419 unexpected, about 78% confirmed or
+suspected hardware. LLAMA3_TABLE holds Table 5's counts, which sum to 419; its percentages are count/419
+except "Faulty GPU" (NVLink included), printed as 30.1% for a count of 148 (35.3%). The rate is per GPU,
+so a smaller job fails proportionally less often. Meta reports more than 90% effective training time.
 
 The model. Faults arrive as a Poisson process in wall time while the job runs (none strike during a
-recovery). The job checkpoints every `checkpoint_every_s` of productive work and stalls
-`checkpoint_stall_s` for each write. A fault loses the work since the last completed checkpoint (a
-fault during a write loses that checkpoint's work too), then the job is down for
+recovery). The job checkpoints every C of productive work and stalls for each write; each row runs at
+the cadence C that is best for it (a sweep, not an assumption). A fault loses the work since the last
+completed checkpoint, then the job is down for
 
-    detection delay + response + node replacement (where needed) + restart at scale
+    detection + response + node wait (no spare pool only) + restart at scale
 
-where the response is trainguard's, measured (the operator: emergency checkpoint, cordon, taint,
-the gang restarted on a healthy node or a warm spare, training resumed), or a human's 30 minutes in
-hand-operated recovery. Node replacement is part of the measured response with a spare pool; without
-one the gang waits `replace_s` for a node. ETTR = (work kept) / wall time; with no faults it is
-C / (C + stall), the checkpoint overhead bound. Each Table 5 row is mapped to the detection class
-whose measured delay stands for it and to whether a node must be replaced (LLAMA3_TABLE). A person
-answering by hand is paged by the same alerts, so detection is the same in both. The operator's
-emergency checkpoint is not counted as keeping the lost work in the headline (that needs the lost
-GPU's state held elsewhere, as replicated shards do); a separate row shows what it would be worth.
-
-Inputs measured on this machine (load_inputs): detection delay per fault class from
-bench/results/detection.json (the catalogue rules at default settings, 15 s scrape: the Prometheus
-path, slower than the fast path trainguard uses for faults a sidecar sees); the operator's response
-from bench/results/pipeline.json (fast path: fault to resumed less fault to action; the OOM-killed
-class for crashes the operator sees in pod state). The response measured there includes restarting two
-tiny trainers (about 20 s of it is the Job controller's back-off), counted on top of the assumed
-restart at scale, so it is conservative by that much. Assumed (Scenario defaults): restart at scale
-5 min, checkpoint write stall 15 s, cadence 15 min, spare-less node replacement 30 min, human
-response 30 min, silent data corruption found after 60 min.
+Measured on this project's 2-rank e2e gang (the inputs, read from bench/results and named in the
+output): detection per fault class (bench/detection.py, the catalogue at default settings, 15 s
+scrape), and the response, detection to both ranks resumed, per restart mode: the gang restarted by new
+pods through the Job controller (bench/pipeline.py), the trainers restarted in place under `trainguard
+launch` (bench/restart_in_place.py), one pod replaced on a warm spare (taken where a result file has
+it, "not measured" otherwise). What grows with the job's size is not extrapolated from two ranks: the
+restart at scale is a published figure per mode (RESTART_* below, each printed with its source), added
+on top of the measured response, which already holds the 2-rank trainers' own start: conservative by
+that much. The few figures no source gives are named as assumed where they are printed.
 """
 
 from __future__ import annotations
@@ -48,12 +39,15 @@ import os
 import platform
 import random
 import statistics
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
 DAY_S = 86400.0
 MINUTE_S = 60.0
 TARGET = 0.97
@@ -61,6 +55,8 @@ TARGET = 0.97
 LLAMA3_GPUS = 16384
 LLAMA3_DAYS = 54.0
 LLAMA3_INTERRUPTIONS = 419
+LLAMA3_PLANNED = 47
+LLAMA3_SOURCE = "Meta, The Llama 3 Herd of Models (arXiv 2407.21783), sec. 3.3.4, Table 5"
 
 
 @dataclass(frozen=True)
@@ -70,7 +66,7 @@ class Category:
     name: str
     count: int
     detected_by: str
-    """A key of Inputs.detect_s: the detection class whose measured delay stands for it."""
+    """A key of Inputs.detect_s ("sdc": no metric sees it, SDC_DETECT stands for it)."""
     needs_node: bool
 
 
@@ -98,43 +94,143 @@ LLAMA3_RATE = LLAMA3_INTERRUPTIONS / (LLAMA3_GPUS * LLAMA3_DAYS)
 """Interruptions per GPU-day."""
 
 
+# ---- what the 2-rank bench cannot measure: published figures, each with its source -----------------
+
+
+@dataclass(frozen=True)
+class Cited:
+    """A figure the simulation takes from outside this project's benchmarks, and where it is from."""
+
+    value: float
+    source: str
+    cited: bool = True
+    """False where no published figure was found: an assumption, and printed as one."""
+
+
+RESTART_RECREATE_ALL = Cited(
+    180.0,
+    "JobSet KEP-467 (kubernetes-sigs/jobset keps/467-InPlaceRestart/README.md, Motivation): recreating "
+    "all pods at >= 1,000 nodes 'can take several minutes per restart'; read as 3 min, the least "
+    "'several' allows",
+)
+"""Restart at scale when every pod of the gang is deleted and recreated (today's gang restart)."""
+RESTART_IN_PLACE = Cited(
+    150.0,
+    "FlashRecovery (arXiv 2509.03047, abstract): training restored on 4,800 devices in 150 s, healthy "
+    "nodes restarted in place, the faulty one replaced; recovery time nearly constant in scale",
+)
+"""Restart at scale when the trainers restart in place (and a faulty node's pod is replaced) without
+pre-warmed standbys."""
+RESTART_STANDBY = Cited(
+    20.0,
+    "TrainMover (arXiv 2412.12636, abstract): about 20 s of downtime per interruption at 1,024 GPUs "
+    "with standby machines",
+)
+"""Restart at scale with warm standbys that take over a faulty node's place."""
+CHECKPOINT_STALL = Cited(
+    15.0,
+    "assumed: no published per-write stall at this scale found; ByteCheckpoint (arXiv 2407.20143v1, "
+    "abstract) puts baseline saves at 'minute-level stalls'",
+    cited=False,
+)
+CHECKPOINT_STALL_FAST = Cited(
+    2.0,
+    "ByteCheckpoint (arXiv 2407.20143, abstract): runtime checkpoint stalls cut 54.2x on average "
+    "against open-source baselines (a minute-level stall becomes about a second); 2 s",
+)
+EMERGENCY_KEEPS = Cited(
+    1.0,
+    "what-if: every node fault's work kept, as ByteRobust's eviction-aware checkpointing and warm "
+    "standbys do (arXiv 2509.16293) and trainguard's emergency checkpoint does for the healthy ranks",
+    cited=False,
+)
+"""Share of node faults whose emergency checkpoint keeps the work since the last periodic one (it
+needs the lost GPU's state held elsewhere, as replicated shards do)."""
+SDC_DETECT = Cited(
+    60 * MINUTE_S,
+    "assumed: no metric sees silent data corruption and no source gives a time to find it",
+    cited=False,
+)
+NODE_WAIT = Cited(
+    30 * MINUTE_S, "assumed: a node to replace the faulty one without a spare pool", cited=False
+)
+HUMAN_RESPONSE = Cited(
+    30 * MINUTE_S, "assumed: a person paged by the same alerts, recovering by hand", cited=False
+)
+
+CONSTANTS: dict[str, Cited] = {
+    "restart at scale, recreate all pods": RESTART_RECREATE_ALL,
+    "restart at scale, in place": RESTART_IN_PLACE,
+    "restart at scale, warm standby": RESTART_STANDBY,
+    "checkpoint write stall": CHECKPOINT_STALL,
+    "checkpoint write stall, in memory": CHECKPOINT_STALL_FAST,
+    "node faults' work kept (97% row)": EMERGENCY_KEEPS,
+    "silent data corruption found": SDC_DETECT,
+    "node wait without a spare pool": NODE_WAIT,
+    "hand-operated response": HUMAN_RESPONSE,
+}
+PUBLISHED = (
+    ("Llama 3, 16,384 H100, 54 days", "> 90% effective training time", LLAMA3_SOURCE),
+    ("ByteRobust, 9,600 GPUs, three months", "97% ETTR", "ByteDance, Robust LLM Training Infrastructure "
+     "at ByteDance (arXiv 2509.16293, abstract)"),
+)  # fmt: skip
+CADENCES_S = tuple(m * MINUTE_S for m in (2, 5, 8, 10, 12, 15, 20, 30, 60, 120))
+
+
+# ---- the simulation: pure, deterministic for a seed ---------------------------------------------------
+
+GANG, IN_PLACE, REPLACE_POD = "gang restart", "in place", "replace pod"
+"""Restart modes: the gang by new pods through its owner; the trainers in place under `trainguard
+launch`; the faulty node's pod alone replaced on a warm spare, the other ranks restarted in place."""
+RESPONSES = {
+    (GANG, True): "gang restart, node fault",
+    (GANG, False): "gang restart, crash",
+    (IN_PLACE, False): "in place, crash",
+    (REPLACE_POD, True): "replace pod, node fault",
+}
+"""(mode, needs_node) -> the key of Inputs.respond_s that measures it."""
+PARTS = ("detect", "detect_sdc", "respond", "wait", "restart")
+
+
+class NotMeasured(LookupError):
+    """A row needs a response no benchmark result holds: it is reported as not measured, never guessed."""
+
+
 @dataclass(frozen=True)
 class Inputs:
-    """What recovery takes, in seconds, and where each figure came from."""
+    """The measured figures, in seconds, and where each came from."""
 
     detect_s: dict[str, float]
-    """Fault to detection, by detection class (LLAMA3_TABLE's detected_by)."""
-    respond_node_s: float
-    """Detection to training resumed for a node fault: checkpoint, cordon, taint, the gang on a spare."""
-    respond_restart_s: float
-    """Detection to training resumed for a crash or hang: the gang restarted in place."""
+    """Fault to detection by detection class (LLAMA3_TABLE's detected_by); "launcher" is a crash seen by
+    `trainguard launch` and its sidecar (in place), "pod-state" one seen by the operator's pod watch."""
+    respond_s: dict[str, float]
+    """Detection to both ranks resumed, by RESPONSES key; a mode no benchmark measured is absent."""
     sources: dict[str, str] = field(default_factory=dict)
-
-
-ASSUMED_DETECT_S = {"xid-79": 15.0, "ecc-dbe": 15.0, "node-down": 45.0, "stall": 310.0, "pod-state": 5.0}
-SDC_DETECT_S = 60 * MINUTE_S
-"""Silent data corruption moves no metric: assumed found by a loss anomaly or a re-run an hour on."""
 
 
 @dataclass(frozen=True)
 class Scenario:
-    """One set of conditions. The defaults are the assumed ones the docstring names."""
+    """One set of conditions: the restart modes, their restart at scale, and the checkpoint policy."""
 
     gpus: int = LLAMA3_GPUS
     days: float = LLAMA3_DAYS
     rate_per_gpu_day: float = LLAMA3_RATE
     checkpoint_every_s: float = 15 * MINUTE_S
-    checkpoint_stall_s: float = 15.0
-    restart_s: float = 5 * MINUTE_S
+    checkpoint_stall_s: float = CHECKPOINT_STALL.value
+    crash_mode: str = GANG
+    """How a fault that leaves the nodes healthy restarts: GANG or IN_PLACE."""
+    node_mode: str = GANG
+    """How a fault that takes a node restarts: GANG or REPLACE_POD."""
+    crash_restart_s: float = RESTART_RECREATE_ALL.value
+    node_restart_s: float = RESTART_RECREATE_ALL.value
     spare_pool: bool = True
-    replace_s: float = 30 * MINUTE_S
+    replace_s: float = NODE_WAIT.value
     human_s: float | None = None
-    """Hand-operated recovery: a person's response in place of the operator's."""
+    """Hand-operated recovery: a person's response in place of the measured one."""
     detect_override_s: float | None = None
     """One detection delay for every class (the detection sweep)."""
     emergency_saves: float = 0.0
-    """Share of node faults whose emergency checkpoint keeps the work since the last periodic one
-    (it needs the lost GPU's state held elsewhere, as replicated shards do)."""
+    """Share of node faults whose emergency checkpoint keeps the work since the last periodic one."""
 
 
 @dataclass
@@ -145,6 +241,8 @@ class Result:
     stall_s: float
     down_s: float
     faults: int
+    parts_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PARTS, 0.0))
+    """down_s by part of a recovery (PARTS)."""
 
     @property
     def ettr(self) -> float:
@@ -156,20 +254,29 @@ def checkpoint_bound(s: Scenario) -> float:
     return s.checkpoint_every_s / (s.checkpoint_every_s + s.checkpoint_stall_s)
 
 
-def downtime_s(cat: Category, s: Scenario, inputs: Inputs) -> float:
-    """Wall time from a fault of this category to training running again."""
+def downtime_parts(cat: Category, s: Scenario, inputs: Inputs) -> dict[str, float]:
+    """Wall time from a fault of this category to training running again, by part (PARTS)."""
+    mode = s.node_mode if cat.needs_node else s.crash_mode
+    key = RESPONSES.get((mode, cat.needs_node))
+    if key is None:
+        raise ValueError(
+            f"restart mode {mode!r} does not apply to a {'node' if cat.needs_node else 'crash'} fault"
+        )
+    if key not in inputs.respond_s and s.human_s is None:
+        raise NotMeasured(key)
+    parts = dict.fromkeys(PARTS, 0.0)
     if s.detect_override_s is not None:
-        detect = s.detect_override_s
+        parts["detect"] = s.detect_override_s
     elif cat.detected_by == "sdc":
-        detect = SDC_DETECT_S
+        parts["detect_sdc"] = SDC_DETECT.value
+    elif cat.detected_by == "pod-state" and mode == IN_PLACE:
+        parts["detect"] = inputs.detect_s["launcher"]
     else:
-        detect = inputs.detect_s[cat.detected_by]
-    if s.human_s is not None:
-        respond = s.human_s
-    else:
-        respond = inputs.respond_node_s if cat.needs_node else inputs.respond_restart_s
-    wait = s.replace_s if cat.needs_node and not s.spare_pool else 0.0
-    return detect + respond + wait + s.restart_s
+        parts["detect"] = inputs.detect_s[cat.detected_by]
+    parts["respond"] = s.human_s if s.human_s is not None else inputs.respond_s[key]
+    parts["wait"] = s.replace_s if cat.needs_node and not s.spare_pool else 0.0
+    parts["restart"] = s.node_restart_s if cat.needs_node else s.crash_restart_s
+    return parts
 
 
 def simulate(s: Scenario, inputs: Inputs, seed: int, table: Sequence[Category] = LLAMA3_TABLE) -> Result:
@@ -181,6 +288,7 @@ def simulate(s: Scenario, inputs: Inputs, seed: int, table: Sequence[Category] =
     weights = [c.count for c in table]
     cycle = s.checkpoint_every_s + s.checkpoint_stall_s
     t = productive = redone = stall = down = 0.0
+    parts_s = dict.fromkeys(PARTS, 0.0)
     faults = 0
     while t < horizon:
         fault_at = t + rng.expovariate(rate) if rate > 0 else float("inf")
@@ -202,10 +310,14 @@ def simulate(s: Scenario, inputs: Inputs, seed: int, table: Sequence[Category] =
             redone += worked
         else:
             productive += worked
-        lost = min(downtime_s(cat, s, inputs), horizon - t)
+        parts = downtime_parts(cat, s, inputs)
+        total = sum(parts.values())
+        lost = min(total, horizon - t)
+        for k, v in parts.items():  # a recovery the horizon cuts short counts in proportion
+            parts_s[k] += v * lost / total if total else 0.0
         down += lost
         t += lost
-    return Result(horizon, productive, redone, stall, down, faults)
+    return Result(horizon, productive, redone, stall, down, faults, parts_s)
 
 
 @dataclass(frozen=True)
@@ -217,14 +329,21 @@ class Summary:
     redone_h: float
     stall_h: float
     down_h: float
+    parts_h: dict[str, float] = field(default_factory=dict)
+    wall_h: float = 0.0
 
 
 def summarise(s: Scenario, inputs: Inputs, seeds: Sequence[int]) -> Summary:
     runs = [simulate(s, inputs, seed) for seed in seeds]
     e = [r.ettr for r in runs]
+
+    def mean_h(values: Sequence[float]) -> float:
+        return statistics.mean(values) / 3600
+
     return Summary(statistics.mean(e), min(e), max(e), statistics.mean(r.faults for r in runs),
-                   statistics.mean(r.redone_s for r in runs) / 3600, statistics.mean(r.stall_s for r in runs) / 3600,
-                   statistics.mean(r.down_s for r in runs) / 3600)  # fmt: skip
+                   mean_h([r.redone_s for r in runs]), mean_h([r.stall_s for r in runs]),
+                   mean_h([r.down_s for r in runs]), {k: mean_h([r.parts_s[k] for r in runs]) for k in PARTS},
+                   s.days * 24)  # fmt: skip
 
 
 def cadence_sweep(s: Scenario, inputs: Inputs, seeds: Sequence[int], cadences_s: Sequence[float]) -> list[tuple[float, Summary]]:  # fmt: skip
@@ -235,139 +354,346 @@ def optimum(sweep: Sequence[tuple[float, Summary]]) -> tuple[float, Summary]:
     return max(sweep, key=lambda row: row[1].ettr_mean)
 
 
-# ---- the edge: measured inputs -------------------------------------------------------------------
+def losses(r: Summary) -> dict[str, float]:
+    """Where the wall time not spent on kept work went, as shares of wall time (they sum to 1 - ETTR)."""
+    shares = {"redone": r.redone_h, "stall": r.stall_h, **r.parts_h}
+    return {k: v / r.wall_h for k, v in shares.items()} if r.wall_h else {}
 
 
-def load_inputs(pipeline: Path, detection: Path) -> Inputs:
-    """Measured figures where the benchmark files hold them, assumed ones (and said so) where not."""
-    detect = dict(ASSUMED_DETECT_S)
-    sources = {
-        k: f"assumed {v:.0f}s ({detection.name} missing or without the class)" for k, v in detect.items()
+def holds_back(r: Summary, target: float = TARGET) -> list[tuple[str, float]]:
+    """The losses of a row short of the target, largest first; empty when the row meets it."""
+    if r.ettr_mean >= target:
+        return []
+    return sorted(((k, v) for k, v in losses(r).items() if v > 0), key=lambda kv: -kv[1])
+
+
+# ---- the edge: the measured inputs from bench/results ---------------------------------------------------
+
+PRODUCERS = {
+    "replace_pod": "the benchmark that measures a pod replaced on a warm spare",
+    "pipeline": "python bench/pipeline.py (make bench-pipeline)",
+    "detection": "python bench/detection.py",
+    "restart_in_place": "python bench/restart_in_place.py",
+}
+NODE_CLASSES = ("xid-79", "ecc-dbe", "node-down")
+
+
+class InputError(Exception):
+    """A result file bench/ettr.py needs is missing or lacks a figure: says which and what writes it."""
+
+
+def read_result(path: Path, producer: str, flag: str) -> Any:
+    if not path.exists():
+        raise InputError(f"{path}: not found; it is written by `{PRODUCERS[producer]}` "
+                         f"(or point --{flag} at another copy)")  # fmt: skip
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not JSON ({exc}); rerun `{PRODUCERS[producer]}`") from exc
+
+
+def figure(doc: Any, path: Path, producer: str, *keys: str | int) -> Any:
+    """doc[keys[0]][keys[1]]..., or an InputError naming the file, the missing key and what rewrites it."""
+    at: Any = doc
+    for i, k in enumerate(keys):
+        try:
+            at = at[k]
+        except (KeyError, IndexError, TypeError):
+            where = "".join(f"[{x!r}]" for x in keys[: i + 1])
+            raise InputError(f"{path}: no {where}; rerun `{PRODUCERS[producer]}`") from None
+    return at
+
+
+def _replace_pod_mode(name: str) -> bool:
+    flat = "".join(ch for ch in name.lower() if ch.isalnum())
+    return "replacepod" in flat or "spare" in flat
+
+
+def replace_pod_figure(docs: Mapping[Path, Any]) -> tuple[float, str] | None:
+    """A node fault's pod replaced on a warm spare, detection to resumed, where a result file holds it: a
+    restart_in_place.json-style case (fault a node class, mode naming "replace pod" or a spare) or a
+    pipeline.json-style class path so named. None when none does."""
+    for path, doc in docs.items():
+        rows: list[tuple[str, Mapping[str, Any]]] = []
+        for case in doc.get("cases", []) if isinstance(doc, dict) else []:
+            if case.get("fault") in NODE_CLASSES and _replace_pod_mode(str(case.get("mode", ""))):
+                rows.append((f"{case['fault']} '{case['mode']}'", case))
+        for cls, entry in (doc.get("classes", {}) if isinstance(doc, dict) else {}).items():
+            for name, row in entry.get("paths", {}).items() if cls in NODE_CLASSES else ():
+                if _replace_pod_mode(name):
+                    rows.append((f"{cls} '{name}'", row))
+        for label, row in rows:
+            if "resumed_p50_s" in row:
+                resumed, acted = float(row["resumed_p50_s"]), float(row.get("action_p50_s", 0.0))
+                return resumed - acted, (f"measured: {path.name} {label}, resumed p50 - action p50 "
+                                         f"({resumed:.2f}s - {acted:.2f}s)")  # fmt: skip
+    return None
+
+
+def load_inputs(
+    pipeline: Path, detection: Path, restart_in_place: Path, extra: Sequence[Path] = ()
+) -> Inputs:
+    """The measured figures from the benchmark results; InputError when a file or a figure is missing."""
+    det = read_result(detection, "detection", "detection")
+    pipe = read_result(pipeline, "pipeline", "pipeline")
+    rip = read_result(restart_in_place, "restart_in_place", "restart-in-place")
+    detect: dict[str, float] = {}
+    respond: dict[str, float] = {}
+    sources: dict[str, str] = {}
+    for k in ("xid-79", "ecc-dbe", "node-down", "stall"):
+        detect[k] = float(figure(det, detection, "detection", "catalogue", "classes", k, "median_delay_s"))
+        sources[k] = f"measured: {detection.name} catalogue {k} median delay (Prometheus path, 15 s scrape)"
+
+    fast = figure(pipe, pipeline, "pipeline", "paths", "fast path")
+    resumed, acted = (float(figure(fast, pipeline, "pipeline", k)) for k in ("resumed_p50_s", "action_p50_s"))
+    respond[RESPONSES[GANG, True]] = resumed - acted
+    sources[RESPONSES[GANG, True]] = (f"measured: {pipeline.name} fast path XID 79, resumed p50 - action p50 "
+                                      f"({resumed:.2f}s - {acted:.2f}s)")  # fmt: skip
+    oom = figure(pipe, pipeline, "pipeline", "classes", "oom-killed", "paths", "operator (pod state)")
+    resumed, acted = (float(figure(oom, pipeline, "pipeline", k)) for k in ("resumed_p50_s", "action_p50_s"))
+    detect["pod-state"] = acted
+    sources["pod-state"] = f"measured: {pipeline.name} oom-killed action p50 (the operator's pod watch)"
+    respond[RESPONSES[GANG, False]] = resumed - acted
+    sources[RESPONSES[GANG, False]] = (f"measured: {pipeline.name} oom-killed, resumed p50 - action p50 "
+                                       f"({resumed:.2f}s - {acted:.2f}s)")  # fmt: skip
+
+    cases = {
+        (c.get("fault"), c.get("mode")): c for c in figure(rip, restart_in_place, "restart_in_place", "cases")
     }
-    if detection.exists():
-        classes = json.loads(detection.read_text())["catalogue"]["classes"]
-        for k in ("xid-79", "ecc-dbe", "node-down", "stall"):
-            if (v := classes.get(k, {}).get("median_delay_s")) is not None:
-                detect[k] = float(v)
-                sources[k] = f"measured: {detection.name} catalogue {k} median delay (15 s scrape)"
-    respond_node = respond_restart = 25.0
-    sources["respond_node_s"] = sources["respond_restart_s"] = f"assumed 25s ({pipeline.name} missing)"
-    if pipeline.exists():
-        p = json.loads(pipeline.read_text())
-        fast = p["paths"]["fast path"]
-        acted = fast.get("action_p50_s", 0.0)
-        respond_node = respond_restart = fast["resumed_p50_s"] - acted
-        sources["respond_node_s"] = (f"measured: {pipeline.name} fast path XID 79, resumed p50 - action p50 "
-                                     f"({fast['resumed_p50_s']:.1f}s - {acted:.1f}s)")  # fmt: skip
-        sources["detect_to_cordon_s"] = (
-            f"measured: {fast['cordon_p50_s'] - acted:.1f}s ({pipeline.name} fast path)"
-        )
-        sources["respond_restart_s"] = sources["respond_node_s"] + ", no OOM-killed class in the file"
-        oom = p.get("classes", {}).get("oom-killed", {}).get("paths", {}).get("operator (pod state)")
-        if oom and "action_p50_s" in oom:
-            detect["pod-state"] = oom["action_p50_s"]
-            respond_restart = oom["resumed_p50_s"] - oom["action_p50_s"]
-            sources["pod-state"] = (
-                f"measured: {pipeline.name} oom-killed action p50 (the operator's pod watch)"
+    if ("oom", "in place") not in cases:
+        raise InputError(f"{restart_in_place}: no case with fault 'oom' and mode 'in place'; "
+                         f"rerun `{PRODUCERS['restart_in_place']}`")  # fmt: skip
+    case = cases["oom", "in place"]
+    resumed, acted = (float(figure(case, restart_in_place, "restart_in_place", k)) for k in ("resumed_p50_s", "action_p50_s"))  # fmt: skip
+    detect["launcher"] = acted
+    sources["launcher"] = (f"measured: {restart_in_place.name} oom 'in place' action p50 "
+                           "(trainguard launch and its sidecar, warm trainer)")  # fmt: skip
+    respond[RESPONSES[IN_PLACE, False]] = resumed - acted
+    sources[RESPONSES[IN_PLACE, False]] = (f"measured: {restart_in_place.name} oom 'in place', resumed p50 - "
+                                           f"action p50 ({resumed:.2f}s - {acted:.2f}s)")  # fmt: skip
+
+    docs = {pipeline: pipe, restart_in_place: rip}
+    for path in extra:
+        docs[path] = read_result(path, "replace_pod", "replace-pod") if path not in docs else docs[path]
+    key = RESPONSES[REPLACE_POD, True]
+    if (found := replace_pod_figure(docs)) is not None:
+        respond[key], sources[key] = found
+    else:
+        names = ", ".join(p.name for p in docs)
+        sources[key] = f"not measured: no node-fault 'replace pod' or warm-spare case in {names}"
+    return Inputs(detect, respond, sources)
+
+
+# ---- the report ------------------------------------------------------------------------------------------
+
+TODAY = "today: gang restart by new pods (the Job controller)"
+IN_PLACE_ROW = "restart in place (training faults), gang restart (node faults)"
+SPARE_ROW = "restart in place, node faults' pod replaced on a warm spare"
+BOUND_ROW = "no faults (checkpoint overhead bound)"
+TARGET_ROW = "what 97% takes: in place + warm standbys, node faults' work kept, 2 s writes"
+LOSS_NAMES = {
+    "redone": "work redone since the last checkpoint",
+    "stall": "checkpoint write stalls",
+    "detect": "detection (measured)",
+    "detect_sdc": "silent data corruption found (assumed)",
+    "respond": "response",
+    "wait": "node wait without a spare pool (assumed)",
+    "restart": "restart at scale (cited)",
+}
+
+
+NOT_MEASURED = "not measured: no result holds a node fault's pod replaced on a warm spare"
+
+
+def rows(inputs: Inputs) -> dict[str, Scenario | str]:
+    """The conditions the report compares: a Scenario, or why a row cannot be computed."""
+    base = Scenario()
+    in_place = replace(base, crash_mode=IN_PLACE, crash_restart_s=RESTART_IN_PLACE.value)
+    spare_measured = RESPONSES[REPLACE_POD, True] in inputs.respond_s
+    spare = replace(in_place, node_mode=REPLACE_POD, crash_restart_s=RESTART_STANDBY.value,
+                    node_restart_s=RESTART_STANDBY.value)  # fmt: skip
+    target = replace(spare if spare_measured else replace(spare, node_mode=GANG), emergency_saves=EMERGENCY_KEEPS.value,
+                     checkpoint_stall_s=CHECKPOINT_STALL_FAST.value)  # fmt: skip
+    return {
+        TODAY: base,
+        IN_PLACE_ROW: in_place,
+        SPARE_ROW: spare if spare_measured else inputs.sources.get(RESPONSES[REPLACE_POD, True], NOT_MEASURED),
+        TARGET_ROW: target,
+        "today, spare pool off (assumed 30 min node wait)": replace(base, spare_pool=False),
+        "today, hand-operated (assumed 30 min response)": replace(base, human_s=HUMAN_RESPONSE.value),
+        "today at 9,600 GPUs (ByteRobust's size), same per-GPU rate": replace(base, gpus=9600),
+        BOUND_ROW: replace(base, rate_per_gpu_day=0.0),
+    }  # fmt: skip
+
+
+def at_best_cadence(s: Scenario, inputs: Inputs, seeds: Sequence[int]) -> tuple[float, Summary]:
+    return optimum(cadence_sweep(s, inputs, seeds, CADENCES_S))
+
+
+def describe(name: str, s: Scenario) -> str:
+    """What each loss of a row stands on, for the holds-back lines."""
+    restarts = sorted({RESTART_SOURCES[s.crash_restart_s], RESTART_SOURCES[s.node_restart_s]})
+    return {
+        "redone": f"checkpoint every {s.checkpoint_every_s / 60:.0f} min (the row's optimum)"
+        + ("; node faults' work not kept" if s.emergency_saves < 1 else ""),
+        "stall": f"{s.checkpoint_stall_s:.0f} s a write, "
+        + ("cited" if s.checkpoint_stall_s == CHECKPOINT_STALL_FAST.value else "assumed"),
+        "restart": ", ".join(restarts),
+        "respond": "assumed, by hand" if s.human_s is not None else "measured, 2-rank gang",
+    }.get(name, "")
+
+
+RESTART_SOURCES = {
+    RESTART_RECREATE_ALL.value: "KEP-467 recreate-all 3 min",
+    RESTART_IN_PLACE.value: "FlashRecovery 150 s",
+    RESTART_STANDBY.value: "TrainMover 20 s",
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One condition of the report: computed at its best cadence, or why it is not."""
+
+    name: str
+    scenario: Scenario | None
+    cadence_s: float = 0.0
+    summary: Summary | None = None
+    not_measured: str = ""
+
+
+def compute(conditions: Mapping[str, Scenario | str], inputs: Inputs, seeds: Sequence[int]) -> dict[str, Row]:
+    out: dict[str, Row] = {}
+    for name, cond in conditions.items():
+        if isinstance(cond, str):
+            out[name] = Row(name, None, not_measured=cond)
+        elif name == BOUND_ROW:  # no faults: the longer the cadence the better; shown at today's
+            cadence = out[TODAY].cadence_s
+            out[name] = Row(
+                name, cond, cadence, summarise(replace(cond, checkpoint_every_s=cadence), inputs, seeds)
             )
-            sources["respond_restart_s"] = (f"measured: {pipeline.name} oom-killed resumed p50 - action p50 "
-                                            f"({oom['resumed_p50_s']:.1f}s - {oom['action_p50_s']:.1f}s)")  # fmt: skip
-    sources["sdc"] = f"assumed {SDC_DETECT_S / MINUTE_S:.0f} min (no metric sees silent data corruption)"
-    return Inputs(detect, respond_node, respond_restart, sources)
+        else:
+            cadence, summary = at_best_cadence(cond, inputs, seeds)
+            out[name] = Row(name, replace(cond, checkpoint_every_s=cadence), cadence, summary)
+    return out
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--runs", type=int, default=20, help="seeded jobs per condition (default 20)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--pipeline", type=Path, default=ROOT / "bench" / "results" / "pipeline.json")
-    p.add_argument("--detection", type=Path, default=ROOT / "bench" / "results" / "detection.json")
-    p.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "ettr.json")
-    args = p.parse_args()
+    p.add_argument("--pipeline", type=Path, default=RESULTS / "pipeline.json")
+    p.add_argument("--detection", type=Path, default=RESULTS / "detection.json")
+    p.add_argument("--restart-in-place", type=Path, default=RESULTS / "restart_in_place.json")
+    p.add_argument("--replace-pod", type=Path, action="append", default=[],
+                   help="another result file to take a warm-spare pod replacement from (repeatable)")  # fmt: skip
+    p.add_argument("--json", type=Path, default=RESULTS / "ettr.json")
+    args = p.parse_args(argv)
     t_start = time.monotonic()
-    inputs = load_inputs(args.pipeline, args.detection)
+    try:
+        inputs = load_inputs(args.pipeline, args.detection, args.restart_in_place, args.replace_pod)
+    except InputError as exc:
+        print(f"bench/ettr.py: {exc}", file=sys.stderr)
+        return 2
     seeds = list(range(args.seed, args.seed + args.runs))
+    table = compute(rows(inputs), inputs, seeds)
     base = Scenario()
-    scenarios = {
-        "trainguard defaults (spare pool on)": base,
-        "trainguard, spare pool off": replace(base, spare_pool=False),
-        "hand-operated (30 min response), spare pool on": replace(base, human_s=30 * MINUTE_S),
-        "hand-operated (30 min response), spare pool off": replace(base, human_s=30 * MINUTE_S, spare_pool=False),
-        "trainguard, emergency checkpoint keeps node faults' work": replace(base, emergency_saves=1.0),
-        "trainguard at 9,600 GPUs (ByteRobust's size), same per-GPU rate": replace(base, gpus=9600),
-        "what 97% takes: emergency checkpoints, 1 min restart, 2 s write stall, 10 min cadence": replace(
-            base, emergency_saves=1.0, restart_s=MINUTE_S, checkpoint_stall_s=2.0, checkpoint_every_s=10 * MINUTE_S),
-        "no faults (checkpoint overhead bound)": replace(base, rate_per_gpu_day=0.0),
-    }  # fmt: skip
-    results = {name: summarise(s, inputs, seeds) for name, s in scenarios.items()}
-    cadences = [m * MINUTE_S for m in (2, 5, 8, 10, 12, 15, 20, 30, 60, 120)]
-    sweep = cadence_sweep(base, inputs, seeds, cadences)
-    best_c, best = optimum(sweep)
-    detections = [5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0]
-    det = [(d, summarise(replace(base, detect_override_s=d), inputs, seeds)) for d in detections]
-    restarts = [m * MINUTE_S for m in (0.5, 1, 2, 5, 10, 20)]
-    rst = [
-        (r, summarise(replace(base, restart_s=r, checkpoint_every_s=best_c), inputs, seeds)) for r in restarts
-    ]
+    sweep = cadence_sweep(base, inputs, seeds, CADENCES_S)
+    best_c = table[TODAY].cadence_s
+    detections = [1.0, 15.0, 60.0, 300.0, 900.0]
+    det = [(d, summarise(replace(base, detect_override_s=d, checkpoint_every_s=best_c), inputs, seeds)) for d in detections]  # fmt: skip
+    target = table[TARGET_ROW]
+    assert target.scenario is not None
+    restarts = [10.0, 20.0, 60.0, 150.0, 300.0, 600.0]
+    rst = [(r, summarise(replace(target.scenario, crash_restart_s=r, node_restart_s=r), inputs, seeds)) for r in restarts]  # fmt: skip
 
     mtbf_h = DAY_S / (base.rate_per_gpu_day * base.gpus) / 3600
-    print(f"ETTR of a {base.gpus:,}-GPU job over {base.days:.0f} days, Llama 3 fault rate and mix "
-          f"({base.rate_per_gpu_day * base.gpus * base.days:.0f} interruptions expected, one every {mtbf_h:.1f} h); "
-          f"{args.runs} seeded runs per row\n")  # fmt: skip
-    print("inputs:")
+    print(f"ETTR of a {base.gpus:,}-GPU job over {base.days:.0f} days at Llama 3's fault rate and mix "
+          f"({LLAMA3_INTERRUPTIONS} unexpected interruptions in the paper's 54 days, one every {mtbf_h:.1f} h; "
+          f"{LLAMA3_SOURCE}); {args.runs} seeded runs per row\n")  # fmt: skip
+    print("measured on this project's 2-rank e2e gang (bench/results):")
     for k, v in inputs.detect_s.items():
-        print(f"  detection {k:10s} {v:7.1f}s  {inputs.sources.get(k, '')}")
-    print(f"  detection sdc        {SDC_DETECT_S:7.1f}s  {inputs.sources['sdc']}")
-    print(f"  response node fault  {inputs.respond_node_s:7.1f}s  {inputs.sources['respond_node_s']}")
-    print(f"  response restart     {inputs.respond_restart_s:7.1f}s  {inputs.sources['respond_restart_s']}")
-    if "detect_to_cordon_s" in inputs.sources:
-        print(f"  detection to cordon  {inputs.sources['detect_to_cordon_s']}")
-    print(f"  assumed: restart at scale {base.restart_s / 60:.0f} min, checkpoint write stall {base.checkpoint_stall_s:.0f}s "
-          f"every {base.checkpoint_every_s / 60:.0f} min, node replacement without a spare {base.replace_s / 60:.0f} min, "
-          f"human response 30 min\n")  # fmt: skip
-    header = f"{'condition':86s} {'ETTR':>7s} {'min':>7s} {'max':>7s} {'faults':>6s} {'redone h':>8s} {'stall h':>7s} {'down h':>7s}"
-    print(header)
-    for name, r in results.items():
-        print(f"{name:86s} {r.ettr_mean:7.2%} {r.ettr_min:7.2%} {r.ettr_max:7.2%} {r.faults_mean:6.0f} "
-              f"{r.redone_h:8.1f} {r.stall_h:7.1f} {r.down_h:7.1f}")  # fmt: skip
+        print(f"  detection {k:25s} {v:7.2f}s  {inputs.sources[k]}")
+    for k in RESPONSES.values():
+        shown = f"{inputs.respond_s[k]:7.2f}s" if k in inputs.respond_s else "      -"
+        print(f"  response {k:26s} {shown}  {inputs.sources[k]}")
+    print("\nnot measured here: what grows with the job's size (cited), what no source gives (ASSUMED):")
+    for k, const in CONSTANTS.items():
+        value = f"{const.value:7.0%} " if const is EMERGENCY_KEEPS else f"{const.value:7.1f}s"
+        print(
+            f"  {k:35s} {value}  {'cited' if const.cited else 'ASSUMED'}: {const.source.removeprefix('assumed: ')}"
+        )
     print(
-        f"\n{'cadence':>8s} {'ETTR':>7s}   (trainguard defaults, write stall {base.checkpoint_stall_s:.0f}s)"
+        "  checkpoint cadence                  each row at its own optimum (swept over "
+        f"{', '.join(f'{c / 60:.0f}' for c in CADENCES_S)} min)"
     )
+    print("published for comparison:")
+    for what, fig, source in PUBLISHED:
+        print(f"  {what:37s} {fig}  ({source})")
+
+    print(f"\n{'condition':78s} {'cadence':>7s} {'ETTR':>7s} {'min':>7s} {'max':>7s} {'faults':>6s} "
+          f"{'redone h':>8s} {'stall h':>7s} {'down h':>7s}")  # fmt: skip
+    for row in table.values():
+        if row.summary is None:
+            print(f"{row.name:78s} {row.not_measured}")
+            continue
+        r = row.summary
+        print(f"{row.name:78s} {row.cadence_s / 60:5.0f} m {r.ettr_mean:7.2%} {r.ettr_min:7.2%} {r.ettr_max:7.2%} "
+              f"{r.faults_mean:6.0f} {r.redone_h:8.1f} {r.stall_h:7.1f} {r.down_h:7.1f}")  # fmt: skip
+    if RESPONSES[REPLACE_POD, True] not in inputs.respond_s:
+        print(f"({TARGET_ROW!r} takes the gang restart's measured node-fault response until a pod replaced on a "
+              "warm spare is measured)")  # fmt: skip
+    print(f"\nwhat holds each row back from {TARGET:.0%} (share of wall time lost, largest first):")
+    for row in table.values():
+        if row.summary is None or row.scenario is None or row.name == BOUND_ROW:
+            continue
+        back = holds_back(row.summary)
+        if not back:
+            print(f"  {row.name}: meets it ({row.summary.ettr_mean:.2%})")
+            continue
+        scenario = row.scenario
+        parts = "; ".join(f"{LOSS_NAMES[k]} {v:.2%}" + (f" ({why})" if (why := describe(k, scenario)) else "") for k, v in back)  # fmt: skip
+        print(f"  {row.name}: {1 - row.summary.ettr_mean:.2%} lost: {parts}")
+    print(f"\n{'cadence':>8s} {'ETTR':>7s}   ({TODAY}, write stall {base.checkpoint_stall_s:.0f}s)")
     for c, r in sweep:
         print(f"{c / 60:6.0f} m {r.ettr_mean:7.2%}{'  <- optimum' if c == best_c else ''}")
-    print(f"\n{'detection':>9s} {'ETTR':>7s}   (every class, trainguard defaults)")
+    print(f"\n{'detection':>9s} {'ETTR':>7s}   (every class, {TODAY}, cadence {best_c / 60:.0f} min)")
     for d, r in det:
         print(f"{d:8.0f}s {r.ettr_mean:7.2%}")
-    print(f"\n{'restart':>8s} {'ETTR':>7s}   (at scale, cadence {best_c / 60:.0f} min)")
+    print(f"\n{'restart':>8s} {'ETTR':>7s}   (at scale, every mode; the what-97%-takes row, cadence "
+          f"{target.cadence_s / 60:.0f} min)")  # fmt: skip
     for rs, r in rst:
-        print(f"{rs / 60:6.1f} m {r.ettr_mean:7.2%}")
-    headline = results["trainguard defaults (spare pool on)"].ettr_mean
-    verdict = "met" if max(headline, best.ettr_mean) >= TARGET else "MISSED"
-    print(f"\ntarget {TARGET:.0%} at the published rate: {verdict} (defaults {headline:.2%}, at the optimum cadence "
-          f"{best_c / 60:.0f} min {best.ettr_mean:.2%})")  # fmt: skip
+        print(f"{rs:7.0f}s {r.ettr_mean:7.2%}")
+    measured = [table[n] for n in (TODAY, IN_PLACE_ROW, SPARE_ROW) if table[n].summary is not None]
+    best = max(measured, key=lambda row: row.summary.ettr_mean if row.summary else 0.0)
+    assert best.summary is not None and target.summary is not None
+    verdict = "met" if best.summary.ettr_mean >= TARGET else "MISSED"
+    print(f"\ntarget {TARGET:.0%} at Llama 3's fault rate from measured inputs: {verdict} (best: {best.name}, "
+          f"{best.summary.ettr_mean:.2%}); what 97% takes: {target.summary.ettr_mean:.2%}")  # fmt: skip
 
     out = {
         "conditions": {
-            "source": "Meta, The Llama 3 Herd of Models (arXiv 2407.21783), sec. 3.3.4, Table 5",
-            "interruptions_per_gpu_day": base.rate_per_gpu_day, "runs_per_condition": args.runs,
-            "seeds": [seeds[0], seeds[-1]], "mtbf_h": mtbf_h, "defaults": asdict(base),
-            "sdc_detect_s": SDC_DETECT_S, "cpus": os.cpu_count(),
-            "measured": sorted(k for k, v in inputs.sources.items() if v.startswith("measured")),
-            "assumed": {"restart_s": base.restart_s, "checkpoint_stall_s": base.checkpoint_stall_s,
-                        "checkpoint_every_s": base.checkpoint_every_s, "replace_s": base.replace_s,
-                        "human_s": 30 * MINUTE_S, "sdc_detect_s": SDC_DETECT_S,
-                        "faults": "Poisson in wall time while the job runs, none during a recovery",
-                        **{k: v for k, v in inputs.sources.items() if v.startswith("assumed")}}, "python": platform.python_version(),
-            "wall_s": round(time.monotonic() - t_start, 1),
+            "source": LLAMA3_SOURCE, "interruptions_per_gpu_day": LLAMA3_RATE, "runs_per_condition": args.runs,
+            "seeds": [seeds[0], seeds[-1]], "mtbf_h": mtbf_h, "cpus": os.cpu_count(),
+            "python": platform.python_version(), "wall_s": round(time.monotonic() - t_start, 1),
+            "faults": "Poisson in wall time while the job runs, none during a recovery",
+            "cadences_s": list(CADENCES_S),
+            "files": {"pipeline": args.pipeline.name, "detection": args.detection.name,
+                      "restart_in_place": args.restart_in_place.name},
         },
+        "constants": {k: asdict(c) for k, c in CONSTANTS.items()},
+        "published": [{"what": w, "figure": f, "source": s} for w, f, s in PUBLISHED],
         "fault_table": [asdict(c) for c in LLAMA3_TABLE],
-        "inputs": {**asdict(inputs)},
-        "scenarios": {name: asdict(r) for name, r in results.items()},
+        "inputs": asdict(inputs),
+        "rows": {row.name: ({"not_measured": row.not_measured} if row.summary is None or row.scenario is None else
+                            {"checkpoint_every_s": row.cadence_s, "scenario": asdict(row.scenario),
+                             **asdict(row.summary), "losses": losses(row.summary),
+                             "holds_back": [k for k, _ in holds_back(row.summary)]})
+                 for row in table.values()},
         "cadence_sweep": [{"checkpoint_every_s": c, **asdict(r)} for c, r in sweep],
-        "optimum": {"checkpoint_every_s": best_c, **asdict(best)},
-        "detection_sweep": [{"detect_s": d, **asdict(r)} for d, r in det],
-        "restart_sweep": [{"restart_s": rs, "checkpoint_every_s": best_c, **asdict(r)} for rs, r in rst],
-        "target": {"ettr": TARGET, "met": verdict == "met", "defaults": headline, "at_optimum": best.ettr_mean},
+        "detection_sweep": [{"detect_s": d, "checkpoint_every_s": best_c, **asdict(r)} for d, r in det],
+        "restart_sweep": [{"restart_s": rs, "checkpoint_every_s": target.cadence_s, **asdict(r)} for rs, r in rst],
+        "target": {"ettr": TARGET, "met": verdict == "met", "best_measured_row": best.name,
+                   "best_measured": best.summary.ettr_mean, "what_it_takes": target.summary.ettr_mean},
     }  # fmt: skip
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
