@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.cluster import Cluster
+from e2e.controlplane.fakekubelet import parse_rfc3339_ns
 from e2e.monitors import ready
 from e2e.pipeline import JOB, Sink, exporter_step, job, objects
 from e2e.podprocesses import COMPLETION_INDEX, PodProcesses, PodRun
@@ -204,6 +205,20 @@ def resumed(runs: list[PodRun], generation: int) -> dict[str, dict[str, Any]]:
     return {name: g for name, g in seen.items() if g is not None}
 
 
+def first_step_at(run: PodRun, generation: int) -> float | None:
+    """When (Unix seconds) the pod's trainer of `generation` logged its first step: the time the pod runner
+    read the line, which its CRI log keeps as a container runtime would; None before it has (or when the
+    node keeps no CRI logs)."""
+    path = run.cri_dir / run.trainer_container / "0.log" if run.cri_dir else None
+    if path is None or not path.exists():
+        return None
+    for line in path.read_text(errors="replace").splitlines():
+        stamp, _, rest = line.partition(" ")
+        if re.fullmatch(rf"std\w+ [FP] generation {generation} rank \d+ first step \d+", rest):
+            return parse_rfc3339_ns(stamp) / 1e9
+    return None
+
+
 __all__ = [
     "JOB",
     "JOB_OWNER",
@@ -211,6 +226,7 @@ __all__ = [
     "WORLD",
     "Owner",
     "cold_launch_command",
+    "first_step_at",
     "generations",
     "launch_command",
     "resumed",
