@@ -1,24 +1,34 @@
 """A 2-rank torch.distributed gang whose every pod runs its trainer under `trainguard launch`, on the
-local control plane: examples/train_ddp.py (DDP over gloo on CPU) as the trainer, the Job that runs it,
-the pod runner's command for it, and what the trainers' logs say about each generation. Shared by
-e2e/test_restart_in_place.py and bench/restart_in_place.py.
+local control plane: examples/train_ddp.py (DDP over gloo on CPU) as the trainer, what runs it (a batch
+Job, or a Kubeflow TrainJob on a TrainingRuntime that allows restarts), the pod runner's command for it,
+and what the trainers' logs say about each generation. Shared by e2e/test_restart_in_place.py and
+bench/restart_in_place.py.
 
 The Job gives each rank what a real one would: RANK from the completion index (a fieldRef the pod runner
 resolves), WORLD_SIZE, and MASTER_ADDR/MASTER_PORT (loopback here: every pod is a process of this
-machine; a cluster would name rank 0's headless-service address). The launcher adds the generation, and
-the trainer rendezvouses at MASTER_PORT + generation.
+machine; a cluster would name rank 0's headless-service address). A TrainJob's ranks get what Trainer's
+torch runtime sets: PET_NODE_RANK (the same fieldRef), PET_NNODES, and PET_MASTER_ADDR/PET_MASTER_PORT,
+which name rank 0's pod by its headless-service hostname at port 29500. Neither can serve here: no
+cluster DNS resolves the hostname on this machine, and a TCPStore listens on every address, so a fixed
+port would collide with the other e2e processes' gangs. Trainer overwrites any PET_* the runtime sets
+and refuses them in the TrainJob, so the runtime's template sets MASTER_ADDR (loopback) and MASTER_PORT
+(a free port), which the trainer reads before the PET_* ones, as it would torchrun's. The launcher adds
+the generation, and the trainer rendezvouses at MASTER_PORT + generation.
 """
 
 from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from e2e.cluster import Cluster
+from e2e.controlplane.fakekubelet import parse_rfc3339_ns
 from e2e.monitors import ready
-from e2e.pipeline import JOB, SELECTOR, Sink, exporter_step, job, objects
+from e2e.pipeline import JOB, Sink, exporter_step, job, objects
 from e2e.podprocesses import COMPLETION_INDEX, JOBSET_INDEX, PodProcesses, PodRun
 from tests.processes import free_port, wait_for
 
@@ -34,19 +44,17 @@ WARM_STEP = 120
 """Each rank's step before a fault is injected: past the first full checkpoint (fullEverySteps 100)."""
 
 
+LAUNCHED = ["trainguard", "launch", "--preload", PRELOAD, "--", "python", "examples/train_ddp.py"]
+"""The trainer container's command in the pod spec (the pod runner runs `launch_command` for it)."""
+TRAINER_API = "trainer.kubeflow.org/v1alpha1"
+IGNORE_DISRUPTION = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+
+
 def ddp_job(ns: str, port: int) -> dict[str, Any]:
     """The pipeline's 2-pod Indexed Job, its trainer container wrapped in `trainguard launch`."""
     body = job(ns, WORLD)
     container = body["spec"]["template"]["spec"]["containers"][0]
-    container["command"] = [
-        "trainguard",
-        "launch",
-        "--preload",
-        PRELOAD,
-        "--",
-        "python",
-        "examples/train_ddp.py",
-    ]
+    container["command"] = list(LAUNCHED)
     container["env"] = [
         {
             "name": "RANK",
@@ -85,6 +93,66 @@ def ddp_jobset(ns: str, port: int, max_restarts: int = 2) -> dict[str, Any]:
     }
 
 
+def ddp_runtime(ns: str, port: int) -> dict[str, Any]:
+    """A torch TrainingRuntime as the README asks the owner of a TrainJob to set it up for trainguard: its
+    JobSet with `failurePolicy.maxRestarts`, its pods `restartPolicy: Never` with a podFailurePolicy that
+    Ignores DisruptionTarget; the rendezvous on loopback at `port` (the module's docstring says why)."""
+    env = [{"name": "MASTER_ADDR", "value": "127.0.0.1"}, {"name": "MASTER_PORT", "value": str(port)},
+           {"name": "GLOO_SOCKET_IFNAME", "value": "lo"}]  # fmt: skip
+    pod = {
+        "restartPolicy": "Never",
+        "containers": [{"name": "node", "image": "registry.invalid/llama:1", "env": env}],
+    }
+    node = {
+        "name": "node",
+        "template": {
+            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+            "spec": {"podFailurePolicy": {"rules": [IGNORE_DISRUPTION]}, "template": {"spec": pod}},
+        },
+    }
+    return {
+        "apiVersion": TRAINER_API, "kind": "TrainingRuntime", "metadata": {"name": "ddp", "namespace": ns},
+        "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {
+            "failurePolicy": {"maxRestarts": 3}, "replicatedJobs": [node]}}},
+    }  # fmt: skip
+
+
+def ddp_trainjob(ns: str) -> dict[str, Any]:
+    """A TrainJob of WORLD nodes, one process each, on `ddp_runtime`: its trainer wrapped in `trainguard
+    launch`, 8 (fake) GPUs per node, so each rank has a node of its own."""
+    return {
+        "apiVersion": TRAINER_API, "kind": "TrainJob", "metadata": {"name": JOB, "namespace": ns},
+        "spec": {
+            "runtimeRef": {"name": "ddp", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"},
+            "trainer": {"numNodes": WORLD, "numProcPerNode": 1, "command": list(LAUNCHED),
+                        "resourcesPerNode": {"limits": {"nvidia.com/gpu": "8"}}},
+        },
+    }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Owner:
+    """What runs the gang: the objects that make its pods (given the namespace and a free port for the
+    rendezvous), the monitor's workloadRef and the label that selects the pods."""
+
+    kind: str
+    objects: Callable[[str, int], list[dict[str, Any]]]
+    selector: dict[str, str]
+
+    @property
+    def label_selector(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.selector.items())
+
+
+JOB_OWNER = Owner("Job", lambda ns, port: [ddp_job(ns, port)], {"app": JOB})
+JOBSET_OWNER = Owner("JobSet", lambda ns, port: [ddp_jobset(ns, port)], {"app": JOB})
+TRAINJOB_OWNER = Owner(
+    "TrainJob",
+    lambda ns, port: [ddp_runtime(ns, port), ddp_trainjob(ns)],
+    {"jobset.sigs.k8s.io/jobset-name": JOB},
+)
+
+
 def trainer_command(checkpoints: Path) -> list[str]:
     """The trainer itself, with this interpreter (`python examples/train_ddp.py` in the pod spec)."""
     return [sys.executable, "examples/train_ddp.py", "--step-delay", str(STEP_DELAY_S), "--checkpoint-dir",
@@ -108,23 +176,17 @@ def start_gang(
     ns: str,
     workdir: Path,
     remediation: dict[str, Any] | None = None,
-    *,
-    kind: str = "Job",
+    owner: Owner = JOB_OWNER,
 ) -> PodProcesses:
-    """The monitor Ready, the Job's (or JobSet's) two pods running exporters and launched trainers, every
+    """The monitor (on `owner`) Ready, the owner's two pods running exporters and launched trainers, every
     rank past its first full checkpoint: the PodProcesses, entered (the caller exits it)."""
     monitor, policy = objects(ns, Sink(), {"emergencyCheckpointTimeout": "20s", **(remediation or {})})
-    monitor["spec"]["workloadRef"] = {"kind": kind, "name": JOB}
+    monitor["spec"]["selector"] = {"matchLabels": dict(owner.selector)}
+    monitor["spec"]["workloadRef"] = {"kind": owner.kind, "name": JOB}
     cluster.apply([monitor, policy])  # first: the webhook gives the pods their sidecars at creation
     wait_for("monitor Ready", lambda: ready(cluster, ns), timeout=60)
-    port = free_port()
-    if kind == "JobSet":
-        cluster.custom.create_namespaced_custom_object(
-            "jobset.x-k8s.io", "v1alpha2", ns, "jobsets", ddp_jobset(ns, port)
-        )
-    else:
-        cluster.apply([ddp_job(ns, port)])
-    pods = PodProcesses(cluster.api, ns, SELECTOR, workdir, command=launch_command).__enter__()
+    cluster.apply(owner.objects(ns, free_port()))
+    pods = PodProcesses(cluster.api, ns, owner.label_selector, workdir, command=launch_command).__enter__()
     try:
         wait_for(f"{WORLD} ranks past step {WARM_STEP}", lambda: len(r := pods.running()) == WORLD
                  and all(exporter_step(x) >= WARM_STEP for x in r), timeout=180)  # fmt: skip
@@ -170,11 +232,30 @@ def resumed(runs: list[PodRun], generation: int) -> dict[str, dict[str, Any]]:
     return {name: g for name, g in seen.items() if g is not None}
 
 
+def first_step_at(run: PodRun, generation: int) -> float | None:
+    """When (Unix seconds) the pod's trainer of `generation` logged its first step: the time the pod runner
+    read the line, which its CRI log keeps as a container runtime would; None before it has (or when the
+    node keeps no CRI logs)."""
+    path = run.cri_dir / run.trainer_container / "0.log" if run.cri_dir else None
+    if path is None or not path.exists():
+        return None
+    for line in path.read_text(errors="replace").splitlines():
+        stamp, _, rest = line.partition(" ")
+        if re.fullmatch(rf"std\w+ [FP] generation {generation} rank \d+ first step \d+", rest):
+            return parse_rfc3339_ns(stamp) / 1e9
+    return None
+
+
 __all__ = [
     "JOB",
+    "JOBSET_OWNER",
+    "JOB_OWNER",
+    "TRAINJOB_OWNER",
     "WORLD",
+    "Owner",
     "cold_launch_command",
     "ddp_jobset",
+    "first_step_at",
     "generations",
     "launch_command",
     "resumed",

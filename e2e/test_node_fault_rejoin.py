@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from e2e.cluster import Cluster
-from e2e.launched import JOB, logs, resumed, start_gang
+from e2e.launched import JOB, JOBSET_OWNER, logs, resumed, start_gang
 from e2e.pipeline import exporter_step, finished, inject
 from e2e.receiver import records
 from e2e.test_workload_owners import jobsets  # noqa: F401 - the fixture: the JobSets' teardown
@@ -52,7 +52,7 @@ class TestJobSetRejoin:
         tmp_path: Path,
     ) -> None:
         ns = jobsets
-        pods = start_gang(operator, ns, tmp_path, kind="JobSet")
+        pods = start_gang(operator, ns, tmp_path, owner=JOBSET_OWNER)
         with pods:
             faulty, healthy = sorted(pods.running(), key=lambda r: r.rank)
             t0 = time.monotonic()
@@ -96,4 +96,3 @@ class TestJobSetRejoin:
             print(f"\nnode fault on {faulty.node} -> record done in {done_s:.1f}s, both ranks resumed in "
                   f"{resumed_s:.1f}s (generation {generation} from step {ckpt}); steps: "
                   + "; ".join(f"{s['kind']}: {s['detail'][:120]}" for s in record["steps"]))  # fmt: skip
-

@@ -4,7 +4,10 @@ exporter injected and run from the pod's spec (e2e/podprocesses.py). A NaN loss 
 injection, as e2e/test_pipeline.py does it) and an OOM kill of one trainer (SIGKILL, as the kernel's OOM
 killer ends a process) each reach the operator by the sidecar's fast path; the record's RestartInPlace
 restarts both trainers as generation 1 from the checkpoint every rank has, no pod is deleted (the same
-pod UIDs run on), and each rank's first step after it is the checkpoint's step + 1."""
+pod UIDs run on), and each rank's first step after it is the checkpoint's step + 1. The gang runs as a
+batch Job, and as a Kubeflow TrainJob on the real Trainer v2.2.0 and JobSet v0.11.1 controllers (a
+TrainingRuntime that allows restarts, the monitor's workloadRef the TrainJob), whose JobSet and child Job
+see nothing: the same objects, no restart counted."""
 
 from __future__ import annotations
 
@@ -12,13 +15,26 @@ import os
 import re
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from e2e.cluster import Cluster
-from e2e.launched import generations, logs, resumed, start_gang
+from e2e.controlplane.controllers import Controller
+from e2e.launched import (
+    JOB,
+    JOB_OWNER,
+    TRAINJOB_OWNER,
+    Owner,
+    first_step_at,
+    generations,
+    logs,
+    resumed,
+    start_gang,
+)
 from e2e.pipeline import exporter_step, finished, inject
 from e2e.podprocesses import PodProcesses
 from e2e.receiver import records
@@ -26,9 +42,47 @@ from tests.processes import http_json, wait_for
 
 pytestmark = pytest.mark.e2e
 
+TRAINJOB_API = ("trainer.kubeflow.org", "v1alpha1", "trainjobs")
+
 
 def pod_uids(cluster: Cluster, ns: str) -> set[str]:
     return {p.metadata.uid for p in cluster.core.list_namespaced_pod(ns).items}
+
+
+def owner_state(cluster: Cluster, ns: str, owner: Owner) -> dict[str, Any]:
+    """What a restart by the owner would change: the Job (its uid, failed pods), or the TrainJob's JobSet
+    (its uid, restarts, restarts counted towards maxRestarts) and its child Jobs (name -> uid)."""
+    batch = client.BatchV1Api(cluster.api)
+    if owner.kind == "Job":
+        j = batch.read_namespaced_job(JOB, ns)
+        return {"job": j.metadata.uid, "failed": j.status.failed or 0}
+    js = cluster.get("jobset.x-k8s.io/v1alpha2", "JobSet", ns, JOB) or {}
+    status = js.get("status") or {}
+    children = batch.list_namespaced_job(ns, label_selector=f"jobset.sigs.k8s.io/jobset-name={JOB}").items
+    return {
+        "jobset": js.get("metadata", {}).get("uid"),
+        "restarts": (status.get("restarts", 0), status.get("restartsCountTowardsMax", 0)),
+        "children": {j.metadata.name: (j.metadata.uid, j.status.failed or 0) for j in children},
+    }
+
+
+def assert_ranks_from(owner: Owner, pods: PodProcesses) -> None:
+    """Each trainer's rank and world as its owner gives them: a Job's RANK and WORLD_SIZE, or a TrainJob's
+    PET_NODE_RANK and PET_NNODES set by Trainer (its PET_MASTER_ADDR rank 0's headless-service hostname,
+    which the runtime's MASTER_ADDR overrides here); generation 0 of each rank rendezvoused as that rank."""
+    for run in pods.running():
+        env = run.trainer_env
+        if owner.kind == "TrainJob":
+            assert "RANK" not in env and "WORLD_SIZE" not in env, env
+            assert (env["PET_NODE_RANK"], env["PET_NNODES"], env["PET_NPROC_PER_NODE"]) == (
+                run.rank,
+                "2",
+                "1",
+            ), env
+            assert env["PET_MASTER_ADDR"] == f"{JOB}-node-0-0.{JOB}", env
+        else:
+            assert (env["RANK"], env["WORLD_SIZE"]) == (run.rank, "2"), env
+        assert f"rank {run.rank}/2 generation 0 pid " in run.trainer_log(), run.trainer_log()[-2000:]
 
 
 def diagnostics(cluster: Cluster, ns: str, pods: PodProcesses) -> str:
@@ -67,20 +121,22 @@ def assert_resumed_in_place(cluster: Cluster, ns: str, pods: PodProcesses, uids:
     )
 
 
-def test_a_nan_pauses_pins_and_restarts_both_trainers_in_place_from_the_pin(
-    operator: Cluster, ns: str, clean_nodes: None, tmp_path: Path
-) -> None:
-    pods = start_gang(operator, ns, tmp_path)
+def nan_restarts_in_place(cluster: Cluster, ns: str, workdir: Path, owner: Owner) -> None:
+    """A NaN on rank 0: paused, pinned, both trainers restarted in place from the pin, the owner untouched.
+    Prints the time from the NaN to both ranks' first step."""
+    pods = start_gang(cluster, ns, workdir, owner=owner)
     with pods:
-        uids = pod_uids(operator, ns)
+        assert_ranks_from(owner, pods)
+        uids, before = pod_uids(cluster, ns), owner_state(cluster, ns, owner)
         a = min(pods.running(), key=lambda r: r.rank)
+        fault = time.time()
         inject(a, "nan-loss", gpu=None)
         try:
-            wait_for("the record", lambda: records(operator, ns), timeout=30, interval=0.05)
+            wait_for("the record", lambda: records(cluster, ns), timeout=30, interval=0.05)
         except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{diagnostics(operator, ns, pods)}") from None
+            raise AssertionError(f"{exc}\n{diagnostics(cluster, ns, pods)}") from None
         http_json(f"{a.url}/v1/faults", method="DELETE")  # one NaN; the steps after it are fine
-        (record,) = done(operator, ns, pods)
+        (record,) = done(cluster, ns, pods)
         assert record["alert"] == "TrainingLossNonFinite", record
         assert [(s["kind"], s["phase"]) for s in record["steps"]] == [
             ("Pause", "Succeeded"), ("PinCheckpoint", "Succeeded"), ("RestartInPlace", "Succeeded")
@@ -89,25 +145,88 @@ def test_a_nan_pauses_pins_and_restarts_both_trainers_in_place_from_the_pin(
         pinned = int(re.search(r"pinned step (\d+)", record["steps"][1]["detail"]).group(1))  # type: ignore[union-attr]
         step = restarted_from(record)
         assert step == pinned, "the gang resumes from the pin: the newest checkpoint saved before the NaN"
-        assert_resumed_in_place(operator, ns, pods, uids, step)
+        assert_resumed_in_place(cluster, ns, pods, uids, step)
+        elapsed = resumed_after(pods, fault)
+        assert owner_state(cluster, ns, owner) == before, f"the {owner.kind} restarted nothing"
+        print(f"\n{owner.kind}: NaN to both ranks at step {step + 1}: {elapsed}")
 
 
-def test_an_oom_killed_trainer_restarts_both_trainers_in_place_from_the_checkpoint(
-    operator: Cluster, ns: str, clean_nodes: None, tmp_path: Path
-) -> None:
-    pods = start_gang(operator, ns, tmp_path)
+def oom_restarts_in_place(cluster: Cluster, ns: str, workdir: Path, owner: Owner) -> None:
+    """Rank 0's trainer SIGKILLed: both trainers restarted in place from the gang's checkpoint, the owner
+    untouched, one record. Prints the time from the kill to both ranks' first step."""
+    pods = start_gang(cluster, ns, workdir, owner=owner)
     with pods:
-        uids = pod_uids(operator, ns)
+        assert_ranks_from(owner, pods)
+        uids, before = pod_uids(cluster, ns), owner_state(cluster, ns, owner)
         victim = min(pods.running(), key=lambda r: r.rank)
+        fault = time.time()
         os.kill(generations(victim)[0]["pid"], signal.SIGKILL)  # what the kernel's OOM killer does
-        t0 = time.monotonic()
-        (record,) = done(operator, ns, pods)
+        (record,) = done(cluster, ns, pods)
         assert record["alert"] == "TrainingInterrupted", record
         assert record["node"] == victim.node, record
         assert [(s["kind"], s["phase"]) for s in record["steps"]] == [
             ("RestartInPlace", "Succeeded"), ("RestartGang", "Skipped"), ("ConfirmPlacement", "Skipped")
         ], record  # fmt: skip
         step = restarted_from(record)
-        assert_resumed_in_place(operator, ns, pods, uids, step)
-        print(f"\nOOM kill to both ranks at step {step + 1}: {time.monotonic() - t0:.1f}s")
-        assert len(records(operator, ns)) == 1, "the other rank's failure was the same interruption"
+        assert_resumed_in_place(cluster, ns, pods, uids, step)
+        elapsed = resumed_after(pods, fault)
+        assert owner_state(cluster, ns, owner) == before, f"the {owner.kind} restarted nothing"
+        print(f"\n{owner.kind}: OOM kill to both ranks at step {step + 1}: {elapsed}")
+        assert len(records(cluster, ns)) == 1, "the other rank's failure was the same interruption"
+
+
+def resumed_after(pods: PodProcesses, fault: float) -> str:
+    """Seconds from `fault` (Unix time) to the later of both ranks' first step of generation 1, by the
+    timestamps of their log lines (where the nodes keep CRI logs: not asserted, only shown)."""
+    runs = pods.running()
+    if any(r.cri_dir is None for r in runs):
+        return "n/a (no CRI logs)"
+    stamps = wait_for("both ranks' first step in their CRI logs",
+                      lambda: (t := [first_step_at(r, 1) for r in runs]) and None not in t and t)  # fmt: skip
+    return f"{max(stamps) - fault:.2f}s"
+
+
+# ---- a batch Job ----------------------------------------------------------------------------------------
+
+
+def test_a_nan_pauses_pins_and_restarts_both_trainers_in_place_from_the_pin(
+    operator: Cluster, ns: str, clean_nodes: None, tmp_path: Path
+) -> None:
+    nan_restarts_in_place(operator, ns, tmp_path, JOB_OWNER)
+
+
+def test_an_oom_killed_trainer_restarts_both_trainers_in_place_from_the_checkpoint(
+    operator: Cluster, ns: str, clean_nodes: None, tmp_path: Path
+) -> None:
+    oom_restarts_in_place(operator, ns, tmp_path, JOB_OWNER)
+
+
+# ---- a Kubeflow TrainJob, on the real Trainer v2.2.0 and its JobSet ---------------------------------------
+
+
+@pytest.fixture
+def trainjobs(cluster: Cluster, trainer_controller: Controller, ns: str) -> Iterator[str]:
+    """The namespace, whose TrainJobs are deleted after the test and their pods waited out: the ns fixture
+    deletes Jobs and pods, which a running JobSet would only recreate, holding the fake GPUs the next
+    test's gang needs."""
+    yield ns
+    for tj in cluster.custom.list_namespaced_custom_object(*TRAINJOB_API[:2], ns, TRAINJOB_API[2])["items"]:
+        cluster.custom.delete_namespaced_custom_object(*TRAINJOB_API[:2], ns, TRAINJOB_API[2], tj["metadata"]["name"],
+                                                       propagation_policy="Foreground")  # fmt: skip
+    wait_for("the TrainJobs' pods gone", lambda: not cluster.core.list_namespaced_pod(
+        ns, label_selector="jobset.sigs.k8s.io/jobset-name").items, timeout=60)  # fmt: skip
+
+
+class TestTrainJob:
+    """The gang as a TrainJob (e2e/launched.py: ddp_runtime, ddp_trainjob); one Trainer and JobSet
+    controller for the class."""
+
+    def test_a_nan_restarts_both_trainers_in_place_and_the_jobset_sees_nothing(
+        self, operator: Cluster, trainjobs: str, clean_nodes: None, tmp_path: Path
+    ) -> None:
+        nan_restarts_in_place(operator, trainjobs, tmp_path, TRAINJOB_OWNER)
+
+    def test_an_oom_killed_trainer_restarts_both_in_place_and_the_jobset_sees_nothing(
+        self, operator: Cluster, trainjobs: str, clean_nodes: None, tmp_path: Path
+    ) -> None:
+        oom_restarts_in_place(operator, trainjobs, tmp_path, TRAINJOB_OWNER)

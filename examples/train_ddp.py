@@ -4,6 +4,7 @@ network learning a noisy sine wave, each rank on its own data, every step's grad
 reported through the trainguard SDK.
 
     # in every pod of the gang, RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set as for torchrun
+    # (or, in a Kubeflow TrainJob with numProcPerNode 1, the PET_* variables its torch runtime sets)
     trainguard launch -- python examples/train_ddp.py --checkpoint-dir /shared/ckpt
 
 What an in-place restart needs from a trainer, and what this one does:
@@ -24,6 +25,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
@@ -36,6 +38,28 @@ from trainguard.sdk import Reporter
 from trainguard.sdk.torch import reporting_oom
 
 RENDEZVOUS_TIMEOUT = dt.timedelta(seconds=120)
+
+
+def rendezvous(env: Mapping[str, str]) -> tuple[int, int, str, int]:
+    """This process's rank and world size and the rendezvous address and port: torch.distributed's
+    variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, as torchrun sets them for its workers), each
+    else the one Kubeflow Trainer's torch runtime sets for torchrun (PET_NODE_RANK, PET_NNODES,
+    PET_MASTER_ADDR, PET_MASTER_PORT): run without torchrun, one process per node, the node is the rank."""
+    if "RANK" not in env and "PET_NODE_RANK" in env and env.get("PET_NPROC_PER_NODE", "1") != "1":
+        raise SystemExit(
+            f"PET_NPROC_PER_NODE={env['PET_NPROC_PER_NODE']}: this trainer is one process per node; "
+            "set the TrainJob's spec.trainer.numProcPerNode to 1, or run it under torchrun"
+        )
+
+    def value(name: str, trainer: str, default: str) -> str:
+        return env.get(name) or env.get(trainer) or default
+
+    return (
+        int(value("RANK", "PET_NODE_RANK", "0")),
+        int(value("WORLD_SIZE", "PET_NNODES", "1")),
+        value("MASTER_ADDR", "PET_MASTER_ADDR", "127.0.0.1"),
+        int(value("MASTER_PORT", "PET_MASTER_PORT", "29500")),
+    )
 
 
 def shard(path: str | Path, rank: int) -> Path:
@@ -54,10 +78,9 @@ def main() -> int:
     p.add_argument("--endpoint", help="default: TRAINGUARD_ENDPOINT, else the injected sidecar's socket")
     args = p.parse_args()
 
-    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    rank, world, addr, master_port = rendezvous(os.environ)
     generation = int(os.environ.get("TRAINGUARD_GENERATION", "0"))
-    addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
-    port = int(os.environ.get("MASTER_PORT", "29500")) + generation
+    port = master_port + generation
     print(
         f"rank {rank}/{world} generation {generation} pid {os.getpid()}: rendezvous at {addr}:{port}",
         flush=True,
