@@ -457,8 +457,10 @@ def load_inputs(
     sources[RESPONSES[GANG, False]] = (f"measured: {pipeline.name} oom-killed, resumed p50 - action p50 "
                                        f"({resumed:.2f}s - {acted:.2f}s)")  # fmt: skip
 
-    cases = {
-        (c.get("fault"), c.get("mode")): c for c in figure(rip, restart_in_place, "restart_in_place", "cases")
+    cases = {  # the Job's rows: the same fault and mode on a TrainJob is a row of its own
+        (c.get("fault"), c.get("mode")): c
+        for c in figure(rip, restart_in_place, "restart_in_place", "cases")
+        if c.get("owner", "Job") == "Job"
     }
     if ("oom", "in place") not in cases:
         raise InputError(f"{restart_in_place}: no case with fault 'oom' and mode 'in place'; "

@@ -4,7 +4,10 @@ run on the local control plane: a 2-rank torch.distributed gang (examples/train_
 CPU; e2e/launched.py), its pods' exporters and trainers as local processes (e2e/podprocesses.py), the
 operator's fast path. Prints p50 and p95 per fault and mode, and writes the figures as JSON.
 
-    python bench/restart_in_place.py [--runs 5] [--json bench/results/restart_in_place.json]
+    python bench/restart_in_place.py [--runs 5] [--only REGEX] [--json bench/results/restart_in_place.json]
+
+(--only runs the cases whose "owner fault mode" matches; the other cases of the JSON are kept as they
+were measured, each with its own date.)
 
 (PYTEST_XDIST_WORKER=gwN picks the pods' loopback network, as for the e2e tests.)
 
@@ -25,6 +28,19 @@ first full checkpoint (step 120), then one fault on rank 0:
   -> RestartGang, ConfirmPlacement: both pods deleted and recreated by the Job controller after its
   back-off. Resumed: both replacement pods' trainers took their first step.
 
+The same by the workload's owner, on the real controllers (e2e/controlplane/controllers.py):
+
+- xid-79 on a JobSet (two child Jobs of one pod each), replace pod + in place, warm spare: every trainer
+  under `trainguard launch --preload`, gpu-node-2 a labelled, tainted spare; the exporter's XID 79 on rank
+  0's node -> ConfirmFault, Cordon, Taint, RequestCheckpoint, ReplacePod (rank 0's child Job deleted, its
+  pod evicted; the JobSet recreates it on the spare), RestartInPlace (the healthy rank restarts as
+  generation 1 at once; the replacement's first trainer joins it), ConfirmPlacement. Cordon: the node
+  seen unschedulable. Resumed: both ranks' generation 1 took its first step.
+- xid-79 on a JobSet, the owner restarts the gang (no launcher): the trainers run directly. The replacement is made as
+  above; the healthy rank's trainer fails when its peer goes, its pod fails, and the JobSet's failure
+  policy restarts every pod (counted against maxRestarts). Resumed: two new pods' trainers stepped.
+- nan-loss and oom on a TrainJob (Kubeflow Trainer v2.2.0, its JobSet), in place, as for the Job.
+
 In place (warm), the fault waits until both warm trainers said they are ready, as they are in a job that
 has run for a while. Action is the operator's first record, done when every record finished, resumed as
 above; all polled every 50 ms from the injection. Faults and modes alternate run by run, so drift hits them alike.
@@ -33,9 +49,11 @@ above; all polled every 50 ms from the injection. Faults and modes alternate run
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import re
 import signal
 import statistics
 import sys
@@ -54,13 +72,17 @@ from bench.pipeline import oom_killed, percentile  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from e2e.cluster import Cluster  # noqa: E402
+from e2e.controlplane.controllers import JOBSET, TRAINER, run_controller  # noqa: E402
 from e2e.controlplane.local import local_control_plane, prometheus_operator_crds  # noqa: E402
 from e2e.launched import (  # noqa: E402
+    JOB_OWNER,
+    JOBSET_OWNER,
     STEP_DELAY_S,
+    TRAINJOB_OWNER,
     WARM_STEP,
     WORLD,
+    Owner,
     cold_launch_command,
-    ddp_job,
     generations,
     launch_command,
     resumed,
@@ -68,13 +90,17 @@ from e2e.launched import (  # noqa: E402
 )
 from e2e.monitors import ready  # noqa: E402
 from e2e.nodes import restore  # noqa: E402
-from e2e.pipeline import FINAL, JOB, SELECTOR, Sink, exporter_step, inject, objects  # noqa: E402
+from e2e.pipeline import FINAL, JOB, Sink, exporter_step, inject, objects  # noqa: E402
 from e2e.podprocesses import PodProcesses, PodRun  # noqa: E402
 from e2e.receiver import records  # noqa: E402
 from tests.processes import free_port, http_json, wait_for  # noqa: E402
 
-STAGES = ("action", "done", "resumed")
+STAGES = ("cordon", "action", "done", "resumed")
 IN_PLACE, COLD, GANG, NO_LAUNCHER = "in place", "in place, cold", "gang restart", "no launcher"
+REJOIN, OWNER_RESTARTS = "replace pod + in place, warm spare", "owner restarts the gang (no launcher)"
+SPARE = "gpu-node-2"
+OWNER_APIS = {"JobSet": ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+              "TrainJob": ("trainer.kubeflow.org", "v1alpha1", "trainjobs")}  # fmt: skip
 
 
 def direct_command(run: PodRun, checkpoints: Path) -> list[str]:
@@ -89,10 +115,15 @@ class Case:
     command: Callable[[PodRun, Path], list[str]]
     stages: tuple[str, ...]
     """What the run waits for (action and done are always measured when they happen)."""
+    owner: Owner = JOB_OWNER
 
     @property
     def launched(self) -> bool:
-        return self.mode in (IN_PLACE, COLD)
+        return self.mode in (IN_PLACE, COLD, REJOIN)
+
+    @property
+    def name(self) -> str:
+        return f"{self.owner.kind} {self.fault} {self.mode}"
 
 
 CASES = (
@@ -102,6 +133,10 @@ CASES = (
     Case("oom", IN_PLACE, launch_command, ("done", "resumed")),
     Case("oom", COLD, cold_launch_command, ("done", "resumed")),
     Case("oom", GANG, direct_command, ("done", "resumed")),
+    Case("xid-79", REJOIN, launch_command, ("cordon", "done", "resumed"), JOBSET_OWNER),
+    Case("xid-79", OWNER_RESTARTS, direct_command, ("cordon", "done", "resumed"), JOBSET_OWNER),
+    Case("nan-loss", IN_PLACE, launch_command, ("done", "resumed"), TRAINJOB_OWNER),
+    Case("oom", IN_PLACE, launch_command, ("done", "resumed"), TRAINJOB_OWNER),
 )
 
 
@@ -116,20 +151,37 @@ def summarise(runs: list[dict[str, float]]) -> dict[str, Any]:
     return row
 
 
+def spare_node(cluster: Cluster) -> None:
+    """SPARE as a warm spare, as e2e/conftest.py's fixture makes it: labelled, and tainted so that only
+    the monitored jobs' pods (the webhook gives them the toleration) land there."""
+    cluster.core.patch_node(SPARE, {"metadata": {"labels": {"trainguard.io/spare": "true"}},
+                                    "spec": {"taints": [{"key": "trainguard.io/spare", "value": "true",
+                                                         "effect": "NoSchedule"}]}})  # fmt: skip
+
+
 def one(cluster: Cluster, case: Case, workdir: Path) -> dict[str, float]:
     ns = cluster.namespace(f"bench-{uuid.uuid4().hex[:8]}")
-    cluster.apply(objects(ns, Sink(), {"emergencyCheckpointTimeout": "20s"}))
+    owner = case.owner
+    monitor, policy = objects(ns, Sink(), {"emergencyCheckpointTimeout": "20s"})
+    monitor["spec"]["selector"] = {"matchLabels": dict(owner.selector)}
+    monitor["spec"]["workloadRef"] = {"kind": owner.kind, "name": JOB}
+    if case.mode == REJOIN:
+        spare_node(cluster)
+    cluster.apply([monitor, policy])
     wait_for("monitor Ready", lambda: ready(cluster, ns), timeout=60)
-    cluster.apply([ddp_job(ns, free_port())])
+    cluster.apply(owner.objects(ns, free_port()))
     try:
         with PodProcesses(
-            cluster.api, ns, SELECTOR, workdir, command=case.command, step_delay=STEP_DELAY_S
+            cluster.api, ns, owner.label_selector, workdir, command=case.command, step_delay=STEP_DELAY_S
         ) as pods:
             wait_for(f"{WORLD} ranks past step {WARM_STEP}", lambda: len(r := pods.running()) == WORLD
                      and all(exporter_step(x) >= WARM_STEP for x in r), timeout=180)  # fmt: skip
             runs = sorted(pods.running(), key=lambda r: r.rank)
             a, old = runs[0], {r.name for r in runs}
-            if case.mode == IN_PLACE:  # a job runs for hours before its fault: the warm trainers are ready
+            if case.mode in (
+                IN_PLACE,
+                REJOIN,
+            ):  # a job runs for hours before its fault: the warm trainers are ready
                 wait_for("both warm trainers ready", lambda: all("is ready: its imports took" in r.trainer_log()
                          for r in runs), timeout=180)  # fmt: skip
 
@@ -139,16 +191,23 @@ def one(cluster: Cluster, case: Case, workdir: Path) -> dict[str, float]:
                     (generations(r).get(0) or {}).get("first") is not None for r in fresh
                 )
 
+            def joined() -> bool:
+                return len(r := pods.running()) == WORLD and bool(resumed(r, 1))
+
             checks: dict[str, Callable[[], bool]] = {
+                "cordon": lambda: bool(cluster.core.read_node(a.node).spec.unschedulable),
                 "action": lambda: bool(records(cluster, ns)),
                 "done": lambda: bool(r := records(cluster, ns)) and all(x["phase"] in FINAL for x in r),
-                "resumed": (lambda: bool(resumed(runs, 1))) if case.launched else gang_resumed,
+                "resumed": joined if case.mode == REJOIN else (lambda: bool(resumed(runs, 1)))
+                if case.launched else gang_resumed,
             }  # fmt: skip
             seen: dict[str, float] = {}
             cleared = case.fault != "nan-loss"
             t0 = time.monotonic()
             if case.fault == "nan-loss":
                 inject(a, "nan-loss", gpu=None)
+            elif case.fault == "xid-79":
+                inject(a, "xid-79")
             elif case.launched:
                 os.kill(generations(a)[0]["pid"], signal.SIGKILL)
             else:
@@ -167,7 +226,12 @@ def one(cluster: Cluster, case: Case, workdir: Path) -> dict[str, float]:
                 raise RuntimeError(f"{case} in {ns} did not finish: {seen}; records {records(cluster, ns)}")
             return {f"{stage}_s": seen[stage] for stage in STAGES if stage in seen}
     finally:
-        client.BatchV1Api(cluster.api).delete_namespaced_job(JOB, ns, propagation_policy="Background")
+        if owner.kind in OWNER_APIS:  # its controller would recreate what is deleted below
+            group, version, plural = OWNER_APIS[owner.kind]
+            cluster.custom.delete_namespaced_custom_object(group, version, ns, plural, JOB,
+                                                           propagation_policy="Background")  # fmt: skip
+        else:
+            client.BatchV1Api(cluster.api).delete_namespaced_job(JOB, ns, propagation_policy="Background")
         cluster.core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
         wait_for("pods gone", lambda: not cluster.core.list_namespaced_pod(ns).items, timeout=60)
         cluster.core.delete_namespace(ns)
@@ -182,19 +246,30 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=5, help="runs of each fault and mode (default 5)")
     p.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "restart_in_place.json")
+    p.add_argument("--only", type=re.compile, default=None, metavar="REGEX",
+                   help='run only the cases whose "owner fault mode" matches, e.g. "JobSet|TrainJob"')  # fmt: skip
     args = p.parse_args()
-    results: dict[Case, list[dict[str, float]]] = {c: [] for c in CASES}  # frozen: hashable
-    failures: dict[Case, list[str]] = {c: [] for c in CASES}
+    cases = [c for c in CASES if args.only is None or args.only.search(c.name)]
+    if not cases:
+        p.error(f"--only {args.only.pattern!r} matches none of: " + "; ".join(c.name for c in CASES))
+    results: dict[Case, list[dict[str, float]]] = {c: [] for c in cases}  # frozen: hashable
+    failures: dict[Case, list[str]] = {c: [] for c in cases}
     workdir = Path(tempfile.mkdtemp(prefix="trainguard-bench-"))
     t_start = time.monotonic()
-    order = [c for _ in range(args.runs) for c in CASES]
+    order = [c for _ in range(args.runs) for c in cases]
+    kinds = {c.owner.kind for c in cases}
     # the pods' loopback network, as e2e/conftest.py gives each pytest-xdist worker its own
     network = 1 + int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
     with local_control_plane(nodes=3, pod_network=network) as plane:
         cluster = Cluster(plane.kubeconfig, workdir)
         cluster.install(prometheus_operator_crds())
         cluster.start_operator(priority=100)
+        controllers = contextlib.ExitStack()
         try:
+            if kinds & {"JobSet", "TrainJob"}:  # the TrainJob's JobSet needs the JobSet controller too
+                controllers.enter_context(run_controller(cluster, JOBSET))
+            if "TrainJob" in kinds:
+                controllers.enter_context(run_controller(cluster, TRAINER))
             for i, case in enumerate(order):
                 try:
                     figures = one(cluster, case, workdir / f"run-{i}")
@@ -203,34 +278,53 @@ def main() -> int:
                     RuntimeError,
                 ) as exc:  # a run that never got there: counted, not fatal
                     failures[case].append(str(exc).splitlines()[0][:200])
-                    print(f"[{i + 1}/{len(order)}] {case.fault:9s} {case.mode:15s} FAILED: {failures[case][-1]}",
-                          flush=True)  # fmt: skip
+                    print(f"[{i + 1}/{len(order)}] {case.name} FAILED: {failures[case][-1]}", flush=True)
                     continue
                 results[case].append(figures)
                 shown = "  ".join(f"{s} {figures[f'{s}_s']:5.2f}s" for s in STAGES if f"{s}_s" in figures)
-                print(f"[{i + 1}/{len(order)}] {case.fault:9s} {case.mode:15s} {shown}", flush=True)
+                print(f"[{i + 1}/{len(order)}] {case.name}: {shown}", flush=True)
         finally:
+            controllers.close()
             cluster.stop_all_operators()
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    measured = [{"owner": c.owner.kind, "fault": c.fault, "mode": c.mode, **summarise(runs), "failed": failures[c],
+                 "measured": today} for c, runs in results.items()]  # fmt: skip
+    kept = []
+    if args.only is not None and args.json.exists():  # the cases not run this time, as they were measured
+        ran = {(r["owner"], r["fault"], r["mode"]) for r in measured}
+        kept = [r for r in json.loads(args.json.read_text()).get("cases", [])
+                if (r.get("owner", "Job"), r["fault"], r["mode"]) not in ran]  # fmt: skip
     summary: dict[str, Any] = {
         "conditions": {
-            "runs_per_case": args.runs, "job": f"{WORLD}-pod Indexed Job, examples/train_ddp.py (DDP, gloo, CPU)",
+            "runs_per_case": args.runs,
+            "job": f"{WORLD} ranks, examples/train_ddp.py (DDP, gloo, CPU): a Job ({WORLD}-pod Indexed), a JobSet "
+                   f"({WORLD} child Jobs of one pod) or a TrainJob ({WORLD} nodes)",
             "step_delay_s": STEP_DELAY_S, "path": "fast path (sidecar to operator)", "cpus": os.cpu_count(),
             "python": platform.python_version(), "machine": platform.platform(),
             "wall_s": round(time.monotonic() - t_start, 1),
         },
-        "cases": [{"fault": c.fault, "mode": c.mode, **summarise(runs), "failed": failures[c]}
-                  for c, runs in results.items()],
+        "cases": [*kept, *measured],
     }  # fmt: skip
     print("\nfault to ... (p50 / p95, seconds; '-' where the mode does not get there)")
-    print(f"{'fault':9s} {'mode':15s} {'n':>3s} " + " ".join(f"{s:>13s}" for s in STAGES) + "  failed")
+    print(
+        f"{'owner':8s} {'fault':9s} {'mode':34s} {'n':>3s} "
+        + " ".join(f"{s:>13s}" for s in STAGES)
+        + "  failed"
+    )
     for row in summary["cases"]:
         cells = " ".join(f"{cell(row, s):>13s}" for s in STAGES)
-        print(f"{row['fault']:9s} {row['mode']:15s} {row['n']:3d} {cells}  {len(row['failed'])}")
-    by = {(r["fault"], r["mode"]): r for r in summary["cases"]}
-    for fault in ("nan-loss", "oom"):
-        got = by[(fault, IN_PLACE)].get("resumed_p50_s")
-        print(f"target: {fault} restarted in place, fault to resumed p50 under 5 s: "
-              f"{'-' if got is None else f'{got:.2f}s'}")  # fmt: skip
+        print(
+            f"{row.get('owner', 'Job'):8s} {row['fault']:9s} {row['mode']:34s} {row['n']:3d} {cells}  {len(row['failed'])}"
+        )
+    by = {(r.get("owner", "Job"), r["fault"], r["mode"]): r for r in summary["cases"]}
+    targets = [(("Job", "nan-loss", IN_PLACE), "a NaN restarted in place", 5),
+               (("Job", "oom", IN_PLACE), "an OOM restarted in place", 5),
+               (("JobSet", "xid-79", REJOIN), "a node fault, its pod replaced on a warm spare", 10)]  # fmt: skip
+    for key, what, bound in targets:
+        got = (by.get(key) or {}).get("resumed_p50_s")
+        print(
+            f"target: {what}, fault to resumed p50 under {bound} s: {'-' if got is None else f'{got:.2f}s'}"
+        )
     print(f"conditions: {json.dumps(summary['conditions'])}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")

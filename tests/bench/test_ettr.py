@@ -270,3 +270,12 @@ def test_the_script_reports_each_row_and_says_what_is_not_measured(tmp_path: Pat
     assert doc["target"]["met"] is False and doc["target"]["what_it_takes"] >= TARGET
     today = doc["rows"]["today: gang restart by new pods (the Job controller)"]
     assert today["holds_back"][0] in today["losses"] and today["checkpoint_every_s"] > 0
+
+
+def test_the_in_place_figures_are_the_jobs_not_another_owners(tmp_path: Path) -> None:
+    """restart_in_place.json holds the same fault and mode on a TrainJob too: a row of its own."""
+    extra = {"cases": [{"owner": "TrainJob", "fault": "oom", "mode": "in place", "action_p50_s": 9.0, "resumed_p50_s": 19.0}]}  # fmt: skip
+    got = load_inputs(*results(tmp_path, **extra))
+    assert got.detect_s["launcher"] == 0.25 and got.respond_s[RESPONSES[IN_PLACE, False]] == pytest.approx(
+        0.5
+    )
