@@ -85,6 +85,11 @@ def rejoined_after_a_fault_on_rank_0(
     (new,) = [r for r in now.values() if r.uid != healthy.uid]
     assert new.uid != faulty.uid and new.node == spare, (new.node, faulty.node, spare)
     assert new.rank == faulty.rank
+    loaded = [ln for r in (new, now[healthy.uid]) for ln in r.trainer_log().splitlines()
+              if ln.startswith(f"resuming after the checkpoint of step {ckpt}")]  # fmt: skip
+    assert len(loaded) == WORLD and all("weights loaded" in ln for ln in loaded), (
+        f"every rank loads its own shard of the checkpoint (never fresh weights): {loaded}"
+    )
     status = cluster.get("jobset.x-k8s.io/v1alpha2", "JobSet", ns, JOB) or {}
     assert (status.get("status") or {}).get("restarts", 0) == 0, "nothing counted against maxRestarts"
     node = cluster.core.read_node(faulty.node)
