@@ -156,7 +156,8 @@ def jobset_controller(cluster: Cluster) -> Iterator[Controller]:
 
 @pytest.fixture(scope="class")
 def kueue_controller(cluster: Cluster) -> Iterator[Controller]:
-    """Kueue, managing batch Jobs (its other integrations off), for a test class."""
+    """Kueue, managing batch Jobs and JobSets (its other integrations off), for a test class; with
+    `jobset_controller` for JobSets (both run at once: e2e/test_kueue_workloads.py)."""
     with training_controller(cluster, KUEUE) as ctl:
         yield ctl
 

@@ -445,7 +445,9 @@ def jobset_launch(cluster: Cluster, ports: Ports, run_dir: Path) -> Launch:
 
 
 KUEUE_NAMESPACE = "kueue-system"
-KUEUE_FRAMEWORKS = ("batch/job",)
+KUEUE_FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset")
+"""Kueue's integrations: a JobSet's is set up once the JobSet CRD is served (Kueue waits for it), and its
+webhook is served from the start."""
 
 
 def kueue_launch(

@@ -1,0 +1,261 @@
+"""A JobSet that Kueue v0.17.0 admits, on the real JobSet controller v0.11.1 and Kueue together
+(e2e/controlplane/controllers.py; Kueue's JobSet integration on): trainguard restarts it only through
+its owner and within what Kueue admitted. A node fault replaces only the faulty node's pod through the
+JobSet, onto the warm spare, while Kueue's Workload stays admitted as it was (not evicted, not
+requeued) and the ClusterQueue's usage stays the admitted gang's; a workload Kueue deactivated gets no
+restart at all."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from e2e.audit import Audit
+from e2e.cluster import Cluster
+from e2e.controlplane.controllers import Controller
+from e2e.podprocesses import bound_token
+from e2e.receiver import alert_payload, monitor_token, post, records
+from e2e.sidecars import sidecar_that_saw
+from e2e.test_workload_owners import (
+    JOB,
+    JOBSET_API,
+    SELECTOR,
+    child_jobs,
+    degraded,
+    gang,
+    jobset_status,
+    monitor_on,
+    training_jobset,
+)
+from tests.processes import wait_for
+from trainguard.api.monitor import WorkloadRef
+from trainguard.catalog.events import EVENTS_AUDIENCE
+from trainguard.catalog.kubernetes import FAULTY_TAINT
+from trainguard.kube import ClusterCache
+from trainguard.kube.workloads import KUEUE_QUEUE
+from trainguard.remediation import tokens
+
+pytestmark = pytest.mark.e2e
+
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+KUEUE_WORKLOADS = ("kueue.x-k8s.io", "v1beta2", "workloads")
+GPU = "nvidia.com/gpu"
+GANG_GPUS = 16
+"""training_jobset's gang: 2 pods of 8 GPUs."""
+QUOTA_GPUS = GANG_GPUS + 8
+"""The ClusterQueue's quota: the gang and one spare node's worth."""
+LOCAL_QUEUE = "training"
+HOLD = "e2e.trainguard.io/hold"
+"""A finalizer that keeps a deleted pod Terminating, as a real kubelet keeps a pod through its grace
+period (the fake kubelet ends a deleted pod at once)."""
+
+
+def queue_objects(ns: str) -> list[dict[str, Any]]:
+    """A ResourceFlavor, a ClusterQueue for `ns` only with QUOTA_GPUS GPUs, and LOCAL_QUEUE in `ns`."""
+    flavor, cq = f"gpu-{ns}", f"cq-{ns}"
+    return [
+        {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": flavor}},
+        {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": cq}, "spec": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+            "resourceGroups": [{"coveredResources": [GPU], "flavors": [
+                {"name": flavor, "resources": [{"name": GPU, "nominalQuota": QUOTA_GPUS}]}]}]}},
+        {"apiVersion": KUEUE_API, "kind": "LocalQueue", "metadata": {"name": LOCAL_QUEUE, "namespace": ns},
+         "spec": {"clusterQueue": cq}},
+    ]  # fmt: skip
+
+
+def true(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
+    """The condition `kind` of `obj` while it is True."""
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c["type"] == kind and c["status"] == "True":
+            return dict(c)
+    return None
+
+
+@pytest.fixture
+def queued(
+    cluster: Cluster, jobset_controller: Controller, kueue_controller: Controller, ns: str
+) -> Iterator[str]:
+    """The namespace, with a LocalQueue of a ClusterQueue of its own. After the test its JobSets are
+    deleted and their pods waited out (a running JobSet would recreate them, holding the fake GPUs the
+    next test needs), then the Kueue objects, which are cluster-scoped and held by Kueue's finalizers
+    while a Workload uses them."""
+    objs = queue_objects(ns)
+    cluster.apply(objs)
+    cq = objs[1]["metadata"]["name"]
+    wait_for("the ClusterQueue Active", lambda: true(kueue_get(cluster, "clusterqueues", cq), "Active"))
+    yield ns
+    for pod in cluster.core.list_namespaced_pod(ns).items:
+        if HOLD in (pod.metadata.finalizers or []):
+            held = [f for f in pod.metadata.finalizers if f != HOLD]
+            cluster.core.patch_namespaced_pod(
+                pod.metadata.name, ns, {"metadata": {"finalizers": held or None}}
+            )
+    for js in cluster.custom.list_namespaced_custom_object(*JOBSET_API[:2], ns, JOBSET_API[2])["items"]:
+        cluster.custom.delete_namespaced_custom_object(*JOBSET_API[:2], ns, JOBSET_API[2], js["metadata"]["name"],
+                                                       propagation_policy="Foreground")  # fmt: skip
+    wait_for("the JobSets' pods gone", lambda: not cluster.core.list_namespaced_pod(
+        ns, label_selector="jobset.sigs.k8s.io/jobset-name").items, timeout=60)  # fmt: skip
+    for plural, name, where in (("localqueues", LOCAL_QUEUE, ns), ("clusterqueues", cq, ""),
+                                ("resourceflavors", objs[0]["metadata"]["name"], "")):  # fmt: skip
+        kueue_delete(cluster, plural, name, where)
+        wait_for(f"the {plural[:-1]} {name} gone", lambda p=plural, n=name, w=where: kueue_get(cluster, p, n, w) is None,
+                 timeout=60)  # fmt: skip
+
+
+def kueue_get(cluster: Cluster, plural: str, name: str, ns: str = "") -> dict[str, Any] | None:
+    try:
+        if ns:
+            return dict(
+                cluster.custom.get_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", ns, plural, name)
+            )
+        return dict(cluster.custom.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", plural, name))
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def kueue_delete(cluster: Cluster, plural: str, name: str, ns: str = "") -> None:
+    try:
+        if ns:
+            cluster.custom.delete_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", ns, plural, name)
+        else:
+            cluster.custom.delete_cluster_custom_object("kueue.x-k8s.io", "v1beta2", plural, name)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def queued_jobset() -> dict[str, Any]:
+    """training_jobset (maxRestarts 2, 2 ranks of 8 GPUs, one per child Job) queued in LOCAL_QUEUE."""
+    js = training_jobset(max_restarts=2)
+    js["metadata"]["labels"] = {KUEUE_QUEUE: LOCAL_QUEUE}
+    return js
+
+
+def workloads(cluster: Cluster, ns: str) -> list[dict[str, Any]]:
+    return list(
+        cluster.custom.list_namespaced_custom_object(*KUEUE_WORKLOADS[:2], ns, KUEUE_WORKLOADS[2])["items"]
+    )
+
+
+def admitted(cluster: Cluster, ns: str) -> dict[str, Any]:
+    """The JobSet's one Kueue Workload, once Kueue has admitted it."""
+    return wait_for("Kueue admitting the JobSet", lambda: (w := workloads(cluster, ns)) and len(w) == 1
+                    and true(w[0], "Admitted") and w[0], timeout=60)  # fmt: skip
+
+
+def usage(cluster: Cluster, ns: str) -> tuple[int, int, int]:
+    """The ClusterQueue's GPUs in use (status.flavorsUsage, all flavors), its admitted and its pending
+    Workloads."""
+    status = (kueue_get(cluster, "clusterqueues", f"cq-{ns}") or {}).get("status") or {}
+    gpus = sum(int(r.get("total", 0)) for f in status.get("flavorsUsage") or []
+               for r in f.get("resources") or [] if r["name"] == GPU)  # fmt: skip
+    return gpus, int(status.get("admittedWorkloads") or 0), int(status.get("pendingWorkloads") or 0)
+
+
+def owner_read(cluster: Cluster, ns: str) -> Any:
+    """The operator's own reading of the JobSet and its Workload (kube/workloads.py), from real caches."""
+    cache = ClusterCache(cluster.api).start()
+    try:
+        ref = WorkloadRef(kind="JobSet", name=JOB)
+        return wait_for("the owner and its Workload read", lambda: (r := cache.workload(ns, ref, SELECTOR)).admission
+                        and r, timeout=30)  # fmt: skip
+    finally:
+        cache.stop()
+
+
+def fast_path_fault(operator: Cluster, ns: str, faulty: client.V1Pod) -> dict[str, Any]:
+    """A fatal XID on the faulty pod's node, posted by its sidecar's fast path (its pod-bound token) and
+    confirmed by that sidecar: the monitor's record once it has finished."""
+    node = faulty.spec.node_name
+    event = {"source": "sidecar", "labels": alert_payload(ns, node)["alerts"][0]["labels"],
+             "annotations": {}, "fingerprint": "x", "startsAt": time.time()}  # fmt: skip
+    sender = operator.api.sanitize_for_serialization(faulty)
+    with sidecar_that_saw(faulty, monitor_token(operator, tokens.EVENTS, ns, JOB)):
+        status, answer = post(
+            operator, "/v1/events", event, bound_token(operator.core, sender, EVENTS_AUDIENCE)
+        )
+        assert status == 200, answer
+        done: dict[str, Any] = wait_for("the remediation finished", lambda: (r := records(operator, ns)) and
+                                        r[0]["phase"] in ("Succeeded", "Failed", "Skipped") and r[0],
+                                        timeout=120)  # fmt: skip
+    return done
+
+
+class TestKueueJobSet:
+    """On one JobSet controller and one Kueue (JobSet integration on), both for this class."""
+
+    def test_a_node_fault_replaces_the_pod_onto_the_spare_within_what_kueue_admitted(
+        self, operator: Cluster, queued: str, clean_nodes: None, spare: str
+    ) -> None:
+        ns = queued
+        monitor_on(operator, ns, {"kind": "JobSet", "name": JOB})
+        operator.custom.create_namespaced_custom_object(*JOBSET_API[:2], ns, JOBSET_API[2], queued_jobset())
+        before = admitted(operator, ns)
+        faulty, healthy = gang(operator, ns)
+        assert spare not in {faulty.spec.node_name, healthy.spec.node_name}, (
+            "ordinary placement stays off the spare"
+        )
+        node = faulty.spec.node_name
+        assert (
+            before["metadata"]["labels"]["kueue.x-k8s.io/job-uid"]
+            == (operator.get(JOBSET_API[0] + "/" + JOBSET_API[1], "JobSet", ns, JOB) or {})["metadata"]["uid"]
+        )
+        wait_for("the owner resolved", lambda: degraded(operator, ns).get("status") == "False", timeout=30)
+        wait_for("the ClusterQueue counting the gang", lambda: usage(operator, ns) == (GANG_GPUS, 1, 0))
+
+        w = owner_read(operator, ns)
+        assert (w.problem, w.refusal, w.budget_left) == ("", "", 2)
+        assert (w.admission.name, w.admission.admitted, w.admission.evicted, w.admission.active) == (
+            before["metadata"]["name"],
+            True,
+            "",
+            True,
+        )
+
+        jobs_before = child_jobs(operator, ns)
+        audit = Audit(operator.audit_log)
+        t0 = time.monotonic()
+        done = fast_path_fault(operator, ns, faulty)
+        elapsed = time.monotonic() - t0
+        assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
+        assert [s["kind"] for s in done["steps"]] == [
+            "ConfirmFault", "Cordon", "Taint", "RequestCheckpoint", "ReplacePod", "ConfirmPlacement"
+        ]  # fmt: skip
+        assert spare in done["steps"][-1]["detail"], done["steps"][-1]
+
+        now = gang(operator, ns, attempt=0)
+        assert healthy.metadata.uid in {p.metadata.uid for p in now}, "the healthy rank's pod untouched"
+        new = next(p for p in now if p.metadata.uid != healthy.metadata.uid)
+        assert new.spec.node_name == spare != node, "the replacement landed on the warm spare"
+        isolated = operator.core.read_node(node)
+        assert isolated.spec.unschedulable is True
+        assert FAULTY_TAINT in {t.key for t in isolated.spec.taints or []}
+        jobs_after = child_jobs(operator, ns)
+        changed = {n for n in jobs_before if jobs_after.get(n) != jobs_before[n]}
+        assert len(changed) == 1 and len(jobs_after) == 2, (jobs_before, jobs_after)
+        assert not audit.pod_deletions(ns) or set(audit.pod_deletions(ns)) == {faulty.metadata.name}
+        status = jobset_status(operator, ns)
+        assert (status.get("restarts", 0), status.get("restartsCountTowardsMax", 0)) == (0, 0)
+
+        # Kueue: the same Workload, admitted since before the fault, never evicted nor requeued
+        (after,) = workloads(operator, ns)
+        assert after["metadata"]["uid"] == before["metadata"]["uid"]
+        assert true(after, "Admitted")["lastTransitionTime"] == true(before, "Admitted")["lastTransitionTime"]
+        assert not true(after, "Evicted") and not true(after, "Preempted"), after["status"]["conditions"]
+        assert "requeueState" not in after["status"], after["status"]
+        assert (operator.get("jobset.x-k8s.io/v1alpha2", "JobSet", ns, JOB) or {})["spec"].get(
+            "suspend"
+        ) is False
+        assert usage(operator, ns) == (GANG_GPUS, 1, 0) and GANG_GPUS <= QUOTA_GPUS
+        print(
+            f"\nfault posted -> the faulty rank's pod replaced onto the spare through the JobSet in {elapsed:.1f}s"
+        )
