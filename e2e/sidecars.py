@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from trainguard.exporter.app import Exporter
 from trainguard.exporter.flags import add_arguments
 from trainguard.exporter.main import build
 from trainguard.exporter.server import serve
@@ -21,11 +22,12 @@ SIDECAR_PORT = 9400
 @contextlib.contextmanager
 def sidecar_that_saw(
     pod: Any, token: str, fault: str = "xid-79", gpu: int = 3, *, cleared: bool = False
-) -> Iterator[None]:
+) -> Iterator[Exporter]:
     """The exporter of `pod` (a kubernetes V1Pod) serving its port with `token` (the monitor's events
     token), having detected `fault` (an exporter fault-injection kind) on GPU `gpu` before it serves.
     `cleared`: the fault has cleared since (a transient XID): GET /v1/hardware still lists it (it keeps an
-    hour), while its /metrics show a healthy GPU, so a Prometheus scraping it raises no alert of its own."""
+    hour), while its /metrics show a healthy GPU, so a Prometheus scraping it raises no alert of its own.
+    Yields the exporter: a test may hand it an SDK report (`exporter.training.ingest`) as the trainer would."""
     with tempfile.TemporaryDirectory() as tmp:
         token_file = Path(tmp) / "token"
         token_file.write_text(token)
@@ -46,7 +48,7 @@ def sidecar_that_saw(
                 exporter.faults.clear()
                 exporter.render()
             servers = serve(exporter, pod.status.pod_ip, SIDECAR_PORT, token_file=str(token_file))
-            yield
+            yield exporter
         finally:
             for s in servers:
                 s.shutdown()

@@ -7,6 +7,7 @@ restart at all."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -51,9 +52,6 @@ GANG_GPUS = 16
 QUOTA_GPUS = GANG_GPUS + 8
 """The ClusterQueue's quota: the gang and one spare node's worth."""
 LOCAL_QUEUE = "training"
-HOLD = "e2e.trainguard.io/hold"
-"""A finalizer that keeps a deleted pod Terminating, as a real kubelet keeps a pod through its grace
-period (the fake kubelet ends a deleted pod at once)."""
 
 
 def queue_objects(ns: str) -> list[dict[str, Any]]:
@@ -91,12 +89,6 @@ def queued(
     cq = objs[1]["metadata"]["name"]
     wait_for("the ClusterQueue Active", lambda: true(kueue_get(cluster, "clusterqueues", cq), "Active"))
     yield ns
-    for pod in cluster.core.list_namespaced_pod(ns).items:
-        if HOLD in (pod.metadata.finalizers or []):
-            held = [f for f in pod.metadata.finalizers if f != HOLD]
-            cluster.core.patch_namespaced_pod(
-                pod.metadata.name, ns, {"metadata": {"finalizers": held or None}}
-            )
     for js in cluster.custom.list_namespaced_custom_object(*JOBSET_API[:2], ns, JOBSET_API[2])["items"]:
         cluster.custom.delete_namespaced_custom_object(*JOBSET_API[:2], ns, JOBSET_API[2], js["metadata"]["name"],
                                                        propagation_policy="Foreground")  # fmt: skip
@@ -172,9 +164,10 @@ def owner_read(cluster: Cluster, ns: str) -> Any:
         cache.stop()
 
 
-def fast_path_fault(operator: Cluster, ns: str, faulty: client.V1Pod) -> dict[str, Any]:
-    """A fatal XID on the faulty pod's node, posted by its sidecar's fast path (its pod-bound token) and
-    confirmed by that sidecar: the monitor's record once it has finished."""
+@contextlib.contextmanager
+def post_fast_path_fault(operator: Cluster, ns: str, faulty: client.V1Pod) -> Iterator[None]:
+    """A fatal XID on the faulty pod's node, posted by its sidecar's fast path (its pod-bound token),
+    while that sidecar, which saw it, serves (to confirm it)."""
     node = faulty.spec.node_name
     event = {"source": "sidecar", "labels": alert_payload(ns, node)["alerts"][0]["labels"],
              "annotations": {}, "fingerprint": "x", "startsAt": time.time()}  # fmt: skip
@@ -184,9 +177,13 @@ def fast_path_fault(operator: Cluster, ns: str, faulty: client.V1Pod) -> dict[st
             operator, "/v1/events", event, bound_token(operator.core, sender, EVENTS_AUDIENCE)
         )
         assert status == 200, answer
-        done: dict[str, Any] = wait_for("the remediation finished", lambda: (r := records(operator, ns)) and
-                                        r[0]["phase"] in ("Succeeded", "Failed", "Skipped") and r[0],
-                                        timeout=120)  # fmt: skip
+        yield
+
+
+def finished(operator: Cluster, ns: str) -> dict[str, Any]:
+    """The monitor's record once it has finished."""
+    done: dict[str, Any] = wait_for("the remediation finished", lambda: (r := records(operator, ns)) and
+                                    r[0]["phase"] in ("Succeeded", "Failed", "Skipped") and r[0], timeout=120)  # fmt: skip
     return done
 
 
@@ -224,7 +221,8 @@ class TestKueueJobSet:
         jobs_before = child_jobs(operator, ns)
         audit = Audit(operator.audit_log)
         t0 = time.monotonic()
-        done = fast_path_fault(operator, ns, faulty)
+        with post_fast_path_fault(operator, ns, faulty):
+            done = finished(operator, ns)
         elapsed = time.monotonic() - t0
         assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
         assert [s["kind"] for s in done["steps"]] == [
@@ -259,3 +257,55 @@ class TestKueueJobSet:
         print(
             f"\nfault posted -> the faulty rank's pod replaced onto the spare through the JobSet in {elapsed:.1f}s"
         )
+
+    def test_a_workload_kueue_deactivates_during_the_checkpoint_is_isolated_but_not_restarted(
+        self, operator: Cluster, queued: str, clean_nodes: None
+    ) -> None:
+        """Kueue deactivates the Workload (spec.active: false) while the fault's emergency checkpoint is
+        being saved: the node stays cordoned and tainted, and the pod replacement is refused naming
+        Kueue; trainguard deletes nothing (Kueue's own suspension of the JobSet takes the pods)."""
+        ns = queued
+        # the checkpoint step waits for the healthy rank's save, which the test reports once Kueue has
+        # evicted the Workload; the timeout is only a backstop
+        monitor_on(operator, ns, {"kind": "JobSet", "name": JOB}, emergencyCheckpointTimeout="90s")
+        operator.custom.create_namespaced_custom_object(*JOBSET_API[:2], ns, JOBSET_API[2], queued_jobset())
+        workload = admitted(operator, ns)
+        faulty, healthy = gang(operator, ns)
+        node = faulty.spec.node_name
+        wait_for("the owner resolved", lambda: degraded(operator, ns).get("status") == "False", timeout=30)
+        jobs_before = child_jobs(operator, ns)
+        audit = Audit(operator.audit_log)
+        token = monitor_token(operator, tokens.EVENTS, ns, JOB)
+        with contextlib.ExitStack() as stack:
+            rank = stack.enter_context(sidecar_that_saw(healthy, token, cleared=True))
+            stack.enter_context(post_fast_path_fault(operator, ns, faulty))
+            wait_for("the checkpoint asked of the healthy rank", lambda: (r := records(operator, ns)) and any(
+                s["kind"] == "RequestCheckpoint" and s["phase"] == "InProgress" for s in r[0]["steps"]), timeout=60)  # fmt: skip
+            operator.custom.patch_namespaced_custom_object(*KUEUE_WORKLOADS[:2], ns, KUEUE_WORKLOADS[2],
+                                                           workload["metadata"]["name"], {"spec": {"active": False}})  # fmt: skip
+            evicted = wait_for("Kueue evicting the deactivated Workload", lambda: (w := workloads(operator, ns))
+                               and true(w[0], "Evicted") and w[0], timeout=30)  # fmt: skip
+            assert true(evicted, "Evicted")["reason"] == "Deactivated" and not true(evicted, "Admitted")
+            wait_for("Kueue's suspension of the JobSet taking its pods", lambda: not [
+                p for p in operator.core.list_namespaced_pod(ns, label_selector=f"jobset.sigs.k8s.io/jobset-name={JOB}").items
+                if p.metadata.deletion_timestamp is None], timeout=30)  # fmt: skip
+            rank.training.ingest({"type": "checkpoint", "kind": "full", "step": 100, "path": "/ckpt/100"})
+            done = finished(operator, ns)
+        phases = [(s["kind"], s["phase"]) for s in done["steps"]]
+        assert phases[:5] == [("ConfirmFault", "Succeeded"), ("Cordon", "Succeeded"), ("Taint", "Succeeded"),
+                              ("RequestCheckpoint", "Succeeded"), ("ReplacePod", "Failed")], json.dumps(done, indent=1)  # fmt: skip
+        replace = done["steps"][4]
+        assert replace["detail"] == (
+            f"Kueue's Workload {workload['metadata']['name']} is deactivated (spec.active: false); nothing is restarted"
+        ), replace
+        assert not (replace.get("progress") or {}).get("uids"), "no pod or child Job was named for removal"
+        isolated = operator.core.read_node(node)
+        assert isolated.spec.unschedulable is True
+        assert FAULTY_TAINT in {t.key for t in isolated.spec.taints or []}
+        assert not audit.pod_deletions(ns), "trainguard deleted no pod"
+        assert child_jobs(operator, ns) == jobs_before, (
+            "the child Jobs are Kueue's suspended ones, none deleted"
+        )
+        js = operator.get("jobset.x-k8s.io/v1alpha2", "JobSet", ns, JOB) or {}
+        assert js["spec"].get("suspend") is True and (js.get("status") or {}).get("restarts", 0) == 0
+        assert usage(operator, ns)[:2] == (0, 0), "Kueue released the quota"

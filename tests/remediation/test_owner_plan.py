@@ -131,7 +131,7 @@ def test_a_kueue_eviction_turns_the_restart_into_a_notice() -> None:
     owner = a_jobset()
     evicted = replace(
         owner,
-        refusal="Kueue evicted the workload (Workload w, Preempted); it is requeued, nothing is restarted",
+        refusal="Kueue evicted the workload (Workload w, Preempted): it is requeued",
     )
     p = plan(signal("GPUCriticalXid"), on("JobSet"), owned_by(evicted))
     assert kinds(p)[-1] == NOTIFY and "Kueue evicted the workload" in notice(p)

@@ -447,14 +447,16 @@ def _admission(workloads: Iterable[Obj]) -> Admission | None:
 
 
 def _not_admitted(admission: Admission | None) -> str:
+    """Why Kueue's Workload allows no restart now, or "". Like every refusal, it says what the owner
+    allows, not what trainguard does: the plan's notice and the executor's failed step add that."""
     if admission is None:
         return ""
     if not admission.active:
-        return f"Kueue's Workload {admission.name} is deactivated (spec.active: false): nothing is restarted"
+        return f"Kueue's Workload {admission.name} is deactivated (spec.active: false)"
     if admission.evicted:
-        return f"Kueue evicted the workload (Workload {admission.name}, {admission.evicted}); it is requeued, nothing is restarted"
+        return f"Kueue evicted the workload (Workload {admission.name}, {admission.evicted}): it is requeued"
     if not admission.admitted:
-        return f"Kueue has not admitted the workload (Workload {admission.name}); nothing is restarted"
+        return f"Kueue has not admitted the workload (Workload {admission.name})"
     return ""
 
 
