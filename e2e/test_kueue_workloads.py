@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from e2e.audit import Audit
 from e2e.cluster import Cluster
 from e2e.controlplane.controllers import Controller
+from e2e.nodes import NODES
 from e2e.podprocesses import bound_token
 from e2e.receiver import alert_payload, monitor_token, post, records
 from e2e.sidecars import sidecar_that_saw
@@ -52,13 +53,25 @@ GANG_GPUS = 16
 QUOTA_GPUS = GANG_GPUS + 8
 """The ClusterQueue's quota: the gang and one spare node's worth."""
 LOCAL_QUEUE = "training"
+BLOCK = "e2e.trainguard.io/block"
+"""The fake nodes' topology label above the hostname, for Kueue's topology-aware scheduling."""
+FAKE_NODE = "trainguard.io/fake-node"
+TERMINATED_BY_KUEUE = "TerminatedByKueue"
+"""The condition Kueue's TAS node controller sets on a pod it fails because the node its topology
+assignment names is tainted (kueue v0.17.0 pkg/controller/tas/node_controller.go, markPodsFailed)."""
+IGNORE_TERMINATED_BY_KUEUE = {
+    "action": "Ignore",
+    "onPodConditions": [{"type": TERMINATED_BY_KUEUE, "status": "True"}],
+}
 
 
-def queue_objects(ns: str) -> list[dict[str, Any]]:
-    """A ResourceFlavor, a ClusterQueue for `ns` only with QUOTA_GPUS GPUs, and LOCAL_QUEUE in `ns`."""
+def queue_objects(ns: str, topology: bool = False) -> list[dict[str, Any]]:
+    """A ResourceFlavor, a ClusterQueue for `ns` only with QUOTA_GPUS GPUs, and LOCAL_QUEUE in `ns`;
+    with `topology`, a Topology first (BLOCK, then the hostname) that the flavor names: the flavor is
+    topology-aware."""
     flavor, cq = f"gpu-{ns}", f"cq-{ns}"
-    return [
-        {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": flavor}},
+    objs: list[dict[str, Any]] = [
+        {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": flavor}, "spec": {}},
         {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": cq}, "spec": {
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
             "resourceGroups": [{"coveredResources": [GPU], "flavors": [
@@ -66,6 +79,15 @@ def queue_objects(ns: str) -> list[dict[str, Any]]:
         {"apiVersion": KUEUE_API, "kind": "LocalQueue", "metadata": {"name": LOCAL_QUEUE, "namespace": ns},
          "spec": {"clusterQueue": cq}},
     ]  # fmt: skip
+    if topology:
+        objs[0]["spec"] = {"nodeLabels": {FAKE_NODE: "true"}, "topologyName": f"topo-{ns}"}
+        objs.insert(0, {"apiVersion": KUEUE_API, "kind": "Topology", "metadata": {"name": f"topo-{ns}"},
+                        "spec": {"levels": [{"nodeLabel": BLOCK}, {"nodeLabel": "kubernetes.io/hostname"}]}})  # fmt: skip
+    return objs
+
+
+PLURALS = {"Topology": "topologies", "ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues",
+           "LocalQueue": "localqueues"}  # fmt: skip
 
 
 def true(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
@@ -76,29 +98,54 @@ def true(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
     return None
 
 
+@contextlib.contextmanager
+def kueue_queue(cluster: Cluster, ns: str, topology: bool = False) -> Iterator[str]:
+    """`ns`, with a LocalQueue of a ClusterQueue of its own (queue_objects). After the test its JobSets
+    are deleted and their pods waited out (a running JobSet would recreate them, holding the fake GPUs
+    the next test needs), then the Kueue objects, which are cluster-scoped and held by Kueue's
+    finalizers while a Workload uses them."""
+    objs = queue_objects(ns, topology)
+    cluster.apply(objs)
+    cq = f"cq-{ns}"
+    wait_for("the ClusterQueue Active", lambda: true(kueue_get(cluster, "clusterqueues", cq), "Active"))
+    try:
+        yield ns
+    finally:
+        for js in cluster.custom.list_namespaced_custom_object(*JOBSET_API[:2], ns, JOBSET_API[2])["items"]:
+            cluster.custom.delete_namespaced_custom_object(*JOBSET_API[:2], ns, JOBSET_API[2], js["metadata"]["name"],
+                                                           propagation_policy="Foreground")  # fmt: skip
+        wait_for("the JobSets' pods gone", lambda: not cluster.core.list_namespaced_pod(
+            ns, label_selector="jobset.sigs.k8s.io/jobset-name").items, timeout=60)  # fmt: skip
+        for obj in reversed(objs):
+            plural, name = PLURALS[obj["kind"]], obj["metadata"]["name"]
+            where = obj["metadata"].get("namespace", "")
+            kueue_delete(cluster, plural, name, where)
+            wait_for(f"the {obj['kind']} {name} gone", lambda p=plural, n=name, w=where: kueue_get(cluster, p, n, w)
+                     is None, timeout=60)  # fmt: skip
+
+
 @pytest.fixture
 def queued(
     cluster: Cluster, jobset_controller: Controller, kueue_controller: Controller, ns: str
 ) -> Iterator[str]:
-    """The namespace, with a LocalQueue of a ClusterQueue of its own. After the test its JobSets are
-    deleted and their pods waited out (a running JobSet would recreate them, holding the fake GPUs the
-    next test needs), then the Kueue objects, which are cluster-scoped and held by Kueue's finalizers
-    while a Workload uses them."""
-    objs = queue_objects(ns)
-    cluster.apply(objs)
-    cq = objs[1]["metadata"]["name"]
-    wait_for("the ClusterQueue Active", lambda: true(kueue_get(cluster, "clusterqueues", cq), "Active"))
-    yield ns
-    for js in cluster.custom.list_namespaced_custom_object(*JOBSET_API[:2], ns, JOBSET_API[2])["items"]:
-        cluster.custom.delete_namespaced_custom_object(*JOBSET_API[:2], ns, JOBSET_API[2], js["metadata"]["name"],
-                                                       propagation_policy="Foreground")  # fmt: skip
-    wait_for("the JobSets' pods gone", lambda: not cluster.core.list_namespaced_pod(
-        ns, label_selector="jobset.sigs.k8s.io/jobset-name").items, timeout=60)  # fmt: skip
-    for plural, name, where in (("localqueues", LOCAL_QUEUE, ns), ("clusterqueues", cq, ""),
-                                ("resourceflavors", objs[0]["metadata"]["name"], "")):  # fmt: skip
-        kueue_delete(cluster, plural, name, where)
-        wait_for(f"the {plural[:-1]} {name} gone", lambda p=plural, n=name, w=where: kueue_get(cluster, p, n, w) is None,
-                 timeout=60)  # fmt: skip
+    """The namespace, with a LocalQueue of a ClusterQueue of its own (kueue_queue)."""
+    with kueue_queue(cluster, ns) as queue:
+        yield queue
+
+
+@pytest.fixture
+def topology_queued(
+    cluster: Cluster, jobset_controller: Controller, kueue_controller: Controller, ns: str
+) -> Iterator[str]:
+    """As `queued`, its flavor topology-aware: the fake nodes labelled as one BLOCK while it lasts."""
+    for name in NODES:
+        cluster.core.patch_node(name, {"metadata": {"labels": {BLOCK: "b1"}}})
+    try:
+        with kueue_queue(cluster, ns, topology=True) as queue:
+            yield queue
+    finally:
+        for name in NODES:
+            cluster.core.patch_node(name, {"metadata": {"labels": {BLOCK: None}}})
 
 
 def kueue_get(cluster: Cluster, plural: str, name: str, ns: str = "") -> dict[str, Any] | None:
@@ -151,6 +198,22 @@ def usage(cluster: Cluster, ns: str) -> tuple[int, int, int]:
     gpus = sum(int(r.get("total", 0)) for f in status.get("flavorsUsage") or []
                for r in f.get("resources") or [] if r["name"] == GPU)  # fmt: skip
     return gpus, int(status.get("admittedWorkloads") or 0), int(status.get("pendingWorkloads") or 0)
+
+
+def assigned_nodes(workload: dict[str, Any]) -> set[str]:
+    """The nodes Kueue's topology assignment names for the Workload's pod set (the hostname level)."""
+    (podset,) = workload["status"]["admission"]["podSetAssignments"]
+    nodes = set()
+    for piece in podset["topologyAssignment"]["slices"]:
+        values = piece["valuesPerLevel"][-1]
+        if "individual" in values:
+            prefix = values["individual"].get("prefix", "")
+            nodes |= {
+                prefix + r + values["individual"].get("suffix", "") for r in values["individual"]["roots"]
+            }
+        else:
+            nodes.add(values["universal"])
+    return nodes
 
 
 def owner_read(cluster: Cluster, ns: str) -> Any:
@@ -309,3 +372,55 @@ class TestKueueJobSet:
         js = operator.get("jobset.x-k8s.io/v1alpha2", "JobSet", ns, JOB) or {}
         assert js["spec"].get("suspend") is True and (js.get("status") or {}).get("restarts", 0) == 0
         assert usage(operator, ns)[:2] == (0, 0), "Kueue released the quota"
+
+    def test_kueue_topology_aware_scheduling_places_the_replacement_away_from_the_faulty_node(
+        self, operator: Cluster, topology_queued: str, clean_nodes: None
+    ) -> None:
+        """A JobSet that requires one BLOCK of Kueue's Topology: Kueue assigns each pod a node (the
+        pods wait behind its scheduling gate until it does). trainguard's cordon, untolerated taint and
+        the faulty pod's removal make Kueue's TAS node controller put the node in the Workload's
+        status.unhealthyNodes and its scheduler assign the replacement another node of the block,
+        where the JobSet's recreated pod runs; the Workload stays admitted and the JobSet's restarts
+        unchanged. A pod ungated before that reassignment goes to the old node, which Kueue then fails
+        with condition TerminatedByKueue: the template Ignores that too, so the Job recreates the pod
+        (after its back-off) instead of failing and restarting the whole JobSet."""
+        ns = topology_queued
+        monitor_on(operator, ns, {"kind": "JobSet", "name": JOB})
+        js = queued_jobset()
+        job = js["spec"]["replicatedJobs"][0]["template"]["spec"]
+        job["template"]["metadata"]["annotations"] = {"kueue.x-k8s.io/podset-required-topology": BLOCK}
+        job["podFailurePolicy"]["rules"].append(IGNORE_TERMINATED_BY_KUEUE)
+        operator.custom.create_namespaced_custom_object(*JOBSET_API[:2], ns, JOBSET_API[2], js)
+        before = admitted(operator, ns)
+        assert assigned_nodes(before) == {p.spec.node_name for p in gang(operator, ns)}
+        faulty, healthy = gang(operator, ns)
+        node = faulty.spec.node_name
+        (free,) = set(NODES) - assigned_nodes(before)
+        wait_for("the owner resolved", lambda: degraded(operator, ns).get("status") == "False", timeout=30)
+
+        t0 = time.monotonic()
+        with post_fast_path_fault(operator, ns, faulty):
+            done = finished(operator, ns)
+        elapsed = time.monotonic() - t0
+        assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
+        assert [s["kind"] for s in done["steps"]] == [
+            "ConfirmFault", "Cordon", "Taint", "RequestCheckpoint", "ReplacePod", "ConfirmPlacement"
+        ]  # fmt: skip
+
+        now = gang(operator, ns, attempt=0)
+        assert healthy.metadata.uid in {p.metadata.uid for p in now}, "the healthy rank's pod untouched"
+        new = next(p for p in now if p.metadata.uid != healthy.metadata.uid)
+        assert new.spec.node_name == free, f"Kueue placed the replacement on the block's free node, {free}"
+        after = wait_for("Kueue's assignment without the faulty node", lambda: (w := workloads(operator, ns))
+                         and assigned_nodes(w[0]) == {healthy.spec.node_name, free}
+                         and not w[0]["status"].get("unhealthyNodes") and w[0], timeout=30)  # fmt: skip
+        assert node not in assigned_nodes(after) and after["metadata"]["uid"] == before["metadata"]["uid"]
+        assert true(after, "Admitted")["lastTransitionTime"] == true(before, "Admitted")["lastTransitionTime"]
+        assert not true(after, "Evicted"), after["status"]["conditions"]
+        status = jobset_status(operator, ns)
+        assert (status.get("restarts", 0), status.get("restartsCountTowardsMax", 0)) == (0, 0)
+        assert usage(operator, ns) == (GANG_GPUS, 1, 0)
+        late = [p.metadata.name for p in operator.core.list_namespaced_pod(ns).items
+                if any(c.type == TERMINATED_BY_KUEUE for c in p.status.conditions or [])]  # fmt: skip
+        print(f"\nfault posted -> Kueue's TAS placed the replacement on {free} in {elapsed:.1f}s"
+              f" (pods Kueue failed on the old assignment first: {late or 'none'})")  # fmt: skip
