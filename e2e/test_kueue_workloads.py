@@ -243,10 +243,29 @@ def post_fast_path_fault(operator: Cluster, ns: str, faulty: client.V1Pod) -> It
         yield
 
 
+def scene(cluster: Cluster, ns: str) -> str:
+    """The pods, Jobs, Workloads and Events of `ns`, for a failure's message."""
+    pods = [(p.metadata.name, p.spec.node_name, p.status.phase, p.metadata.deletion_timestamp is not None,
+             [g.name for g in p.spec.scheduling_gates or []], p.spec.node_selector,
+             [(c.type, c.status, c.reason) for c in p.status.conditions or []])
+            for p in cluster.core.list_namespaced_pod(ns).items]  # fmt: skip
+    jobs = [(j.metadata.name, j.spec.suspend, j.status.active, j.status.failed, [(c.type, c.reason) for c in j.status.conditions or []])
+            for j in client.BatchV1Api(cluster.api).list_namespaced_job(ns).items]  # fmt: skip
+    events = [(e.involved_object.kind, e.involved_object.name, e.reason, e.message)
+              for e in cluster.core.list_namespaced_event(ns).items]  # fmt: skip
+    return json.dumps({"pods": pods, "jobs": jobs, "workloads": [w.get("status") for w in workloads(cluster, ns)],
+                       "events": events}, indent=1, default=str)  # fmt: skip
+
+
 def finished(operator: Cluster, ns: str) -> dict[str, Any]:
-    """The monitor's record once it has finished."""
-    done: dict[str, Any] = wait_for("the remediation finished", lambda: (r := records(operator, ns)) and
-                                    r[0]["phase"] in ("Succeeded", "Failed", "Skipped") and r[0], timeout=120)  # fmt: skip
+    """The monitor's newest record once it has finished (all of them in the failure, if it does not)."""
+    try:
+        done: dict[str, Any] = wait_for("the remediation finished", lambda: (r := records(operator, ns)) and
+                                        r[0]["phase"] in ("Succeeded", "Failed", "Skipped") and r[0], timeout=120)  # fmt: skip
+    except AssertionError as exc:
+        raise AssertionError(
+            f"{exc}; the records: {json.dumps(records(operator, ns), indent=1)}\n{scene(operator, ns)}"
+        ) from None
     return done
 
 

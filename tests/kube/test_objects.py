@@ -4,11 +4,12 @@ has one (its quantity parser), and the slimming a watch cache applies keeping wh
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from kubernetes.utils import parse_quantity
 
-from trainguard.kube.objects import gpus, quantity, slim_node, slim_pod
+from trainguard.kube.objects import gpus, new_pods_placement, quantity, slim_node, slim_pod
 from trainguard.render.sidecar import carries_exporter
 
 
@@ -65,3 +66,22 @@ def test_a_slimmed_node_keeps_its_conditions_capacity_and_spec() -> None:
     kept = slim_node(node)
     assert kept["spec"] == node["spec"] and kept["metadata"] == node["metadata"]
     assert set(kept["status"]) == {"conditions", "capacity", "allocatable"}
+
+
+def test_placement_leaves_out_a_new_pod_that_failed_before_it_was_scheduled() -> None:
+    """Kueue's TAS node controller fails a replacement its ungater sent to the faulty node (condition
+    TerminatedByKueue, never scheduled); the Job's next pod is the one placement waits for."""
+    after = 1_700_000_000.5  # 2023-11-14T22:13:20.5Z
+
+    def pod(name: str, node: str = "", phase: str = "Pending") -> dict[str, Any]:
+        return {"metadata": {"name": name, "creationTimestamp": "2023-11-14T22:13:21Z"},
+                "spec": {"nodeName": node} if node else {}, "status": {"phase": phase}}  # fmt: skip
+
+    failed = pod("job-0-late", phase="Failed")
+    assert new_pods_placement([failed], after) is None, "no pod to place yet"
+    assert new_pods_placement([failed, pod("job-0-next")], after) is None, "the next one still unscheduled"
+    assert new_pods_placement([failed, pod("job-0-next", "gpu-c", "Running")], after) == {
+        "job-0-next": "gpu-c"
+    }
+    done = pod("job-1-done", "gpu-b", "Succeeded")
+    assert new_pods_placement([done, pod("job-0-next", "gpu-c", "Running")], after) == {"job-0-next": "gpu-c"}

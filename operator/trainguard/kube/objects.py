@@ -70,9 +70,18 @@ def gpus(node: dict[str, Any]) -> float:
 def new_pods_placement(pods: list[dict[str, Any]], created_after: float) -> dict[str, str] | None:
     """{pod: node} of the live pods created at or after `created_after`, or None while any of them is
     unscheduled or there are none. creationTimestamp has whole seconds, so the second `created_after`
-    falls in counts as after; pods being deleted (the old gang) are left out."""
+    falls in counts as after; pods being deleted (the old gang) are left out, and so are pods that
+    finished: a replacement that failed before it was ever scheduled (Kueue's TAS node controller fails
+    one its ungater sent to the faulty node, condition TerminatedByKueue) is not one still to be placed,
+    and its owner's next pod is."""
     floor = math.floor(created_after)
-    fresh = [p for p in pods if not is_terminating(p) and creation_seconds(p) >= floor]
+    fresh = [
+        p
+        for p in pods
+        if not is_terminating(p)
+        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        and creation_seconds(p) >= floor
+    ]
     if not fresh:
         return None
     placed = {str(p["metadata"]["name"]): str((p.get("spec") or {}).get("nodeName") or "") for p in fresh}
