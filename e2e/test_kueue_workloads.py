@@ -2,8 +2,13 @@
 (e2e/controlplane/controllers.py; Kueue's JobSet integration on): trainguard restarts it only through
 its owner and within what Kueue admitted. A node fault replaces only the faulty node's pod through the
 JobSet, onto the warm spare, while Kueue's Workload stays admitted as it was (not evicted, not
-requeued) and the ClusterQueue's usage stays the admitted gang's; a workload Kueue deactivated gets no
-restart at all."""
+requeued) and the ClusterQueue's usage stays the admitted gang's; a Workload Kueue deactivates while the
+fault is handled leaves the node isolated and nothing restarted; and with Kueue's topology-aware
+scheduling, trainguard's cordon, taint and pod removal are Kueue's signal to replace the node: Kueue
+assigns the recreated pod another node of the topology.
+
+What these tests found Kueue doing, and what they do not cover, is in docs/p0-response.md ("Kueue").
+"""
 
 from __future__ import annotations
 
