@@ -221,13 +221,18 @@ def test_the_kueue_workload_admitting_the_owner_is_read_by_its_job_uid_label() -
     assert admitted.admission is not None and admitted.admission.admitted and admitted.refusal == ""
     evicted = read("JobSet", owner, jobset=owner,
                    workloads=(kueue_workload("js-uid", Admitted="False", Evicted="True:Preempted"),))  # fmt: skip
-    assert evicted.refusal == "Kueue evicted the workload (Workload jobset-llama-1a2b3, Preempted): it is requeued"
+    assert (
+        evicted.refusal
+        == "Kueue evicted the workload (Workload jobset-llama-1a2b3, Preempted): it is requeued"
+    )
     off = kueue_workload("js-uid", Admitted="False", Evicted="True:Deactivated")
     off["spec"]["active"] = False
     assert read("JobSet", owner, jobset=owner, workloads=(off,)).refusal == (
         "Kueue's Workload jobset-llama-1a2b3 is deactivated (spec.active: false)"
     ), "said once: the notice and the failed step each add what trainguard does"
-    pending = read("JobSet", owner, jobset=owner, workloads=(kueue_workload("js-uid", QuotaReserved="False"),))
+    pending = read(
+        "JobSet", owner, jobset=owner, workloads=(kueue_workload("js-uid", QuotaReserved="False"),)
+    )
     assert pending.refusal == "Kueue has not admitted the workload (Workload jobset-llama-1a2b3)"
     assert read("JobSet", owner, jobset=owner).admission is None, "no Workload: not queued by Kueue"
 
