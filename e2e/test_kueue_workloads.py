@@ -2,8 +2,8 @@
 (e2e/controlplane/controllers.py; Kueue's JobSet integration on): trainguard restarts it only through
 its owner and within what Kueue admitted. A node fault replaces only the faulty node's pod through the
 JobSet, onto the warm spare, while Kueue's Workload stays admitted as it was (not evicted, not
-requeued) and the ClusterQueue's usage stays the admitted gang's; a Workload Kueue deactivates while the
-fault is handled leaves the node isolated and nothing restarted; and with Kueue's topology-aware
+requeued) and the ClusterQueue's usage stays the admitted gang's; a Workload Kueue deactivates or
+preempts while the fault is handled leaves the node isolated and nothing restarted; and with Kueue's topology-aware
 scheduling, trainguard's cordon, taint and pod removal are Kueue's signal to replace the node: Kueue
 assigns the recreated pod another node of the topology.
 
@@ -71,14 +71,18 @@ IGNORE_TERMINATED_BY_KUEUE = {
 
 
 def queue_objects(ns: str, topology: bool = False) -> list[dict[str, Any]]:
-    """A ResourceFlavor, a ClusterQueue for `ns` only with QUOTA_GPUS GPUs, and LOCAL_QUEUE in `ns`;
+    """A ResourceFlavor, a WorkloadPriorityClass `urgent-<ns>`, a ClusterQueue for `ns` only with
+    QUOTA_GPUS GPUs (a Workload of higher priority preempts a lower one), and LOCAL_QUEUE in `ns`;
     with `topology`, a Topology first (BLOCK, then the hostname) that the flavor names: the flavor is
     topology-aware."""
     flavor, cq = f"gpu-{ns}", f"cq-{ns}"
     objs: list[dict[str, Any]] = [
         {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": flavor}, "spec": {}},
+        {"apiVersion": KUEUE_API, "kind": "WorkloadPriorityClass", "metadata": {"name": f"urgent-{ns}"},
+         "value": 1000},
         {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": cq}, "spec": {
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+            "preemption": {"withinClusterQueue": "LowerPriority"},
             "resourceGroups": [{"coveredResources": [GPU], "flavors": [
                 {"name": flavor, "resources": [{"name": GPU, "nominalQuota": QUOTA_GPUS}]}]}]}},
         {"apiVersion": KUEUE_API, "kind": "LocalQueue", "metadata": {"name": LOCAL_QUEUE, "namespace": ns},
@@ -92,7 +96,7 @@ def queue_objects(ns: str, topology: bool = False) -> list[dict[str, Any]]:
 
 
 PLURALS = {"Topology": "topologies", "ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues",
-           "LocalQueue": "localqueues"}  # fmt: skip
+           "LocalQueue": "localqueues", "WorkloadPriorityClass": "workloadpriorityclasses"}  # fmt: skip
 
 
 def true(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
@@ -182,6 +186,19 @@ def queued_jobset() -> dict[str, Any]:
     js = training_jobset(max_restarts=2)
     js["metadata"]["labels"] = {KUEUE_QUEUE: LOCAL_QUEUE}
     return js
+
+
+URGENT = "urgent"
+
+
+def urgent_job(ns: str) -> dict[str, Any]:
+    """A Job of 2 pods of 8 GPUs queued at WorkloadPriorityClass urgent-<ns>: with the gang admitted it
+    does not fit the ClusterQueue, so Kueue preempts the gang's Workload for it."""
+    pod = {"restartPolicy": "Never", "containers": [
+        {"name": "c", "image": "registry.invalid/urgent:1", "resources": {"limits": {GPU: "8"}}}]}  # fmt: skip
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": URGENT, "labels": {KUEUE_QUEUE: LOCAL_QUEUE, "kueue.x-k8s.io/priority-class": f"urgent-{ns}"}},
+            "spec": {"suspend": True, "parallelism": 2, "completions": 2, "backoffLimit": 0, "template": {"spec": pod}}}  # fmt: skip
 
 
 def workloads(cluster: Cluster, ns: str) -> list[dict[str, Any]]:
@@ -345,57 +362,79 @@ class TestKueueJobSet:
             f"\nfault posted -> the faulty rank's pod replaced onto the spare through the JobSet in {elapsed:.1f}s"
         )
 
-    def test_a_workload_kueue_deactivates_during_the_checkpoint_is_isolated_but_not_restarted(
-        self, operator: Cluster, queued: str, clean_nodes: None
+    @pytest.mark.parametrize("how", ["deactivated", "preempted"])
+    def test_a_workload_kueue_evicts_during_the_checkpoint_is_isolated_but_not_restarted(
+        self, operator: Cluster, queued: str, clean_nodes: None, how: str
     ) -> None:
-        """Kueue deactivates the Workload (spec.active: false) while the fault's emergency checkpoint is
-        being saved: the node stays cordoned and tainted, and the pod replacement is refused naming
-        Kueue; trainguard deletes nothing (Kueue's own suspension of the JobSet takes the pods)."""
+        """Kueue evicts the Workload while the fault's emergency checkpoint is being saved: deactivated
+        (spec.active: false), or preempted by a Job of a higher WorkloadPriorityClass that needs its
+        quota. The node stays cordoned and tainted, and the pod replacement is refused naming Kueue;
+        trainguard deletes nothing (Kueue's own suspension of the JobSet takes the pods)."""
         ns = queued
         # the checkpoint step waits for the healthy rank's save, which the test reports once Kueue has
         # evicted the Workload; the timeout is only a backstop
         monitor_on(operator, ns, {"kind": "JobSet", "name": JOB}, emergencyCheckpointTimeout="90s")
         operator.custom.create_namespaced_custom_object(*JOBSET_API[:2], ns, JOBSET_API[2], queued_jobset())
         workload = admitted(operator, ns)
+        name = workload["metadata"]["name"]
         faulty, healthy = gang(operator, ns)
         node = faulty.spec.node_name
         wait_for("the owner resolved", lambda: degraded(operator, ns).get("status") == "False", timeout=30)
         jobs_before = child_jobs(operator, ns)
         audit = Audit(operator.audit_log)
         token = monitor_token(operator, tokens.EVENTS, ns, JOB)
-        with contextlib.ExitStack() as stack:
-            rank = stack.enter_context(sidecar_that_saw(healthy, token, cleared=True))
-            stack.enter_context(post_fast_path_fault(operator, ns, faulty))
-            wait_for("the checkpoint asked of the healthy rank", lambda: (r := records(operator, ns)) and any(
-                s["kind"] == "RequestCheckpoint" and s["phase"] == "InProgress" for s in r[0]["steps"]), timeout=60)  # fmt: skip
-            operator.custom.patch_namespaced_custom_object(*KUEUE_WORKLOADS[:2], ns, KUEUE_WORKLOADS[2],
-                                                           workload["metadata"]["name"], {"spec": {"active": False}})  # fmt: skip
-            evicted = wait_for("Kueue evicting the deactivated Workload", lambda: (w := workloads(operator, ns))
-                               and true(w[0], "Evicted") and w[0], timeout=30)  # fmt: skip
-            assert true(evicted, "Evicted")["reason"] == "Deactivated" and not true(evicted, "Admitted")
-            wait_for("Kueue's suspension of the JobSet taking its pods", lambda: not [
-                p for p in operator.core.list_namespaced_pod(ns, label_selector=f"jobset.sigs.k8s.io/jobset-name={JOB}").items
-                if p.metadata.deletion_timestamp is None], timeout=30)  # fmt: skip
-            rank.training.ingest({"type": "checkpoint", "kind": "full", "step": 100, "path": "/ckpt/100"})
-            done = finished(operator, ns)
-        phases = [(s["kind"], s["phase"]) for s in done["steps"]]
-        assert phases[:5] == [("ConfirmFault", "Succeeded"), ("Cordon", "Succeeded"), ("Taint", "Succeeded"),
-                              ("RequestCheckpoint", "Succeeded"), ("ReplacePod", "Failed")], json.dumps(done, indent=1)  # fmt: skip
-        replace = done["steps"][4]
-        assert replace["detail"] == (
-            f"Kueue's Workload {workload['metadata']['name']} is deactivated (spec.active: false); nothing is restarted"
-        ), replace
-        assert not (replace.get("progress") or {}).get("uids"), "no pod or child Job was named for removal"
-        isolated = operator.core.read_node(node)
-        assert isolated.spec.unschedulable is True
-        assert FAULTY_TAINT in {t.key for t in isolated.spec.taints or []}
-        assert not audit.pod_deletions(ns), "trainguard deleted no pod"
-        assert child_jobs(operator, ns) == jobs_before, (
-            "the child Jobs are Kueue's suspended ones, none deleted"
-        )
-        js = operator.get("jobset.x-k8s.io/v1alpha2", "JobSet", ns, JOB) or {}
-        assert js["spec"].get("suspend") is True and (js.get("status") or {}).get("restarts", 0) == 0
-        assert usage(operator, ns)[:2] == (0, 0), "Kueue released the quota"
+        batch = client.BatchV1Api(operator.api)
+        try:
+            with contextlib.ExitStack() as stack:
+                rank = stack.enter_context(sidecar_that_saw(healthy, token, cleared=True))
+                stack.enter_context(post_fast_path_fault(operator, ns, faulty))
+                wait_for("the checkpoint asked of the healthy rank", lambda: (r := records(operator, ns)) and any(
+                    s["kind"] == "RequestCheckpoint" and s["phase"] == "InProgress" for s in r[0]["steps"]), timeout=60)  # fmt: skip
+                if how == "deactivated":
+                    operator.custom.patch_namespaced_custom_object(*KUEUE_WORKLOADS[:2], ns, KUEUE_WORKLOADS[2],
+                                                                   name, {"spec": {"active": False}})  # fmt: skip
+                else:
+                    batch.create_namespaced_job(ns, urgent_job(ns))
+                evicted = wait_for("Kueue evicting the Workload", lambda: (w := [x for x in workloads(operator, ns)
+                                   if x["metadata"]["name"] == name]) and true(w[0], "Evicted") and w[0], timeout=30)  # fmt: skip
+                reason = true(evicted, "Evicted")["reason"]
+                assert reason == ("Deactivated" if how == "deactivated" else "Preempted"), evicted["status"]
+                wait_for("Kueue's suspension of the JobSet taking its pods", lambda: not [
+                    p for p in operator.core.list_namespaced_pod(ns, label_selector=f"jobset.sigs.k8s.io/jobset-name={JOB}").items
+                    if p.metadata.deletion_timestamp is None], timeout=30)  # fmt: skip
+                rank.training.ingest({"type": "checkpoint", "kind": "full", "step": 100, "path": "/ckpt/100"})
+                done = finished(operator, ns)
+            phases = [(s["kind"], s["phase"]) for s in done["steps"]]
+            assert phases[:5] == [("ConfirmFault", "Succeeded"), ("Cordon", "Succeeded"), ("Taint", "Succeeded"),
+                                  ("RequestCheckpoint", "Succeeded"), ("ReplacePod", "Failed")], json.dumps(done, indent=1)  # fmt: skip
+            replace = done["steps"][4]
+            refusal = (
+                f"Kueue's Workload {name} is deactivated (spec.active: false)"
+                if how == "deactivated"
+                else f"Kueue evicted the workload (Workload {name}, Preempted): it is requeued"
+            )
+            assert replace["detail"] == f"{refusal}; nothing is restarted", replace
+            assert not (replace.get("progress") or {}).get("uids"), (
+                "no pod or child Job was named for removal"
+            )
+            isolated = operator.core.read_node(node)
+            assert isolated.spec.unschedulable is True
+            assert FAULTY_TAINT in {t.key for t in isolated.spec.taints or []}
+            assert not audit.pod_deletions(ns), "trainguard deleted no pod"
+            assert child_jobs(operator, ns) == jobs_before, (
+                "the child Jobs are Kueue's suspended ones, none deleted"
+            )
+            js = operator.get("jobset.x-k8s.io/v1alpha2", "JobSet", ns, JOB) or {}
+            assert js["spec"].get("suspend") is True and (js.get("status") or {}).get("restarts", 0) == 0
+            # the quota went back to Kueue: free, or the preempting Job's
+            wait_for("the ClusterQueue's usage", lambda: usage(operator, ns)[:2] == ((0, 0) if how == "deactivated"
+                     else (GANG_GPUS, 1)), timeout=30)  # fmt: skip
+        finally:
+            # the preempting Job's Workload holds the ClusterQueue, which the fixture deletes
+            with contextlib.suppress(ApiException):
+                batch.delete_namespaced_job(URGENT, ns, propagation_policy="Foreground")
+            wait_for("the urgent Job's Workload gone", lambda: not [
+                w for w in workloads(operator, ns) if w["metadata"]["name"].startswith(f"job-{URGENT}-")], timeout=60)  # fmt: skip
 
     def test_kueue_topology_aware_scheduling_places_the_replacement_away_from_the_faulty_node(
         self, operator: Cluster, topology_queued: str, clean_nodes: None
