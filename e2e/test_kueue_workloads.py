@@ -188,6 +188,10 @@ def queued_jobset() -> dict[str, Any]:
     return js
 
 
+NODE_FAULT_STEPS = ["ConfirmFault", "Cordon", "Taint", "RequestCheckpoint", "ReplacePod", "RestartInPlace",
+                    "ConfirmPlacement"]  # fmt: skip
+"""A JobSet's confirmed node fault (plan.py): the healthy ranks restart in place where they run
+`trainguard launch` (here they do not: the step leaves them be)."""
 URGENT = "urgent"
 
 
@@ -329,9 +333,7 @@ class TestKueueJobSet:
             done = finished(operator, ns)
         elapsed = time.monotonic() - t0
         assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
-        assert [s["kind"] for s in done["steps"]] == [
-            "ConfirmFault", "Cordon", "Taint", "RequestCheckpoint", "ReplacePod", "ConfirmPlacement"
-        ]  # fmt: skip
+        assert [s["kind"] for s in done["steps"]] == NODE_FAULT_STEPS
         assert spare in done["steps"][-1]["detail"], done["steps"][-1]
 
         now = gang(operator, ns, attempt=0)
@@ -466,9 +468,7 @@ class TestKueueJobSet:
             done = finished(operator, ns)
         elapsed = time.monotonic() - t0
         assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
-        assert [s["kind"] for s in done["steps"]] == [
-            "ConfirmFault", "Cordon", "Taint", "RequestCheckpoint", "ReplacePod", "ConfirmPlacement"
-        ]  # fmt: skip
+        assert [s["kind"] for s in done["steps"]] == NODE_FAULT_STEPS
 
         now = gang(operator, ns, attempt=0)
         assert healthy.metadata.uid in {p.metadata.uid for p in now}, "the healthy rank's pod untouched"
