@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.clock import T0
-from tests.remediation.fakes import Crash, Rig, job_monitor, kinds_and_phases, p0_signal
+from tests.remediation.fakes import Crash, Rig, job_monitor, kinds_and_phases, p0_signal, step_done
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog.alerts import TRAINING_INTERRUPTED
 from trainguard.catalog.events import fingerprint
@@ -178,3 +178,21 @@ def test_a_jobset_that_restarted_the_gang_itself_meanwhile_is_left_to_it() -> No
         "the JobSet llama-pretrain restarted the gang itself (restart attempt 1, planned at 0)"
     )
     assert rig.cluster.jobs_deleted == [] and not [e for e in effects(rig) if e[0] in ("evict", "fail")]
+
+
+def test_a_jobset_that_restarted_the_gang_itself_meanwhile_is_named_in_the_placement() -> None:
+    """A pod of the replacement failed (one Kueue's TAS ungated onto the old node and then terminated)
+    and the JobSet's failure policy restarted every pod: the record says so, not just "placed"."""
+    rig = Rig()
+    rig.cluster.as_jobset()
+    monitor = jobset_monitor()
+    rig.store.when(
+        step_done("ReplacePod"),
+        lambda _: setattr(rig.cluster, "owner", replace(rig.cluster.owner, attempt=1)),
+    )
+    done = rig.run(planned(rig, monitor, p0_signal("GPUCriticalXid")), monitor)
+    assert done["phase"] == Phase.SUCCEEDED, done
+    assert (
+        "; the JobSet restarted the gang itself meanwhile (restart attempt 1, planned at 0), counted against"
+        " its maxRestarts" in step(done, "ConfirmPlacement")["detail"]
+    )

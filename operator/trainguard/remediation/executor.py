@@ -82,6 +82,7 @@ POLL_INTERVAL_S = 1.0
 EVICTION_GRACE_S = 5
 """The grace period of a pod evicted off a live faulty node: its trainer stops on SIGTERM, and its
 replacement (under the same name, for a PyTorchJob) waits for it to go."""
+RESTART_KINDS = (StepKind.RESTART_GANG, StepKind.REPLACE_POD, StepKind.RESTART_IN_PLACE)
 JOBSET_KINDS = ("JobSet", "TrainJob")
 """Owners whose gang is restarted through the JobSet: its current child Jobs are deleted and recreated."""
 IN_PLACE_TIMEOUT_S = 60.0
@@ -1397,8 +1398,28 @@ class Executor:
         return (
             f"placed {where}"
             + (f"; spare used: {_names(used)}" if used else "")
+            + self._owner_restarted(record, monitor)
             + self._clear_pointer(monitor)
         )
+
+    def _owner_restarted(self, record: Record, monitor: TrainingJobMonitor) -> str:
+        """Said when the JobSet restarted the whole gang itself since the plan (its restart attempt moved:
+        a pod of the replacement failed, e.g. one Kueue's TAS placed on the old node and then terminated,
+        and its failure policy restarted every pod, counted against maxRestarts): the record's restart
+        was not the one that happened."""
+        planned = next((str(s["params"]["attempt"]) for s in record.get("steps", [])
+                        if s.get("kind") in RESTART_KINDS and (s.get("params") or {}).get("attempt")), None)  # fmt: skip
+        ref = monitor.spec.workload_ref
+        if planned is None or ref is None:
+            return ""
+        try:
+            attempt = self.cluster.workload(monitor.namespace, ref, monitor.spec.selector).attempt
+        except Exception:
+            return ""
+        if attempt is None or str(attempt) == planned:
+            return ""
+        return (f"; the JobSet restarted the gang itself meanwhile (restart attempt {attempt}, planned at {planned}),"
+                " counted against its maxRestarts")  # fmt: skip
 
     def _clear_pointer(self, monitor: TrainingJobMonitor) -> str:
         """Remove trainguard.io/resume-from from the workload once the new gang is placed (its sidecars
