@@ -252,8 +252,8 @@ def main() -> int:
     cases = [c for c in CASES if args.only is None or args.only.search(c.name)]
     if not cases:
         p.error(f"--only {args.only.pattern!r} matches none of: " + "; ".join(c.name for c in CASES))
-    results: dict[Case, list[dict[str, float]]] = {c: [] for c in cases}  # frozen: hashable
-    failures: dict[Case, list[str]] = {c: [] for c in cases}
+    results: dict[str, list[dict[str, float]]] = {c.name: [] for c in cases}
+    failures: dict[str, list[str]] = {c.name: [] for c in cases}
     workdir = Path(tempfile.mkdtemp(prefix="trainguard-bench-"))
     t_start = time.monotonic()
     order = [c for _ in range(args.runs) for c in cases]
@@ -277,18 +277,18 @@ def main() -> int:
                     AssertionError,
                     RuntimeError,
                 ) as exc:  # a run that never got there: counted, not fatal
-                    failures[case].append(str(exc).splitlines()[0][:200])
-                    print(f"[{i + 1}/{len(order)}] {case.name} FAILED: {failures[case][-1]}", flush=True)
+                    failures[case.name].append(str(exc).splitlines()[0][:200])
+                    print(f"[{i + 1}/{len(order)}] {case.name} FAILED: {failures[case.name][-1]}", flush=True)
                     continue
-                results[case].append(figures)
+                results[case.name].append(figures)
                 shown = "  ".join(f"{s} {figures[f'{s}_s']:5.2f}s" for s in STAGES if f"{s}_s" in figures)
                 print(f"[{i + 1}/{len(order)}] {case.name}: {shown}", flush=True)
         finally:
             controllers.close()
             cluster.stop_all_operators()
     today = time.strftime("%Y-%m-%d", time.gmtime())
-    measured = [{"owner": c.owner.kind, "fault": c.fault, "mode": c.mode, **summarise(runs), "failed": failures[c],
-                 "measured": today} for c, runs in results.items()]  # fmt: skip
+    measured = [{"owner": c.owner.kind, "fault": c.fault, "mode": c.mode, **summarise(results[c.name]),
+                 "failed": failures[c.name], "measured": today} for c in cases]  # fmt: skip
     kept = []
     if args.only is not None and args.json.exists():  # the cases not run this time, as they were measured
         ran = {(r["owner"], r["fault"], r["mode"]) for r in measured}

@@ -14,6 +14,7 @@ import pytest
 
 from tests.exporter.running import Running, running_exporter
 from trainguard.catalog import METRICS_BY_NAME
+from trainguard.exporter.training import TrainingState
 from trainguard.sdk import Reporter
 from trainguard.sdk import reporter as reporter_module
 from trainguard.sdk.collectives import BUCKETS
@@ -318,3 +319,12 @@ def test_no_series_is_exported_twice(exp: Running, tg: Reporter, tmp_path: Path)
         keys = [tuple(sorted(labels.items())) for labels, _ in samples]
         assert len(keys) == len(set(keys)), f"{name} has a series twice"
     assert len(scraped["trainguard_checkpoint_last_step"]) == 1
+
+
+def test_the_control_view_shows_the_trainers_step_and_its_duration() -> None:
+    """What the operator reads to judge a gang stuck on a lost peer (remediation/executor.py)."""
+    t = TrainingState(clock=lambda: 1000.0)
+    assert (t.control_view()["step"], t.control_view()["step_time_s"]) == (None, None), "no step yet"
+    t.ingest({"type": "step", "step": 41, "loss": 1.0, "step_time_s": 0.25})
+    t.ingest({"type": "step", "step": 42, "loss": 1.0, "step_time_s": 0.5})
+    assert (t.control_view()["step"], t.control_view()["step_time_s"]) == (42, 0.5)

@@ -30,7 +30,7 @@ from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_BY, FAULTY_TAINT, RESUME_FROM
 from trainguard.exporter.checkpoints import checkpoint_ref
 from trainguard.remediation import records
-from trainguard.remediation.executor import STOPPING, choose_checkpoint, gang_checkpoint
+from trainguard.remediation.executor import STOPPING, STUCK_MIN_S, choose_checkpoint, gang_checkpoint
 from trainguard.remediation.model import ClusterState, Phase, Plan, Step, StepKind
 from trainguard.remediation.plan import plan
 from trainguard.remediation.records import new_record
@@ -1024,3 +1024,53 @@ def test_without_the_operator_key_nothing_is_checked_or_done() -> None:
     executor.key = lambda: None
     executor.run(record, m)
     assert "no operator key" in executor.stopped and rig.store.saved == [] and rig.cluster.calls == 0
+
+
+def test_a_gang_stuck_on_its_lost_peer_is_not_waited_out_for_its_checkpoint() -> None:
+    """A synchronous gang whose member died blocks in its next collective: its healthy ranks take no
+    step and cannot save. The step stops waiting after STUCK_MIN_S without a step (not the whole
+    emergencyCheckpointTimeout, 5 minutes by default) and the cordon and restart go on."""
+    rig = Rig(save_after_reads=None)  # the trainer never saves
+    rig.cluster.sidecar["job-1"].update(step=4321, step_time_s=0.5)  # and never steps again
+    m = job_monitor()
+    done = rig.run(node_fault_record(m, timeout_s=300), m)
+
+    step = done["steps"][3]
+    assert step["phase"] == Phase.SUCCEEDED and done["phase"] == Phase.SUCCEEDED
+    assert step["detail"] == (
+        f"job-1 did not save past step {CKPT_STEP}; no step from job-1 for 10s (a gang stuck on its lost peer"
+        f" cannot save): not waiting further; every rank has step {CKPT_STEP}"
+    )
+    assert STUCK_MIN_S <= rig.clock() - T0 < 30, "not the 300 s timeout"
+
+
+def test_a_slow_trainer_is_given_three_of_its_steps_before_it_is_called_stuck() -> None:
+    rig = Rig(save_after_reads=None)
+    rig.cluster.sidecar["job-1"].update(step=4321, step_time_s=20.0)  # a 20 s step: not stuck at 10 s
+    m = job_monitor()
+    done = rig.run(node_fault_record(m, timeout_s=300), m)
+    assert "no step from job-1 for 60s" in done["steps"][3]["detail"]
+    assert 60 <= rig.clock() - T0 < 90
+
+
+def test_a_rank_that_steps_is_waited_for_and_one_whose_trainer_exited_is_not() -> None:
+    rig = Rig(save_after_reads=None)
+    state = rig.cluster.sidecar["job-1"]
+    state["step"] = 100
+    read = rig.cluster.read_control
+
+    def stepping(base_url: str, token: str) -> dict[str, Any]:
+        state["step"] += 1  # training goes on, it just never saves
+        return read(base_url, token)
+
+    rig.cluster.read_control = stepping  # type: ignore[method-assign]
+    m = job_monitor()
+    done = rig.run(node_fault_record(m, timeout_s=30), m)
+    assert done["steps"][3]["detail"].startswith("timed out after 30s"), "a rank that steps may yet save"
+
+    rig = Rig(save_after_reads=None, launchers=True)
+    rig.cluster.sidecar["job-1"]["launcher"]["state"] = "waiting"  # its trainer failed: nothing to save
+    t0 = rig.clock()
+    done = rig.run(node_fault_record(m, timeout_s=30), m)
+    assert "(a gang stuck on its lost peer cannot save)" in done["steps"][3]["detail"]
+    assert rig.clock() - t0 < 5

@@ -179,6 +179,8 @@ class TrainingState:
         self.checkpoints: list[dict[str, Any]] = []
         """The last CHECKPOINT_HISTORY good checkpoints reported, by step (oldest first)."""
         self.prev_step_ts: float | None = None
+        self.step_time_s: float | None = None
+        """The last step's duration: how long the operator must see no step before it calls the gang stuck."""
         self.instance = secrets.token_hex(8)
         """Chosen at start: an SDK that sees a new one says hello again (the sidecar restarted)."""
         self.visible_devices: str | None = None
@@ -274,6 +276,10 @@ class TrainingState:
                 "checkpoints": [dict(x) for x in self.checkpoints],
                 "restart": copy.deepcopy(c.restart),
                 "launcher": self._launcher_view(),
+                # the trainer's progress: a gang whose ranks take no step is stuck (a lost peer), and an
+                # emergency checkpoint asked of it will never come
+                "step": self.view.step,
+                "step_time_s": self.step_time_s,
             }
 
     def _launcher_view(self) -> dict[str, Any] | None:
@@ -478,6 +484,8 @@ class TrainingState:
         if step_time is None and self.prev_step_ts is not None:
             step_time = now - self.prev_step_ts
         self.prev_step_ts = now
+        if step_time is not None and math.isfinite(step_time) and step_time >= 0:
+            self.step_time_s = step_time
         tokens = _num(r.get("tokens"))
         if tokens is not None and step_time and step_time > 0:
             tps = tokens / step_time / self.gpus

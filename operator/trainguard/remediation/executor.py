@@ -334,6 +334,32 @@ def _newest(checkpoints: list[dict[str, Any]]) -> float | None:
     return max((s for s in (_float(c.get("step")) for c in checkpoints) if s is not None), default=None)
 
 
+STUCK_MIN_S = 10.0
+"""How long no rank of those asked for a checkpoint may take a step before the gang is judged stuck (and
+at least STUCK_STEPS of its last step's duration): a synchronous gang with a dead member blocks in its
+next collective, and waiting out emergencyCheckpointTimeout (5 minutes by default) saves nothing."""
+STUCK_STEPS = 3.0
+
+
+def _trainer_step(view: dict[str, Any]) -> float | None:
+    step = view.get("step")
+    return float(step) if isinstance(step, int | float) and not isinstance(step, bool) else None
+
+
+def _cannot_save(view: dict[str, Any], step: float | None, since: float, now: float) -> bool:
+    """Whether a rank asked for a checkpoint will not save it: its launcher reports its trainer gone or
+    exited (waiting for a word), or its sidecar has seen no new step for STUCK_MIN_S and STUCK_STEPS
+    steps' time. A sidecar that reports no step (older, or a trainer that never stepped) is waited for."""
+    launcher = view.get("launcher")
+    if isinstance(launcher, dict) and launcher.get("state") in ("waiting", "gone"):
+        return True
+    if step is None:
+        return False
+    step_time = view.get("step_time_s")
+    slow = float(step_time) * STUCK_STEPS if isinstance(step_time, int | float) and step_time > 0 else 0.0
+    return now - since >= max(STUCK_MIN_S, slow)
+
+
 def _newest_step(view: dict[str, Any]) -> float | None:
     """The highest step the sidecar knows saved. Not resume_from alone: a pinned one does not move."""
     return _newest(_checkpoints(view))
@@ -817,6 +843,9 @@ class Executor:
         }
         latest = dict(views)
         deadline = self.clock() + timeout
+        moved = {p: (_trainer_step(views[p]), self.clock()) for p in waiting}
+        # per rank: its trainer's step and when the operator last saw it change
+        stuck = ""
         while len(reached) < len(waiting) and self.clock() < deadline:
             self.sleep(self.poll_interval)
             self._unless_stopping()
@@ -828,9 +857,16 @@ class Executor:
                     continue
                 errors.pop(pod, None)
                 latest[pod] = view
+                if (now_step := _trainer_step(view)) != moved[pod][0]:
+                    moved[pod] = (now_step, self.clock())
                 step = _newest_step(view)
                 if step is not None and done(view):
                     reached[pod] = step
+            left = sorted(set(waiting) - set(reached))
+            if left and all(_cannot_save(latest[p], *moved[p], self.clock()) for p in left):
+                stuck = (f"; no step from {_names(left)} for {max(self.clock() - moved[p][1] for p in left):.0f}s"
+                         " (a gang stuck on its lost peer cannot save): not waiting further")  # fmt: skip
+                break
         # what the gang can resume from now: the newest step every rank that answered lists
         shared, _ = gang_checkpoint({p: _checkpoints(v) for p, v in latest.items()}, None, None)
         every = _float(shared.get("step")) if shared else None
@@ -844,6 +880,9 @@ class Executor:
             )
         missing = sorted(set(waiting) - set(reached))
         got = f"; step {_fmt_step(min(reached.values()))} on {_names(sorted(reached))}" if reached else ""
+        if stuck:
+            return (f"{_names(missing)} did not save past step {_fmt_step(past)}{stuck}{got}; every rank has step "
+                    f"{_fmt_step(every)}" + _errors({p: e for p, e in errors.items() if p not in reached}))  # fmt: skip
         return (
             f"timed out after {timeout:g}s waiting for {_names(missing)} to save past step {_fmt_step(past)}{got};"
             f" every rank has step {_fmt_step(every)}"
