@@ -129,9 +129,9 @@ class TestJobSetNodeDeath:
                         runs = pods.running()
                         return resumed(runs, generation) if len(runs) == 2 else {}
 
-                    try:
+                    try:  # the replacement is a new pod: its first trainer imports torch cold (~30 s on 2 busy cores)
                         gen = wait_for(
-                            f"both ranks' generation {generation} at its first step", joined, timeout=60
+                            f"both ranks' generation {generation} at its first step", joined, timeout=150
                         )
                     except AssertionError as exc:
                         raise AssertionError(f"{exc}\n{record}\n{logs(pods)}") from None
