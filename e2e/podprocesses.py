@@ -156,6 +156,19 @@ def _children() -> dict[int, list[int]]:
     return out
 
 
+STOPPED_STATES = ("T", "t", "Z", "X", "gone")
+"""Process states (/proc/PID/stat) of a process that runs no more: stopped, traced, a zombie, dead."""
+
+
+def process_state(pid: int) -> str:
+    """The state letter of /proc/PID/stat (T: stopped), or "gone"."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return "gone"
+    return stat[stat.rindex(")") + 2]
+
+
 def descendants(roots: list[int]) -> set[int]:
     """`roots` and every process below them."""
     children, seen, todo = _children(), set(), list(roots)
@@ -379,30 +392,36 @@ class PodProcesses:
                 proc.wait()
         self.finished.append(run)
 
-    def freeze(self, node: str) -> list[PodRun]:
+    def freeze(self, node: str, timeout: float = 10) -> list[PodRun]:
         """A node death: SIGSTOP to the process groups of every process of the pods on `node` (exporter,
         launcher, its trainer and warm trainer), again until no new one appears (a launcher may have been
-        forking). Returns those pods' runs; they are killed when their pods are deleted."""
+        forking) and every one of them is stopped (a signal is taken when the process next runs).
+        Returns those pods' runs; they are killed when their pods are deleted."""
         me = os.getpgrp()
+        deadline = time.monotonic() + timeout
         with self.lock:
             runs = [r for r in self.runs.values() if r.node == node]
             while True:
                 groups: dict[int, PodRun] = {}
+                pids = set()
                 for run in runs:
                     for pid in descendants([p.pid for p in (run.exporter, run.trainer) if p is not None]):
                         with contextlib.suppress(ProcessLookupError):
                             groups.setdefault(os.getpgid(pid), run)
+                            pids.add(pid)
                 if me in groups:
                     raise RuntimeError(f"a process of a pod on {node} is in the runner's own process group")
                 new = {g: r for g, r in groups.items() if g not in r.frozen}
-                if not new:
-                    return runs
                 for pgid, run in new.items():
-                    try:
+                    with contextlib.suppress(ProcessLookupError):
                         os.killpg(pgid, signal.SIGSTOP)
-                    except ProcessLookupError:
-                        continue
-                    run.frozen.add(pgid)
+                        run.frozen.add(pgid)
+                running = sorted(p for p in pids if process_state(p) not in STOPPED_STATES)
+                if not new and not running:
+                    return runs
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"processes {running} of the pods on {node} did not stop")
+                time.sleep(0.01)
 
     # ---- what tests ask ----
 
