@@ -223,7 +223,7 @@ def one(cluster: Cluster, case: Case, workdir: Path) -> dict[str, float]:
                     cleared = True
                 time.sleep(0.05)
             if not all(s in seen for s in case.stages):
-                raise RuntimeError(f"{case} in {ns} did not finish: {seen}; records {records(cluster, ns)}")
+                raise RuntimeError(f"{case.name} in {ns} did not finish: {seen}; records {records(cluster, ns)}")
             return {f"{stage}_s": seen[stage] for stage in STAGES if stage in seen}
     finally:
         if owner.kind in OWNER_APIS:  # its controller would recreate what is deleted below

@@ -176,7 +176,9 @@ def start_gang(
     ns: str,
     workdir: Path,
     remediation: dict[str, Any] | None = None,
+    *,
     owner: Owner = JOB_OWNER,
+    fastpath: bool = True,
 ) -> PodProcesses:
     """The monitor (on `owner`) Ready, the owner's two pods running exporters and launched trainers, every
     rank past its first full checkpoint: the PodProcesses, entered (the caller exits it)."""
@@ -186,7 +188,9 @@ def start_gang(
     cluster.apply([monitor, policy])  # first: the webhook gives the pods their sidecars at creation
     wait_for("monitor Ready", lambda: ready(cluster, ns), timeout=60)
     cluster.apply(owner.objects(ns, free_port()))
-    pods = PodProcesses(cluster.api, ns, owner.label_selector, workdir, command=launch_command).__enter__()
+    pods = PodProcesses(
+        cluster.api, ns, owner.label_selector, workdir, command=launch_command, fastpath=fastpath
+    ).__enter__()
     try:
         wait_for(f"{WORLD} ranks past step {WARM_STEP}", lambda: len(r := pods.running()) == WORLD
                  and all(exporter_step(x) >= WARM_STEP for x in r), timeout=180)  # fmt: skip

@@ -62,6 +62,29 @@ def rendezvous(env: Mapping[str, str]) -> tuple[int, int, str, int]:
     )
 
 
+CONNECT_TRY = dt.timedelta(seconds=0.5)
+
+
+def store(addr: str, port: int, rank: int, world: int) -> dist.TCPStore:
+    """The generation's rendezvous store: rank 0 serves it, the others connect. A client retries on its
+    own with a growing back-off (5 s late for a server that came up after 14 s, with torch 2.x), and
+    after an in-place restart the healthy ranks wait for a replacement rank 0 that is still starting:
+    so each try is short and the next follows at once, up to RENDEZVOUS_TIMEOUT."""
+    if rank == 0:
+        return dist.TCPStore(addr, port, world, True, timeout=RENDEZVOUS_TIMEOUT, wait_for_workers=False)
+    deadline = time.monotonic() + RENDEZVOUS_TIMEOUT.total_seconds()
+    while True:
+        try:
+            client = dist.TCPStore(addr, port, world, False, timeout=CONNECT_TRY)
+        except (RuntimeError, TimeoutError):  # torch's DistNetworkError is a RuntimeError
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+            continue
+        client.set_timeout(RENDEZVOUS_TIMEOUT)
+        return client
+
+
 def shard(path: str | Path, rank: int) -> Path:
     return Path(path) / f"rank-{rank}.pt"
 
@@ -85,7 +108,7 @@ def main() -> int:
         f"rank {rank}/{world} generation {generation} pid {os.getpid()}: rendezvous at {addr}:{port}",
         flush=True,
     )
-    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world,
+    dist.init_process_group("gloo", store=store(addr, port, rank, world), rank=rank, world_size=world,
                             timeout=RENDEZVOUS_TIMEOUT)  # fmt: skip
     torch.manual_seed(args.seed)  # the same initial weights on every rank
     model = torch.nn.Sequential(

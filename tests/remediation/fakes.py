@@ -186,7 +186,11 @@ class FakeCluster:
         pin = {k: v for k, v in held.items() if k not in ("generation", "record")} if held else None
         state = self._sidecar_state(None, pin)
         if held and held.get("generation"):  # exporter/training.py: the pointer's generation is the word
-            state["restart"] = {"generation": held["generation"], "record": held["record"], "resume_from": pin}
+            state["restart"] = {
+                "generation": held["generation"],
+                "record": held["record"],
+                "resume_from": pin,
+            }
         if self.new_launchers:  # launch/decide.py begin: the first trainer runs as the word held
             generation = (state["restart"] or {}).get("generation", 0)
             state["launcher"] = {"pid": 1, "generation": generation, "state": "running", "alive": True}

@@ -85,11 +85,13 @@ def test_node_fault_runs_confirm_cordon_taint_checkpoint_restart_placement_in_or
     assert node["unschedulable"] and node["annotations"][CORDONED_BY] == done["id"]
     assert node["annotations"][CORDON_REASON] == "GPUCriticalXid"
     assert node["taints"] == [{"key": FAULTY_TAINT, "value": "GPUCriticalXid", "effect": "NoSchedule"}]
-    # the pointer is the newest checkpoint, the emergency one, with its kind and time
+    # the pointer is the newest checkpoint every rank has, the faulty node's rank included (its
+    # replacement loads its shard), with its kind and time: not the emergency one only job-1 saved
     pointer = json.loads(str(rig.cluster.annotations_written[0][RESUME_FROM]))
-    assert pointer == {"step": 1100, "kind": "full", "path": "/ckpt/1100", "ts": pointer["ts"]}
-    assert pointer["ts"] > T0
-    assert detail["RestartGang"].startswith("deleted 2 pod(s): job-0, job-1; resume-from step 1100 on Job/")
+    assert pointer == {"step": 1000, "kind": "full", "path": "/ckpt/1000", "ts": pointer["ts"]}
+    assert pointer["ts"] < T0
+    assert detail["RestartGang"].startswith("deleted 2 pod(s): job-0, job-1; resume-from step 1000 on Job/")
+    assert "step 1100 is not on every rank" in detail["RestartGang"]
     # the new sidecars were created holding it; the replacements landed on the healthy nodes
     assert [s["resume_from"] for s in rig.cluster.sidecar.values()] == [checkpoint_ref(pointer)] * 2
     assert all(s["pinned"] for s in rig.cluster.sidecar.values())
@@ -427,13 +429,30 @@ def test_a_checkpoint_request_one_healthy_rank_missed_is_recorded_and_not_resume
     assert pointer_step(rig) == CKPT_STEP
 
 
-def test_the_emergency_checkpoint_of_the_healthy_ranks_is_resumed_from_without_the_faulty_nodes() -> None:
-    """The rank on the faulty node was not asked for the emergency checkpoint (its GPU is suspect): its
-    older checkpoints do not hold the gang back from the one every healthy rank saved."""
+def test_the_faulty_nodes_rank_counts_with_what_it_saved_before_the_fault() -> None:
+    """The rank on the faulty node was not asked for the emergency checkpoint (its GPU is suspect), and
+    its replacement loads its shard of the checkpoint the gang resumes from: so the gang resumes from
+    the newest one that rank saved too, before the fault, not from the one only the healthy ranks
+    saved (the replacement would find no shard of it and start from fresh weights). What the faulty
+    rank saved after the fault does not count."""
     rig = Rig()
     m = job_monitor()
-    rig.run(node_fault_record(m), m)
-    assert pointer_step(rig) == CKPT_STEP + 100
+    record = node_fault_record(m)
+    rig.cluster.clock.sleep(10)  # past the record's creation: a save now is after the fault
+    rig.cluster.trainer_saves(rig.cluster.sidecar["job-0"], "full")  # 1100 on the faulty rank, after it
+    rig.run(record, m)
+    assert pointer_step(rig) == CKPT_STEP
+
+
+def test_a_dead_faulty_rank_leaves_the_checkpoints_saved_before_the_fault() -> None:
+    """The faulty node's sidecar does not answer (the node is dead): the healthy ranks choose among what
+    they saved before the fault, which the gang saved together, not the emergency checkpoint."""
+    rig = Rig()
+    rig.store.when(step_done("ConfirmFault"), lambda _: rig.cluster.unreachable.add("job-0"))  # then it died
+    m = job_monitor()
+    done = rig.run(node_fault_record(m), m)
+    assert "checkpoint step 1100 saved on job-1" in done["steps"][3]["detail"]
+    assert pointer_step(rig) == CKPT_STEP
 
 
 def test_a_rank_that_does_not_answer_leaves_the_choice_to_those_that_do() -> None:

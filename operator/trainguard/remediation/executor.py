@@ -1142,7 +1142,9 @@ class Executor:
                 live = [p for p in live if creation_seconds(p) < before]
             old, count = live, len(live)
             cut = max((creation_seconds(p) for p in old), default=0.0)
-            pointer, _ = self._resume_pointer(monitor, _restart_avoid(record))
+            pointer, _ = self._resume_pointer(
+                monitor, _restart_avoid(record), since=unix(str(record.get("created", "")))
+            )
             note(f"deleting {count} pod(s) created up to {cut:.0f}: {_names(_pod_names(old))}; {pointer}",
                  {"count": count, "createdUpTo": int(cut)})  # fmt: skip
         deleted = self.cluster.delete_pods(namespace, _pod_names(old))
@@ -1195,7 +1197,9 @@ class Executor:
                 live = [p for p in live if creation_seconds(p) < before]
             cut = max((creation_seconds(p) for p in live), default=0.0)
             jobs = [j for j in workload.children if j.created <= cut]
-            pointer, _ = self._resume_pointer(monitor, _restart_avoid(record))
+            pointer, _ = self._resume_pointer(
+                monitor, _restart_avoid(record), since=unix(str(record.get("created", "")))
+            )
             note(f"deleting the JobSet {workload.jobset}'s child Job(s) {_names([j.name for j in jobs])} "
                  f"({len(live)} pod(s) created up to {cut:.0f}); {pointer}",
                  {"count": len(live), "createdUpTo": int(cut)})  # fmt: skip
@@ -1252,8 +1256,9 @@ class Executor:
                 return f"no pod of the gang on {node}: nothing to replace"
             generation = self._rejoin_generation(monitor, node) if _rejoin_after(record, index) else None
             pointer, chosen = self._resume_pointer(
-                monitor, {node}, generation=generation, record_id=record["id"]
-            )
+                monitor, {node}, since=unix(str(record.get("created", ""))), generation=generation,
+                record_id=record["id"],
+            )  # fmt: skip
             how = "force-deleting (node down)" if down else "evicting"
             # the rejoin restarts the healthy ranks from the checkpoint the replacement was given
             joins = {"generation": generation, "resumeFrom": _checkpoint_only(chosen)} if generation else {}
@@ -1291,6 +1296,7 @@ class Executor:
         monitor: TrainingJobMonitor,
         avoid: set[str],
         *,
+        since: float | None = None,
         generation: int | None = None,
         record_id: str = "",
     ) -> tuple[str, dict[str, Any] | None]:
@@ -1299,17 +1305,29 @@ class Executor:
         webhook gives it to the new sidecars, which hold it as a pin, and its ts lets a later NaN pin
         judge it. It is the newest checkpoint every rank has (`gang_checkpoint`: a sidecar that does not
         answer leaves the choice to those that do); a rank holding a pin offers only its pin (newer
-        checkpoints followed a NaN). The ranks on an avoided node (the faulty one) do not count while
-        any other rank answers: the emergency checkpoint did not ask them (their GPU is suspect), so
-        their older checkpoints must not hold the gang back from the one every healthy rank saved.
+        checkpoints followed a NaN). The ranks on an avoided node (the faulty one) are replaced, and
+        their replacements load their shards of the chosen checkpoint: so they count, with what they
+        saved before the fault (`since`: nothing a suspect GPU wrote after it), and the gang does not
+        resume from the emergency checkpoint only the healthy ranks saved (a replacement would find no
+        shard of it and start from fresh weights, which DDP would then broadcast from rank 0). When a
+        faulty rank's sidecar does not answer (its node is dead), the healthy ranks choose among the
+        checkpoints they saved before the fault, which the gang saved together.
         Says what was done, and returns the pointer. Best effort: without it the new sidecar learns the checkpoints from the
         trainer's hello. With `generation`, the new sidecars also hold it as the launcher's word
         (exporter/checkpoints.py resume_pointer)."""
         sidecars, token = self._sidecars(monitor)
         views, errors = self._each(sidecars, lambda sc: self.cluster.read_control(sc.base_url, token))
-        healthy = {sc.pod for sc in sidecars if sc.node not in avoid} & set(views)
-        ranks = {pod: _held(v) for pod, v in views.items() if pod in healthy or not healthy}
-        best, note = gang_checkpoint(ranks, None, None)
+        faulty = {sc.pod for sc in sidecars if sc.node in avoid}
+        ranks = {pod: _held(v) for pod, v in views.items() if pod not in faulty}
+        before = None
+        for pod in sorted(faulty):
+            if pod in views and since:  # what it saved before the fault
+                ranks[pod] = [c for c in _held(views[pod]) if (_float(c.get("ts")) or math.inf) < since]
+            elif pod in views:
+                ranks[pod] = _held(views[pod])
+            else:
+                before = since or None
+        best, note = gang_checkpoint(ranks, before, None)
         if best is None:
             if not any(ranks.values()):
                 return "no checkpoint known for resume-from", None
