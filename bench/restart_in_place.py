@@ -36,9 +36,6 @@ The same by the workload's owner, on the real controllers (e2e/controlplane/cont
   pod evicted; the JobSet recreates it on the spare), RestartInPlace (the healthy rank restarts as
   generation 1 at once; the replacement's first trainer joins it), ConfirmPlacement. Cordon: the node
   seen unschedulable. Resumed: both ranks' generation 1 took its first step.
-- xid-79 on a JobSet, the owner restarts the gang (no launcher): the trainers run directly. The replacement is made as
-  above; the healthy rank's trainer fails when its peer goes, its pod fails, and the JobSet's failure
-  policy restarts every pod (counted against maxRestarts). Resumed: two new pods' trainers stepped.
 - nan-loss and oom on a TrainJob (Kubeflow Trainer v2.2.0, its JobSet), in place, as for the Job.
 
 In place (warm), the fault waits until both warm trainers said they are ready, as they are in a job that
@@ -98,7 +95,7 @@ from tests.processes import http_json, wait_for  # noqa: E402
 
 STAGES = ("cordon", "action", "done", "resumed")
 IN_PLACE, COLD, GANG, NO_LAUNCHER = "in place", "in place, cold", "gang restart", "no launcher"
-REJOIN, OWNER_RESTARTS = "replace pod + in place, warm spare", "owner restarts the gang (no launcher)"
+REJOIN = "replace pod + in place, warm spare"
 SPARE = "gpu-node-2"
 OWNER_APIS = {"JobSet": ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
               "TrainJob": ("trainer.kubeflow.org", "v1alpha1", "trainjobs")}  # fmt: skip
@@ -135,7 +132,6 @@ CASES = (
     Case("oom", COLD, cold_launch_command, ("done", "resumed")),
     Case("oom", GANG, direct_command, ("done", "resumed")),
     Case("xid-79", REJOIN, launch_command, ("cordon", "done", "resumed"), JOBSET_OWNER),
-    Case("xid-79", OWNER_RESTARTS, direct_command, ("cordon", "done", "resumed"), JOBSET_OWNER),
     Case("nan-loss", IN_PLACE, launch_command, ("done", "resumed"), TRAINJOB_OWNER),
     Case("oom", IN_PLACE, launch_command, ("done", "resumed"), TRAINJOB_OWNER),
 )

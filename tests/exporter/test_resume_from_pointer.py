@@ -98,7 +98,10 @@ def test_a_pointer_with_a_generation_is_held_as_the_launchers_word_from_the_star
 
 
 def test_a_pointer_without_a_generation_holds_no_word() -> None:
-    assert TrainingState(resume_from=parse("--resume-from", POINTER).resume_from).control_view()["restart"] is None
+    assert (
+        TrainingState(resume_from=parse("--resume-from", POINTER).resume_from).control_view()["restart"]
+        is None
+    )
 
 
 @pytest.mark.parametrize("generation", ["0", "-1", '"3"', "true", "1.5"])

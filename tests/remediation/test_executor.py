@@ -1051,6 +1051,7 @@ def test_a_gang_stuck_on_its_lost_peer_is_not_waited_out_for_its_checkpoint() ->
     emergencyCheckpointTimeout, 5 minutes by default) and the cordon and restart go on."""
     rig = Rig(save_after_reads=None)  # the trainer never saves
     rig.cluster.sidecar["job-1"].update(step=4321, step_time_s=0.5)  # and never steps again
+    rig.store.when(step_done("ConfirmFault"), lambda _: rig.cluster.unreachable.add("job-0"))  # the peer died
     m = job_monitor()
     done = rig.run(node_fault_record(m, timeout_s=300), m)
 
@@ -1066,10 +1067,22 @@ def test_a_gang_stuck_on_its_lost_peer_is_not_waited_out_for_its_checkpoint() ->
 def test_a_slow_trainer_is_given_three_of_its_steps_before_it_is_called_stuck() -> None:
     rig = Rig(save_after_reads=None)
     rig.cluster.sidecar["job-1"].update(step=4321, step_time_s=20.0)  # a 20 s step: not stuck at 10 s
+    rig.store.when(step_done("ConfirmFault"), lambda _: rig.cluster.unreachable.add("job-0"))
     m = job_monitor()
     done = rig.run(node_fault_record(m, timeout_s=300), m)
     assert "no step from job-1 for 60s" in done["steps"][3]["detail"]
     assert 60 <= rig.clock() - T0 < 90
+
+
+def test_paused_trainers_with_every_rank_there_are_waited_for() -> None:
+    """No step, but the faulty node's rank still answers: trainers held (a debugger, SIGSTOP), not a gang
+    that lost a member. The step waits its whole timeout, as the e2e tests that hold a record mid-run
+    rely on."""
+    rig = Rig(save_after_reads=None)
+    rig.cluster.sidecar["job-1"].update(step=4321, step_time_s=0.5)
+    m = job_monitor()
+    done = rig.run(node_fault_record(m, timeout_s=120), m)
+    assert done["steps"][3]["detail"].startswith("timed out after 120s"), done["steps"][3]
 
 
 def test_a_rank_that_steps_is_waited_for_and_one_whose_trainer_exited_is_not() -> None:

@@ -69,7 +69,9 @@ def resume_pointer(text: str) -> dict[str, Any] | None:
         if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
             raise ValueError("the resume-from pointer.generation must be an integer >= 1, or absent")
         if not isinstance(record, str) or len(record) > RECORD_MAX:
-            raise ValueError(f"the resume-from pointer.record must be a string of at most {RECORD_MAX} characters")
+            raise ValueError(
+                f"the resume-from pointer.record must be a string of at most {RECORD_MAX} characters"
+            )
         ref = {**ref, "generation": generation, "record": record}
     return ref
 

@@ -346,14 +346,16 @@ def _trainer_step(view: dict[str, Any]) -> float | None:
     return float(step) if isinstance(step, int | float) and not isinstance(step, bool) else None
 
 
-def _cannot_save(view: dict[str, Any], step: float | None, since: float, now: float) -> bool:
+def _cannot_save(view: dict[str, Any], step: float | None, since: float, now: float, *, lost: bool) -> bool:
     """Whether a rank asked for a checkpoint will not save it: its launcher reports its trainer gone or
-    exited (waiting for a word), or its sidecar has seen no new step for STUCK_MIN_S and STUCK_STEPS
-    steps' time. A sidecar that reports no step (older, or a trainer that never stepped) is waited for."""
+    exited (waiting for a word), or, with a member of the gang `lost` (the faulty node's sidecar does
+    not answer, or its trainer is gone), its sidecar has seen no new step for STUCK_MIN_S and
+    STUCK_STEPS steps' time. Trainers merely paused (every one still there) are waited for, as is a
+    sidecar that reports no step (older, or a trainer that never stepped)."""
     launcher = view.get("launcher")
     if isinstance(launcher, dict) and launcher.get("state") in ("waiting", "gone"):
         return True
-    if step is None:
+    if step is None or not lost:
         return False
     step_time = view.get("step_time_s")
     slow = float(step_time) * STUCK_STEPS if isinstance(step_time, int | float) and step_time > 0 else 0.0
@@ -809,6 +811,7 @@ class Executor:
             timeout = duration_seconds(monitor.spec.remediation.emergency_checkpoint_timeout)
         sidecars, token = self._sidecars(monitor)
         healthy = {sc.pod: sc for sc in sidecars if sc.node not in _avoid(params)}
+        faulty = [sc for sc in sidecars if sc.node in _avoid(params)]
         if not healthy:
             return "no healthy sidecar to ask for a checkpoint"
         views, errors = self._each(
@@ -846,6 +849,7 @@ class Executor:
         moved = {p: (_trainer_step(views[p]), self.clock()) for p in waiting}
         # per rank: its trainer's step and when the operator last saw it change
         stuck = ""
+        lost = bool(_avoid(params)) and self._peer_lost(faulty, token)
         while len(reached) < len(waiting) and self.clock() < deadline:
             self.sleep(self.poll_interval)
             self._unless_stopping()
@@ -863,7 +867,8 @@ class Executor:
                 if step is not None and done(view):
                     reached[pod] = step
             left = sorted(set(waiting) - set(reached))
-            if left and all(_cannot_save(latest[p], *moved[p], self.clock()) for p in left):
+            lost = lost or (bool(_avoid(params)) and self._peer_lost(faulty, token))
+            if left and all(_cannot_save(latest[p], *moved[p], self.clock(), lost=lost) for p in left):
                 stuck = (f"; no step from {_names(left)} for {max(self.clock() - moved[p][1] for p in left):.0f}s"
                          " (a gang stuck on its lost peer cannot save): not waiting further")  # fmt: skip
                 break
@@ -1009,6 +1014,17 @@ class Executor:
         if without := [p for p in gang if not _launcher_alive(views[p])]:
             return views, f"no live trainguard launch in {_names(without)}"
         return views, ""
+
+    def _peer_lost(self, faulty: list[Sidecar], token: str) -> bool:
+        """Whether a rank on the faulty node is gone: no sidecar left there, one that does not answer (a
+        dead node), or one whose launcher reports its trainer exited."""
+        if not faulty:
+            return True
+        views, errors = self._each(faulty, partial(self._read_view, token=token))
+        return bool(errors) or any(
+            isinstance(v.get("launcher"), dict) and v["launcher"].get("state") in ("waiting", "gone")
+            for v in views.values()
+        )
 
     def _read_view(self, sc: Sidecar, *, token: str) -> dict[str, Any]:
         return self.cluster.read_control(sc.base_url, token)
