@@ -82,6 +82,7 @@ from e2e.launched import (  # noqa: E402
     cold_launch_command,
     generations,
     launch_command,
+    rendezvous_port,
     resumed,
     trainer_command,
 )
@@ -90,7 +91,7 @@ from e2e.nodes import restore  # noqa: E402
 from e2e.pipeline import FINAL, JOB, Sink, exporter_step, inject, objects  # noqa: E402
 from e2e.podprocesses import PodProcesses, PodRun  # noqa: E402
 from e2e.receiver import records  # noqa: E402
-from tests.processes import free_port, http_json, wait_for  # noqa: E402
+from tests.processes import http_json, wait_for  # noqa: E402
 
 STAGES = ("cordon", "action", "done", "resumed")
 IN_PLACE, COLD, GANG, NO_LAUNCHER = "in place", "in place, cold", "gang restart", "no launcher"
@@ -165,7 +166,7 @@ def one(cluster: Cluster, case: Case, workdir: Path) -> dict[str, float]:
         spare_node(cluster)
     cluster.apply([monitor, policy])
     wait_for("monitor Ready", lambda: ready(cluster, ns), timeout=60)
-    cluster.apply(owner.objects(ns, free_port()))
+    cluster.apply(owner.objects(ns, rendezvous_port()))
     try:
         with PodProcesses(
             cluster.api, ns, owner.label_selector, workdir, command=case.command, step_delay=STEP_DELAY_S

@@ -243,7 +243,7 @@ class Cluster:
         log = (self.workdir / "fake-kubelet.log").open("ab")
         proc = subprocess.Popen(
             [sys.executable, "-m", "e2e.controlplane.fakekubelet", "--kubeconfig", str(self.kubeconfig),
-             "--nodes", str(count), "--prefix", prefix],
+             "--nodes", str(count), "--prefix", prefix, "--control-dir", str(self.workdir / "kubelet")],
             stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
         )  # fmt: skip
         wait_for(

@@ -18,7 +18,9 @@ the generation, and the trainer rendezvouses at MASTER_PORT + generation.
 
 from __future__ import annotations
 
+import random
 import re
+import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +32,7 @@ from e2e.controlplane.fakekubelet import parse_rfc3339_ns
 from e2e.monitors import ready
 from e2e.pipeline import JOB, Sink, exporter_step, job, objects
 from e2e.podprocesses import COMPLETION_INDEX, JOBSET_INDEX, PodProcesses, PodRun
-from tests.processes import free_port, wait_for
+from tests.processes import wait_for
 
 WORLD = 2
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -153,6 +155,42 @@ TRAINJOB_OWNER = Owner(
 )
 
 
+RENDEZVOUS_SPAN = 16
+"""The ports a gang's stores may take: MASTER_PORT + generation, generations 0 to 15."""
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("", port))  # every address, as a TCPStore listens
+        except OSError:
+            return False
+        return True
+
+
+def rendezvous_port(span: int = RENDEZVOUS_SPAN) -> int:
+    """A MASTER_PORT whose `span` ports from it are free now and below the kernel's ephemeral range
+    (ip_local_port_range), so that nothing on this machine takes one of them later by itself: a later
+    generation's store listens on MASTER_PORT + generation, minutes after the gang started, while other
+    processes bind port 0 (free_port) and connect out. Worse, a rank that keeps trying to connect to a
+    store not yet up, at a port of that range, can be given that very port as its source port and
+    connect to itself (TCP self-connect on loopback): the store's rank 0 then fails to listen
+    (EADDRINUSE), as seen with a replacement rank 0 that started cold."""
+    high = _ephemeral_low() - span
+    for _ in range(200):
+        port = random.randrange(10_000, high)
+        if all(_free(p) for p in range(port, port + span)):
+            return port
+    raise RuntimeError(f"no {span} free ports in a row between 10000 and {high + span}")
+
+
 def trainer_command(checkpoints: Path) -> list[str]:
     """The trainer itself, with this interpreter (`python examples/train_ddp.py` in the pod spec)."""
     return [sys.executable, "examples/train_ddp.py", "--step-delay", str(STEP_DELAY_S), "--checkpoint-dir",
@@ -187,7 +225,7 @@ def start_gang(
     monitor["spec"]["workloadRef"] = {"kind": owner.kind, "name": JOB}
     cluster.apply([monitor, policy])  # first: the webhook gives the pods their sidecars at creation
     wait_for("monitor Ready", lambda: ready(cluster, ns), timeout=60)
-    cluster.apply(owner.objects(ns, free_port()))
+    cluster.apply(owner.objects(ns, rendezvous_port()))
     pods = PodProcesses(
         cluster.api, ns, owner.label_selector, workdir, command=launch_command, fastpath=fastpath
     ).__enter__()
@@ -262,6 +300,7 @@ __all__ = [
     "first_step_at",
     "generations",
     "launch_command",
+    "rendezvous_port",
     "resumed",
     "start_gang",
     "trainer_command",

@@ -13,6 +13,12 @@ things are added for tests: fault injection on the exporter, and a checkpoint di
 shared across pod restarts, as a job's shared filesystem would be. A pod that is deleted has its
 processes stopped, as the kubelet would.
 
+A node death (`freeze`): every process of the pods on a node, the launchers' trainers included, is sent
+SIGSTOP, so it neither answers nor exits and its TCP connections (the gloo gang's) stay open, as on a
+machine that died. Each pod's exporter and trainer run in a session of their own (as the launcher runs
+its trainer), so that stopping their process groups stops nothing else. A frozen pod that is deleted
+has its processes killed at once (SIGKILL, which a stopped process takes): nothing would answer SIGTERM.
+
 Their output goes where a container runtime's would too: each line, timestamped as it is read, into a
 CRI log file under the directory the fake kubelet publishes on the node (POD_LOG_DIR), which it serves
 as the pod's container logs through the apiserver; and, as it is, into trainer.log / exporter.log.
@@ -21,6 +27,7 @@ as the pod's container logs through the apiserver; and, as it is, into trainer.l
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import shutil
 import signal
@@ -67,6 +74,8 @@ class PodRun:
     cri_dir: Path | None = None
     """This pod's CRI log folder (namespace_pod_uid) when the node publishes one."""
     started: float = field(default_factory=time.time)
+    frozen: set[int] = field(default_factory=set)
+    """The process groups `freeze` stopped (empty: the pod runs)."""
 
     @property
     def url(self) -> str:
@@ -132,9 +141,49 @@ def _pump(stream: IO[bytes], name: str, raw: IO[bytes], cri: IO[bytes] | None, l
                 cri.flush()
 
 
+def _children() -> dict[int, list[int]]:
+    """Every process's children, from /proc (ppid is the 4th field of /proc/PID/stat, after the name)."""
+    out: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        out.setdefault(ppid, []).append(int(entry.name))
+    return out
+
+
+STOPPED_STATES = ("T", "t", "Z", "X", "gone")
+"""Process states (/proc/PID/stat) of a process that runs no more: stopped, traced, a zombie, dead."""
+
+
+def process_state(pid: int) -> str:
+    """The state letter of /proc/PID/stat (T: stopped), or "gone"."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return "gone"
+    return stat[stat.rindex(")") + 2]
+
+
+def descendants(roots: list[int]) -> set[int]:
+    """`roots` and every process below them."""
+    children, seen, todo = _children(), set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in seen:
+            seen.add(pid)
+            todo.extend(children.get(pid, []))
+    return seen
+
+
 def _spawn_logged(cmd: list[str], raw: Path, cri: Path | None, **kw: Any) -> subprocess.Popen[bytes]:
-    """A process whose stdout and stderr are pumped into `raw` as they come and, timestamped, into `cri`."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+    """A process whose stdout and stderr are pumped into `raw` as they come and, timestamped, into `cri`;
+    in a session of its own (`freeze` stops its process group)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, **kw)
     raw_f = raw.open("ab")
     cri_f = None
     if cri is not None:
@@ -226,6 +275,7 @@ class PodProcesses:
             for run in self.runs.values():
                 if (
                     run.trainer is None
+                    and not run.frozen
                     and run.exporter.poll() is None
                     and (run.dir / "run" / "sdk.sock").exists()
                 ):
@@ -326,18 +376,52 @@ class PodProcesses:
         )  # fmt: skip
 
     def _stop(self, run: PodRun) -> None:
-        for proc in (run.trainer, run.exporter):
-            if proc is not None and proc.poll() is None:
+        procs = [p for p in (run.trainer, run.exporter) if p is not None]
+        if run.frozen:  # a dead node's processes: nothing would answer SIGTERM
+            for pgid in run.frozen:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pgid, signal.SIGKILL)
+        for proc in procs:
+            if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        for proc in (run.trainer, run.exporter):
-            if proc is None:
-                continue
+        for proc in procs:
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
         self.finished.append(run)
+
+    def freeze(self, node: str, timeout: float = 10) -> list[PodRun]:
+        """A node death: SIGSTOP to the process groups of every process of the pods on `node` (exporter,
+        launcher, its trainer and warm trainer), again until no new one appears (a launcher may have been
+        forking) and every one of them is stopped (a signal is taken when the process next runs).
+        Returns those pods' runs; they are killed when their pods are deleted."""
+        me = os.getpgrp()
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            runs = [r for r in self.runs.values() if r.node == node]
+            while True:
+                groups: dict[int, PodRun] = {}
+                pids = set()
+                for run in runs:
+                    for pid in descendants([p.pid for p in (run.exporter, run.trainer) if p is not None]):
+                        with contextlib.suppress(ProcessLookupError):
+                            groups.setdefault(os.getpgid(pid), run)
+                            pids.add(pid)
+                if me in groups:
+                    raise RuntimeError(f"a process of a pod on {node} is in the runner's own process group")
+                new = {g: r for g, r in groups.items() if g not in r.frozen}
+                for pgid, run in new.items():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(pgid, signal.SIGSTOP)
+                        run.frozen.add(pgid)
+                running = sorted(p for p in pids if process_state(p) not in STOPPED_STATES)
+                if not new and not running:
+                    return runs
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"processes {running} of the pods on {node} did not stop")
+                time.sleep(0.01)
 
     # ---- what tests ask ----
 

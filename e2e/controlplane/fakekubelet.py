@@ -12,7 +12,14 @@ write: CRI log files under the directory it publishes in each node's POD_LOG_DIR
 local pod runner writes (e2e/podprocesses.py). The query is handled as the kubelet's kuberuntime logs
 do: since = the later of now - sinceSeconds and sinceTime, older lines skipped; tailLines; timestamps
 prefix each line with its RFC3339 time (nanoseconds, fixed width); limitBytes cuts the output, even
-mid-line. follow and previous are not served (a 400 says so)."""
+mid-line. follow and previous are not served (a 400 says so).
+
+A stopped kubelet, for a node death: with a control folder (--control-dir, published in each node's
+CONTROL_DIR annotation), the nodes named in its `stopped` file, one a line, get no heartbeat (no Lease
+renewal, no Ready status) and their pods nothing (no Running status, no finished deletion), as a node
+whose kubelet died. The kubelet reads the file every TICK_S and writes the set it now skips to `stopped.ack`
+after that pass, so a test knows when its word took effect (e2e/nodes.py's `kubelet_stopped`). A node taken
+off the file gets its Lease renewed, Ready posted and its pods handled again in the next pass."""
 
 from __future__ import annotations
 
@@ -37,6 +44,15 @@ FAKE_LABEL = "trainguard.io/fake-node"
 POD_LOG_DIR = "trainguard.io/fake-pod-log-dir"
 """Node annotation: where the container runtime (the local pod runner) writes CRI log files, as
 {dir}/{namespace}_{pod}_{uid}/{container}/0.log, the layout of /var/log/pods."""
+CONTROL_DIR = "trainguard.io/fake-kubelet-control-dir"
+"""Node annotation: the folder whose `stopped` file names the nodes whose kubelet is stopped."""
+STOPPED, STOPPED_ACK = "stopped", "stopped.ack"
+TICK_S = 0.5
+"""How often the heartbeat loop reads the control folder."""
+RENEW_S = 5.0
+"""How often a Lease is renewed (a real kubelet renews every 10 s)."""
+READY_S = 30.0
+"""How often the Ready condition is posted (a real kubelet: nodeStatusReportFrequency, 5 min)."""
 
 
 def now() -> dt.datetime:
@@ -111,7 +127,12 @@ def log_path(root: Path, namespace: str, pod: str, uid: str, container: str) -> 
 
 class FakeKubelet:
     def __init__(
-        self, api: client.ApiClient, names: list[str], log_dir: Path | None = None, pod_network: int = 1
+        self,
+        api: client.ApiClient,
+        names: list[str],
+        log_dir: Path | None = None,
+        pod_network: int = 1,
+        control_dir: Path | None = None,
     ) -> None:
         if not 1 <= pod_network <= 254:
             raise ValueError(f"pod_network {pod_network}: pod IPs are 127.<pod_network>.x.y, so 1 to 254")
@@ -126,6 +147,9 @@ class FakeKubelet:
         self.log_dir = log_dir
         self.port = 0
         """The kubelet endpoint's port (0: no log server)."""
+        self.control_dir = control_dir
+        self.stopped: frozenset[str] = frozenset()
+        """The nodes whose kubelet is stopped (the control folder's `stopped` file)."""
 
     # ---- nodes ----------------------------------------------------------------------------------
 
@@ -169,7 +193,7 @@ class FakeKubelet:
                         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
                         FAKE_LABEL: "true",
                     },
-                    "annotations": {POD_LOG_DIR: str(self.log_dir)} if self.log_dir else {},
+                    "annotations": self._annotations(),
                 },
             }
             try:
@@ -177,37 +201,82 @@ class FakeKubelet:
             except ApiException as exc:
                 if exc.status != 409:
                     raise
-                if self.log_dir:
-                    self.core.patch_node(
-                        name, {"metadata": {"annotations": {POD_LOG_DIR: str(self.log_dir)}}}
-                    )
+                if self._annotations():
+                    self.core.patch_node(name, {"metadata": {"annotations": self._annotations()}})
             self.core.patch_node_status(name, {"status": self._status()})
             log(f"node {name} registered with {GPU_RESOURCE}: 8")
 
+    def _annotations(self) -> dict[str, str]:
+        out = {POD_LOG_DIR: str(self.log_dir)} if self.log_dir else {}
+        if self.control_dir:
+            out[CONTROL_DIR] = str(self.control_dir)
+        return out
+
+    def _read_stopped(self) -> frozenset[str]:
+        if self.control_dir is None:
+            return frozenset()
+        try:
+            text = (self.control_dir / STOPPED).read_text()
+        except FileNotFoundError:
+            return frozenset()
+        return frozenset(line.strip() for line in text.splitlines() if line.strip()) & self.names
+
     def heartbeat_loop(self) -> None:
-        last_status = 0.0
+        renewed: dict[str, float] = {}
+        reported: dict[str, float] = {}
         while not self.stop.is_set():
-            for name in sorted(self.names):
-                lease = {
-                    "metadata": {"name": name, "namespace": "kube-node-lease"},
-                    "spec": {
-                        "holderIdentity": name,
-                        "leaseDurationSeconds": 40,
-                        "renewTime": now().strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-                    },
-                }
-                try:
-                    self.coord.replace_namespaced_lease(name, "kube-node-lease", self._with_rv(name, lease))
-                except ApiException as exc:
-                    if exc.status == 404:
-                        self.coord.create_namespaced_lease("kube-node-lease", lease)
-                    else:
-                        log(f"lease {name}: {exc.reason}")
-            if time.monotonic() - last_status > 30:
-                for name in sorted(self.names):
+            stopped = self._read_stopped()
+            for name in sorted(self.stopped - stopped):  # back: a heartbeat now, and its pods handled
+                renewed.pop(name, None)
+                reported.pop(name, None)
+            if stopped != self.stopped:
+                log(f"kubelet stopped on {sorted(stopped) or 'no node'}")
+            resumed, self.stopped = self.stopped - stopped, stopped
+            for name in sorted(self.names - stopped):
+                if time.monotonic() - renewed.get(name, -RENEW_S) >= RENEW_S:
+                    self._renew(name)
+                    renewed[name] = time.monotonic()
+                if time.monotonic() - reported.get(name, -READY_S) >= READY_S:
                     self._patch_ready(name)
-                last_status = time.monotonic()
-            self.stop.wait(5)
+                    reported[name] = time.monotonic()
+            for name in sorted(resumed):
+                self._resync_pods(name)
+            if self.control_dir is not None and self._read_ack() != stopped:
+                (self.control_dir / STOPPED_ACK).write_text("".join(f"{n}\n" for n in sorted(stopped)))
+            self.stop.wait(TICK_S)
+
+    def _read_ack(self) -> frozenset[str] | None:
+        assert self.control_dir is not None
+        try:
+            text = (self.control_dir / STOPPED_ACK).read_text()
+        except FileNotFoundError:
+            return None
+        return frozenset(line.strip() for line in text.splitlines() if line.strip())
+
+    def _renew(self, name: str) -> None:
+        lease = {
+            "metadata": {"name": name, "namespace": "kube-node-lease"},
+            "spec": {
+                "holderIdentity": name,
+                "leaseDurationSeconds": 40,
+                "renewTime": now().strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            },
+        }
+        try:
+            self.coord.replace_namespaced_lease(name, "kube-node-lease", self._with_rv(name, lease))
+        except ApiException as exc:
+            if exc.status == 404:
+                self.coord.create_namespaced_lease("kube-node-lease", lease)
+            else:
+                log(f"lease {name}: {exc.reason}")
+
+    def _resync_pods(self, name: str) -> None:
+        """A kubelet back from the dead handles its node's pods as they are now."""
+        try:
+            for pod in self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items:
+                self.handle_pod(pod)
+        except ApiException as exc:
+            log(f"pods of {name}: {exc.reason}")
 
     def _with_rv(self, name: str, lease: dict[str, Any]) -> dict[str, Any]:
         current = self.coord.read_namespaced_lease(name, "kube-node-lease")
@@ -255,7 +324,7 @@ class FakeKubelet:
         }  # fmt: skip
 
     def handle_pod(self, pod: client.V1Pod) -> None:
-        if pod.spec.node_name not in self.names:
+        if pod.spec.node_name not in self.names or pod.spec.node_name in self.stopped:
             return
         ns, name = pod.metadata.namespace, pod.metadata.name
         try:
@@ -365,6 +434,11 @@ def main() -> None:
     parser.add_argument("--tls-key", type=Path)
     parser.add_argument("--client-ca", type=Path, help="the CA of the apiserver's kubelet client certificate")
     parser.add_argument(
+        "--control-dir",
+        type=Path,
+        help="where a test names the nodes whose kubelet is stopped (file `stopped`, one name a line)",
+    )
+    parser.add_argument(
         "--pod-network",
         type=int,
         default=1,
@@ -373,8 +447,14 @@ def main() -> None:
     args = parser.parse_args()
     api = config.new_client_from_config(args.kubeconfig)
     kubelet = FakeKubelet(
-        api, [f"{args.prefix}{i}" for i in range(args.nodes)], args.pod_log_dir, args.pod_network
+        api,
+        [f"{args.prefix}{i}" for i in range(args.nodes)],
+        args.pod_log_dir,
+        args.pod_network,
+        args.control_dir,
     )
+    if args.control_dir:
+        args.control_dir.mkdir(parents=True, exist_ok=True)
     if args.tls_cert and args.tls_key and args.client_ca and args.pod_log_dir:
         args.pod_log_dir.mkdir(parents=True, exist_ok=True)
         kubelet.serve_logs(args.tls_cert, args.tls_key, args.client_ca)

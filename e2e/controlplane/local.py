@@ -253,7 +253,7 @@ class LocalControlPlane:
             sys.executable, "-m", "e2e.controlplane.fakekubelet", "--kubeconfig", str(self.kubeconfig),
             "--nodes", str(self.nodes), "--pod-log-dir", str(d / "pod-logs"), "--tls-cert", str(d / "kubelet.crt"),
             "--tls-key", str(d / "kubelet.key"), "--client-ca", str(d / "ca.crt"),
-            "--pod-network", str(self.pod_network),
+            "--pod-network", str(self.pod_network), "--control-dir", str(d / "kubelet"),
         ])  # fmt: skip
         self._wait_cluster_usable()
         log(
