@@ -1,25 +1,30 @@
-"""A node fault of a JobSet gang whose pods run `trainguard launch`, end to end on the local control plane
-with the real JobSet controller v0.11.1: a 2-rank torch.distributed gang (DDP over gloo on CPU,
-examples/train_ddp.py, e2e/launched.py), its exporters run from the pods' specs. A fatal XID on rank 0's
-node (the rank that hosts the rendezvous store) reaches the operator by the sidecar's fast path; the
-record confirms it, cordons and taints the node, takes the healthy rank's emergency checkpoint, replaces
-only rank 0's pod through the JobSet (its child Job recreated, nothing counted against maxRestarts) onto
-the warm spare, restarts the healthy rank's trainer in place as a new generation, and the replacement's
-first trainer joins that generation (its sidecar holds it from the resume-from pointer). Both ranks'
-first step after it is the checkpoint's step + 1; the healthy rank's pod is never replaced."""
+"""A node fault of a gang whose pods run `trainguard launch`, end to end on the local control plane with the
+real controllers: a 2-rank torch.distributed gang (DDP over gloo on CPU, examples/train_ddp.py,
+e2e/launched.py), its exporters run from the pods' specs, as a JobSet (JobSet v0.11.1) and as a
+PyTorchJob (training-operator v1.9.3). A fatal XID on rank 0's node (the rank that hosts the rendezvous
+store) reaches the operator by the sidecar's fast path; the record confirms it, cordons and taints the
+node, takes the healthy rank's emergency checkpoint, replaces only rank 0's pod through the owner (the
+JobSet's child Job recreated, nothing counted against maxRestarts; the PyTorchJob's pod evicted and
+recreated under its name by the training-operator, nothing counted against backoffLimit) onto the warm
+spare, restarts the healthy rank's trainer in place as a new generation, and the replacement's first
+trainer joins that generation (its sidecar holds it from the resume-from pointer). Both ranks' first
+step after it is the checkpoint's step + 1; the healthy rank's pod is never replaced."""
 
 from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from e2e.cluster import Cluster
-from e2e.launched import JOB, JOBSET_OWNER, logs, resumed, start_gang
+from e2e.controlplane.controllers import Controller
+from e2e.launched import JOB, JOBSET_OWNER, PYTORCH_API, PYTORCHJOB_OWNER, Owner, logs, resumed, start_gang
 from e2e.pipeline import exporter_step, finished, inject
+from e2e.podprocesses import PodRun
 from e2e.receiver import records
 from e2e.test_workload_owners import jobsets  # noqa: F401 - the fixture: the JobSets' teardown
 from tests.processes import wait_for
@@ -41,6 +46,66 @@ def step(record: dict[str, Any], kind: str) -> dict[str, Any]:
     return next(s for s in record["steps"] if s["kind"] == kind)
 
 
+def rejoined_after_a_fault_on_rank_0(
+    operator: Cluster,
+    ns: str,
+    workdir: Path,
+    spare: str,
+    *,
+    owner: Owner,
+    counted_nothing: Callable[[], None],
+) -> tuple[PodRun, PodRun]:
+    """The gang of `owner` started, a fatal XID on rank 0's node, and the record checked: only rank 0's pod
+    replaced (onto `spare`, at the same rank), the healthy rank restarted in place, both ranks' first step
+    the checkpoint's step + 1, the node cordoned and tainted, and `counted_nothing()` (it asserts the owner
+    counted no failure or restart). The faulty rank's pod and its replacement."""
+    pods = start_gang(operator, ns, workdir, owner=owner)
+    with pods:
+        faulty, healthy = sorted(pods.running(), key=lambda r: r.rank)
+        t0 = time.monotonic()
+        inject(faulty, "xid-79")
+        try:
+            (record,) = finished(operator, ns, timeout=120)
+        except (AssertionError, ValueError) as exc:
+            raise AssertionError(f"{exc}\nrecords: {records(operator, ns)}\n{logs(pods)}") from None
+        done_s = time.monotonic() - t0
+        assert record["phase"] == "Succeeded", f"{record}\n{logs(pods)}"
+        assert [s["kind"] for s in record["steps"]] == STEPS, record
+        generation = step(record, "RestartInPlace")["progress"]["generation"]
+        found = re.search(r"restarted in place from step (\d+)", step(record, "RestartInPlace")["detail"])
+        assert found, record
+        ckpt = int(found.group(1))
+
+        def joined() -> dict[str, dict[str, Any]]:
+            runs = pods.running()
+            return resumed(runs, generation) if len(runs) == 2 else {}
+
+        try:
+            gen = wait_for(f"both ranks' generation {generation} at its first step", joined, timeout=60)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{record}\n{logs(pods)}") from None
+        resumed_s = time.monotonic() - t0
+        for name, g in gen.items():
+            assert g["resumed"] == ckpt and g["first"] == ckpt + 1, (name, g, ckpt)
+        now = {r.uid: r for r in pods.running()}
+        assert healthy.uid in now, "the healthy rank's pod was not replaced"
+        (new,) = [r for r in now.values() if r.uid != healthy.uid]
+        assert new.uid != faulty.uid and new.node == spare, (new.node, faulty.node, spare)
+        assert new.rank == faulty.rank
+        counted_nothing()
+        node = operator.core.read_node(faulty.node)
+        assert node.spec.unschedulable and any(
+            t.key == "trainguard.io/faulty" for t in node.spec.taints or []
+        )
+        wait_for("training going on past the restart", lambda: min(exporter_step(r) for r in pods.running())
+                 > ckpt + 5, timeout=60)  # fmt: skip
+        counted_nothing()
+        print(f"\n{owner.kind}: node fault on {faulty.node} -> record done in {done_s:.1f}s, both ranks resumed in "
+              f"{resumed_s:.1f}s (generation {generation} from step {ckpt}, {faulty.name} replaced by {new.name} on "
+              f"{new.node}); steps: " + "; ".join(f"{s['kind']}: {s['detail'][:120]}" for s in record["steps"]))  # fmt: skip
+    return faulty, new
+
+
 @pytest.mark.usefixtures("jobset_controller")
 class TestJobSetRejoin:
     def test_a_node_fault_replaces_one_pod_and_the_healthy_rank_restarts_in_place(
@@ -51,48 +116,47 @@ class TestJobSetRejoin:
         spare: str,
         tmp_path: Path,
     ) -> None:
-        ns = jobsets
-        pods = start_gang(operator, ns, tmp_path, owner=JOBSET_OWNER)
-        with pods:
-            faulty, healthy = sorted(pods.running(), key=lambda r: r.rank)
-            t0 = time.monotonic()
-            inject(faulty, "xid-79")
-            try:
-                (record,) = finished(operator, ns, timeout=120)
-            except (AssertionError, ValueError) as exc:
-                raise AssertionError(f"{exc}\nrecords: {records(operator, ns)}\n{logs(pods)}") from None
-            done_s = time.monotonic() - t0
-            assert record["phase"] == "Succeeded", f"{record}\n{logs(pods)}"
-            assert [s["kind"] for s in record["steps"]] == STEPS, record
-            generation = step(record, "RestartInPlace")["progress"]["generation"]
-            found = re.search(r"restarted in place from step (\d+)", step(record, "RestartInPlace")["detail"])
-            assert found, record
-            ckpt = int(found.group(1))
-
-            def joined() -> dict[str, dict[str, Any]]:
-                runs = pods.running()
-                return resumed(runs, generation) if len(runs) == 2 else {}
-
-            try:
-                gen = wait_for(f"both ranks' generation {generation} at its first step", joined, timeout=60)
-            except AssertionError as exc:
-                raise AssertionError(f"{exc}\n{record}\n{logs(pods)}") from None
-            resumed_s = time.monotonic() - t0
-            for name, g in gen.items():
-                assert g["resumed"] == ckpt and g["first"] == ckpt + 1, (name, g, ckpt)
-            now = {r.uid: r for r in pods.running()}
-            assert healthy.uid in now, "the healthy rank's pod was not replaced"
-            (new,) = [r for r in now.values() if r.uid != healthy.uid]
-            assert new.uid != faulty.uid and new.node == spare, (new.node, faulty.node, spare)
-            assert new.rank == faulty.rank
-            status = operator.get("jobset.x-k8s.io/v1alpha2", "JobSet", ns, JOB) or {}
+        def counted_nothing() -> None:
+            status = operator.get("jobset.x-k8s.io/v1alpha2", "JobSet", jobsets, JOB) or {}
             assert (status.get("status") or {}).get("restarts", 0) == 0, "nothing counted against maxRestarts"
-            node = operator.core.read_node(faulty.node)
-            assert node.spec.unschedulable and any(
-                t.key == "trainguard.io/faulty" for t in node.spec.taints or []
+
+        rejoined_after_a_fault_on_rank_0(
+            operator, jobsets, tmp_path, spare, owner=JOBSET_OWNER, counted_nothing=counted_nothing
+        )
+
+
+@pytest.fixture
+def pytorchjobs(cluster: Cluster, training_operator_controller: Controller, ns: str) -> Iterator[str]:
+    """The namespace, whose PyTorchJobs are deleted after the test and their pods waited out (the ns
+    fixture deletes pods, which a running PyTorchJob would only recreate, holding the fake GPUs)."""
+    yield ns
+    for pj in cluster.custom.list_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs")["items"]:
+        cluster.custom.delete_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", pj["metadata"]["name"],
+                                                       propagation_policy="Foreground")  # fmt: skip
+    wait_for("the PyTorchJobs' pods gone", lambda: not cluster.core.list_namespaced_pod(
+        ns, label_selector="training.kubeflow.org/job-name").items, timeout=60)  # fmt: skip
+
+
+class TestPyTorchJobRejoin:
+    def test_a_node_fault_replaces_one_pod_and_the_healthy_rank_restarts_in_place(
+        self, operator: Cluster, pytorchjobs: str, clean_nodes: None, spare: str, tmp_path: Path
+    ) -> None:
+        def counted_nothing() -> None:
+            """What the training-operator counts against runPolicy.backoffLimit: its Running pods' container
+            restarts (none), and a failed pod while the job runs (it would fail it past the limit: never
+            Failed). It may say Restarting while the evicted pod terminates; that counts nothing."""
+            job = operator.get(PYTORCH_API, "PyTorchJob", pytorchjobs, JOB) or {}
+            conditions = {c["type"]: c["status"] for c in (job.get("status") or {}).get("conditions") or []}
+            assert conditions.get("Failed") != "True" and conditions.get("Succeeded") != "True", conditions
+            pods = operator.core.list_namespaced_pod(
+                pytorchjobs, label_selector=PYTORCHJOB_OWNER.label_selector
             )
-            wait_for("training going on past the restart", lambda: min(exporter_step(r) for r in pods.running())
-                     > ckpt + 5, timeout=60)  # fmt: skip
-            print(f"\nnode fault on {faulty.node} -> record done in {done_s:.1f}s, both ranks resumed in "
-                  f"{resumed_s:.1f}s (generation {generation} from step {ckpt}); steps: "
-                  + "; ".join(f"{s['kind']}: {s['detail'][:120]}" for s in record["steps"]))  # fmt: skip
+            restarts = [c.restart_count for p in pods.items for c in p.status.container_statuses or []]
+            assert not any(restarts), restarts
+
+        faulty, new = rejoined_after_a_fault_on_rank_0(
+            operator, pytorchjobs, tmp_path, spare, owner=PYTORCHJOB_OWNER, counted_nothing=counted_nothing
+        )
+        assert new.name == faulty.name == f"{JOB}-master-0", (
+            "recreated under its name by the training-operator"
+        )
