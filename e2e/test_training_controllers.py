@@ -338,9 +338,10 @@ def said(status: dict[str, Any]) -> list[tuple[str, str]]:
 class TestPyTorchJobPodReplacement:
     """What the training-operator v1.9.3 does when one pod of a running PyTorchJob (restartPolicy
     OnFailure, runPolicy.backoffLimit 0: any failure it counts fails the job) goes, the ways trainguard's
-    ReplacePod removes it: the pod is recreated under its name at once, and the job counts no failure,
-    unless the pod was Failed first. A Failed pod is a new failure against backoffLimit (with 0 the job
-    fails), so trainguard never marks a PyTorchJob's pod Failed (kube/workloads.py: Workload.marks_failed)."""
+    ReplacePod removes it: the pod is recreated under its name at once, and the job never fails (it may
+    say Restarting for a moment: nothing that backoffLimit counts), unless the pod was Failed first. A
+    Running pod turned Failed is a new failure against backoffLimit (with 0 the job fails), so trainguard
+    never marks a PyTorchJob's pod Failed (kube/workloads.py: Workload.marks_failed)."""
 
     @pytest.fixture
     def job(self, cluster: Cluster, training_operator_controller: Controller, ns: str) -> str:
@@ -416,7 +417,8 @@ class TestPyTorchJobPodReplacement:
         self, cluster: Cluster, job: str
     ) -> None:
         """A dead node's pod, force-deleted by trainguard without a Failed phase (what it does for a
-        PyTorchJob): the training-operator recreates it under its name and counts nothing."""
+        PyTorchJob): the training-operator recreates it under its name, and the job never fails (in some
+        runs it says Restarting for a moment, and counts the pod failed in replicaStatuses while it goes)."""
         ns = job
         for name in ("ddp-master-0", "ddp-worker-0"):
             uid = self.running(cluster, ns)[name]

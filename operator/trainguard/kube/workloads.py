@@ -147,7 +147,7 @@ class Workload:
         """Whether a dead node's pod is marked Failed (DisruptionTarget) before it is forced off: a Job's,
         so that its podFailurePolicy can Ignore the loss; not a PyTorchJob's, whose training-operator
         counts a pod Failed while it runs as a new failure against runPolicy.backoffLimit (with 0 it
-        fails the job), and recreates a pod that is only deleted at once, counting nothing
+        fails the job), and recreates a pod that is only deleted at once, counting it against nothing
         (e2e/test_training_controllers.py, TestPyTorchJobPodReplacement)."""
         return self.kind != "PyTorchJob"
 
