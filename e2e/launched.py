@@ -1,8 +1,8 @@
 """A 2-rank torch.distributed gang whose every pod runs its trainer under `trainguard launch`, on the
 local control plane: examples/train_ddp.py (DDP over gloo on CPU) as the trainer, what runs it (a batch
-Job, or a Kubeflow TrainJob on a TrainingRuntime that allows restarts), the pod runner's command for it,
-and what the trainers' logs say about each generation. Shared by e2e/test_restart_in_place.py and
-bench/restart_in_place.py.
+Job, a JobSet, a Kubeflow TrainJob on a TrainingRuntime that allows restarts, or a PyTorchJob), the pod
+runner's command for it, and what the trainers' logs say about each generation. Shared by
+e2e/test_restart_in_place.py, e2e/test_node_fault_rejoin.py and bench/restart_in_place.py.
 
 The Job gives each rank what a real one would: RANK from the completion index (a fieldRef the pod runner
 resolves), WORLD_SIZE, and MASTER_ADDR/MASTER_PORT (loopback here: every pod is a process of this
@@ -12,8 +12,11 @@ which name rank 0's pod by its headless-service hostname at port 29500. Neither 
 cluster DNS resolves the hostname on this machine, and a TCPStore listens on every address, so a fixed
 port would collide with the other e2e processes' gangs. Trainer overwrites any PET_* the runtime sets
 and refuses them in the TrainJob, so the runtime's template sets MASTER_ADDR (loopback) and MASTER_PORT
-(a free port), which the trainer reads before the PET_* ones, as it would torchrun's. The launcher adds
-the generation, and the trainer rendezvouses at MASTER_PORT + generation.
+(a free port), which the trainer reads before the PET_* ones, as it would torchrun's. A PyTorchJob's
+ranks get what the training-operator sets: RANK, WORLD_SIZE, MASTER_PORT (the Master's `pytorchjob-port`,
+a free port) and MASTER_ADDR, the Master's service name, appended after the container's env so that it
+overrides it: the pod runner gives each trainer MASTER_ADDR=127.0.0.1 instead (PodProcesses' `env`). The
+launcher adds the generation, and the trainer rendezvouses at MASTER_PORT + generation.
 """
 
 from __future__ import annotations
@@ -22,8 +25,8 @@ import random
 import re
 import socket
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -132,14 +135,41 @@ def ddp_trainjob(ns: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
+PYTORCH_API = "kubeflow.org/v1"
+
+
+def ddp_pytorchjob(ns: str, port: int) -> dict[str, Any]:
+    """The gang as a PyTorchJob of a Master and a Worker (restartPolicy OnFailure, the training-operator's
+    default; runPolicy.backoffLimit 3: trainguard restarts nothing of a PyTorchJob whose backoffLimit has
+    no restart left), each pod's `pytorch` container wrapped in `trainguard launch`, 8 (fake) GPUs per pod.
+    The training-operator sets RANK (Master 0, Worker 1), WORLD_SIZE, MASTER_PORT (the Master's
+    `pytorchjob-port`, here `port`) and MASTER_ADDR (the Master's service name, appended after the
+    container's own env, so it wins): see PYTORCHJOB_OWNER for the address."""
+
+    def replica() -> dict[str, Any]:
+        container = {"name": "pytorch", "image": "registry.invalid/llama:1", "command": list(LAUNCHED),
+                     "env": [{"name": "GLOO_SOCKET_IFNAME", "value": "lo"}],
+                     "ports": [{"name": "pytorchjob-port", "containerPort": port}],
+                     "resources": {"limits": {"nvidia.com/gpu": "8"}}}  # fmt: skip
+        return {"replicas": 1, "restartPolicy": "OnFailure", "template": {
+            "spec": {"terminationGracePeriodSeconds": 5, "containers": [container]}}}  # fmt: skip
+
+    return {
+        "apiVersion": PYTORCH_API, "kind": "PyTorchJob", "metadata": {"name": JOB, "namespace": ns},
+        "spec": {"runPolicy": {"backoffLimit": 3}, "pytorchReplicaSpecs": {"Master": replica(), "Worker": replica()}},
+    }  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Owner:
     """What runs the gang: the objects that make its pods (given the namespace and a free port for the
-    rendezvous), the monitor's workloadRef and the label that selects the pods."""
+    rendezvous), the monitor's workloadRef, the label that selects the pods, and what the pod runner gives
+    every trainer besides its container's env (PodProcesses' `env`)."""
 
     kind: str
     objects: Callable[[str, int], list[dict[str, Any]]]
     selector: dict[str, str]
+    trainer_env: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def label_selector(self) -> str:
@@ -152,6 +182,14 @@ TRAINJOB_OWNER = Owner(
     "TrainJob",
     lambda ns, port: [ddp_runtime(ns, port), ddp_trainjob(ns)],
     {"jobset.sigs.k8s.io/jobset-name": JOB},
+)
+PYTORCHJOB_OWNER = Owner(
+    "PyTorchJob",
+    lambda ns, port: [ddp_pytorchjob(ns, port)],
+    {"training.kubeflow.org/job-name": JOB},
+    # the training-operator's MASTER_ADDR (<job>-master-0, the Master's headless service) is resolved by
+    # no DNS here, every pod being a process of this machine: the trainers rendezvous on loopback instead
+    trainer_env={"MASTER_ADDR": "127.0.0.1"},
 )
 
 
@@ -227,7 +265,13 @@ def start_gang(
     wait_for("monitor Ready", lambda: ready(cluster, ns), timeout=60)
     cluster.apply(owner.objects(ns, rendezvous_port()))
     pods = PodProcesses(
-        cluster.api, ns, owner.label_selector, workdir, command=launch_command, fastpath=fastpath
+        cluster.api,
+        ns,
+        owner.label_selector,
+        workdir,
+        command=launch_command,
+        fastpath=fastpath,
+        env=owner.trainer_env,
     ).__enter__()
     try:
         wait_for(f"{WORLD} ranks past step {WARM_STEP}", lambda: len(r := pods.running()) == WORLD
@@ -292,11 +336,14 @@ __all__ = [
     "JOB",
     "JOBSET_OWNER",
     "JOB_OWNER",
+    "PYTORCHJOB_OWNER",
+    "PYTORCH_API",
     "TRAINJOB_OWNER",
     "WORLD",
     "Owner",
     "cold_launch_command",
     "ddp_jobset",
+    "ddp_pytorchjob",
     "first_step_at",
     "generations",
     "launch_command",

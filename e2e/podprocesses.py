@@ -302,13 +302,16 @@ class PodProcesses:
         args = [_local_path(a, run_dir, token_dir) for a in exporter["args"]]
         args = [f"{ip}:{port}" if a.startswith("0.0.0.0:") else a for a in args]
         annotations = meta.get("annotations") or {}
-        # the e2e gangs are one Indexed Job of N pods (a Job, a TrainJob's JobSet) or N child Jobs of one
-        # pod each (a JobSet): one of the two indexes is 0, and the rank is the other
-        rank = str(int(annotations.get(JOBSET_INDEX) or 0) + int(annotations.get(COMPLETION_INDEX) or 0))
         trainer = spec["containers"][0]  # the first container trains; its image is replaced by train_tiny.py
         trainer_env = {
             e["name"]: _local_path(_env_value(e, pod), run_dir, token_dir) for e in trainer.get("env") or []
         }
+        # the e2e gangs are one Indexed Job of N pods (a Job, a TrainJob's JobSet) or N child Jobs of one
+        # pod each (a JobSet): one of the two indexes is 0, and the rank is the other; a PyTorchJob's pod
+        # has neither, its RANK set by the training-operator in the container's env
+        indexed = JOBSET_INDEX in annotations or COMPLETION_INDEX in annotations
+        rank = str(int(annotations.get(JOBSET_INDEX) or 0) + int(annotations.get(COMPLETION_INDEX) or 0))
+        rank = rank if indexed else trainer_env.get("RANK", "0")
         cri_dir = self._cri_dir(pod)
         proc = _spawn_logged(
             [sys.executable, "-m", "trainguard.cli", *args, "--enable-fault-injection"],

@@ -1,28 +1,31 @@
-"""A node fault of a JobSet gang whose pods run `trainguard launch`, end to end on the local control plane
-with the real JobSet controller v0.11.1: a 2-rank torch.distributed gang (DDP over gloo on CPU,
-examples/train_ddp.py, e2e/launched.py), its exporters run from the pods' specs. A fatal XID on rank 0's
-node (the rank that hosts the rendezvous store) reaches the operator by the sidecar's fast path, or by
-Prometheus (the exporter scraped, the rule firing, Alertmanager posting to the operator); the record
-confirms it with the node's sidecar, cordons and taints the node, takes the healthy rank's emergency
-checkpoint, replaces only rank 0's pod through the JobSet (its child Job recreated, nothing counted
-against maxRestarts) onto the warm spare, restarts the healthy rank's trainer in place as a new
-generation, and the replacement's first trainer joins that generation (its sidecar holds it from the
-resume-from pointer). Both ranks' first step after it is the checkpoint's step + 1; the healthy rank's
-pod is never replaced."""
+"""A node fault of a gang whose pods run `trainguard launch`, end to end on the local control plane with the
+real controllers: a 2-rank torch.distributed gang (DDP over gloo on CPU, examples/train_ddp.py,
+e2e/launched.py), its exporters run from the pods' specs, as a JobSet (JobSet v0.11.1) and as a
+PyTorchJob (training-operator v1.9.3). A fatal XID on rank 0's node (the rank that hosts the rendezvous
+store) reaches the operator by the sidecar's fast path (for the JobSet also by Prometheus: the
+exporter scraped, the rule firing, Alertmanager posting to the operator); the record confirms it, cordons and taints the
+node, takes the healthy rank's emergency checkpoint, replaces only rank 0's pod through the owner (the
+JobSet's child Job recreated, nothing counted against maxRestarts; the PyTorchJob's pod evicted and
+recreated under its name by the training-operator, nothing counted against backoffLimit) onto the warm
+spare, restarts the healthy rank's trainer in place as a new generation, and the replacement's first
+trainer joins that generation (its sidecar holds it from the resume-from pointer). Both ranks' first
+step after it is the checkpoint's step + 1; the healthy rank's pod is never replaced."""
 
 from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from e2e.cluster import Cluster
-from e2e.launched import JOB, JOBSET_OWNER, WORLD, logs, resumed, start_gang
+from e2e.controlplane.controllers import Controller
+from e2e.launched import JOB, JOBSET_OWNER, PYTORCH_API, PYTORCHJOB_OWNER, WORLD, logs, resumed, start_gang
 from e2e.pipeline import Monitoring, Sink, exporter_step, finished, inject
-from e2e.podprocesses import PodProcesses
+from e2e.podprocesses import PodProcesses, PodRun
 from e2e.receiver import records
 from e2e.test_workload_owners import jobsets  # noqa: F401 - the fixture: the JobSets' teardown
 from tests.processes import wait_for
@@ -52,8 +55,18 @@ def scraped(mon: Monitoring, ns: str) -> None:
 
 
 def rejoined_after_a_fault_on_rank_0(
-    cluster: Cluster, ns: str, pods: PodProcesses, spare: str, path: str
-) -> None:
+    cluster: Cluster,
+    ns: str,
+    pods: PodProcesses,
+    spare: str,
+    *,
+    path: str,
+    counted_nothing: Callable[[], None],
+) -> tuple[dict[str, Any], PodRun, PodRun]:
+    """A fatal XID on rank 0's node, and the record checked: only rank 0's pod replaced (onto `spare`, at
+    the same rank), the healthy rank restarted in place, both ranks' first step the checkpoint's step + 1
+    from their own shards, the node cordoned and tainted, and `counted_nothing()` (it asserts the owner
+    counted no failure or restart). The record, the faulty rank's pod and its replacement."""
     faulty, healthy = sorted(pods.running(), key=lambda r: r.rank)
     t0 = time.monotonic()
     inject(faulty, "xid-79")
@@ -90,16 +103,24 @@ def rejoined_after_a_fault_on_rank_0(
     assert len(loaded) == WORLD and all("weights loaded" in ln for ln in loaded), (
         f"every rank loads its own shard of the checkpoint (never fresh weights): {loaded}"
     )
-    status = cluster.get("jobset.x-k8s.io/v1alpha2", "JobSet", ns, JOB) or {}
-    assert (status.get("status") or {}).get("restarts", 0) == 0, "nothing counted against maxRestarts"
+    counted_nothing()
     node = cluster.core.read_node(faulty.node)
     assert node.spec.unschedulable and any(t.key == "trainguard.io/faulty" for t in node.spec.taints or [])
     wait_for("training going on past the restart", lambda: min(exporter_step(r) for r in pods.running())
              > ckpt + 5, timeout=60)  # fmt: skip
+    counted_nothing()
     print(f"\n{path}: node fault on {faulty.node} -> record done in {done_s:.1f}s, both ranks resumed in "
           f"{resumed_s:.1f}s (generation {generation} from step {ckpt}); steps: "
           + "; ".join(f"{s['kind']}: {s['detail'][:120]}" for s in record["steps"]))  # fmt: skip
-    return record
+    return record, faulty, new
+
+
+def jobset_counted_nothing(cluster: Cluster, ns: str) -> Callable[[], None]:
+    def check() -> None:
+        status = cluster.get("jobset.x-k8s.io/v1alpha2", "JobSet", ns, JOB) or {}
+        assert (status.get("status") or {}).get("restarts", 0) == 0, "nothing counted against maxRestarts"
+
+    return check
 
 
 @pytest.mark.usefixtures("jobset_controller")
@@ -114,7 +135,14 @@ class TestJobSetRejoin:
     ) -> None:
         cluster = stack[0]
         with start_gang(cluster, jobsets, tmp_path, owner=JOBSET_OWNER) as pods:
-            rejoined_after_a_fault_on_rank_0(cluster, jobsets, pods, spare, "fast path")
+            rejoined_after_a_fault_on_rank_0(
+                cluster,
+                jobsets,
+                pods,
+                spare,
+                path="JobSet, fast path",
+                counted_nothing=jobset_counted_nothing(cluster, jobsets),
+            )
 
     def test_a_node_fault_by_prometheus_does_the_same(
         self,
@@ -127,6 +155,63 @@ class TestJobSetRejoin:
         cluster, mon, _ = stack
         with start_gang(cluster, jobsets, tmp_path, owner=JOBSET_OWNER, fastpath=False) as pods:
             scraped(mon, jobsets)
-            record = rejoined_after_a_fault_on_rank_0(cluster, jobsets, pods, spare, "Prometheus")
+            record, _, _ = rejoined_after_a_fault_on_rank_0(
+                cluster,
+                jobsets,
+                pods,
+                spare,
+                path="JobSet, Prometheus",
+                counted_nothing=jobset_counted_nothing(cluster, jobsets),
+            )
             # the sidecars have no fast path here: the record is the rules' (XID 79 fires both), by Alertmanager
             assert record["alert"] in ("GPUCriticalXid", "GPULost"), record
+
+
+@pytest.fixture
+def pytorchjobs(cluster: Cluster, training_operator_controller: Controller, ns: str) -> Iterator[str]:
+    """The namespace, whose PyTorchJobs are deleted after the test and their pods waited out (the ns
+    fixture deletes pods, which a running PyTorchJob would only recreate, holding the fake GPUs)."""
+    yield ns
+    for pj in cluster.custom.list_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs")["items"]:
+        cluster.custom.delete_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", pj["metadata"]["name"],
+                                                       propagation_policy="Foreground")  # fmt: skip
+    wait_for("the PyTorchJobs' pods gone", lambda: not cluster.core.list_namespaced_pod(
+        ns, label_selector="training.kubeflow.org/job-name").items, timeout=60)  # fmt: skip
+
+
+class TestPyTorchJobRejoin:
+    def test_a_node_fault_replaces_one_pod_and_the_healthy_rank_restarts_in_place(
+        self,
+        stack: tuple[Cluster, Monitoring, Sink],
+        pytorchjobs: str,
+        clean_nodes: None,
+        spare: str,
+        tmp_path: Path,
+    ) -> None:
+        operator = stack[0]
+
+        def counted_nothing() -> None:
+            """What the training-operator counts against runPolicy.backoffLimit: its Running pods' container
+            restarts (none), and a failed pod while the job runs (it would fail it past the limit: never
+            Failed). It may say Restarting while the evicted pod terminates; that counts nothing."""
+            job = operator.get(PYTORCH_API, "PyTorchJob", pytorchjobs, JOB) or {}
+            conditions = {c["type"]: c["status"] for c in (job.get("status") or {}).get("conditions") or []}
+            assert conditions.get("Failed") != "True" and conditions.get("Succeeded") != "True", conditions
+            pods = operator.core.list_namespaced_pod(
+                pytorchjobs, label_selector=PYTORCHJOB_OWNER.label_selector
+            )
+            restarts = [c.restart_count for p in pods.items for c in p.status.container_statuses or []]
+            assert not any(restarts), restarts
+
+        with start_gang(operator, pytorchjobs, tmp_path, owner=PYTORCHJOB_OWNER) as pods:
+            _, faulty, new = rejoined_after_a_fault_on_rank_0(
+                operator,
+                pytorchjobs,
+                pods,
+                spare,
+                path="PyTorchJob, fast path",
+                counted_nothing=counted_nothing,
+            )
+        assert new.name == faulty.name == f"{JOB}-master-0", (
+            "recreated under its name by the training-operator"
+        )

@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from e2e.cluster import Cluster, load_all
 from e2e.controlplane.controllers import Controller, manifests_dir
 from tests.processes import wait_for
+from trainguard.remediation.cluster import failed_status
 
 IMAGE = "busybox:1.36"
 
@@ -315,3 +316,130 @@ class TestTrainingOperator:
         assert "must have at least one container with name pytorch" in refused(
             exc, "validator.pytorchjob.training-operator.kubeflow.org"
         )
+
+
+# ---- PyTorchJob: one pod replaced ----------------------------------------------------------------------
+
+
+def pytorchjob_status(cluster: Cluster, ns: str, name: str) -> dict[str, Any]:
+    return (cluster.get("kubeflow.org/v1", "PyTorchJob", ns, name) or {}).get("status") or {}
+
+
+def said(status: dict[str, Any]) -> list[tuple[str, str]]:
+    """The conditions that hold (type, reason), and each replica type's failed count where it has one."""
+    conds = [
+        (c["type"], c.get("reason", "")) for c in status.get("conditions") or [] if c["status"] == "True"
+    ]
+    failed = [(f"{k} failed", str(v["failed"])) for k, v in (status.get("replicaStatuses") or {}).items()
+              if v.get("failed")]  # fmt: skip
+    return conds + failed
+
+
+class TestPyTorchJobPodReplacement:
+    """What the training-operator v1.9.3 does when one pod of a running PyTorchJob (restartPolicy
+    OnFailure, runPolicy.backoffLimit 0: any failure it counts fails the job) goes, the ways trainguard's
+    ReplacePod removes it: the pod is recreated under its name at once, and the job never fails (it may
+    say Restarting for a moment: nothing that backoffLimit counts), unless the pod was Failed first. A
+    Running pod turned Failed is a new failure against backoffLimit (with 0 the job fails), so trainguard
+    never marks a PyTorchJob's pod Failed (kube/workloads.py: Workload.marks_failed)."""
+
+    @pytest.fixture
+    def job(self, cluster: Cluster, training_operator_controller: Controller, ns: str) -> str:
+        body = pytorchjob("ddp")
+        body["spec"]["runPolicy"] = {"backoffLimit": 0}
+        for replica in body["spec"]["pytorchReplicaSpecs"].values():
+            replica["template"]["spec"]["containers"][0]["command"] = ["sleep", "1000"]
+        cluster.custom.create_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", body)
+        wait_for("the PyTorchJob's pods Running", lambda: len(self.running(cluster, ns)) == 2, timeout=60)
+        wait_for("the PyTorchJob Running", lambda: ("Running", "PyTorchJobRunning") in said(
+            pytorchjob_status(cluster, ns, "ddp")))  # fmt: skip
+        return ns
+
+    @staticmethod
+    def running(cluster: Cluster, ns: str) -> dict[str, str]:
+        """Name -> uid of the job's Running pods that are not being deleted."""
+        pods = cluster.core.list_namespaced_pod(ns, label_selector="training.kubeflow.org/job-name=ddp").items
+        return {p.metadata.name: p.metadata.uid for p in pods
+                if p.status.phase == "Running" and p.metadata.deletion_timestamp is None}  # fmt: skip
+
+    def replaced(
+        self, cluster: Cluster, ns: str, name: str, uid: str
+    ) -> tuple[float, list[list[tuple[str, str]]]]:
+        """Seconds until `name` runs again under another uid, and what the job's status said meanwhile
+        (read every 0.1 s, and for 3 s after)."""
+        t0, seen = time.monotonic(), []
+        deadline = t0 + 30
+        while self.running(cluster, ns).get(name) in (None, uid):
+            seen.append(said(pytorchjob_status(cluster, ns, "ddp")))
+            assert time.monotonic() < deadline, f"{name} not recreated in 30 s; the job said {seen[-3:]}"
+            time.sleep(0.1)
+        took = time.monotonic() - t0
+        for _ in range(30):
+            seen.append(said(pytorchjob_status(cluster, ns, "ddp")))
+            time.sleep(0.1)
+        return took, seen
+
+    def evict(self, cluster: Cluster, ns: str, name: str, uid: str) -> None:
+        cluster.core.create_namespaced_pod_eviction(name, ns, client.V1Eviction(
+            metadata=client.V1ObjectMeta(name=name, namespace=ns),
+            delete_options=client.V1DeleteOptions(grace_period_seconds=5, preconditions=client.V1Preconditions(uid=uid))))  # fmt: skip
+
+    def test_an_evicted_pod_is_recreated_at_once_and_no_failure_is_counted(
+        self, cluster: Cluster, job: str
+    ) -> None:
+        """The eviction off a live node, as a real kubelet ends it: the pod terminating (its deletion held by
+        a finalizer while the kubelet stops it), then Failed with the launcher's exit status on SIGTERM
+        (143), then gone. The fake kubelet ends a deleted pod at once; the finalizer and the status patch
+        do what a kubelet does in between."""
+        ns = job
+        for name in ("ddp-worker-0", "ddp-master-0"):
+            uid = self.running(cluster, ns)[name]
+            cluster.core.patch_namespaced_pod(
+                name, ns, {"metadata": {"finalizers": ["e2e.trainguard.io/hold"]}}
+            )
+            self.evict(cluster, ns, name, uid)
+            time.sleep(1)
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            cluster.core.patch_namespaced_pod_status(name, ns, {"status": {"phase": "Failed", "containerStatuses": [
+                {"name": "pytorch", "image": IMAGE, "imageID": f"fake://{IMAGE}", "ready": False, "restartCount": 0,
+                 "state": {"terminated": {"exitCode": 143, "reason": "Error", "startedAt": now, "finishedAt": now}}}]}})  # fmt: skip
+            time.sleep(1)
+            cluster.core.patch_namespaced_pod(name, ns, [{"op": "remove", "path": "/metadata/finalizers"}],
+                                              _content_type="application/json-patch+json")  # fmt: skip
+            took, seen = self.replaced(cluster, ns, name, uid)
+            print(
+                f"\n{name} evicted: recreated in {took:.2f}s after its deletion; the job said {sorted({x for s in seen for x in s})}"
+            )
+            assert took < 5 and not any(c == "Failed" for s in seen for c, _ in s), (took, seen)
+            assert ("Running", "PyTorchJobRunning") in seen[-1], seen[-1]
+
+    def test_a_force_deleted_pod_is_recreated_at_once_and_no_failure_is_counted(
+        self, cluster: Cluster, job: str
+    ) -> None:
+        """A dead node's pod, force-deleted by trainguard without a Failed phase (what it does for a
+        PyTorchJob): the training-operator recreates it under its name, and the job never fails (in some
+        runs it says Restarting for a moment, and counts the pod failed in replicaStatuses while it goes)."""
+        ns = job
+        for name in ("ddp-master-0", "ddp-worker-0"):
+            uid = self.running(cluster, ns)[name]
+            cluster.core.delete_namespaced_pod(name, ns, body=client.V1DeleteOptions(
+                grace_period_seconds=0, preconditions=client.V1Preconditions(uid=uid)))  # fmt: skip
+            took, seen = self.replaced(cluster, ns, name, uid)
+            print(
+                f"\n{name} force-deleted: recreated in {took:.2f}s; the job said {sorted({x for s in seen for x in s})}"
+            )
+            assert took < 5 and not any(c == "Failed" for s in seen for c, _ in s), (took, seen)
+            assert ("Running", "PyTorchJobRunning") in seen[-1], seen[-1]
+
+    def test_a_pod_marked_failed_fails_a_job_without_backoff_left(self, cluster: Cluster, job: str) -> None:
+        """A Running pod marked Failed (as trainguard marks a Job's pod on a dead node, DisruptionTarget
+        and all, before it force-deletes it) is a new failure: with backoffLimit 0 the job fails, and the
+        pod is not recreated. So trainguard does not mark a PyTorchJob's pod."""
+        ns = job
+        uid = self.running(cluster, ns)["ddp-master-0"]
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        cluster.core.patch_namespaced_pod_status("ddp-master-0", ns, failed_status("node down", now))
+        wait_for("the PyTorchJob Failed", lambda: ("Failed", "PyTorchJobFailed") in said(
+            pytorchjob_status(cluster, ns, "ddp")), timeout=30)  # fmt: skip
+        time.sleep(2)
+        assert "ddp-master-0" not in self.running(cluster, ns), uid

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from tests.conftest import monitor as make_monitor
-from tests.kube.owners import NS, child_job, job, job_pod, jobset, jobset_pod
+from tests.kube.owners import NS, child_job, job, job_pod, jobset, jobset_pod, pod, pytorchjob
 from tests.remediation.test_plan import JOB_NODES, T0, finished, kinds, signal, state
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog.alerts import TRAINING_INTERRUPTED
@@ -63,6 +63,29 @@ def test_a_trainjobs_node_fault_replaces_one_pod_and_a_jobs_restarts_the_gang() 
     job_owner = resolve(OwnerRead("Job", "llama", NS, "batch/v1", owner=job(),
                                   pods=(job_pod("llama-0", "gpu-a"), job_pod("llama-1", "gpu-b"))))  # fmt: skip
     assert kinds(plan(signal("GPUCriticalXid"), on("Job"), owned_by(job_owner)))[-2:] == (RESTART, CONFIRM)
+
+
+def test_a_pytorchjobs_node_fault_replaces_only_the_faulty_nodes_pod() -> None:
+    """The training-operator recreates the removed pod under its name at once and counts no failure against
+    runPolicy.backoffLimit (e2e/test_training_controllers.py), so only that pod goes."""
+    label = {"training.kubeflow.org/job-name": "llama"}
+    pods = (
+        pod("llama-master-0", "gpu-a", labels=label, owner="pt-uid"),
+        pod("llama-worker-0", "gpu-b", labels=label, owner="pt-uid"),
+    )
+    owner = resolve(
+        OwnerRead("PyTorchJob", "llama", NS, "kubeflow.org/v1", owner=pytorchjob(backoff=3), pods=pods)
+    )
+    p = plan(signal("GPUCriticalXid"), on("PyTorchJob"), owned_by(owner))
+    assert kinds(p) == (CONFIRM_FAULT, CORDON, TAINT, CKPT, REPLACE, REJOIN, CONFIRM)
+    assert p.steps[4].params == {"from": "newest-good-checkpoint", "node": "gpu-a"}
+    assert p.steps[5].params == {"from": "newest-good-checkpoint", "rejoin": "gpu-a"}
+    down = plan(signal("GPUNodeDown", gpu=""), on("PyTorchJob"), owned_by(owner))
+    assert kinds(down) == (CORDON, TAINT, CKPT, REPLACE, REJOIN, CONFIRM)
+    assert down.steps[3].params["nodeDown"] == "true"
+    assert not owner.marks_failed, "its pod is only force-deleted: a Failed one is a failure to the operator"
+    stalled = plan(signal(TRAINING_INTERRUPTED, gpu=""), on("PyTorchJob"), owned_by(owner))
+    assert kinds(stalled) == (REJOIN, RESTART, CONFIRM), "no node fault: the gang, in place first"
 
 
 def test_a_jobset_that_allows_no_restart_gets_a_notice_and_its_node_is_still_isolated() -> None:

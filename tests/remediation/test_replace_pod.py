@@ -15,7 +15,7 @@ from tests.remediation.fakes import Crash, Rig, job_monitor, kinds_and_phases, p
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog.alerts import TRAINING_INTERRUPTED
 from trainguard.catalog.events import fingerprint
-from trainguard.kube.workloads import NO_JOBSET_RESTARTS
+from trainguard.kube.workloads import NO_JOBSET_RESTARTS, Workload
 from trainguard.remediation.model import ClusterState, Phase, Signal, Source, StepKind
 from trainguard.remediation.plan import plan
 from trainguard.remediation.records import new_record
@@ -86,6 +86,21 @@ def test_a_dead_nodes_pod_is_failed_with_disruption_target_and_force_deleted() -
     ]
     assert rig.cluster.jobs_deleted == [], "a child Job of two pods is not deleted: that would restart both"
     assert "back-off" in step(done, "ReplacePod")["detail"]
+
+
+def test_a_pytorchjobs_pod_on_a_dead_node_is_force_deleted_without_being_marked_failed() -> None:
+    """The training-operator counts a Running pod turned Failed as a new failure against backoffLimit, and
+    recreates a deleted one at once, counting nothing (e2e/test_training_controllers.py)."""
+    rig = Rig()
+    rig.cluster.owner_ref = ("PyTorchJob", "llama-pretrain")
+    rig.cluster.owner = Workload("PyTorchJob", "llama-pretrain", budget_left=2)
+    monitor = job_monitor(**{"spec.workloadRef": {"kind": "PyTorchJob", "name": "llama-pretrain"},
+                             "spec.remediation": {"emergencyCheckpointTimeout": "2s"}})  # fmt: skip
+    done = rig.run(planned(rig, monitor, p0_signal("GPUNodeDown")), monitor)
+    assert done["phase"] == Phase.SUCCEEDED, done
+    assert effects(rig) == [("cordon", "gpu-a"), ("taint", "gpu-a"), ("force-delete", "job-0")]
+    assert "the training-operator recreates it at once" in step(done, "ReplacePod")["detail"]
+    assert not rig.cluster.pods["job-1"]["terminating"], "the healthy rank untouched"
 
 
 def test_a_pod_disruption_budget_that_refuses_the_eviction_fails_the_step_and_says_so() -> None:

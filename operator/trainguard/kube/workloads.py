@@ -142,6 +142,15 @@ class Workload:
     """The JobSet behind a JobSet or TrainJob."""
     jobset_uid: str = ""
 
+    @property
+    def marks_failed(self) -> bool:
+        """Whether a dead node's pod is marked Failed (DisruptionTarget) before it is forced off: a Job's,
+        so that its podFailurePolicy can Ignore the loss; not a PyTorchJob's, whose training-operator
+        counts a pod Failed while it runs as a new failure against runPolicy.backoffLimit (with 0 it
+        fails the job), and recreates a pod that is only deleted at once, counting it against nothing
+        (e2e/test_training_controllers.py, TestPyTorchJobPodReplacement)."""
+        return self.kind != "PyTorchJob"
+
     def replacements(self, node: str, *, terminating: bool = False) -> list[Replacement]:
         """The live pods of the gang on `node`, each with how it is replaced through the owner; with
         `terminating`, those already being deleted too (not yet terminal): on a dead node they stay

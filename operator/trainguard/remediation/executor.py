@@ -1247,8 +1247,8 @@ class Executor:
         """Replace only the gang's pod(s) on the faulty node, through the owner (kube/workloads.py's
         Replacement): a JobSet child Job of parallelism 1 is deleted first (Background; the JobSet
         recreates it at once and no one counts the pod's loss), then the pod goes: on a node judged down
-        it is marked Failed with DisruptionTarget=True and force-deleted (its kubelet will never
-        confirm), on a live node it is evicted (policy/v1 sets DisruptionTarget; a PodDisruptionBudget
+        it is marked Failed with DisruptionTarget=True (not a PyTorchJob's: Workload.marks_failed) and
+        force-deleted (its kubelet will never confirm), on a live node it is evicted (policy/v1 sets DisruptionTarget; a PodDisruptionBudget
         may refuse). Before acting, the step's progress names each pod and child Job by uid, so a redo
         acts on those only, never on their replacements; the resume-from pointer is written on the
         workload first, for the replacement's sidecar. When a RestartInPlace rejoins the gang after it
@@ -1290,8 +1290,9 @@ class Executor:
                 done.append(f"deleted child Job {job.name}")
             try:
                 if down:
-                    self.cluster.fail_pod(namespace, target.pod, target.uid,
-                                          f"node {node} is down: replaced by trainguard through its owner")  # fmt: skip
+                    if workload.marks_failed:  # not a PyTorchJob's: its operator counts it a failure
+                        self.cluster.fail_pod(namespace, target.pod, target.uid,
+                                              f"node {node} is down: replaced by trainguard through its owner")  # fmt: skip
                     gone = self.cluster.force_delete_pod(namespace, target.pod, target.uid)
                 else:
                     gone = self.cluster.evict_pod(namespace, target.pod, target.uid, EVICTION_GRACE_S)

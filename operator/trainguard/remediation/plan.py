@@ -14,9 +14,9 @@ Restarts go through the workload's owner (kube/workloads.py, resolved by the edg
 ClusterState.workload): a workloadRef that does not resolve, or an owner that allows no restart (a
 JobSet without failurePolicy.maxRestarts, one Kueue evicted), turns the restart steps into a NOTIFY
 saying why, while the node is still cordoned; the restart budget is the smaller of jobRestartBudget's
-and the owner's. A node fault of a JobSet or TrainJob replaces only the faulty node's pod (REPLACE_POD)
-instead of restarting the gang, and its healthy ranks restart in place as a new generation that the
-replacement joins (RestartInPlace with `rejoin`: the executor skips it where a pod has no launcher).
+and the owner's. A node fault of a JobSet, TrainJob or PyTorchJob replaces only the faulty node's pod
+(REPLACE_POD) instead of restarting the gang, and its healthy ranks restart in place as a new generation
+that the replacement joins (RestartInPlace with `rejoin`: the executor skips it where a pod has no launcher).
 
 A restart (a stall, an interruption, and a NaN after its pin) is planned in place first: RestartInPlace,
 which the executor carries out only where every pod runs `trainguard launch` (it reads the sidecars;
@@ -114,9 +114,11 @@ MODE_OFF = "remediation off operator-wide"
 QUIET = (RESOLVED, FOREIGN, NO_RESPONSE, ESCALATED, DUPLICATE, DISABLED, NOTIFY_ONLY, UNVERIFIED, MODE_OFF)
 
 NODE_DOWN = "GPUNodeDown"
-REPLACE_ONE = ("JobSet", "TrainJob")
+REPLACE_ONE = ("JobSet", "TrainJob", "PyTorchJob")
 """Owners whose node-fault plan replaces only the faulty node's pod: their gang restart is the JobSet's
-own (counted against maxRestarts, every pod recreated), a pod's replacement is not."""
+own (counted against maxRestarts, every pod recreated), a pod's replacement is not; a PyTorchJob's
+training-operator recreates a removed pod under its name at once and counts no failure against
+runPolicy.backoffLimit (e2e/test_training_controllers.py, TestPyTorchJobPodReplacement)."""
 HARDWARE_CLAIMS = ("GPUCriticalXid", "GPUDoubleBitECCError", "GPULost")
 """Alerts that claim a GPU fault the job's sidecar on that node saw itself (exporter/fastpath.py): their
 plans start with CONFIRM_FAULT, so that a label in an alert posted by anyone who reaches Alertmanager's
@@ -375,9 +377,9 @@ def _steps(signal: Signal, monitor: TrainingJobMonitor, cls: str, action: str) -
     ref = monitor.spec.workload_ref
     if node and ref is not None and ref.kind in REPLACE_ONE:
         # only the faulty node's pod is replaced, through the owner, and nothing is counted against the
-        # JobSet's maxRestarts. The healthy ranks restart in place as a new generation that the
-        # replacement joins (where every pod runs `trainguard launch`; else the owner's failure policy
-        # restarts them when their trainers fail, as it would without trainguard).
+        # JobSet's maxRestarts or the PyTorchJob's backoffLimit. The healthy ranks restart in place as a
+        # new generation that the replacement joins (where every pod runs `trainguard launch`; else the
+        # owner's failure policy restarts them when their trainers fail, as it would without trainguard).
         down = {"nodeDown": "true"} if signal.alertname == NODE_DOWN else {}
         restart = (
             Step(StepKind.REPLACE_POD, {"from": NEWEST_GOOD_CHECKPOINT, "node": node, **down}),
