@@ -36,6 +36,8 @@ The same by the workload's owner, on the real controllers (e2e/controlplane/cont
   pod evicted; the JobSet recreates it on the spare), RestartInPlace (the healthy rank restarts as
   generation 1 at once; the replacement's first trainer joins it), ConfirmPlacement. Cordon: the node
   seen unschedulable. Resumed: both ranks' generation 1 took its first step.
+- xid-79 on a PyTorchJob (training-operator v1.9.3, a Master and a Worker), the same: rank 0's pod
+  evicted and recreated under its name by the training-operator on the spare.
 - nan-loss and oom on a TrainJob (Kubeflow Trainer v2.2.0, its JobSet), in place, as for the Job.
 
 In place (warm), the fault waits until both warm trainers said they are ready, as they are in a job that
@@ -69,11 +71,12 @@ from bench.pipeline import oom_killed, percentile  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from e2e.cluster import Cluster  # noqa: E402
-from e2e.controlplane.controllers import JOBSET, TRAINER, run_controller  # noqa: E402
+from e2e.controlplane.controllers import JOBSET, TRAINER, TRAINING_OPERATOR, run_controller  # noqa: E402
 from e2e.controlplane.local import local_control_plane, prometheus_operator_crds  # noqa: E402
 from e2e.launched import (  # noqa: E402
     JOB_OWNER,
     JOBSET_OWNER,
+    PYTORCHJOB_OWNER,
     STEP_DELAY_S,
     TRAINJOB_OWNER,
     WARM_STEP,
@@ -97,7 +100,7 @@ STAGES = ("cordon", "action", "done", "resumed")
 IN_PLACE, COLD, GANG, NO_LAUNCHER = "in place", "in place, cold", "gang restart", "no launcher"
 REJOIN = "replace pod + in place, warm spare"
 SPARE = "gpu-node-2"
-OWNER_APIS = {"JobSet": ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+OWNER_APIS = {"JobSet": ("jobset.x-k8s.io", "v1alpha2", "jobsets"), "PyTorchJob": ("kubeflow.org", "v1", "pytorchjobs"),
               "TrainJob": ("trainer.kubeflow.org", "v1alpha1", "trainjobs")}  # fmt: skip
 
 
@@ -132,6 +135,7 @@ CASES = (
     Case("oom", COLD, cold_launch_command, ("done", "resumed")),
     Case("oom", GANG, direct_command, ("done", "resumed")),
     Case("xid-79", REJOIN, launch_command, ("cordon", "done", "resumed"), JOBSET_OWNER),
+    Case("xid-79", REJOIN, launch_command, ("cordon", "done", "resumed"), PYTORCHJOB_OWNER),
     Case("nan-loss", IN_PLACE, launch_command, ("done", "resumed"), TRAINJOB_OWNER),
     Case("oom", IN_PLACE, launch_command, ("done", "resumed"), TRAINJOB_OWNER),
 )
@@ -169,7 +173,13 @@ def one(cluster: Cluster, case: Case, workdir: Path) -> dict[str, float]:
     cluster.apply(owner.objects(ns, rendezvous_port()))
     try:
         with PodProcesses(
-            cluster.api, ns, owner.label_selector, workdir, command=case.command, step_delay=STEP_DELAY_S
+            cluster.api,
+            ns,
+            owner.label_selector,
+            workdir,
+            command=case.command,
+            step_delay=STEP_DELAY_S,
+            env=owner.trainer_env,
         ) as pods:
             wait_for(f"{WORLD} ranks past step {WARM_STEP}", lambda: len(r := pods.running()) == WORLD
                      and all(exporter_step(x) >= WARM_STEP for x in r), timeout=180)  # fmt: skip
@@ -269,6 +279,8 @@ def main() -> int:
                 controllers.enter_context(run_controller(cluster, JOBSET))
             if "TrainJob" in kinds:
                 controllers.enter_context(run_controller(cluster, TRAINER))
+            if "PyTorchJob" in kinds:
+                controllers.enter_context(run_controller(cluster, TRAINING_OPERATOR))
             for i, case in enumerate(order):
                 try:
                     figures = one(cluster, case, workdir / f"run-{i}")
