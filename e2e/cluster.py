@@ -96,6 +96,16 @@ class Cluster:
                 return None
             raise
 
+    def delete_owners(self, namespace: str, group: str, version: str, plural: str, pods: str) -> None:
+        """Delete every object of `plural` in `namespace` (Foreground) and wait until the pods they made
+        (label selector `pods`) are gone: the ns fixture deletes Jobs and pods, which a running JobSet,
+        TrainJob or PyTorchJob would only recreate, holding the fake GPUs the next test's gang needs."""
+        for obj in self.custom.list_namespaced_custom_object(group, version, namespace, plural)["items"]:
+            self.custom.delete_namespaced_custom_object(group, version, namespace, plural, obj["metadata"]["name"],
+                                                        propagation_policy="Foreground")  # fmt: skip
+        wait_for(f"the {plural}' pods gone", lambda: not self.core.list_namespaced_pod(
+            namespace, label_selector=pods).items, timeout=60)  # fmt: skip
+
     def list(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]:
         resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
         return [i.to_dict() for i in self.dynamic.get(resource, namespace=namespace).items]

@@ -120,11 +120,7 @@ def kueue_queue(cluster: Cluster, ns: str, topology: bool = False) -> Iterator[s
     try:
         yield ns
     finally:
-        for js in cluster.custom.list_namespaced_custom_object(*JOBSET_API[:2], ns, JOBSET_API[2])["items"]:
-            cluster.custom.delete_namespaced_custom_object(*JOBSET_API[:2], ns, JOBSET_API[2], js["metadata"]["name"],
-                                                           propagation_policy="Foreground")  # fmt: skip
-        wait_for("the JobSets' pods gone", lambda: not cluster.core.list_namespaced_pod(
-            ns, label_selector="jobset.sigs.k8s.io/jobset-name").items, timeout=60)  # fmt: skip
+        cluster.delete_owners(ns, *JOBSET_API, "jobset.sigs.k8s.io/jobset-name")
         for obj in reversed(objs):
             plural, name = PLURALS[obj["kind"]], obj["metadata"]["name"]
             where = obj["metadata"].get("namespace", "")

@@ -172,11 +172,7 @@ def pytorchjobs(cluster: Cluster, training_operator_controller: Controller, ns: 
     """The namespace, whose PyTorchJobs are deleted after the test and their pods waited out (the ns
     fixture deletes pods, which a running PyTorchJob would only recreate, holding the fake GPUs)."""
     yield ns
-    for pj in cluster.custom.list_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs")["items"]:
-        cluster.custom.delete_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", pj["metadata"]["name"],
-                                                       propagation_policy="Foreground")  # fmt: skip
-    wait_for("the PyTorchJobs' pods gone", lambda: not cluster.core.list_namespaced_pod(
-        ns, label_selector="training.kubeflow.org/job-name").items, timeout=60)  # fmt: skip
+    cluster.delete_owners(ns, "kubeflow.org", "v1", "pytorchjobs", "training.kubeflow.org/job-name")
 
 
 class TestPyTorchJobRejoin:

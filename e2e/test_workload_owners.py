@@ -57,11 +57,7 @@ def jobsets(cluster: Cluster, jobset_controller: Controller, ns: str) -> Iterato
     deletes Jobs and pods, which a running JobSet would only recreate, holding the fake GPUs the next
     test's gang needs."""
     yield ns
-    for js in cluster.custom.list_namespaced_custom_object(*JOBSET_API[:2], ns, JOBSET_API[2])["items"]:
-        cluster.custom.delete_namespaced_custom_object(*JOBSET_API[:2], ns, JOBSET_API[2], js["metadata"]["name"],
-                                                       propagation_policy="Foreground")  # fmt: skip
-    wait_for("the JobSets' pods gone", lambda: not cluster.core.list_namespaced_pod(
-        ns, label_selector="jobset.sigs.k8s.io/jobset-name").items, timeout=60)  # fmt: skip
+    cluster.delete_owners(ns, *JOBSET_API, "jobset.sigs.k8s.io/jobset-name")
 
 
 def training_jobset(max_restarts: int | None = 2, replicas: int = 2) -> dict[str, Any]:
@@ -384,11 +380,7 @@ def trainjobs(cluster: Cluster, trainer_controller: Controller, ns: str) -> Iter
     )
     cluster.apply([runtime])
     yield ns
-    for tj in cluster.custom.list_namespaced_custom_object(*TRAINJOB_API[:2], ns, TRAINJOB_API[2])["items"]:
-        cluster.custom.delete_namespaced_custom_object(*TRAINJOB_API[:2], ns, TRAINJOB_API[2], tj["metadata"]["name"],
-                                                       propagation_policy="Foreground")  # fmt: skip
-    wait_for("the TrainJobs' pods gone", lambda: not cluster.core.list_namespaced_pod(
-        ns, label_selector="jobset.sigs.k8s.io/jobset-name").items, timeout=60)  # fmt: skip
+    cluster.delete_owners(ns, *TRAINJOB_API, "jobset.sigs.k8s.io/jobset-name")
 
 
 class TestTrainJob:
