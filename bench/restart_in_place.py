@@ -318,14 +318,14 @@ def main() -> int:
     }  # fmt: skip
     print("\nfault to ... (p50 / p95, seconds; '-' where the mode does not get there)")
     print(
-        f"{'owner':8s} {'fault':9s} {'mode':34s} {'n':>3s} "
+        f"{'owner':10s} {'fault':9s} {'mode':34s} {'n':>3s} "
         + " ".join(f"{s:>13s}" for s in STAGES)
         + "  failed"
     )
     for row in summary["cases"]:
         cells = " ".join(f"{cell(row, s):>13s}" for s in STAGES)
         print(
-            f"{row.get('owner', 'Job'):8s} {row['fault']:9s} {row['mode']:34s} {row['n']:3d} {cells}  {len(row['failed'])}"
+            f"{row.get('owner', 'Job'):10s} {row['fault']:9s} {row['mode']:34s} {row['n']:3d} {cells}  {len(row['failed'])}"
         )
     by = {(r.get("owner", "Job"), r["fault"], r["mode"]): r for r in summary["cases"]}
     targets = [(("Job", "nan-loss", IN_PLACE), "a NaN restarted in place", 5),
