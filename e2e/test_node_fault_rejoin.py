@@ -23,7 +23,17 @@ import pytest
 
 from e2e.cluster import Cluster
 from e2e.controlplane.controllers import Controller
-from e2e.launched import JOB, JOBSET_OWNER, PYTORCH_API, PYTORCHJOB_OWNER, WORLD, logs, resumed, start_gang
+from e2e.launched import (
+    JOB,
+    JOBSET_OWNER,
+    PYTORCH_API,
+    PYTORCHJOB_OWNER,
+    TRAINJOB_OWNER,
+    WORLD,
+    logs,
+    resumed,
+    start_gang,
+)
 from e2e.pipeline import Monitoring, Sink, exporter_step, finished, inject
 from e2e.podprocesses import PodProcesses, PodRun
 from e2e.receiver import records
@@ -211,3 +221,63 @@ class TestPyTorchJobRejoin:
         assert new.name == faulty.name == f"{JOB}-master-0", (
             "recreated under its name by the training-operator"
         )
+
+
+@pytest.fixture
+def trainjobs(cluster: Cluster, trainer_controller: Controller, ns: str) -> Iterator[str]:
+    """The namespace, whose TrainJobs are deleted after the test and their pods waited out."""
+    yield ns
+    cluster.delete_owners(
+        ns, "trainer.kubeflow.org", "v1alpha1", "trainjobs", "jobset.sigs.k8s.io/jobset-name"
+    )
+
+
+class TestTrainJobGangRestart:
+    def test_a_node_fault_restarts_the_gang_through_its_jobset_counting_nothing(
+        self,
+        stack: tuple[Cluster, Monitoring, Sink],
+        trainjobs: str,
+        clean_nodes: None,
+        spare: str,
+        tmp_path: Path,
+    ) -> None:
+        """A TrainJob's ranks are the pods of one child Job of its JobSet (numNodes 2): its faulty pod is
+        not replaced alone (only that Job could recreate it, after its back-off and once the old pod is
+        terminal: it never came within two minutes here). The gang is restarted through the JobSet
+        instead: its child Job deleted and recreated at once, nothing counted against maxRestarts, both
+        ranks resuming from the pointer, each from its own shard, away from the faulty node."""
+        cluster = stack[0]
+        counted_nothing = jobset_counted_nothing(cluster, trainjobs)
+        with start_gang(cluster, trainjobs, tmp_path, owner=TRAINJOB_OWNER) as pods:
+            faulty, healthy = sorted(pods.running(), key=lambda r: r.rank)
+            t0 = time.monotonic()
+            inject(faulty, "xid-79")
+            try:
+                (record,) = finished(cluster, trainjobs, timeout=120)
+            except (AssertionError, ValueError) as exc:
+                raise AssertionError(f"{exc}\nrecords: {records(cluster, trainjobs)}\n{logs(pods)}") from None
+            assert record["phase"] == "Succeeded", f"{record}\n{logs(pods)}"
+            assert [s["kind"] for s in record["steps"]] == [
+                "ConfirmFault", "Cordon", "Taint", "RequestCheckpoint", "RestartGang", "ConfirmPlacement"
+            ], record  # fmt: skip
+            found = re.search(r"resume-from step (\d+)", step(record, "RestartGang")["detail"])
+            assert found, record
+            ckpt = int(found.group(1))
+            old = {faulty.uid, healthy.uid}
+
+            def both_resumed() -> dict[str, dict[str, Any]]:
+                runs = [r for r in pods.running() if r.uid not in old]
+                return resumed(runs, 0) if len(runs) == WORLD else {}
+
+            try:
+                gen = wait_for("both new ranks at their first step", both_resumed, timeout=90)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\n{record}\n{logs(pods)}") from None
+            resumed_s = time.monotonic() - t0
+            for name, g in gen.items():
+                assert g["resumed"] == ckpt and g["first"] == ckpt + 1, (name, g, ckpt)
+            placed = {r.node for r in pods.running() if r.uid not in old}
+            assert faulty.node not in placed and spare in placed, (placed, faulty.node)
+            counted_nothing()
+            print(f"\nTrainJob: node fault on {faulty.node} -> both new ranks resumed in {resumed_s:.1f}s from step "
+                  f"{ckpt}; steps: " + "; ".join(f"{s['kind']}: {s['detail'][:120]}" for s in record["steps"]))  # fmt: skip

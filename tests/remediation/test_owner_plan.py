@@ -58,6 +58,20 @@ def test_a_jobsets_node_fault_replaces_only_the_faulty_nodes_pod() -> None:
     assert down.steps[3].params["nodeDown"] == "true", "a node judged down: force its pod off"
 
 
+def test_a_rank_whose_child_job_holds_other_ranks_is_restarted_with_the_gang_through_the_jobset() -> None:
+    """A TrainJob's nodes are the pods of one child Job: only that Job could recreate the faulty pod,
+    after its back-off and once the old pod is terminal. The JobSet's gang restart instead (its child
+    Jobs recreated at once, nothing counted), with no in-place step."""
+    shared = child_job(parallelism=2, ignore_disruption=True, backoff=6)
+    pods = (jobset_pod(shared, 0, node="gpu-a"), jobset_pod(shared, 1, node="gpu-b"))
+    owner = jobset()
+    trainjob = resolve(OwnerRead("TrainJob", "llama", NS, "trainer.kubeflow.org/v1alpha1", owner=owner,
+                                 jobset=owner, jobs=(shared,), pods=pods))  # fmt: skip
+    p = plan(signal("GPUCriticalXid"), on("TrainJob"), owned_by(trainjob))
+    assert kinds(p) == (CONFIRM_FAULT, CORDON, TAINT, CKPT, RESTART, CONFIRM)
+    assert p.steps[4].params == {"from": "newest-good-checkpoint", "avoid": "gpu-a", "attempt": "0"}
+
+
 def test_a_trainjobs_node_fault_replaces_one_pod_and_a_jobs_restarts_the_gang() -> None:
     assert REPLACE in kinds(plan(signal("GPUCriticalXid"), on("TrainJob"), owned_by(a_jobset())))
     job_owner = resolve(OwnerRead("Job", "llama", NS, "batch/v1", owner=job(),

@@ -284,9 +284,12 @@ def _through_owner(steps: tuple[Step, ...], workload: Workload | None, node: str
     elif workload.refusal:
         why = f"{OWNER_REFUSES}: {workload.refusal}"
     elif any(s.kind == StepKind.REPLACE_POD for s in steps):
-        refused = [r.refusal for r in workload.replacements(node) if r.refusal]
+        targets = workload.replacements(node)
+        refused = [r.refusal for r in targets if r.refusal]
         if refused:
             why = f"{OWNER_REFUSES}: {refused[0]}"
+        elif workload.kind in JOBSET_OWNERS and any(r.child_job is None for r in targets):
+            steps = _gang_through_the_jobset(steps, node)
     if not why:
         if workload.attempt is None:
             return steps
@@ -298,6 +301,24 @@ def _through_owner(steps: tuple[Step, ...], workload: Workload | None, node: str
         )
     kept = tuple(s for s in steps if s.kind not in (*RESTARTS, StepKind.CONFIRM_PLACEMENT))
     return (*kept, _notify(why))
+
+
+JOBSET_OWNERS = ("JobSet", "TrainJob")
+
+
+def _gang_through_the_jobset(steps: tuple[Step, ...], node: str) -> tuple[Step, ...]:
+    """A JobSet's (a TrainJob's) faulty pod whose child Job holds other ranks too (a TrainJob's nodes
+    share one) is not replaced alone: only its Job could recreate it, after its back-off, and with a
+    podFailurePolicy only once the old pod is terminal (in e2e it never came within two minutes, the
+    healthy rank waiting at the rendezvous). The JobSet's gang restart instead: its child Jobs deleted and
+    recreated at once, at the same restart attempt, nothing counted against maxRestarts."""
+    out: list[Step] = []
+    for s in steps:
+        if s.kind == StepKind.REPLACE_POD:
+            out.append(Step(StepKind.RESTART_GANG, {"from": NEWEST_GOOD_CHECKPOINT, "avoid": node}))
+        elif s.kind != StepKind.RESTART_IN_PLACE:
+            out.append(s)
+    return tuple(out)
 
 
 def _unverified(signal: Signal, cls: str, state: ClusterState) -> str:
