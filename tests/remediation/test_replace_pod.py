@@ -74,18 +74,31 @@ def test_a_gpu_fault_evicts_only_the_faulty_nodes_pod_after_deleting_its_child_j
 
 def test_a_dead_nodes_pod_is_failed_with_disruption_target_and_force_deleted() -> None:
     rig = Rig()
-    rig.cluster.as_jobset(parallelism=2)  # one child Job holds both ranks: the Job recreates the index
+    rig.cluster.as_jobset()
     monitor = jobset_monitor()
     done = rig.run(planned(rig, monitor, p0_signal("GPUNodeDown")), monitor)
     assert done["phase"] == Phase.SUCCEEDED, done
     assert effects(rig) == [
         ("cordon", "gpu-a"),
         ("taint", "gpu-a"),
+        ("delete-job", "llama-pretrain-node-0"),
         ("fail", "job-0"),
         ("force-delete", "job-0"),
     ]
-    assert rig.cluster.jobs_deleted == [], "a child Job of two pods is not deleted: that would restart both"
-    assert "back-off" in step(done, "ReplacePod")["detail"]
+
+
+def test_a_rank_whose_child_job_holds_another_is_restarted_with_the_gang_through_the_jobset() -> None:
+    """One child Job holds both ranks (a TrainJob's nodes): not replaced alone (its Job would recreate
+    the index after its back-off, once the pod is terminal); the JobSet's gang restart, counting nothing."""
+    rig = Rig()
+    rig.cluster.as_jobset(parallelism=2)
+    monitor = jobset_monitor()
+    done = rig.run(planned(rig, monitor, p0_signal("GPUNodeDown")), monitor)
+    assert done["phase"] == Phase.SUCCEEDED, done
+    assert [k for k, _ in kinds_and_phases(done)][-2:] == ["RestartGang", "ConfirmPlacement"]
+    assert rig.cluster.jobs_deleted == ["llama-pretrain-node-0"], (
+        "the shared child Job, recreated by the JobSet"
+    )
 
 
 def test_a_pytorchjobs_pod_on_a_dead_node_is_force_deleted_without_being_marked_failed() -> None:
@@ -104,10 +117,13 @@ def test_a_pytorchjobs_pod_on_a_dead_node_is_force_deleted_without_being_marked_
 
 
 def test_a_pod_disruption_budget_that_refuses_the_eviction_fails_the_step_and_says_so() -> None:
+    """A PyTorchJob's pod (no child Job to delete first): the refused eviction leaves it where it is."""
     rig = Rig()
-    rig.cluster.as_jobset(parallelism=2)
+    rig.cluster.owner_ref = ("PyTorchJob", "llama-pretrain")
+    rig.cluster.owner = Workload("PyTorchJob", "llama-pretrain", budget_left=2)
     rig.cluster.pdb_blocks.add("job-0")
-    monitor = jobset_monitor()
+    monitor = job_monitor(**{"spec.workloadRef": {"kind": "PyTorchJob", "name": "llama-pretrain"},
+                             "spec.remediation": {"emergencyCheckpointTimeout": "2s"}})  # fmt: skip
     done = rig.run(planned(rig, monitor, p0_signal("GPUCriticalXid")), monitor)
     assert done["phase"] == Phase.FAILED
     assert "a PodDisruptionBudget" in step(done, "ReplacePod")["detail"]
