@@ -433,13 +433,12 @@ class TestPyTorchJobPodReplacement:
 
     def test_a_pod_marked_failed_fails_a_job_without_backoff_left(self, cluster: Cluster, job: str) -> None:
         """A Running pod marked Failed (as trainguard marks a Job's pod on a dead node, DisruptionTarget
-        and all, before it force-deletes it) is a new failure: with backoffLimit 0 the job fails, and the
-        pod is not recreated. So trainguard does not mark a PyTorchJob's pod."""
+        and all, before it force-deletes it) is a new failure: with backoffLimit 0 the job fails. So
+        trainguard does not mark a PyTorchJob's pod. (Whether the pod is recreated too depends on which
+        of the operator's passes comes first: under load it was, once.)"""
         ns = job
-        uid = self.running(cluster, ns)["ddp-master-0"]
+        assert "ddp-master-0" in self.running(cluster, ns)
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         cluster.core.patch_namespaced_pod_status("ddp-master-0", ns, failed_status("node down", now))
         wait_for("the PyTorchJob Failed", lambda: ("Failed", "PyTorchJobFailed") in said(
             pytorchjob_status(cluster, ns, "ddp")), timeout=30)  # fmt: skip
-        time.sleep(2)
-        assert "ddp-master-0" not in self.running(cluster, ns), uid
