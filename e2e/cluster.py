@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from e2e.controlplane.certs import make_ca, make_cert
-from tests.processes import free_port, wait_for
+from tests.processes import free_port, lasting_port, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 OPERATOR_NS = "trainguard-system"
@@ -190,7 +190,9 @@ class Cluster:
         if keep_ports and name in self.webhook_ports:
             port, receiver_port = self.webhook_ports[name], self.receiver_ports[name]
         else:
-            port, receiver_port = free_port(), free_port()
+            # kept across a restart with keep_ports: below the ephemeral range, where no other process's
+            # port-0 bind can take them while this replica is down
+            port, receiver_port = lasting_port(), lasting_port()
         self.webhook_ports[name] = port
         self.receiver_ports[name] = receiver_port
         self.metrics_ports[name] = free_port()

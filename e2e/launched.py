@@ -21,9 +21,7 @@ launcher adds the generation, and the trainer rendezvouses at MASTER_PORT + gene
 
 from __future__ import annotations
 
-import random
 import re
-import socket
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -35,7 +33,7 @@ from e2e.controlplane.fakekubelet import parse_rfc3339_ns
 from e2e.monitors import ready
 from e2e.pipeline import JOB, Sink, exporter_step, job, objects
 from e2e.podprocesses import COMPLETION_INDEX, JOBSET_INDEX, PodProcesses, PodRun
-from tests.processes import wait_for
+from tests.processes import lasting_port, wait_for
 
 WORLD = 2
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -197,22 +195,6 @@ RENDEZVOUS_SPAN = 16
 """The ports a gang's stores may take: MASTER_PORT + generation, generations 0 to 15."""
 
 
-def _ephemeral_low() -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768  # Linux's default
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("", port))  # every address, as a TCPStore listens
-        except OSError:
-            return False
-        return True
-
-
 def rendezvous_port(span: int = RENDEZVOUS_SPAN) -> int:
     """A MASTER_PORT whose `span` ports from it are free now and below the kernel's ephemeral range
     (ip_local_port_range), so that nothing on this machine takes one of them later by itself: a later
@@ -221,12 +203,7 @@ def rendezvous_port(span: int = RENDEZVOUS_SPAN) -> int:
     store not yet up, at a port of that range, can be given that very port as its source port and
     connect to itself (TCP self-connect on loopback): the store's rank 0 then fails to listen
     (EADDRINUSE), as seen with a replacement rank 0 that started cold."""
-    high = _ephemeral_low() - span
-    for _ in range(200):
-        port = random.randrange(10_000, high)
-        if all(_free(p) for p in range(port, port + span)):
-            return port
-    raise RuntimeError(f"no {span} free ports in a row between 10000 and {high + span}")
+    return lasting_port(span)
 
 
 def trainer_command(checkpoints: Path) -> list[str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -72,6 +73,36 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("", port))  # every address, as a server listening on all of them
+        except OSError:
+            return False
+        return True
+
+
+def lasting_port(span: int = 1) -> int:
+    """A port whose `span` ports from it are free now and below the kernel's ephemeral range
+    (ip_local_port_range): for a server that listens on it later or again (a gang's later generation, an
+    operator restarted where it was). A port of that range (free_port's) is the kernel's to hand out
+    meanwhile to any other process's port-0 bind or outgoing connection: an operator restarted on its old
+    receiver port once found another test's HTTP server there, and Alertmanager's posts went to it."""
+    high = _ephemeral_low() - span
+    for _ in range(200):
+        port = random.randrange(10_000, high)
+        if all(_free(p) for p in range(port, port + span)):
+            return port
+    raise RuntimeError(f"no {span} free ports in a row between 10000 and {high + span}")
 
 
 def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 60, interval: float = 0.5) -> T:
