@@ -11,6 +11,7 @@ from typing import Any
 
 from tests.remediation.fakes import CKPT_STEP, Rig, kinds_and_phases, p0_signal, step_done
 from tests.remediation.test_replace_pod import jobset_monitor, planned, step
+from trainguard.api.monitor import StepProgress
 from trainguard.catalog.kubernetes import RESUME_FROM
 from trainguard.remediation.executor import REJOIN_TIMEOUT_S
 from trainguard.remediation.model import Phase
@@ -126,3 +127,17 @@ def test_the_healthy_rank_resumes_from_the_checkpoint_the_replacement_was_given(
     assert later and later[0] > given, "the healthy rank saved past the pointer"
     assert rig.cluster.sidecar["job-1"]["restart"]["resume_from"]["step"] == given
     assert step(done, "RestartInPlace")["detail"].endswith(f"restarted in place from step {given:g}")
+
+
+def test_every_progress_field_the_rejoin_writes_is_in_the_crd_schema() -> None:
+    """The apiserver prunes a progress field its schema lacks: a redo would find it gone (`size` and
+    ReplacePod's `resumeFrom` were, once)."""
+    rig = Rig(launchers=True)
+    rig.cluster.as_jobset()
+    monitor = jobset_monitor()
+    done = rig.run(planned(rig, monitor, p0_signal("GPUCriticalXid")), monitor)
+    schema = {f.alias or name for name, f in StepProgress.model_fields.items()}
+    written = {k for s in done["steps"] for k in (s.get("progress") or {})}
+    assert {"generation", "size", "resumeFrom"} <= written
+    assert written <= schema, written - schema
+    assert json.loads(step(done, "ReplacePod")["progress"]["resumeFrom"])["step"] == pointers(rig)[0]["step"]

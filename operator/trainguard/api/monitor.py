@@ -454,7 +454,20 @@ class StepProgress(Model):
         default=None,
         ge=1,
         description="RestartInPlace: the generation posted to every pod's launcher: a redo posts the same one, "
-        "which a launcher that already runs it ignores.",
+        "which a launcher that already runs it ignores. ReplacePod: the generation put in the replacement's "
+        "resume-from pointer, which the RestartInPlace after it (rejoin) posts.",
+    )
+    size: int | None = Field(
+        default=None,
+        ge=1,
+        description="RestartInPlace after ReplacePod (rejoin): how many pods the gang has, the replacement "
+        "included: the step ends when that many launchers run the generation.",
+    )
+    resume_from: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="ReplacePod, when a rejoin follows: the checkpoint pointer (JSON {step, path, kind, ts}) the "
+        "replacement was given, which the healthy ranks then restart from.",
     )
 
 

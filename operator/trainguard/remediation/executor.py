@@ -1278,7 +1278,7 @@ class Executor:
             )  # fmt: skip
             how = "force-deleting (node down)" if down else "evicting"
             # the rejoin restarts the healthy ranks from the checkpoint the replacement was given
-            joins = {"generation": generation, "resumeFrom": _checkpoint_only(chosen)} if generation else {}
+            joins = {"generation": generation, "resumeFrom": _checkpoint_json(chosen)} if generation else {}
             note(f"{how} {_names([t.pod for t in targets])} on {node}; {pointer}",
                  {"count": len(targets), "uids": _entries(targets), **joins})  # fmt: skip
         done: list[str] = []
@@ -1580,16 +1580,24 @@ def _replaced(record: Record) -> int:
     return 0
 
 
-def _checkpoint_only(pointer: dict[str, Any] | None) -> dict[str, Any] | None:
-    return {k: v for k, v in pointer.items() if k not in ("generation", "record")} if pointer else None
+def _checkpoint_json(pointer: dict[str, Any] | None) -> str | None:
+    """The checkpoint of a resume-from pointer, as ReplacePod keeps it in its progress (a string: the
+    progress schema holds scalars)."""
+    if not pointer:
+        return None
+    return json.dumps({k: v for k, v in pointer.items() if k not in ("generation", "record")}, sort_keys=True)
 
 
 def _replace_pointer(record: Record) -> dict[str, Any] | None:
     """The checkpoint the record's ReplacePod gave the replacement, when it named a generation."""
     for step in record.get("steps", []):
         if step.get("kind") == StepKind.REPLACE_POD:
-            pointer = (step.get("progress") or {}).get("resumeFrom")
-            return dict(pointer) if isinstance(pointer, dict) else None
+            text = (step.get("progress") or {}).get("resumeFrom")
+            try:
+                pointer = json.loads(text) if isinstance(text, str) else None
+            except ValueError:
+                return None
+            return pointer if isinstance(pointer, dict) else None
     return None
 
 
