@@ -67,6 +67,7 @@ from trainguard.remediation import records
 from trainguard.remediation.detect import GANG_SPREAD_S
 from trainguard.remediation.model import Phase, StepKind
 from trainguard.remediation.ops import ClusterOps, Refused, Sidecar
+from trainguard.remediation.plan import RESTARTS
 from trainguard.remediation.records import Superseded
 from trainguard.times import rfc3339, unix
 
@@ -82,7 +83,6 @@ POLL_INTERVAL_S = 1.0
 EVICTION_GRACE_S = 5
 """The grace period of a pod evicted off a live faulty node: its trainer stops on SIGTERM, and its
 replacement (under the same name, for a PyTorchJob) waits for it to go."""
-RESTART_KINDS = (StepKind.RESTART_GANG, StepKind.REPLACE_POD, StepKind.RESTART_IN_PLACE)
 JOBSET_KINDS = ("JobSet", "TrainJob")
 """Owners whose gang is restarted through the JobSet: its current child Jobs are deleted and recreated."""
 IN_PLACE_TIMEOUT_S = 60.0
@@ -347,14 +347,19 @@ def _trainer_step(view: dict[str, Any]) -> float | None:
     return float(step) if isinstance(step, int | float) and not isinstance(step, bool) else None
 
 
+def _trainer_gone(view: dict[str, Any]) -> bool:
+    """The sidecar's launcher reports its trainer exited (waiting for a word) or itself exiting."""
+    launcher = view.get("launcher")
+    return isinstance(launcher, dict) and launcher.get("state") in ("waiting", "gone")
+
+
 def _cannot_save(view: dict[str, Any], step: float | None, since: float, now: float, *, lost: bool) -> bool:
     """Whether a rank asked for a checkpoint will not save it: its launcher reports its trainer gone or
     exited (waiting for a word), or, with a member of the gang `lost` (the faulty node's sidecar does
     not answer, or its trainer is gone), its sidecar has seen no new step for STUCK_MIN_S and
     STUCK_STEPS steps' time. Trainers merely paused (every one still there) are waited for, as is a
     sidecar that reports no step (older, or a trainer that never stepped)."""
-    launcher = view.get("launcher")
-    if isinstance(launcher, dict) and launcher.get("state") in ("waiting", "gone"):
+    if _trainer_gone(view):
         return True
     if step is None or not lost:
         return False
@@ -1022,10 +1027,7 @@ class Executor:
         if not faulty:
             return True
         views, errors = self._each(faulty, partial(self._read_view, token=token))
-        return bool(errors) or any(
-            isinstance(v.get("launcher"), dict) and v["launcher"].get("state") in ("waiting", "gone")
-            for v in views.values()
-        )
+        return bool(errors) or any(_trainer_gone(v) for v in views.values())
 
     def _read_view(self, sc: Sidecar, *, token: str) -> dict[str, Any]:
         return self.cluster.read_control(sc.base_url, token)
@@ -1409,7 +1411,7 @@ class Executor:
         and its failure policy restarted every pod, counted against maxRestarts): the record's restart
         was not the one that happened."""
         planned = next((str(s["params"]["attempt"]) for s in record.get("steps", [])
-                        if s.get("kind") in RESTART_KINDS and (s.get("params") or {}).get("attempt")), None)  # fmt: skip
+                        if s.get("kind") in RESTARTS and (s.get("params") or {}).get("attempt")), None)  # fmt: skip
         ref = monitor.spec.workload_ref
         if planned is None or ref is None:
             return ""
