@@ -18,7 +18,7 @@ import kopf
 
 from trainguard.api import GROUP, VERSION, InvalidInput, TrainingJobMonitor, parse_spec
 from trainguard.catalog.kubernetes import RESUME_FROM
-from trainguard.controller.admission import admit
+from trainguard.controller.admission import ParsedMonitors, admit
 from trainguard.controller.metrics import OperatorMetrics
 from trainguard.controller.reconcile import (
     NamespaceTerminating,
@@ -189,40 +189,53 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
 
     # ---- sidecar injection: every replica answers, standbys included ----
 
+    parsed = ParsedMonitors()
+
     @kopf.on.mutate("", "v1", "pods", id="inject-sidecar", operations=["CREATE"], registry=registry)
     def inject_sidecar(*, body: kopf.Body, patch: kopf.Patch, memo: Any, **_: Any) -> None:
-        kube: Kube = memo["kube"]
-        metrics: OperatorMetrics | None = memo.get("metrics")
-        started = time.monotonic()
+        answer_admission(body, patch, memo, receiver_url=receiver_url, parsed=parsed)
 
-        def monitors_in(namespace: str) -> list[dict[str, Any]]:
-            try:
-                return list(memo["reads"].monitors_in(namespace, timeout=ADMISSION_CACHE_WAIT))
-            except NotSynced:  # a replica starting: its cache has not listed yet
-                # the apiserver waits 5s for the whole answer; a slow list admits the pod without the sidecar
-                return kube.list_monitors(namespace, timeout=ADMISSION_API_TIMEOUT)
 
-        changes = admit(
-            _plain(body),
-            monitors_in=monitors_in,
-            post_event=lambda obj, reason, msg, type_: kube.post_event(obj, reason, msg, type_, timeout=1.0),
-            receiver_url=receiver_url,
-            native_sidecar=bool(memo.get("native_sidecar", True)),
-            resume_pointer=lambda m: resume_pointer(kube, m),
-            failed=metrics.injection_failed if metrics is not None else lambda: None,
-        )
-        if metrics is not None:
-            metrics.admitted(time.monotonic() - started)
-        if changes is None:
-            return
-        patch.metadata["annotations"] = changes["metadata"]["annotations"]
-        for key, value in changes["spec"].items():
-            patch.spec[key] = value
+def answer_admission(
+    body: Mapping[str, Any], patch: kopf.Patch, memo: Any, *, receiver_url: str, parsed: ParsedMonitors
+) -> None:
+    """One sidecar-injection admission: the pod's changes into `patch`. Reads the monitor cache
+    (`memo["reads"]`); the API only while a starting replica's cache has not listed yet, and for a
+    restart an older operator began (its pointer is on the workload only)."""
+    kube: Kube = memo["kube"]
+    metrics: OperatorMetrics | None = memo.get("metrics")
+    started = time.monotonic()
+
+    def monitors_in(namespace: str) -> list[dict[str, Any]]:
+        try:
+            return list(memo["reads"].monitors_in(namespace, timeout=ADMISSION_CACHE_WAIT))
+        except NotSynced:  # a replica starting: its cache has not listed yet
+            # the apiserver waits 5s for the whole answer; a slow list admits the pod without the sidecar
+            return kube.list_monitors(namespace, timeout=ADMISSION_API_TIMEOUT)
+
+    changes = admit(
+        _plain(body),
+        monitors_in=monitors_in,
+        post_event=lambda obj, reason, msg, type_: kube.post_event(obj, reason, msg, type_, timeout=1.0),
+        receiver_url=receiver_url,
+        native_sidecar=bool(memo.get("native_sidecar", True)),
+        parsed=parsed,
+        resume_pointer=lambda m: resume_pointer(kube, m),
+        failed=metrics.injection_failed if metrics is not None else lambda: None,
+    )
+    if metrics is not None:
+        metrics.admitted(time.monotonic() - started)
+    if changes is None:
+        return
+    patch.metadata["annotations"] = changes["metadata"]["annotations"]
+    for key, value in changes["spec"].items():
+        patch.spec[key] = value
 
 
 def resume_pointer(kube: Kube, monitor: TrainingJobMonitor) -> str | None:
-    """The checkpoint a gang restart left on the workload (trainguard.io/resume-from), for the new
-    sidecars; a failure to read it costs the pointer, never the injection."""
+    """The checkpoint a gang restart left on the workload (trainguard.io/resume-from), read from the
+    API: only for a restart step an operator before this one began, whose progress lacks the pointer.
+    A failure to read it costs the pointer, never the injection."""
     ref = monitor.spec.workload_ref
     if ref is None:
         return None
