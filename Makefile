@@ -57,11 +57,11 @@ crds: bootstrap
 	rm -f charts/trainguard/crds/*.yaml
 	cp crds/*.yaml deploy/peering-crd.yaml charts/trainguard/crds/
 
-# the chart: its CRDs (above), its RBAC and Secret-write policy, copied from deploy/ (tests/packaging
+# the chart: its CRDs (above), its RBAC, Secret-write and namespace-label policies, copied from deploy/ (tests/packaging
 # fails on drift), and its remote_write keep-list, generated from render/longterm.py (check-generated
 # fails on drift)
 chart: crds
-	cp deploy/rbac*.yaml deploy/secret-write-policy.yaml charts/trainguard/files/
+	cp deploy/rbac*.yaml deploy/secret-write-policy.yaml deploy/namespace-label-policy.yaml charts/trainguard/files/
 	$(BIN)/trainguard keep-list -o charts/trainguard/files/remote-write-keep.yaml
 
 # helm for the chart tests (tests/packaging), built from its Go module into the e2e cache; without Go

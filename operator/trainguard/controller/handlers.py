@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
@@ -88,6 +88,7 @@ def reconcile(
     *,
     receiver: ReceiverSettings | None = None,
     metrics: OperatorMetrics | None = None,
+    label_namespace: Callable[[str], str] | None = None,
 ) -> None:
     with LOCKS(namespace, name):
         fresh = kube.get_monitor(namespace, name)
@@ -96,7 +97,8 @@ def reconcile(
         # read under the lock, so the status it starts from is current
         started, status, result = time.monotonic(), None, None
         try:
-            status = reconcile_monitor(kube, reads, fresh, announce=announcer(kube, fresh), receiver=receiver)
+            status = reconcile_monitor(kube, reads, fresh, announce=announcer(kube, fresh), receiver=receiver,
+                                       label_namespace=label_namespace)  # fmt: skip
         except NamespaceTerminating as exc:
             log.info("%s: nothing more is applied", exc)
             result = "skipped"
@@ -107,11 +109,11 @@ def reconcile(
 
 def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
     """Attach every handler of the operator to `registry`. The memo carries `kube`, `reads` (the watch
-    caches) and `native_sidecar` (set at startup)."""
+    caches), `native_sidecar` and `namespaces` (controller/namespace_labels.py; set at startup)."""
 
     def _reconcile(memo: Any, namespace: str, name: str) -> None:
         reconcile(memo["kube"], memo["reads"], namespace, name, receiver=memo.get("receiver"),
-                  metrics=memo.get("metrics"))  # fmt: skip
+                  metrics=memo.get("metrics"), label_namespace=_labels(memo))  # fmt: skip
 
     # ---- indices: what other handlers look up without an API call ----
 
@@ -148,14 +150,7 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
         namespace = namespace or "default"
         users = users_of(namespace, name, monitors_by_policy)
         for monitor_name in users:
-            reconcile(
-                kube,
-                memo["reads"],
-                namespace,
-                monitor_name,
-                receiver=memo.get("receiver"),
-                metrics=memo.get("metrics"),
-            )
+            _reconcile(memo, namespace, monitor_name)
         try:
             parse_spec(_plain(body), f"{namespace}/{name}")
             outcome = Outcome(
@@ -194,6 +189,11 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
     @kopf.on.mutate("", "v1", "pods", id="inject-sidecar", operations=["CREATE"], registry=registry)
     def inject_sidecar(*, body: kopf.Body, patch: kopf.Patch, memo: Any, **_: Any) -> None:
         answer_admission(body, patch, memo, receiver_url=receiver_url, parsed=parsed)
+
+
+def _labels(memo: Any) -> Callable[[str], str] | None:
+    namespaces = memo.get("namespaces")
+    return namespaces.ensure if namespaces is not None else None
 
 
 def answer_admission(

@@ -26,6 +26,7 @@ from trainguard.clients.prometheus import prometheus_client
 from trainguard.controller.handlers import LOCKS, reconcile, register
 from trainguard.controller.leadership import Leadership
 from trainguard.controller.metrics import DEFAULT_METRICS_ADDR, OperatorMetrics, serve
+from trainguard.controller.namespace_labels import NamespaceLabels
 from trainguard.controller.periodic import Loop, Periodic
 from trainguard.controller.reconcile import ReceiverSettings
 from trainguard.diagnosis.passes import DiagnosticReports, MorningReports
@@ -41,7 +42,7 @@ from trainguard.remediation.model import Signal
 from trainguard.remediation.receiver import MonitorUids, Receiver, ReceiverConfig, SenderCheck
 from trainguard.remediation.senders import Senders
 from trainguard.render.sidecar import supports_native_sidecar
-from trainguard.render.webhook import WEBHOOK_CONFIG_NAME, mutating_webhook_configuration
+from trainguard.render.webhook import WEBHOOK_CONFIG_NAME, excluded_namespaces, mutating_webhook_configuration
 
 log = logging.getLogger("trainguard.operator")
 
@@ -188,16 +189,25 @@ def run(opts: OperatorOptions) -> None:
     report_loop = Loop(
         "reports", opts.pods_seconds, functools.partial(report_pass, reports, diagnostics), leader
     )
+    # the label that sends a namespace's pods to the webhook (render/webhook.py's namespaceSelector)
+    namespaces = NamespaceLabels(kube, cache, frozenset(excluded_namespaces(opts.namespace)))
     periodic = Periodic(
         kube,
         cache,
         leader=leader,
         reconcile=lambda ns, name: reconcile(
-            kube, cache, ns, name, receiver=shared.get("receiver"), metrics=metrics
+            kube,
+            cache,
+            ns,
+            name,
+            receiver=shared.get("receiver"),
+            metrics=metrics,
+            label_namespace=namespaces.ensure,
         ),
         lock=LOCKS,
         resync_s=opts.resync_seconds,
         pods_s=opts.pods_seconds,
+        label_namespaces=namespaces.sweep,
     )
 
     shared: dict[str, Any] = {}
@@ -209,6 +219,7 @@ def run(opts: OperatorOptions) -> None:
         memo["kube"] = kube
         memo["reads"] = cache
         memo["metrics"] = metrics
+        memo["namespaces"] = namespaces
         memo["native_sidecar"] = native_sidecar(kube)
         shared["memo"] = memo
         if certs is not None:
