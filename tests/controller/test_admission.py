@@ -209,11 +209,14 @@ def test_without_a_restart_no_spare_and_no_pointer() -> None:
         assert pointer_of(changes) is None and asked == []
 
 
-def versioned(name: str, version: str, app: str) -> dict[str, Any]:
+def versioned(name: str, version: str, app: str | None = None, **selector: Any) -> dict[str, Any]:
     mon = copy.deepcopy(MONITOR)
     mon["metadata"].update(name=name, resourceVersion=version)
-    mon["spec"]["selector"] = {"matchLabels": {"app": app}}
+    mon["spec"]["selector"] = selector or {"matchLabels": {"app": app}}
     return mon
+
+
+LABELS = {"app": "llama-pretrain", "team": "a"}
 
 
 def test_each_monitor_is_parsed_once_per_version(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -229,18 +232,38 @@ def test_each_monitor_is_parsed_once_per_version(monkeypatch: pytest.MonkeyPatch
     other = versioned("other", "7", "other")
     monitors = [versioned("llama-pretrain", "1", "llama-pretrain"), other]
     for _ in range(3):
-        assert [m.name for m, _ in parsed("ml", monitors)] == ["llama-pretrain", "other"]
+        assert [m.name for m, _ in parsed("ml", monitors, LABELS)] == ["llama-pretrain"]
     assert sorted(parses) == ["llama-pretrain", "other"], "once each, not per request"
     # a new version (a spec edit) is parsed again, and its new selector is what matches
     edited = versioned("llama-pretrain", "2", "something-else")
     changes = admit(copy.deepcopy(POD), monitors_in=lambda ns: [edited, other], post_event=lambda *a: None,
                     receiver_url="u", native_sidecar=True, parsed=parsed)  # fmt: skip
-    assert changes is None and parses[-1] == "llama-pretrain"
+    assert changes is None and parses[-1] == "llama-pretrain" and parses.count("other") == 1
     # a monitor deleted is forgotten; an invalid one selects nothing and is not parsed again
     bad = versioned("bad", "3", "llama-pretrain")
     bad["spec"]["baseline"] = {"sigma": -1}
     before = len(parses)
     for _ in range(2):
-        assert [m.name for m, _ in parsed("ml", [bad])] == []
+        assert parsed("ml", [bad], LABELS) == []
     assert len(parses) == before + 1
-    assert parsed("ml", []) == []
+    assert parsed("ml", [], LABELS) == []
+
+
+def test_the_candidates_hold_every_monitor_that_selects_the_pod() -> None:
+    """Indexed by one of their matchLabels: a monitor is tried only for pods that carry it; one
+    without matchLabels is always tried; the oldest name still wins a tie."""
+    monitors = [
+        versioned("b-two-labels", "1", matchLabels={"app": "llama-pretrain", "team": "a"}),
+        versioned("c-expression", "2", matchExpressions=[{"key": "team", "operator": "In", "values": ["a"]}]),
+        versioned("d-other-team", "3", matchLabels={"app": "llama-pretrain", "team": "b"}),
+        versioned("e-other-app", "4", "vision"),
+        versioned("a-app", "5", "llama-pretrain"),
+    ]
+    candidates = ParsedMonitors()("ml", monitors, LABELS)
+    assert {m.name for m, _ in candidates} >= {"a-app", "b-two-labels", "c-expression"}
+    assert "e-other-app" not in {m.name for m, _ in candidates}
+    everything = admission.every_valid("ml", monitors, LABELS)
+    pod = {"metadata": {"namespace": "ml", "labels": LABELS}}
+    found = admission.select(pod, candidates)
+    assert found is not None and admission.select(pod, everything) is not None
+    assert found[0].name == admission.select(pod, everything)[0].name == "a-app"  # type: ignore[index]

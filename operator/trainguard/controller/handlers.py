@@ -18,7 +18,7 @@ import kopf
 
 from trainguard.api import GROUP, VERSION, InvalidInput, TrainingJobMonitor, parse_spec
 from trainguard.catalog.kubernetes import RESUME_FROM
-from trainguard.controller.admission import ParsedMonitors, admit
+from trainguard.controller.admission import Candidates, ParsedMonitors, admit
 from trainguard.controller.metrics import OperatorMetrics
 from trainguard.controller.reconcile import (
     NamespaceTerminating,
@@ -197,11 +197,17 @@ def _labels(memo: Any) -> Callable[[str], str] | None:
 
 
 def answer_admission(
-    body: Mapping[str, Any], patch: kopf.Patch, memo: Any, *, receiver_url: str, parsed: ParsedMonitors
+    body: Mapping[str, Any],
+    patch: kopf.Patch,
+    memo: Any,
+    *,
+    receiver_url: str,
+    parsed: Candidates,
 ) -> None:
     """One sidecar-injection admission: the pod's changes into `patch`. Reads the monitor cache
     (`memo["reads"]`); the API only while a starting replica's cache has not listed yet, and for a
-    restart an older operator began (its pointer is on the workload only)."""
+    restart an older operator began (its pointer is on the workload only). `parsed`: the monitors
+    that may select the pod (ParsedMonitors: parsed and indexed between requests)."""
     kube: Kube = memo["kube"]
     metrics: OperatorMetrics | None = memo.get("metrics")
     started = time.monotonic()
