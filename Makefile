@@ -11,7 +11,7 @@ help:
 	@echo "make e2e    - the e2e suite on a local control plane built from Go modules (cached)"
 	@echo "make bench  - every benchmark, one after the other (about an hour on 2 cores): exporter cost, SDK overhead,"
 	@echo "              alert noise, detection quality, operator and rule scale, fault to action, restart in place,"
-	@echo "              training time lost (ETTR)"
+	@echo "              training time lost (ETTR), signal handling, admission latency"
 	@echo "make bench-pipeline - fault to action alone at its full defaults (about 45 minutes)"
 	@echo "make crds   - regenerate crds/ from the models; make docs - docs/alerts.md from the catalogue; make dashboards - the chart's Grafana dashboards"
 	@echo "make controlplane - build (or reuse) the local Kubernetes control plane binaries"
@@ -105,6 +105,7 @@ bench: bootstrap node-exporter
 	$(PY) bench/restart_in_place.py --runs 3
 	$(PY) bench/ettr.py
 	$(PY) bench/signal_handling.py
+	$(PY) bench/admission.py
 
 # fault to cordon and to training resumed through the whole pipeline, by path and fault class, at its full
 # defaults (about 45 minutes on 2 cores; make bench runs it with fewer injections; bench/ettr.py reads its
