@@ -72,6 +72,7 @@ from e2e.monitors import QUICKSTART, indexed_job  # noqa: E402
 from trainguard.catalog.kubernetes import RESUME_FROM  # noqa: E402
 from trainguard.controller.admission import ParsedMonitors, every_valid  # noqa: E402
 from trainguard.controller.handlers import answer_admission  # noqa: E402
+from trainguard.controller.run import freeze_startup_objects  # noqa: E402
 from trainguard.kube import Kube, NotSynced  # noqa: E402
 from trainguard.kube.cache import ClusterCache  # noqa: E402
 from trainguard.remediation import records  # noqa: E402
@@ -229,6 +230,7 @@ class ListingReads:
 def handler_rows(
     cluster: Cluster, where: dict[str, list[tuple[str, str]]], args: argparse.Namespace
 ) -> list[dict[str, Any]]:
+    freeze_startup_objects()  # as the operator does once started, before its caches fill
     api = config.new_client_from_config(str(cluster.kubeconfig))
     api.configuration.connection_pool_maxsize = 32
     kube, cache = Kube(api), ClusterCache(api).start()
