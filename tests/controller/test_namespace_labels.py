@@ -7,10 +7,11 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from tests.clock import Clock
 from tests.conftest import MONITOR, POLICY, monitor_body
 from tests.kube.fakes import FakeKube, refused
 from trainguard.catalog.kubernetes import MONITORED
-from trainguard.controller.namespace_labels import NamespaceLabels, label_changes, needs_label
+from trainguard.controller.namespace_labels import SEEN_WAIT_S, NamespaceLabels, label_changes, needs_label
 from trainguard.controller.reconcile import reconcile_monitor
 from trainguard.kube import NotSynced
 
@@ -108,6 +109,27 @@ def test_ensure_writes_only_when_the_label_is_missing_and_says_why_it_could_not(
     problem = NamespaceLabels(forbidden, forbidden, EXCLUDED).ensure("ml")
     assert problem.startswith("namespace ml could not be labelled trainguard.io/monitored=true (403:")
     assert "start without the exporter" in problem and "patch on namespaces (deploy/rbac.yaml)" in problem
+
+
+def test_ensure_waits_to_see_the_label_come_back_through_the_watch() -> None:
+    """The apiserver matches the webhook's namespaceSelector against its own watch-fed copy of the
+    namespace: the monitor is not reported Ready before the label is seen."""
+    clock = Clock(1000.0)
+    api = Namespaces([], set())
+    seen_after = [3]
+
+    class Lagging(Namespaces):
+        def labelled_namespaces(self, timeout: float | None = None) -> set[str]:
+            seen_after[0] -= 1
+            return set(api.labelled) if seen_after[0] <= 0 else set()
+
+    watch = Lagging([], set())
+    edge = NamespaceLabels(api, watch, EXCLUDED, clock=clock, sleep=clock.sleep)
+    assert edge.ensure("ml") == "" and seen_after[0] == 0, "read until the label was there"
+    never = NamespaceLabels(api, Namespaces([], set()), EXCLUDED, clock=clock, sleep=clock.sleep)
+    started = clock.now
+    assert never.ensure("vision") == "", "a label not seen in time is logged, not a failure"
+    assert clock.now - started >= SEEN_WAIT_S
 
 
 def cond(kube: FakeKube, type_: str) -> dict[str, Any]:

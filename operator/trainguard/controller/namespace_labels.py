@@ -2,8 +2,9 @@
 sidecar-injection webhook's namespaceSelector (render/webhook.py), so the apiserver calls the webhook
 for the pods that can concern a monitor and for no other (a monitor selects pods of its own namespace).
 
-Kept by the leader. A monitor's reconcile labels its namespace before it reports the monitor Ready, so
-a workload started once its monitor is Ready has its pods sent to the webhook; a label that cannot be
+Kept by the leader. A monitor's reconcile labels its namespace, and waits to see the label come back
+through its watch, before it reports the monitor Ready, so a workload started once its monitor is
+Ready has its pods sent to the webhook; a label that cannot be
 written makes the monitor Degraded (reason NamespaceLabelFailed), since its pods would start without
 the exporter. The periodic pass labels what a reconcile missed and takes the label off a namespace
 found without a monitor on two passes in a row: one pass could be a monitor cache a moment behind a
@@ -19,7 +20,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -30,6 +32,10 @@ log = logging.getLogger("trainguard.namespaces")
 
 CACHE_WAIT_S = 1.0
 """How long a reconcile waits for the labelled-namespace cache's first list before it labels anyway."""
+SEEN_WAIT_S = 2.0
+"""How long a reconcile that labelled a namespace waits to see the label in its own cache before it goes
+on (to report the monitor Ready): the apiserver matches the webhook's namespaceSelector against its own
+watch-fed copy of the namespace, which a moment after the patch may not hold the label yet."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,8 @@ class NamespaceLabels:
     kube: NamespaceWriter
     reads: NamespaceReads
     excluded: frozenset[str]
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
     _unmonitored: frozenset[str] = frozenset()
     _guard: threading.Lock = field(default_factory=threading.Lock)
 
@@ -113,7 +121,21 @@ class NamespaceLabels:
             return label_failure(namespace, exc)
         log.info("labelled namespace %s %s=%s: its pods go to the sidecar-injection webhook", namespace,
                  MONITORED, MONITORED_VALUE)  # fmt: skip
+        self._seen(namespace)
         return ""
+
+    def _seen(self, namespace: str) -> None:
+        """Wait (up to SEEN_WAIT_S) until the watch of labelled namespaces brings the label back."""
+        deadline = self.clock() + SEEN_WAIT_S
+        while self.clock() < deadline:
+            try:
+                if namespace in self.reads.labelled_namespaces(timeout=CACHE_WAIT_S):
+                    return
+            except NotSynced:
+                return
+            self.sleep(0.05)
+        log.warning("namespace %s: the label %s is not seen in the cache %.0fs after the patch", namespace,
+                    MONITORED, SEEN_WAIT_S)  # fmt: skip
 
     def sweep(self) -> LabelChanges:
         """One periodic pass over every namespace; a write that fails is logged and retried next pass."""
