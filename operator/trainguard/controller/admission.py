@@ -75,8 +75,9 @@ class ParsedMonitors:
     """The namespace's monitors parsed once per version of each (metadata.resourceVersion) and indexed
     by their selectors, for every admission after: parsing 500 monitors of a namespace for each pod
     takes about 25 ms, and trying each one's selector about 0.5 ms (bench/admission.py). Thread-safe
-    (kopf answers admissions on a pool of threads); holds the namespaces last asked about, without the
-    monitors deleted since. Monitors without a resourceVersion (not from the API) are parsed each time."""
+    (kopf answers admissions on a pool of threads); holds each namespace's monitors as its last
+    admission found them (a deleted monitor goes at the next). Monitors without a resourceVersion (not
+    from the API) are parsed each time."""
 
     def __init__(self) -> None:
         self._guard = threading.Lock()
