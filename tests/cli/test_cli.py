@@ -35,6 +35,41 @@ def test_render_prometheus_writes_two_files(tmp_path: Path) -> None:
     assert am["route"]["routes"][0]["matchers"] == ['namespace="ml"', 'training_job="llama-pretrain"']
 
 
+@pytest.mark.parametrize("fmt", ["kubernetes", "prometheus"])
+def test_render_writes_severity_in_the_style_asked_and_the_routes_match_priority(
+    fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = {}
+    for style in ("grade", "mapped"):
+        target = tmp_path / style
+        assert (
+            main(["render", "-f", QUICKSTART, "--format", fmt, "-o", str(target), "--severity-style", style])
+            == 0
+        )
+        if fmt == "prometheus":
+            groups = yaml.safe_load((target / "rules.yml").read_text())["groups"]
+            routes = (target / "alertmanager.yml").read_text()
+        else:
+            objs = list(yaml.safe_load_all((target / "trainguard.yaml").read_text()))
+            groups = next(o for o in objs if o["kind"] == "PrometheusRule")["spec"]["groups"]
+            routes = yaml.safe_dump(next(o for o in objs if o["kind"] == "AlertmanagerConfig")["spec"])
+        labels = {r["alert"]: r["labels"] for g in groups for r in g["rules"] if "alert" in r}
+        out[style] = (labels, routes)
+    grade, mapped = out["grade"], out["mapped"]
+    assert grade[0]["GPUCriticalXid"] == {"priority": "P0", "severity": "P0"}
+    assert mapped[0]["GPUCriticalXid"] == {"priority": "P0", "severity": "critical"}
+    assert mapped[0]["GPUMemoryHigh"] == {"priority": "P3", "severity": "none"}
+    assert grade[1] == mapped[1], "the routes do not depend on the style"
+    assert "severity" not in grade[1]
+
+
+def test_an_unknown_severity_style_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["render", "-f", QUICKSTART, "--severity-style", "critical"])
+    assert exit_.value.code == 2
+    assert "--severity-style" in capsys.readouterr().err
+
+
 def test_rendered_quickstart_passes_promtool_and_amtool(promtool: str, amtool: str, tmp_path: Path) -> None:
     assert main(["render", "-f", QUICKSTART, "--format", "prometheus", "-o", str(tmp_path)]) == 0
     for cmd in ([promtool, "check", "rules", "rules.yml"], [amtool, "check-config", "alertmanager.yml"]):

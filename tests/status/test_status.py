@@ -80,6 +80,19 @@ def test_time_lost_sums_stop_and_redo_of_the_remediations_that_stopped_training(
     assert time_lost([restart], {"r1": Redo(390, 400, 2.5)}) == (95, False)
 
 
+def test_alerts_are_graded_by_priority_in_the_mapped_style_and_by_severity_from_older_rules() -> None:
+    got = alerts_of([
+        alert("GPUMemoryHigh", "none", priority="P3"),
+        alert("GPULost", "critical", priority="P0", node="n1", gpu="2"),
+        alert("DataLoaderSlow", "P2"),
+    ])  # fmt: skip
+    assert [(a.name, a.severity) for a in got] == [
+        ("GPULost", "P0"),
+        ("DataLoaderSlow", "P2"),
+        ("GPUMemoryHigh", "P3"),
+    ]
+
+
 def test_the_job_status_carries_alerts_by_severity_throughput_checkpoint_and_the_newest_remediation() -> None:
     older = record("old", NOW - 7200, NOW - 7100, ["Pause", "RestartGang"])
     newer = record("new", NOW - 300, NOW - 280, ["Advise"]) | {

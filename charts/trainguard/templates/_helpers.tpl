@@ -40,6 +40,17 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: trainguard
 {{- end -}}
 
+{{/*
+The labels that carry an alert's grade (dict "root" . "grade" "P1"): priority always, severity in the
+platform's style (alerts.severityStyle). The mapping is trainguard.catalog.severity.MAPPED_SEVERITY's;
+tests/packaging/test_operator_rules.py pins the two.
+*/}}
+{{- define "trainguard.gradeLabels" -}}
+{{- $mapped := dict "P0" "critical" "P1" "warning" "P2" "warning" "P3" "none" -}}
+priority: {{ .grade }}
+severity: {{ eq .root.Values.alerts.severityStyle "mapped" | ternary (index $mapped .grade) .grade }}
+{{- end -}}
+
 {{- define "trainguard.image" -}}
 {{- if .Values.image.digest -}}
 {{ .Values.image.repository }}@{{ .Values.image.digest }}

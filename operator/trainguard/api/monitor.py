@@ -315,7 +315,7 @@ COST_LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
 COST_LABELS_RESERVED: tuple[str, ...] = (
     *COMMON_LABELS,
     *DCGM_LABELS,
-    *("job", "instance", "le", "quantile", "alertname", "alertstate", "severity", "kind", "rack"),
+    *("job", "instance", "le", "quantile", "alertname", "alertstate", "priority", "severity", "kind", "rack"),
 )
 """Labels the cost series, the raw series they come from or Prometheus already give a meaning; a cost
 label of that name would overwrite or shadow them."""

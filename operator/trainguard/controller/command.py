@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from trainguard.args import duration, fail, kubeconfig_flag, need, who
+from trainguard.catalog.severity import GRADE, MAPPED_SEVERITY, STYLES
 from trainguard.remediation import guardrails as guard
 
 BREAKER_RESET_HELP = (
@@ -237,6 +238,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         default=12.0,
         help="a node whose Ready condition the operator has seen False or Unknown this long is down",
     )
+    op.add_argument(
+        "--severity-style",
+        choices=STYLES,
+        default=GRADE,
+        help="the severity label of every rule the operator renders and every alert it posts: grade "
+        "(severity=P0..P3, the default) or mapped ("
+        + ", ".join(f"{g}={w}" for g, w in MAPPED_SEVERITY.items())
+        + ") for an Alertmanager that routes on those; the grade is in the priority label either way, "
+        "which trainguard's own routes match (docs/severity.md)",
+    )
     op.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_guardrails(op)
     op.set_defaults(func=cmd_operator)
@@ -300,6 +311,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
             ),
             self_managed_certs=args.self_managed_certs,
             guardrails=guardrails_of(args),
+            severity_style=args.severity_style,
             cert_policy=CertPolicy(
                 serving_lifetime=dt.timedelta(seconds=args.cert_duration),
                 renew_before=dt.timedelta(seconds=args.cert_renew_before),

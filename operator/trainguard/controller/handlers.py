@@ -18,6 +18,7 @@ import kopf
 
 from trainguard.api import GROUP, VERSION, InvalidInput, TrainingJobMonitor, parse_spec
 from trainguard.catalog.kubernetes import RESUME_FROM
+from trainguard.catalog.severity import GRADE
 from trainguard.controller.admission import admit
 from trainguard.controller.metrics import OperatorMetrics
 from trainguard.controller.reconcile import (
@@ -88,6 +89,7 @@ def reconcile(
     *,
     receiver: ReceiverSettings | None = None,
     metrics: OperatorMetrics | None = None,
+    severity_style: str = GRADE,
 ) -> None:
     with LOCKS(namespace, name):
         fresh = kube.get_monitor(namespace, name)
@@ -96,7 +98,8 @@ def reconcile(
         # read under the lock, so the status it starts from is current
         started, status, result = time.monotonic(), None, None
         try:
-            status = reconcile_monitor(kube, reads, fresh, announce=announcer(kube, fresh), receiver=receiver)
+            status = reconcile_monitor(kube, reads, fresh, announce=announcer(kube, fresh), receiver=receiver,
+                                       severity_style=severity_style)  # fmt: skip
         except NamespaceTerminating as exc:
             log.info("%s: nothing more is applied", exc)
             result = "skipped"
@@ -107,11 +110,11 @@ def reconcile(
 
 def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
     """Attach every handler of the operator to `registry`. The memo carries `kube`, `reads` (the watch
-    caches) and `native_sidecar` (set at startup)."""
+    caches), `native_sidecar` and `severity_style` (set at startup)."""
 
     def _reconcile(memo: Any, namespace: str, name: str) -> None:
         reconcile(memo["kube"], memo["reads"], namespace, name, receiver=memo.get("receiver"),
-                  metrics=memo.get("metrics"))  # fmt: skip
+                  metrics=memo.get("metrics"), severity_style=memo.get("severity_style", GRADE))  # fmt: skip
 
     # ---- indices: what other handlers look up without an API call ----
 
@@ -155,6 +158,7 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
                 monitor_name,
                 receiver=memo.get("receiver"),
                 metrics=memo.get("metrics"),
+                severity_style=memo.get("severity_style", GRADE),
             )
         try:
             parse_spec(_plain(body), f"{namespace}/{name}")

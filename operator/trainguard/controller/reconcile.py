@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from trainguard.api import InvalidInput, PolicyProblem, TrainingJobMonitor, parse_object, policies_for
 from trainguard.api.common import LabelSelector
 from trainguard.api.monitor import WorkloadRef
+from trainguard.catalog.severity import GRADE
 from trainguard.controller.status import WORKLOAD_UNRESOLVED, Outcome, monitor_status
 from trainguard.kube import (
     ApiError,
@@ -149,9 +150,11 @@ def reconcile_monitor(
     now: Callable[[], str] = utcnow,
     announce: Callable[[str, str], None] = _no_announce,
     receiver: ReceiverSettings | None = None,
+    severity_style: str = GRADE,
 ) -> dict[str, Any]:
     """Reconcile one monitor body and write its status; returns the status written. With `receiver`,
-    the monitor's credentials are derived and Alertmanager posts its P0 and P1 alerts to the operator."""
+    the monitor's credentials are derived and Alertmanager posts its P0 and P1 alerts to the operator.
+    The rules' severity label is in `severity_style`, the platform's (--severity-style)."""
     meta = body.get("metadata", {})
     ns, name = meta.get("namespace", "default"), meta.get("name", "?")
     outcome = Outcome(generation=meta.get("generation"))
@@ -182,9 +185,12 @@ def reconcile_monitor(
     }
     if receiver is not None:
         operator = operator_receiver(monitor, receiver.url, with_ca=bool(receiver.ca))
-        desired = [credentials(monitor, receiver), *monitor_objects(monitor, effective, windows, operator)]
+        desired = [
+            credentials(monitor, receiver),
+            *monitor_objects(monitor, effective, windows, operator, severity_style=severity_style),
+        ]
     else:
-        desired = monitor_objects(monitor, effective, windows)
+        desired = monitor_objects(monitor, effective, windows, severity_style=severity_style)
     outcome.input_hash = content_hash({"objects": desired})
     label = ""
     done: set[str] = set()

@@ -19,6 +19,7 @@ from typing import Any, cast
 import kopf
 from prometheus_client import CollectorRegistry
 
+from trainguard.catalog.severity import GRADE
 from trainguard.certs.ca import WEBHOOK_CERT_SECRET, CertPolicy, serving_names
 from trainguard.certs.secret import SelfManagedCerts
 from trainguard.certs.tls import ReloadableTLS
@@ -106,6 +107,9 @@ class OperatorOptions:
     guardrails: Guardrails = field(default_factory=Guardrails)
     """The platform's limits on remediation and the operator-wide mode (--remediation-mode and the
     guardrail flags)."""
+    severity_style: str = GRADE
+    """The platform's style of the `severity` label of the rules rendered and the alerts posted
+    (catalog/severity.py, --severity-style); the grade is in `priority` either way."""
     cert_dir: str | None = None
     """Where the self-managed certificate files are written for the servers (default: a private tmp dir)."""
 
@@ -170,6 +174,7 @@ def run(opts: OperatorOptions) -> None:
         reset=lambda: reset_time(kube.read_config_map(opts.namespace, RESET_CONFIGMAP)),
         node_down=opts.node_down,
         history=history,
+        severity_style=opts.severity_style,
     )
 
     reports = MorningReports(
@@ -193,7 +198,13 @@ def run(opts: OperatorOptions) -> None:
         cache,
         leader=leader,
         reconcile=lambda ns, name: reconcile(
-            kube, cache, ns, name, receiver=shared.get("receiver"), metrics=metrics
+            kube,
+            cache,
+            ns,
+            name,
+            receiver=shared.get("receiver"),
+            metrics=metrics,
+            severity_style=opts.severity_style,
         ),
         lock=LOCKS,
         resync_s=opts.resync_seconds,
@@ -210,6 +221,7 @@ def run(opts: OperatorOptions) -> None:
         memo["reads"] = cache
         memo["metrics"] = metrics
         memo["native_sidecar"] = native_sidecar(kube)
+        memo["severity_style"] = opts.severity_style
         shared["memo"] = memo
         if certs is not None:
             opts = start_self_managed_certs(certs, opts)

@@ -11,6 +11,7 @@ import sys
 import uuid
 from types import FrameType
 
+from trainguard.catalog.severity import GRADE, STYLES
 from trainguard.drill import SCENARIO_NAMES
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -47,6 +48,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--alertmanager", metavar="URL", help="Alertmanager's base URL (default: $TRAINGUARD_ALERTMANAGER)"
     )
+    p.add_argument(
+        "--severity-style", choices=STYLES, default=GRADE,
+        help="the severity label of the synthetic alerts: the operator's --severity-style (default grade; "
+        "docs/severity.md)",
+    )  # fmt: skip
     p.add_argument(
         "--sidecar-access", choices=["auto", "proxy", "direct"], default="auto",
         help="reach sidecars through the apiserver's pod proxy or at the pod IP (in-cluster); auto (default): "
@@ -130,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
             o,
             cluster,
             sidecars,
-            AlertmanagerHTTP(str(base)),
+            AlertmanagerHTTP(str(base), args.severity_style),
             log=lambda m: print(m, file=sys.stderr, flush=True),
         )
         outcome = drill.run(plan)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trainguard.args import EXIT_USAGE, fail, need
+from trainguard.catalog.severity import GRADE, MAPPED_SEVERITY, STYLES
 
 
 def _read_sources(files: Sequence[str]) -> list[tuple[str, str]]:
@@ -50,7 +51,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     if not docs.monitors:
         fail("no TrainingJobMonitor in the input: rules and routes are rendered per monitor")
     if args.format == "kubernetes":
-        text = dump_stream(render_kubernetes(docs, args.aggregate_interval))
+        text = dump_stream(render_kubernetes(docs, args.aggregate_interval, args.severity_style))
         if args.output:
             out = Path(args.output)
             out.mkdir(parents=True, exist_ok=True)
@@ -60,7 +61,11 @@ def cmd_render(args: argparse.Namespace) -> int:
             sys.stdout.write(text)
         return 0
     files = render_prometheus(
-        docs, args.aggregate_interval, args.remote_write_url, args.remote_write_events_url
+        docs,
+        args.aggregate_interval,
+        args.remote_write_url,
+        args.remote_write_events_url,
+        severity_style=args.severity_style,
     )
     if not args.output:
         fail("--format prometheus writes several files: give a directory with -o DIR", EXIT_USAGE)
@@ -169,6 +174,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         default="5m",
         metavar="DURATION",
         help="how often the long-term aggregate groups are evaluated (default 5m; tests shorten it)",
+    )
+    render.add_argument(
+        "--severity-style",
+        choices=STYLES,
+        default=GRADE,
+        help="the alerts' severity label: grade (severity=P0..P3, the default) or mapped ("
+        + ", ".join(f"{g}={w}" for g, w in MAPPED_SEVERITY.items())
+        + ", for an Alertmanager that routes on those); the grade is in the priority label either way, "
+        "and the rendered routes match it; use the operator's --severity-style (docs/severity.md)",
     )
     render.add_argument(
         "--remote-write-url",

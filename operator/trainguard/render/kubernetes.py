@@ -8,6 +8,7 @@ from typing import Any
 
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog.kubernetes import MANAGED_LABELS
+from trainguard.catalog.severity import GRADE
 from trainguard.render.alertmanager import OperatorReceiver, alertmanager_config_spec
 from trainguard.render.longterm import DEFAULT_INTERVAL, aggregate_group
 from trainguard.render.policy import EffectivePolicy
@@ -43,15 +44,19 @@ def _metadata(monitor: TrainingJobMonitor, name: str | None = None) -> Obj:
 
 
 def prometheus_rule(
-    monitor: TrainingJobMonitor, policy: EffectivePolicy, aggregate_interval: str = DEFAULT_INTERVAL
+    monitor: TrainingJobMonitor,
+    policy: EffectivePolicy,
+    aggregate_interval: str = DEFAULT_INTERVAL,
+    severity_style: str = GRADE,
 ) -> Obj:
     """The monitor's alerting group and its long-term aggregate group (render.longterm), so that what the
     operator applies and what `trainguard render` prints are the same object."""
+    groups = [rule_group(monitor, policy, severity_style), aggregate_group(monitor, aggregate_interval)]
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
         "metadata": _metadata(monitor),
-        "spec": {"groups": [rule_group(monitor, policy), aggregate_group(monitor, aggregate_interval)]},
+        "spec": {"groups": groups},
     }
 
 
@@ -199,10 +204,13 @@ def monitor_objects(
     resolved_nodes: dict[str, list[str]] | None = None,
     operator: OperatorReceiver | None = None,
     aggregate_interval: str = DEFAULT_INTERVAL,
+    *,
+    severity_style: str = GRADE,
 ) -> list[Obj]:
     """Everything one monitor owns, in apply order (the Secret before the config that reads it). With
-    `operator`, Alertmanager also posts the job's P0 and P1 alerts to the operator's receiver."""
-    objs = [prometheus_rule(monitor, policy, aggregate_interval)]
+    `operator`, Alertmanager also posts the job's P0 and P1 alerts to the operator's receiver. The
+    rules' `severity` is in `severity_style`; the routes match `priority`, the same in every style."""
+    objs = [prometheus_rule(monitor, policy, aggregate_interval, severity_style)]
     secret = receiver_secret(monitor, policy)
     if secret is not None:
         objs.append(secret)
