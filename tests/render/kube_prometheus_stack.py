@@ -1,11 +1,9 @@
-"""kube-prometheus-stack's default Alertmanager configuration (kube-prometheus-stack-alertmanager.yaml),
-a user's own routes on `severity`, and trainguard's AlertmanagerConfig merged into it as
-prometheus-operator merges one (pkg/alertmanager/amcfg.go, its default OnNamespace matcher strategy):
-the AlertmanagerConfig's top route gets `namespace="<its namespace>"` and `continue: true` and goes
-before the configuration's own routes; its receivers and time intervals are named
-`<namespace>/<name>/<name>`; each of its inhibit rules gets the namespace matcher on both sides.
-
-Receivers keep only their names: routing and inhibition read nothing else, and no notification leaves.
+"""kube-prometheus-stack's default Alertmanager configuration (kube-prometheus-stack-alertmanager.yaml)
+with a platform's own routes on `severity`, and trainguard's AlertmanagerConfigs merged into it as
+prometheus-operator merges them: e2e/prometheus_operator.py converts them (receivers and time
+intervals named `<namespace>/<name>/<name>`, the top route with `namespace="<ns>"` and
+`continue: true`, inhibit rules with the namespace matcher on both sides), and their routes go before
+the configuration's own (pkg/alertmanager/amcfg.go, AddAlertmanagerConfigs).
 """
 
 from __future__ import annotations
@@ -16,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from e2e import prometheus_operator
+
 FIXTURE = Path(__file__).with_name("kube-prometheus-stack-alertmanager.yaml")
 
 PAGER = "pager"
@@ -24,16 +24,8 @@ USER_ROUTES: list[dict[str, Any]] = [
     {"receiver": PAGER, "matchers": ['severity="critical"']},
     {"receiver": CHAT, "matchers": ['severity="warning"']},
 ]
-"""A platform's own routes on kube-prometheus-stack's severities, after its Watchdog route."""
-
-_SNAKE = {
-    "groupBy": "group_by",
-    "groupWait": "group_wait",
-    "groupInterval": "group_interval",
-    "repeatInterval": "repeat_interval",
-    "muteTimeIntervals": "mute_time_intervals",
-    "activeTimeIntervals": "active_time_intervals",
-}
+"""A platform's own routes on kube-prometheus-stack's severities, after its Watchdog route. Their
+receivers notify no one: routing and inhibition read only their names."""
 
 
 def default_config(user_routes: bool = True) -> dict[str, Any]:
@@ -45,49 +37,18 @@ def default_config(user_routes: bool = True) -> dict[str, Any]:
     return config
 
 
-def _text(matcher: dict[str, str]) -> str:
-    return f'{matcher["name"]}{matcher["matchType"]}"{matcher["value"]}"'
-
-
-def _route(route: dict[str, Any], prefix: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in route.items():
-        if key == "receiver":
-            out["receiver"] = prefix + value
-        elif key == "matchers":
-            out["matchers"] = [_text(m) for m in value]
-        elif key == "routes":
-            out["routes"] = [_route(r, prefix) for r in value]
-        elif key in ("muteTimeIntervals", "activeTimeIntervals"):
-            out[_SNAKE[key]] = [prefix + v for v in value]
-        else:
-            out[_SNAKE.get(key, key)] = value
-    return out
-
-
-def merged(base: dict[str, Any], amc: dict[str, Any]) -> dict[str, Any]:
-    """`base` with the AlertmanagerConfig object `amc` merged in, as prometheus-operator merges it."""
-    meta, spec = amc["metadata"], amc["spec"]
-    namespace = meta["namespace"]
-    prefix = f"{namespace}/{meta['name']}/"
-    assert not spec.get("muteTimeIntervals"), (
-        "time intervals are not converted here: use a policy without them"
-    )
+def merged(
+    base: dict[str, Any], amcs: list[dict[str, Any]], secrets: dict[tuple[str, str], Any], files: Path
+) -> dict[str, Any]:
+    """`base` with the AlertmanagerConfigs `amcs` merged in (their Secrets keyed by namespace and name;
+    `files` where the CA files they reference are written)."""
+    ours = prometheus_operator.alertmanager_yml(amcs, secrets, files)
     config = copy.deepcopy(base)
-    top = _route(spec["route"], prefix)
-    top["matchers"] = [*top.get("matchers", []), f'namespace="{namespace}"']
-    top["continue"] = True
-    config["route"]["routes"] = [top, *config["route"].get("routes", [])]
-    config["receivers"] += [{"name": prefix + r["name"]} for r in spec["receivers"]]
-    ns = f'namespace="{namespace}"'
-    config["inhibit_rules"] += [
-        {
-            "source_matchers": [*(_text(m) for m in rule["sourceMatch"]), ns],
-            "target_matchers": [*(_text(m) for m in rule["targetMatch"]), ns],
-            "equal": rule["equal"],
-        }
-        for rule in spec.get("inhibitRules", [])
-    ]
+    config["route"]["routes"] = [*ours["route"]["routes"], *config["route"].get("routes", [])]
+    config["receivers"] += [r for r in ours["receivers"] if r["name"] != "null"]
+    config["inhibit_rules"] = [*config.get("inhibit_rules", []), *ours["inhibit_rules"]]
+    if ours.get("time_intervals"):
+        config["time_intervals"] = [*config.get("time_intervals", []), *ours["time_intervals"]]
     return config
 
 

@@ -1,8 +1,8 @@
 """trainguard inside an existing monitoring stack: kube-prometheus-stack's default Alertmanager
 configuration (its routes, its inhibit rules, the InfoInhibitor), a platform's own routes on
 severity="critical" and severity="warning", and trainguard's AlertmanagerConfig merged in as
-prometheus-operator merges it (tests/render/kube_prometheus_stack.py). Routing is amtool's word,
-inhibition a real Alertmanager's.
+prometheus-operator merges it (tests/render/kube_prometheus_stack.py, with e2e/prometheus_operator.py's
+stand-in). Routing is amtool's word, inhibition a real Alertmanager's.
 
 In both severity styles trainguard's own routes reach P0..P3's receivers (they match `priority`);
 in the mapped style a trainguard P0 also reaches the platform's critical route and a P1 or P2 its
@@ -12,6 +12,7 @@ trainguard alert, but for one documented case (docs/severity.md).
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import shutil
 import subprocess
@@ -35,7 +36,7 @@ from trainguard.diagnosis.morning import Night, report_alert
 from trainguard.remediation.escalation import Settings, escalated, format_time
 from trainguard.remediation.passes import EscalationPass
 from trainguard.render.alertmanager import OPERATOR_RECEIVER
-from trainguard.render.kubernetes import alertmanager_config, operator_receiver
+from trainguard.render.kubernetes import alertmanager_config, fastpath_secret, operator_receiver
 from trainguard.render.policy import effective_policy
 from trainguard.render.prometheus import rule_group
 
@@ -69,10 +70,15 @@ def test_the_sample_has_one_alert_of_each_grade() -> None:
 
 
 def our_config(tmp: Path, user_routes: bool = True) -> Path:
+    """The merged configuration: the monitor's AlertmanagerConfig, with the operator's receiver (its
+    token from the monitor's Secret; no CA, which nothing here connects with)."""
     m = monitor()
-    receiver = operator_receiver(m, "https://trainguard-operator.trainguard-system.svc:8443", with_ca=True)
+    receiver = operator_receiver(m, "https://trainguard-operator.trainguard-system.svc:8443", with_ca=False)
     amc = alertmanager_config(m, effective_policy(m, [policy()]), operator=receiver)
-    return write(merged(default_config(user_routes), amc), tmp)
+    secret = fastpath_secret(m, "events-token", "alerts-token")
+    data = {k: base64.b64encode(v.encode()).decode() for k, v in secret["stringData"].items()}
+    secrets = {(NS, secret["metadata"]["name"]): {"data": data}}
+    return write(merged(default_config(user_routes), [amc], secrets, tmp), tmp)
 
 
 def fired(alertname: str, style: str, **labels: str) -> dict[str, str]:
