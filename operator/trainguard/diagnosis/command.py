@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from trainguard.args import EXIT_USAGE, api_client, fail, kubeconfig_flag, monitor_ref, need, when
+from trainguard.args import EXIT_USAGE, api_client, fail, kube_flags, monitor_ref, need, when
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -18,7 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     rep.add_argument(
         "--prometheus", metavar="URL", help="Prometheus's base URL (default: $TRAINGUARD_PROMETHEUS_URL)"
     )
-    kubeconfig_flag(rep)
+    kube_flags(rep)
     rep.set_defaults(func=cmd_report)
 
 
@@ -38,7 +38,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not url:
         fail("give Prometheus's URL with --prometheus URL (or $TRAINGUARD_PROMETHEUS_URL)", EXIT_USAGE)
     at = when(args.at)
-    kube = Kube(api_client(args.kubeconfig))
+    kube = Kube(api_client(args))
     try:
         report = build_report(
             kube,

@@ -11,6 +11,7 @@ import sys
 import uuid
 from types import FrameType
 
+from trainguard.args import kube_flags
 from trainguard.drill import SCENARIO_NAMES
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -53,7 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "the proxy, else the pod IP",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
-    p.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    kube_flags(p)
     p.add_argument("--poll", type=float, default=0.5, help=argparse.SUPPRESS)
 
 
@@ -104,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         allow_actions=args.allow_actions, poll_s=args.poll, drill_id=f"{args.scenario}-{uuid.uuid4().hex[:8]}",
     )  # fmt: skip
     try:
-        kube = Kube(api_client(args.kubeconfig), timeout=10.0)
+        kube = Kube(api_client(args.kubeconfig, context=args.context), timeout=10.0)
     except (ConfigError, OSError) as exc:
         print(f"trainguard drill: no Kubernetes credentials: {exc}", file=sys.stderr)
         return EXIT_FAIL

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainguard.args import api_client, fail, kubeconfig_flag, need
+from trainguard.args import api_client, fail, kube_flags, need
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -25,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         metavar="URL",
         help="read the active alerts from Alertmanager instead of ALERTS (default: $TRAINGUARD_ALERTMANAGER)",
     )
-    kubeconfig_flag(st)
+    kube_flags(st)
     st.set_defaults(func=cmd_status)
 
 
@@ -42,7 +42,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from trainguard.status.render import render_live, render_plain
 
     url = args.prometheus or os.environ.get("TRAINGUARD_PROMETHEUS_URL")
-    kube = Kube(api_client(args.kubeconfig))
+    kube = Kube(api_client(args))
     am_url = args.alertmanager or os.environ.get("TRAINGUARD_ALERTMANAGER")
     sources = Sources(kube, prometheus_client(url) if url else None, am_url)
     live = sys.stdout.isatty() and not args.plain
