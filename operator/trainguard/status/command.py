@@ -107,6 +107,7 @@ def live(args: argparse.Namespace, read: Read) -> int:
     if not args.watch:
         console.print(screen())
         return 0
+    console.clear()  # the screen is the status's, as `watch` has it; the last one stays after Ctrl-C
     with Live(console=console, auto_refresh=False, vertical_overflow="ellipsis") as shown:
         while True:
             shown.update(screen(), refresh=True)
