@@ -46,7 +46,9 @@ def output_flag(
     )
 
 
-def out_dir_flag(parser: argparse.ArgumentParser, default: str | None, what: str) -> None:
+def out_dir_flag(
+    parser: argparse.ArgumentParser, default: str | None, what: str, default_text: str = ""
+) -> None:
     """`--out-dir DIR` (alias `--output-dir`) for a verb that writes files; `-o DIR`, the path it took
     before, is refused naming the new flag."""
     parser.add_argument(
@@ -55,7 +57,8 @@ def out_dir_flag(parser: argparse.ArgumentParser, default: str | None, what: str
         dest="out_dir",
         default=default,
         metavar="DIR",
-        help=f"write {what} into DIR" + (f" (default: {default})" if default else ""),
+        help=f"write {what} into DIR"
+        + (f" (default: {default_text or default})" if default_text or default else ""),
     )
 
 

@@ -18,7 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     rep.add_argument("--alert", help="the alert to report on (default: the job's most severe firing at --at)")
     rep.add_argument("--at", metavar="TIME", help="unix seconds or RFC 3339 (default: now)")
     output_flag(rep, ("html", "markdown"), None, "none: the files in --out-dir")
-    out_dir_flag(rep, None, f"{FILES['html']} and {FILES['markdown']} (default without -o: .)")
+    out_dir_flag(rep, None, f"{FILES['html']} and {FILES['markdown']}", "the current directory, without -o")
     rep.add_argument(
         "--markdown", action=Deprecated, metavar="FILE.md", instead="use --out-dir DIR or -o markdown",
         help="deprecated: also write the Markdown version here",
