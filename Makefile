@@ -53,7 +53,7 @@ e2e: bootstrap
 test: lint check-generated unit e2e
 
 crds: bootstrap
-	$(BIN)/trainguard crds -o crds
+	$(BIN)/trainguard crds --out-dir crds
 	rm -f charts/trainguard/crds/*.yaml
 	cp crds/*.yaml deploy/peering-crd.yaml charts/trainguard/crds/
 
@@ -62,7 +62,7 @@ crds: bootstrap
 # fails on drift)
 chart: crds
 	cp deploy/rbac*.yaml deploy/secret-write-policy.yaml charts/trainguard/files/
-	$(BIN)/trainguard keep-list -o charts/trainguard/files/remote-write-keep.yaml
+	$(BIN)/trainguard keep-list --out-dir charts/trainguard/files
 
 # helm for the chart tests (tests/packaging), built from its Go module into the e2e cache; without Go
 # those tests skip (or fail under TRAINGUARD_REQUIRE_TOOLS=1, as in CI)
@@ -82,18 +82,18 @@ victoria-metrics:
 	else echo "go is not installed: no victoria-metrics, the long-term storage test will not run"; fi
 
 docs: bootstrap
-	$(BIN)/trainguard docs -o docs/alerts.md
+	$(BIN)/trainguard docs --out-dir docs
 
 # the Grafana dashboards the chart ships, generated from the catalogue (check-generated fails on drift)
 dashboards: bootstrap
-	$(BIN)/trainguard dashboards -o charts/trainguard/dashboards
+	$(BIN)/trainguard dashboards --out-dir charts/trainguard/dashboards
 
 check-generated: bootstrap
-	$(BIN)/trainguard crds -o crds --check
-	$(BIN)/trainguard docs -o docs/alerts.md --check
-	$(BIN)/trainguard reference -o docs/reference --check
-	$(BIN)/trainguard dashboards -o charts/trainguard/dashboards --check
-	$(BIN)/trainguard keep-list -o charts/trainguard/files/remote-write-keep.yaml --check
+	$(BIN)/trainguard crds --out-dir crds --check
+	$(BIN)/trainguard docs --out-dir docs --check
+	$(BIN)/trainguard reference --out-dir docs/reference --check
+	$(BIN)/trainguard dashboards --out-dir charts/trainguard/dashboards --check
+	$(BIN)/trainguard keep-list --out-dir charts/trainguard/files --check
 
 bench: bootstrap node-exporter
 	$(PY) bench/exporter.py

@@ -28,7 +28,7 @@ def test_render_kubernetes_stream_to_stdout(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_render_prometheus_writes_two_files(tmp_path: Path) -> None:
-    assert main(["render", "-f", QUICKSTART, "--format", "prometheus", "-o", str(tmp_path)]) == 0
+    assert main(["render", "-f", QUICKSTART, "--format", "prometheus", "--out-dir", str(tmp_path)]) == 0
     rules = yaml.safe_load((tmp_path / "rules.yml").read_text())
     am = yaml.safe_load((tmp_path / "alertmanager.yml").read_text())
     assert rules["groups"][0]["name"] == "trainguard.ml.llama-pretrain"
@@ -36,7 +36,7 @@ def test_render_prometheus_writes_two_files(tmp_path: Path) -> None:
 
 
 def test_rendered_quickstart_passes_promtool_and_amtool(promtool: str, amtool: str, tmp_path: Path) -> None:
-    assert main(["render", "-f", QUICKSTART, "--format", "prometheus", "-o", str(tmp_path)]) == 0
+    assert main(["render", "-f", QUICKSTART, "--format", "prometheus", "--out-dir", str(tmp_path)]) == 0
     for cmd in ([promtool, "check", "rules", "rules.yml"], [amtool, "check-config", "alertmanager.yml"]):
         result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=False)
         assert result.returncode == 0, result.stdout + result.stderr
@@ -94,7 +94,7 @@ def test_prometheus_format_needs_an_output_dir(capsys: pytest.CaptureFixture[str
     with pytest.raises(SystemExit) as exc:
         main(["render", "-f", QUICKSTART, "--format", "prometheus"])
     assert exc.value.code == 2
-    assert "-o DIR" in capsys.readouterr().err
+    assert "--out-dir DIR" in capsys.readouterr().err
 
 
 def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:

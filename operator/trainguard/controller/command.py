@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from trainguard.args import duration, fail, kubeconfig_flag, need, who
+from trainguard.args import api_client, duration, fail, kube_flags, need, who
 from trainguard.remediation import guardrails as guard
 
 BREAKER_RESET_HELP = (
@@ -127,7 +127,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     op = sub.add_parser(
         "operator", help="run the operator (kopf): reconcile monitors and policies, inject sidecars"
     )
-    op.add_argument("--kubeconfig", help="default: in-cluster config, then KUBECONFIG / ~/.kube/config")
+    kube_flags(op)
     op.add_argument("--namespace", default="trainguard-system", help="the operator's own namespace")
     op.add_argument("--peering", default="trainguard", help="kopf peering object shared by the replicas")
     op.add_argument(
@@ -246,7 +246,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     verbs = gr.add_subparsers(dest="guardrails_command", metavar="VERB", required=True)
     reset = verbs.add_parser("reset", help=BREAKER_RESET_HELP)
-    kubeconfig_flag(reset)
+    kube_flags(reset)
     reset.add_argument("--namespace", default="trainguard-system", help="the operator's own namespace")
     reset.add_argument("--by", help="who resets (default: $USER@hostname), kept in the ConfigMap")
     reset.set_defaults(func=cmd_guardrails_reset)
@@ -268,6 +268,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
     run(
         OperatorOptions(
             kubeconfig=args.kubeconfig,
+            context=args.context,
             peering=args.peering,
             priority=args.priority,
             standalone=args.standalone,
@@ -316,7 +317,7 @@ def cmd_guardrails_reset(args: argparse.Namespace) -> int:
     need("operator", "kubernetes")
     import time
 
-    from trainguard.kube import Kube, api_client
+    from trainguard.kube import Kube
     from trainguard.remediation.breaker import RESET_CONFIGMAP, RESET_KEY
 
     now = int(time.time())
@@ -330,8 +331,9 @@ def cmd_guardrails_reset(args: argparse.Namespace) -> int:
         },
         "data": {RESET_KEY: str(now), "reset-by": who(args.by)},
     }
+    api = api_client(args, component="guardrails")
     try:
-        Kube(api_client(args.kubeconfig, component="guardrails")).apply(config_map)
+        Kube(api).apply(config_map)
     except Exception as exc:
         fail(f"could not write ConfigMap {args.namespace}/{RESET_CONFIGMAP}: {exc}")
     print(f"circuit breakers opened before {now} re-arm on the leader's next pass (ConfigMap "

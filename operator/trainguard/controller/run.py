@@ -57,6 +57,8 @@ def receiver_base(url: str) -> str:
 @dataclass(frozen=True)
 class OperatorOptions:
     kubeconfig: str | None = None
+    context: str | None = None
+    """The kubeconfig's context to use (--context), else its current-context."""
     peering: str = "trainguard"
     priority: int | None = None
     standalone: bool = False
@@ -110,10 +112,10 @@ class OperatorOptions:
     """Where the self-managed certificate files are written for the servers (default: a private tmp dir)."""
 
 
-def connection_info(kubeconfig: str | None) -> kopf.ConnectionInfo:
+def connection_info(kubeconfig: str | None, context: str | None = None) -> kopf.ConnectionInfo:
     """What kopf.login_via_client returns, for an explicit kubeconfig too, read anew at each login (kopf
     logs in again after a 401): a rotated token or an exec plugin's new credential is what it gets."""
-    c = credentials(kubeconfig)
+    c = credentials(kubeconfig, context)
     return kopf.ConnectionInfo(
         server=c.server,
         ca_path=c.ca_path,
@@ -136,7 +138,7 @@ def run(opts: OperatorOptions) -> None:
     registry = kopf.OperatorRegistry()
     base = receiver_base(opts.receiver_url)
     register(registry, receiver_url=f"{base}/v1/events")
-    api = api_client(opts.kubeconfig, pool=API_POOL, component="operator")
+    api = api_client(opts.kubeconfig, context=opts.context, pool=API_POOL, component="operator")
     kube = Kube(api)
     # every replica keeps the watch caches (its webhook reads them; a standby must be warm when it leads)
     cache = ClusterCache(api).start()
@@ -273,7 +275,7 @@ def run(opts: OperatorOptions) -> None:
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo | None:
-        return connection_info(opts.kubeconfig)
+        return connection_info(opts.kubeconfig, opts.context)
 
     log.info(
         "trainguard operator starting: peering %s, identity %s, priority %d", opts.peering, identity, priority
