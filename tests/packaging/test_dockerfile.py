@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.packaging.dockerfile import DOCKERFILE, REPO, Stage, copy_sources, exec_form, stages
-from trainguard.api.monitor import DEFAULT_EXPORTER_IMAGE
+from trainguard import IMAGE
 from trainguard.render.sidecar import NONROOT_UID
 
 PINNED_BASE = re.compile(
@@ -101,10 +101,11 @@ def test_dockerignore_lets_through_exactly_what_the_build_copies() -> None:
         assert (REPO / path).exists(), f"COPY {path}: not in the repository"
 
 
-def test_the_chart_image_is_the_one_the_sidecar_defaults_to() -> None:
+def test_the_chart_image_is_the_one_this_version_is_published_as() -> None:
+    """The chart's default image and the operator's --sidecar-image default name the same image."""
     values = yaml.safe_load((REPO / "charts" / "trainguard" / "values.yaml").read_text())
     chart = yaml.safe_load((REPO / "charts" / "trainguard" / "Chart.yaml").read_text())
-    assert f"{values['image']['repository']}:{chart['appVersion']}" == DEFAULT_EXPORTER_IMAGE
+    assert f"{values['image']['repository']}:{chart['appVersion']}" == IMAGE
 
 
 def _hadolint() -> str | None:
