@@ -59,8 +59,8 @@ def test_runs_as_the_numeric_non_root_user_of_the_chart_and_the_sidecar() -> Non
     assert uid.isdigit() and int(uid) != 0, f"USER {users[-1]}: numeric, so runAsNonRoot can check it"
     assert not gid or (gid.isdigit() and int(gid) != 0)
     assert int(uid) == NONROOT_UID  # the injected exporter sidecar's runAsUser
-    deployment = (REPO / "charts" / "trainguard" / "templates" / "deployment.yaml").read_text()
-    assert f"runAsUser: {uid}" in deployment
+    values = yaml.safe_load((REPO / "charts" / "trainguard" / "values.yaml").read_text())
+    assert values["podSecurityContext"]["runAsUser"] == int(uid), "the chart's default pod user"
 
 
 def test_entrypoint_is_the_trainguard_cli() -> None:

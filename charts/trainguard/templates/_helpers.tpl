@@ -40,6 +40,23 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: trainguard
 {{- end -}}
 
+{{/*
+podLabels on the operator's pods; the chart's own labels (the Deployment's selector among them) cannot
+be overridden, and naming one fails with the value's path.
+*/}}
+{{- define "trainguard.podLabels" -}}
+{{- $own := include "trainguard.labels" . | fromYaml }}
+{{- $_ := set $own "app.kubernetes.io/component" "operator" }}
+{{- range $key, $_ := .Values.podLabels }}
+{{- if hasKey $own $key }}
+{{- fail (printf "podLabels.%s: the chart sets this label on its pods itself (the Deployment's selector and the release's labels); use another key" $key) }}
+{{- end }}
+{{- end }}
+{{- with .Values.podLabels }}
+{{- toYaml . }}
+{{- end }}
+{{- end -}}
+
 {{- define "trainguard.image" -}}
 {{- if .Values.image.digest -}}
 {{ .Values.image.repository }}@{{ .Values.image.digest }}
