@@ -320,3 +320,15 @@ def test_scheduling_values_reach_the_pod(helm: str) -> None:
     assert spec["priorityClassName"] == "system-cluster-critical"
     assert spec["nodeSelector"] == {"pool": "system"}
     assert spec["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+
+
+def test_the_hardening_stays_when_the_values_lack_it(helm: str) -> None:
+    """`helm upgrade --reuse-values` from a chart without podSecurityContext and securityContext renders
+    with that chart's values, which lack them: the templates' own defaults, values.yaml's, still apply."""
+    default, absent = (
+        objects(template(helm)),
+        objects(template(helm, "podSecurityContext=null", "securityContext=null")),
+    )
+    assert pod_spec(absent)["securityContext"] == pod_spec(default)["securityContext"]
+    assert operator_container(absent)["securityContext"] == operator_container(default)["securityContext"]
+    assert pod_spec(default)["securityContext"]["runAsNonRoot"] is True

@@ -40,6 +40,7 @@ BAD_VALUES = [
     ("extraEnv[0].value=x", "/extraEnv/0"),
     ("topologySpreadConstraints[0].maxSkew=1", "/topologySpreadConstraints/0"),
     ("podLabels.team=a b", "/podLabels"),
+    ("prometheusRule.runbookBaseUrl=docs/operator.md", "/prometheusRule/runbookBaseUrl"),
 ]
 
 
