@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 
-.PHONY: help bootstrap demo test lint site unit e2e bench bench-pipeline crds chart helm victoria-metrics node-exporter docs dashboards check-generated controlplane controllers clean
+.PHONY: help bootstrap demo test lint site unit e2e bench bench-pipeline crds chart helm victoria-metrics node-exporter docs dashboards check-generated image-lock image-lock-check controlplane controllers clean
 
 help:
 	@echo "make demo   - render the quickstart and check it with promtool and amtool"
@@ -17,6 +17,8 @@ help:
 	@echo "make controlplane - build (or reuse) the local Kubernetes control plane binaries"
 	@echo "make controllers - build (or reuse) JobSet, Kueue, Kubeflow Trainer v2 and the training-operator for e2e"
 	@echo "make site  - the docs site (mkdocs.yml, docs/) into .site/, with --strict: a broken link fails it"
+	@echo "make image-lock - requirements/image.lock and build.lock, what the image installs, pinned with hashes;"
+	@echo "              make image-lock-check resolves them again and fails on a difference (needs the package index)"
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -94,6 +96,16 @@ check-generated: bootstrap
 	$(BIN)/trainguard reference --out-dir docs/reference --check
 	$(BIN)/trainguard dashboards --out-dir charts/trainguard/dashboards --check
 	$(BIN)/trainguard keep-list --out-dir charts/trainguard/files --check
+
+# what the image installs (Dockerfile: pip install --require-hashes --no-deps), resolved by uv from
+# pyproject.toml with the hashes of every file; the current pins are kept unless pyproject.toml needs
+# others. tests/packaging/test_image_lock.py fails, offline, when pyproject.toml's requirements change
+# and the locks do not; image-lock-check resolves again (package index) and fails on any difference
+image-lock: bootstrap
+	$(PY) scripts/image_lock.py
+
+image-lock-check: bootstrap
+	$(PY) scripts/image_lock.py --check
 
 bench: bootstrap node-exporter
 	$(PY) bench/exporter.py

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from trainguard import IMAGE, __version__
 from trainguard.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,3 +130,20 @@ def test_certificate_lifetimes_parse_to_seconds() -> None:
         86400,
         3650 * 86400,
     )
+
+
+def test_the_sidecar_image_defaults_to_this_versions_image_or_the_environments(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("TRAINGUARD_SIDECAR_IMAGE", raising=False)
+    assert (
+        build_parser().parse_args(["operator"]).sidecar_image
+        == IMAGE
+        == f"ghcr.io/trainguard/trainguard:{__version__}"
+    )
+    monkeypatch.setenv("TRAINGUARD_SIDECAR_IMAGE", "registry.example/trainguard:1.2.3")
+    assert build_parser().parse_args(["operator"]).sidecar_image == "registry.example/trainguard:1.2.3"
+    given = build_parser().parse_args(
+        ["operator", "--sidecar-image", "registry.example/trainguard@sha256:" + "a" * 64]
+    )
+    assert given.sidecar_image.endswith("a" * 64), "the flag wins over the environment"

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 
+from trainguard import IMAGE
 from trainguard.args import api_client, duration, fail, kube_flags, need, who
 from trainguard.remediation import guardrails as guard
+
+SIDECAR_IMAGE_ENV = "TRAINGUARD_SIDECAR_IMAGE"
 
 BREAKER_RESET_HELP = (
     "re-arm the circuit breaker now (ConfigMap trainguard-guardrails, read by the leader each pass)"
@@ -154,6 +158,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         default="https://trainguard-operator.trainguard-system.svc:8443",
         help="base URL sidecars (/v1/events) and Alertmanager (/v1/alerts) reach the remediation receiver at",
     )
+    op.add_argument(
+        "--sidecar-image",
+        default=os.environ.get(SIDECAR_IMAGE_ENV) or IMAGE,
+        metavar="IMAGE",
+        help="the exporter sidecar's image, where a monitor's spec.exporter.image does not override it; the "
+        "chart passes the operator's own image, so an upgrade moves both "
+        f"(default: ${SIDECAR_IMAGE_ENV}, else {IMAGE})",
+    )
     op.add_argument("--receiver-addr", default="0.0.0.0", help="address the receiver listens on")
     op.add_argument("--receiver-port", type=int, default=8443, help="port the receiver listens on (TLS)")
     op.add_argument("--receiver-cert", help="the receiver's TLS certificate (default: --webhook-cert)")
@@ -283,6 +295,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
             manage_webhook=not args.no_manage_webhook,
             pod_logs=not args.no_pod_logs,
             receiver_url=args.receiver_url,
+            sidecar_image=args.sidecar_image,
             receiver_addr=args.receiver_addr,
             receiver_port=args.receiver_port,
             receiver_cert=args.receiver_cert,

@@ -105,9 +105,10 @@ def reconcile(
                 metrics.reconciled(status, time.monotonic() - started, result)
 
 
-def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
+def register(registry: kopf.OperatorRegistry, *, receiver_url: str, sidecar_image: str) -> None:
     """Attach every handler of the operator to `registry`. The memo carries `kube`, `reads` (the watch
-    caches) and `native_sidecar` (set at startup)."""
+    caches) and `native_sidecar` (set at startup). Injected sidecars run `sidecar_image` unless their
+    monitor overrides it."""
 
     def _reconcile(memo: Any, namespace: str, name: str) -> None:
         reconcile(memo["kube"], memo["reads"], namespace, name, receiver=memo.get("receiver"),
@@ -207,6 +208,7 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
             monitors_in=monitors_in,
             post_event=lambda obj, reason, msg, type_: kube.post_event(obj, reason, msg, type_, timeout=1.0),
             receiver_url=receiver_url,
+            sidecar_image=sidecar_image,
             native_sidecar=bool(memo.get("native_sidecar", True)),
             resume_pointer=lambda m: resume_pointer(kube, m),
             failed=metrics.injection_failed if metrics is not None else lambda: None,

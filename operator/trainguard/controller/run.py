@@ -19,6 +19,7 @@ from typing import Any, cast
 import kopf
 from prometheus_client import CollectorRegistry
 
+from trainguard import IMAGE
 from trainguard.certs.ca import WEBHOOK_CERT_SECRET, CertPolicy, serving_names
 from trainguard.certs.secret import SelfManagedCerts
 from trainguard.certs.tls import ReloadableTLS
@@ -75,6 +76,9 @@ class OperatorOptions:
     manage_webhook: bool = True
     receiver_url: str = "https://trainguard-operator.trainguard-system.svc:8443"
     """Base URL the sidecars (/v1/events) and Alertmanager (/v1/alerts) reach the receiver at."""
+    sidecar_image: str = IMAGE
+    """The image of the exporter sidecars the webhook injects (a monitor's spec.exporter.image overrides
+    it); the chart passes its own image, so one upgrade moves the operator and the sidecars together."""
     receiver_addr: str = "0.0.0.0"
     receiver_port: int = 8443
     receiver_cert: str | None = None
@@ -137,7 +141,7 @@ API_POOL = 32
 def run(opts: OperatorOptions) -> None:
     registry = kopf.OperatorRegistry()
     base = receiver_base(opts.receiver_url)
-    register(registry, receiver_url=f"{base}/v1/events")
+    register(registry, receiver_url=f"{base}/v1/events", sidecar_image=opts.sidecar_image)
     api = api_client(opts.kubeconfig, context=opts.context, pool=API_POOL, component="operator")
     kube = Kube(api)
     # every replica keeps the watch caches (its webhook reads them; a standby must be warm when it leads)
