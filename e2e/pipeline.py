@@ -346,13 +346,15 @@ def resumed_from(pods: Any, old: set[str]) -> list[str]:
 
 
 @contextmanager
-def monitoring_stack(cluster: Cluster) -> Iterator[tuple[Cluster, Monitoring, Sink]]:
-    """Prometheus, Alertmanager and the sink, and no operator: the caller starts the replicas it wants
-    in front of them. The session's operator steps aside (the sidecars and Alertmanager must reach the
-    caller's) and comes back."""
+def monitoring_stack(
+    cluster: Cluster, monitoring: dict[str, Any] | None = None
+) -> Iterator[tuple[Cluster, Monitoring, Sink]]:
+    """Prometheus, Alertmanager (Monitoring(cluster, **monitoring)) and the sink, and no operator: the
+    caller starts the replicas it wants in front of them. The session's operator steps aside (the sidecars
+    and Alertmanager must reach the caller's) and comes back."""
     had = bool(cluster.operators)
     cluster.stop_all_operators()
-    with Sink().serve() as sink, Monitoring(cluster) as mon:
+    with Sink().serve() as sink, Monitoring(cluster, **(monitoring or {})) as mon:
         try:
             yield cluster, mon, sink
         finally:
@@ -363,11 +365,12 @@ def monitoring_stack(cluster: Cluster) -> Iterator[tuple[Cluster, Monitoring, Si
 
 @contextmanager
 def operator_stack(
-    cluster: Cluster, name: str = OPERATOR, *, prometheus: bool = False, flags: tuple[str, ...] = ()
-) -> Iterator[tuple[Cluster, Monitoring, Sink]]:
-    """monitoring_stack and an operator replica `name` that knows where Alertmanager is (and Prometheus,
-    with `prometheus`), started with `flags` besides."""
-    with monitoring_stack(cluster) as (_, mon, sink):
+    cluster: Cluster, name: str = OPERATOR, *, prometheus: bool = False, flags: tuple[str, ...] = (),
+    monitoring: dict[str, Any] | None = None,
+) -> Iterator[tuple[Cluster, Monitoring, Sink]]:  # fmt: skip
+    """monitoring_stack(cluster, **monitoring) and an operator replica `name` that knows where Alertmanager
+    is (and Prometheus, with `prometheus`), started with `flags` besides."""
+    with monitoring_stack(cluster, monitoring) as (_, mon, sink):
         extra = ["--alertmanager-url", mon.alertmanager]
         if prometheus:
             extra += ["--prometheus-url", mon.prometheus]

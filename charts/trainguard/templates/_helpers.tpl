@@ -143,3 +143,12 @@ matches; the chart's labels and Argo CD sync wave 1 added (RBAC and policy befor
 {{- end }}
 {{- end }}
 {{- end -}}
+
+{{- /* --object-labels: objectLabels as KEY=VALUE,... in key order (empty for none) */}}
+{{- define "trainguard.objectLabels" -}}
+{{- $pairs := list -}}
+{{- range $k := keys .Values.objectLabels | sortAlpha -}}
+{{- $pairs = append $pairs (printf "%s=%s" $k (index $.Values.objectLabels $k)) -}}
+{{- end -}}
+{{- join "," $pairs -}}
+{{- end -}}

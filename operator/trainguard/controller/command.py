@@ -41,6 +41,27 @@ def at_least_one(text: str) -> int:
     return value
 
 
+def object_labels(text: str) -> dict[str, str]:
+    """--object-labels KEY=VALUE[,KEY=VALUE...]; empty for none."""
+    from trainguard.api.common import label_key_problem, label_value_problem
+
+    labels: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        problem = (
+            f"{item!r} is not KEY=VALUE" if not sep
+            else label_key_problem(key) or label_value_problem(value)
+            or (f"{key!r} is trainguard's own label" if key.startswith("trainguard.io/") or key.startswith("app.kubernetes.io/") else None)
+        )  # fmt: skip
+        if problem:
+            raise argparse.ArgumentTypeError(
+                f"{problem}; give the labels your Prometheus selects rules and pod monitors by, such as "
+                "release=kube-prometheus-stack (or an empty value for none)"
+            )
+        labels[key] = value
+    return labels
+
+
 def add_guardrails(op: argparse.ArgumentParser) -> None:
     """The guardrails the platform owns (remediation/guardrails.py): a monitor may lower them, never raise them."""
     g = op.add_argument_group(
@@ -223,6 +244,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="where the operator serves its own Prometheus metrics (/metrics); empty to disable",
     )
     op.add_argument(
+        "--object-labels",
+        type=object_labels,
+        default="release=kube-prometheus-stack",
+        metavar="KEY=VALUE[,...]",
+        help="labels on every PrometheusRule, PodMonitor, AlertmanagerConfig and Secret applied for a monitor: "
+        "what your Prometheus's ruleSelector and podMonitorSelector match (default: what a kube-prometheus-stack "
+        "release named kube-prometheus-stack selects; empty for none)",
+    )
+    op.add_argument(
         "--resync-seconds",
         type=float,
         default=120.0,
@@ -306,6 +336,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
             prometheus_url=args.prometheus_url,
             liveness=args.liveness or None,
             metrics_addr=args.metrics_addr,
+            object_labels=args.object_labels,
             resync_seconds=args.resync_seconds,
             pods_seconds=args.pods_seconds,
             detect_seconds=args.detect_seconds,

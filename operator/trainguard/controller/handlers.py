@@ -88,6 +88,7 @@ def reconcile(
     *,
     receiver: ReceiverSettings | None = None,
     metrics: OperatorMetrics | None = None,
+    object_labels: Mapping[str, str] | None = None,
 ) -> None:
     with LOCKS(namespace, name):
         fresh = kube.get_monitor(namespace, name)
@@ -96,7 +97,8 @@ def reconcile(
         # read under the lock, so the status it starts from is current
         started, status, result = time.monotonic(), None, None
         try:
-            status = reconcile_monitor(kube, reads, fresh, announce=announcer(kube, fresh), receiver=receiver)
+            status = reconcile_monitor(kube, reads, fresh, announce=announcer(kube, fresh), receiver=receiver,
+                                       object_labels=object_labels)  # fmt: skip
         except NamespaceTerminating as exc:
             log.info("%s: nothing more is applied", exc)
             result = "skipped"
@@ -112,7 +114,7 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str, sidecar_imag
 
     def _reconcile(memo: Any, namespace: str, name: str) -> None:
         reconcile(memo["kube"], memo["reads"], namespace, name, receiver=memo.get("receiver"),
-                  metrics=memo.get("metrics"))  # fmt: skip
+                  metrics=memo.get("metrics"), object_labels=memo.get("object_labels"))  # fmt: skip
 
     # ---- indices: what other handlers look up without an API call ----
 
@@ -156,6 +158,7 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str, sidecar_imag
                 monitor_name,
                 receiver=memo.get("receiver"),
                 metrics=memo.get("metrics"),
+                object_labels=memo.get("object_labels"),
             )
         try:
             parse_spec(_plain(body), f"{namespace}/{name}")

@@ -41,6 +41,7 @@ from trainguard.remediation.loop import RemediationLoop
 from trainguard.remediation.model import Signal
 from trainguard.remediation.receiver import MonitorUids, Receiver, ReceiverConfig, SenderCheck
 from trainguard.remediation.senders import Senders
+from trainguard.render.kubernetes import KUBE_PROMETHEUS_STACK_LABELS
 from trainguard.render.sidecar import supports_native_sidecar
 from trainguard.render.webhook import WEBHOOK_CONFIG_NAME, mutating_webhook_configuration
 
@@ -99,6 +100,9 @@ class OperatorOptions:
     liveness: str | None = "http://0.0.0.0:8080/healthz"
     metrics_addr: str = DEFAULT_METRICS_ADDR
     """[host]:port of the operator's own /metrics; "" turns it off."""
+    object_labels: dict[str, str] = field(default_factory=lambda: dict(KUBE_PROMETHEUS_STACK_LABELS))
+    """Labels on every object applied for a monitor: what the platform's Prometheus selects rules and pod
+    monitors by (a default kube-prometheus-stack release's `release: kube-prometheus-stack`)."""
     resync_seconds: float = 120.0
     """How often every monitor is re-applied (repairs hand edits of the objects it owns)."""
     pods_seconds: float = 15.0
@@ -199,7 +203,13 @@ def run(opts: OperatorOptions) -> None:
         cache,
         leader=leader,
         reconcile=lambda ns, name: reconcile(
-            kube, cache, ns, name, receiver=shared.get("receiver"), metrics=metrics
+            kube,
+            cache,
+            ns,
+            name,
+            receiver=shared.get("receiver"),
+            metrics=metrics,
+            object_labels=opts.object_labels,
         ),
         lock=LOCKS,
         resync_s=opts.resync_seconds,
@@ -216,6 +226,7 @@ def run(opts: OperatorOptions) -> None:
         memo["reads"] = cache
         memo["metrics"] = metrics
         memo["native_sidecar"] = native_sidecar(kube)
+        memo["object_labels"] = opts.object_labels
         shared["memo"] = memo
         if certs is not None:
             opts = start_self_managed_certs(certs, opts)
