@@ -200,6 +200,7 @@ def monitor_objects(
     resolved_nodes: dict[str, list[str]] | None = None,
     operator: OperatorReceiver | None = None,
     aggregate_interval: str = DEFAULT_INTERVAL,
+    *,
     object_labels: Mapping[str, str] | None = None,
 ) -> list[Obj]:
     """Everything one monitor owns, in apply order (the Secret before the config that reads it). With
