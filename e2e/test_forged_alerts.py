@@ -5,7 +5,7 @@ cluster (docs/trust.md): the node must host a live pod of the job, and the job's
 have seen the GPU fault, before anything is cordoned.
 
 Everything is real but the containers: the monitor's AlertmanagerConfig, as the operator rendered it,
-loaded into a real Alertmanager (e2e/pipeline.py's prometheus-operator stand-in), which posts to the
+loaded into a real Alertmanager by the real prometheus-operator (e2e/pipeline.py), which posts to the
 operator process's TLS receiver with the monitor's alerts token. The fake kubelet runs no container, so
 the job's pods have no exporter unless a test serves one on the pod's IP (e2e/sidecars.py): the only
 GPUCriticalXid in these tests is the one the test posts (a sidecar here has seen its fault and shows a

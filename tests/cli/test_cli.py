@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from trainguard import IMAGE, __version__
 from trainguard.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +29,7 @@ def test_render_kubernetes_stream_to_stdout(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_render_prometheus_writes_two_files(tmp_path: Path) -> None:
-    assert main(["render", "-f", QUICKSTART, "--format", "prometheus", "-o", str(tmp_path)]) == 0
+    assert main(["render", "-f", QUICKSTART, "--format", "prometheus", "--out-dir", str(tmp_path)]) == 0
     rules = yaml.safe_load((tmp_path / "rules.yml").read_text())
     am = yaml.safe_load((tmp_path / "alertmanager.yml").read_text())
     assert rules["groups"][0]["name"] == "trainguard.ml.llama-pretrain"
@@ -43,7 +44,7 @@ def test_render_writes_severity_in_the_style_asked_and_the_routes_match_priority
     for style in ("grade", "mapped"):
         target = tmp_path / style
         assert (
-            main(["render", "-f", QUICKSTART, "--format", fmt, "-o", str(target), "--severity-style", style])
+            main(["render", "-f", QUICKSTART, "--format", fmt, "--out-dir", str(target), "--severity-style", style])
             == 0
         )
         if fmt == "prometheus":
@@ -71,7 +72,7 @@ def test_an_unknown_severity_style_is_refused(capsys: pytest.CaptureFixture[str]
 
 
 def test_rendered_quickstart_passes_promtool_and_amtool(promtool: str, amtool: str, tmp_path: Path) -> None:
-    assert main(["render", "-f", QUICKSTART, "--format", "prometheus", "-o", str(tmp_path)]) == 0
+    assert main(["render", "-f", QUICKSTART, "--format", "prometheus", "--out-dir", str(tmp_path)]) == 0
     for cmd in ([promtool, "check", "rules", "rules.yml"], [amtool, "check-config", "alertmanager.yml"]):
         result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=False)
         assert result.returncode == 0, result.stdout + result.stderr
@@ -129,7 +130,7 @@ def test_prometheus_format_needs_an_output_dir(capsys: pytest.CaptureFixture[str
     with pytest.raises(SystemExit) as exc:
         main(["render", "-f", QUICKSTART, "--format", "prometheus"])
     assert exc.value.code == 2
-    assert "-o DIR" in capsys.readouterr().err
+    assert "--out-dir DIR" in capsys.readouterr().err
 
 
 def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
@@ -164,3 +165,20 @@ def test_certificate_lifetimes_parse_to_seconds() -> None:
         86400,
         3650 * 86400,
     )
+
+
+def test_the_sidecar_image_defaults_to_this_versions_image_or_the_environments(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("TRAINGUARD_SIDECAR_IMAGE", raising=False)
+    assert (
+        build_parser().parse_args(["operator"]).sidecar_image
+        == IMAGE
+        == f"ghcr.io/trainguard/trainguard:{__version__}"
+    )
+    monkeypatch.setenv("TRAINGUARD_SIDECAR_IMAGE", "registry.example/trainguard:1.2.3")
+    assert build_parser().parse_args(["operator"]).sidecar_image == "registry.example/trainguard:1.2.3"
+    given = build_parser().parse_args(
+        ["operator", "--sidecar-image", "registry.example/trainguard@sha256:" + "a" * 64]
+    )
+    assert given.sidecar_image.endswith("a" * 64), "the flag wins over the environment"

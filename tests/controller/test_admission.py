@@ -32,6 +32,7 @@ def run(list_monitors: Any, events: list[tuple[str, str, str]], native: bool = T
         monitors_in=list_monitors,
         post_event=lambda obj, reason, msg, type_: events.append((obj["kind"], reason, type_)),
         receiver_url="https://op:8443/v1/events",
+        sidecar_image="registry.example/trainguard:1.2.3",
         native_sidecar=native,
     )
 
@@ -48,6 +49,11 @@ def test_monitors_are_read_from_the_api_for_each_request() -> None:
     changes = run(list_monitors, [])
     assert asked == ["ml"]
     assert [c["name"] for c in changes["spec"]["initContainers"]] == [EXPORTER]
+
+
+def test_the_injected_sidecar_runs_the_image_the_operator_was_given() -> None:
+    changes = run(lambda ns: [copy.deepcopy(MONITOR)], [])
+    assert changes["spec"]["initContainers"][-1]["image"] == "registry.example/trainguard:1.2.3"
 
 
 def test_an_old_apiserver_gets_a_regular_container() -> None:
@@ -84,7 +90,7 @@ def test_an_event_that_cannot_be_posted_still_admits() -> None:
         raise OSError("events are down too")
 
     assert admit(copy.deepcopy(POD), monitors_in=broken, post_event=no_events, receiver_url="u",
-                 native_sidecar=True) is None  # fmt: skip
+                 sidecar_image="i", native_sidecar=True) is None  # fmt: skip
 
 
 def test_an_invalid_monitor_selects_nothing() -> None:
@@ -107,6 +113,7 @@ def test_during_a_gang_restart_new_pods_tolerate_spares_and_get_the_resume_point
         monitors_in=lambda ns: [copy.deepcopy(mon)],
         post_event=lambda *a: None,
         receiver_url="u",
+        sidecar_image="i",
         native_sidecar=True,
         resume_pointer=lambda m: '{"step": 1000, "path": "/ckpt/1000"}',
         clock=lambda: 1_800_000_000.0,
@@ -126,7 +133,7 @@ def test_without_a_restart_no_spare_and_no_pointer() -> None:
     for records in ([], [old], [restart_record("InProgress", "Planned", "2027-01-15T08:00:00Z")]):
         mon = copy.deepcopy(MONITOR) | {"status": {"remediations": records}}
         changes = admit(copy.deepcopy(POD), monitors_in=lambda ns, m=mon: [copy.deepcopy(m)],
-                        post_event=lambda *a: None, receiver_url="u", native_sidecar=True,
+                        post_event=lambda *a: None, receiver_url="u", sidecar_image="i", native_sidecar=True,
                         resume_pointer=lambda m: "never asked", clock=lambda: now)  # fmt: skip
         assert "tolerations" not in changes["spec"], records
         env = {e["name"] for e in changes["spec"]["initContainers"][-1]["env"]}

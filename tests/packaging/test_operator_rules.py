@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.packaging.chart import CHART, NAMESPACE, objects, one, template
+from tests.packaging.chart import CHART, NAMESPACE, REPO, objects, one, template
 from trainguard.catalog.severity import GRADE, MAPPED, MAPPED_SEVERITY, STYLES, grade_labels
 
 JOB = {"job": "trainguard-operator", "namespace": NAMESPACE}
@@ -98,6 +98,39 @@ def test_every_operator_alert_has_a_firing_and_a_quiet_case(helm: str) -> None:
     assert alerts == set(CASES)
     for name, cases in CASES.items():
         assert any(c.fires for c in cases) and any(not c.fires for c in cases), name
+
+
+def headings(page: str) -> set[str]:
+    """The anchors of a docs page's headings, as GitHub and mkdocs make them from a single word."""
+    return {m.group(1).lower() for m in re.finditer(r"^#+ (\S+)$", page, re.M)}
+
+
+def test_every_alert_links_its_runbook_and_says_what_to_run_first(helm: str) -> None:
+    """runbook_url is a URL, as Alertmanager templates and on-call tools expect under that name: the
+    alert's heading in docs/operator.md; the command to run first is runbook_command."""
+    anchors = headings((REPO / "docs" / "operator.md").read_text())
+    base = "https://github.com/trainguard/trainguard/blob/main/docs/operator.md"
+    for group in rendered_rules(helm)["groups"]:
+        for rule in group["rules"]:
+            notes = rule["annotations"]
+            assert "runbook" not in notes, "a command under runbook reads as a link: runbook_command"
+            assert notes["runbook_url"] == f"{base}#{rule['alert'].lower()}"
+            assert rule["alert"].lower() in anchors, (
+                f"docs/operator.md has no runbook heading for {rule['alert']}"
+            )
+            assert notes["runbook_command"].startswith("kubectl ")
+
+
+def test_the_runbooks_can_live_elsewhere(helm: str) -> None:
+    docs = objects(template(helm, "prometheusRule.enabled=true",
+                            "prometheusRule.runbookBaseUrl=https://wiki.example.com/trainguard/"))  # fmt: skip
+    urls = [
+        r["annotations"]["runbook_url"]
+        for g in one(docs, "PrometheusRule")["spec"]["groups"]
+        for r in g["rules"]
+    ]
+    assert "https://wiki.example.com/trainguard#trainguardoperatordown" in urls
+    assert all(u.startswith("https://wiki.example.com/trainguard#") for u in urls)
 
 
 def test_the_service_monitor_scrapes_the_port_the_operator_serves_metrics_on(helm: str) -> None:

@@ -1,9 +1,6 @@
 """kube-prometheus-stack's default Alertmanager configuration (kube-prometheus-stack-alertmanager.yaml)
-with a platform's own routes on `severity`, and trainguard's AlertmanagerConfigs merged into it as
-prometheus-operator merges them: e2e/prometheus_operator.py converts them (receivers and time
-intervals named `<namespace>/<name>/<name>`, the top route with `namespace="<ns>"` and
-`continue: true`, inhibit rules with the namespace matcher on both sides), and their routes go before
-the configuration's own (pkg/alertmanager/amcfg.go, AddAlertmanagerConfigs).
+with a platform's own routes on `severity`: the base configuration the real prometheus-operator merges
+trainguard's AlertmanagerConfigs into in e2e/test_severity_kube_prometheus_stack.py.
 """
 
 from __future__ import annotations
@@ -13,8 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from e2e import prometheus_operator
 
 FIXTURE = Path(__file__).with_name("kube-prometheus-stack-alertmanager.yaml")
 
@@ -34,21 +29,6 @@ def default_config(user_routes: bool = True) -> dict[str, Any]:
     if user_routes:
         config["route"]["routes"] += copy.deepcopy(USER_ROUTES)
         config["receivers"] += [{"name": PAGER}, {"name": CHAT}]
-    return config
-
-
-def merged(
-    base: dict[str, Any], amcs: list[dict[str, Any]], secrets: dict[tuple[str, str], Any], files: Path
-) -> dict[str, Any]:
-    """`base` with the AlertmanagerConfigs `amcs` merged in (their Secrets keyed by namespace and name;
-    `files` where the CA files they reference are written)."""
-    ours = prometheus_operator.alertmanager_yml(amcs, secrets, files)
-    config = copy.deepcopy(base)
-    config["route"]["routes"] = [*ours["route"]["routes"], *config["route"].get("routes", [])]
-    config["receivers"] += [r for r in ours["receivers"] if r["name"] != "null"]
-    config["inhibit_rules"] = [*config.get("inhibit_rules", []), *ours["inhibit_rules"]]
-    if ours.get("time_intervals"):
-        config["time_intervals"] = [*config.get("time_intervals", []), *ours["time_intervals"]]
     return config
 
 

@@ -84,13 +84,15 @@ def admit(
     monitors_in: Callable[[str], list[dict[str, Any]]],
     post_event: Callable[[dict[str, Any], str, str, str], None],
     receiver_url: str,
+    sidecar_image: str,
     native_sidecar: bool,
     resume_pointer: Callable[[TrainingJobMonitor], str | None] = lambda m: None,
     clock: Callable[[], float] = time.time,
     failed: Callable[[], None] = lambda: None,
 ) -> dict[str, Any] | None:
     """The changes for an admitted pod, or None. Never raises: a broken operator must not block pods
-    (`failed` is told when injection failed and the pod goes without the exporter).
+    (`failed` is told when injection failed and the pod goes without the exporter). The exporter runs
+    `sidecar_image` (the operator's --sidecar-image) unless the monitor overrides it.
     During a gang restart the pod may use a warm spare, and its exporter gets the checkpoint the
     operator chose (`resume_pointer`: the workload's trainguard.io/resume-from)."""
     namespace = str((pod.get("metadata") or {}).get("namespace") or "")
@@ -107,6 +109,7 @@ def admit(
             monitor,
             fallback_trace=secrets.token_hex(16),
             receiver_url=receiver_url,
+            sidecar_image=sidecar_image,
             native_sidecar=native_sidecar,
             tolerate_spares=restart,
             resume_from=resume_pointer(monitor) if restart else None,

@@ -90,6 +90,7 @@ def reconcile(
     receiver: ReceiverSettings | None = None,
     metrics: OperatorMetrics | None = None,
     severity_style: str = GRADE,
+    object_labels: Mapping[str, str] | None = None,
 ) -> None:
     with LOCKS(namespace, name):
         fresh = kube.get_monitor(namespace, name)
@@ -99,7 +100,7 @@ def reconcile(
         started, status, result = time.monotonic(), None, None
         try:
             status = reconcile_monitor(kube, reads, fresh, announce=announcer(kube, fresh), receiver=receiver,
-                                       severity_style=severity_style)  # fmt: skip
+                                       severity_style=severity_style, object_labels=object_labels)  # fmt: skip
         except NamespaceTerminating as exc:
             log.info("%s: nothing more is applied", exc)
             result = "skipped"
@@ -108,13 +109,15 @@ def reconcile(
                 metrics.reconciled(status, time.monotonic() - started, result)
 
 
-def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
+def register(registry: kopf.OperatorRegistry, *, receiver_url: str, sidecar_image: str) -> None:
     """Attach every handler of the operator to `registry`. The memo carries `kube`, `reads` (the watch
-    caches), `native_sidecar` and `severity_style` (set at startup)."""
+    caches), `native_sidecar` and `severity_style` (set at startup). Injected sidecars run `sidecar_image`
+    unless their monitor overrides it."""
 
     def _reconcile(memo: Any, namespace: str, name: str) -> None:
         reconcile(memo["kube"], memo["reads"], namespace, name, receiver=memo.get("receiver"),
-                  metrics=memo.get("metrics"), severity_style=memo.get("severity_style", GRADE))  # fmt: skip
+                  metrics=memo.get("metrics"), severity_style=memo.get("severity_style", GRADE),
+                  object_labels=memo.get("object_labels"))  # fmt: skip
 
     # ---- indices: what other handlers look up without an API call ----
 
@@ -159,6 +162,7 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
                 receiver=memo.get("receiver"),
                 metrics=memo.get("metrics"),
                 severity_style=memo.get("severity_style", GRADE),
+                object_labels=memo.get("object_labels"),
             )
         try:
             parse_spec(_plain(body), f"{namespace}/{name}")
@@ -211,6 +215,7 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
             monitors_in=monitors_in,
             post_event=lambda obj, reason, msg, type_: kube.post_event(obj, reason, msg, type_, timeout=1.0),
             receiver_url=receiver_url,
+            sidecar_image=sidecar_image,
             native_sidecar=bool(memo.get("native_sidecar", True)),
             resume_pointer=lambda m: resume_pointer(kube, m),
             failed=metrics.injection_failed if metrics is not None else lambda: None,

@@ -4,6 +4,7 @@ and, when needed, a Secret with receiver values an AlertmanagerConfig may only r
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 from typing import Any
 
 from trainguard.api.monitor import TrainingJobMonitor
@@ -206,13 +207,33 @@ def monitor_objects(
     aggregate_interval: str = DEFAULT_INTERVAL,
     *,
     severity_style: str = GRADE,
+    object_labels: Mapping[str, str] | None = None,
 ) -> list[Obj]:
     """Everything one monitor owns, in apply order (the Secret before the config that reads it). With
     `operator`, Alertmanager also posts the job's P0 and P1 alerts to the operator's receiver. The
-    rules' `severity` is in `severity_style`; the routes match `priority`, the same in every style."""
+    rules' `severity` is in `severity_style`; the routes match `priority`, the same in every style. With
+    `object_labels`, each object carries them too (with_labels)."""
     objs = [prometheus_rule(monitor, policy, aggregate_interval, severity_style)]
     secret = receiver_secret(monitor, policy)
     if secret is not None:
         objs.append(secret)
     objs += [alertmanager_config(monitor, policy, resolved_nodes, operator), pod_monitor(monitor)]
-    return objs
+    return with_labels(objs, object_labels or {})
+
+
+KUBE_PROMETHEUS_STACK_LABELS = {"release": "kube-prometheus-stack"}
+"""What a kube-prometheus-stack release named kube-prometheus-stack selects PrometheusRules, PodMonitors
+and ServiceMonitors by, with its chart's defaults (`*SelectorNilUsesHelmValues: true`)."""
+
+
+def with_labels(objs: list[Obj], extra: Mapping[str, str]) -> list[Obj]:
+    """The platform's labels on every object (what its Prometheus's ruleSelector and podMonitorSelector
+    match, such as kube-prometheus-stack's `release`); trainguard's own labels win, so that the Secret-write
+    policy and the owner lookups keep working whatever the platform sets."""
+    if not extra:
+        return objs
+    out = []
+    for obj in objs:
+        meta = obj["metadata"]
+        out.append({**obj, "metadata": {**meta, "labels": {**extra, **(meta.get("labels") or {})}}})
+    return out

@@ -503,7 +503,7 @@ def _report(a: EffectiveAlert) -> dict[str, str]:
     `report_configmap`, and so in every notification), and how to build one on demand for any alert."""
     on_demand = (
         f"trainguard report --monitor {{{{ $labels.namespace }}}}/{{{{ $labels.training_job }}}} "
-        f"--alert {a.name} -o report.html"
+        f"--alert {a.name} --out-dir report"
     )
     if a.severity != REPORT_SEVERITY:
         return {"report_command": on_demand}

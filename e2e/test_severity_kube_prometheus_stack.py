@@ -1,8 +1,10 @@
 """trainguard inside an existing monitoring stack: kube-prometheus-stack's default Alertmanager
 configuration (its routes, its inhibit rules, the InfoInhibitor), a platform's own routes on
-severity="critical" and severity="warning", and trainguard's AlertmanagerConfig merged in as
-prometheus-operator merges it (tests/render/kube_prometheus_stack.py, with e2e/prometheus_operator.py's
-stand-in). Routing is amtool's word, inhibition a real Alertmanager's.
+severity="critical" and severity="warning" (tests/render/kube_prometheus_stack.py), as an Alertmanager
+object's base configuration, and trainguard's AlertmanagerConfig (with the operator's receiver and its
+Secret) applied to the cluster: the configuration is the one the real prometheus-operator writes
+(e2e/prometheus_operator.py), with and without the platform's routes. Routing is amtool's word,
+inhibition a real Alertmanager's.
 
 In both severity styles trainguard's own routes reach P0..P3's receivers (they match `priority`);
 in the mapped style a trainguard P0 also reaches the platform's critical route and a P1 or P2 its
@@ -12,23 +14,25 @@ trainguard alert, but for one documented case (docs/severity.md).
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import shutil
 import subprocess
 import time
 import zoneinfo
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from e2e.cluster import Cluster
+from e2e.pipeline import Monitoring
 from tests.conftest import MONITOR, POLICY, monitor, policy, required_tool
 from tests.kube.fakes import FakeKube
-from tests.processes import alertmanager, http_json
+from tests.processes import alertmanager, http_json, wait_for
 from tests.render.amconfig import routes_test
-from tests.render.kube_prometheus_stack import CHAT, PAGER, default_config, merged, write
+from tests.render.kube_prometheus_stack import CHAT, PAGER, default_config
 from trainguard.catalog import ALERTS_BY_NAME, SEVERITIES
 from trainguard.catalog.severity import GRADE, MAPPED, STYLES, grade_labels
 from trainguard.clients.alertmanager import post_alerts
@@ -40,7 +44,7 @@ from trainguard.render.kubernetes import alertmanager_config, fastpath_secret, o
 from trainguard.render.policy import effective_policy
 from trainguard.render.prometheus import rule_group
 
-pytestmark = pytest.mark.tools
+pytestmark = pytest.mark.e2e
 
 NS, JOB = "ml", "llama-pretrain"
 OURS = f"{NS}/trainguard-{JOB}/"
@@ -69,16 +73,46 @@ def test_the_sample_has_one_alert_of_each_grade() -> None:
     assert [ALERTS_BY_NAME[SAMPLE[g]].severity for g in SEVERITIES] == list(SEVERITIES)
 
 
-def our_config(tmp: Path, user_routes: bool = True) -> Path:
-    """The merged configuration: the monitor's AlertmanagerConfig, with the operator's receiver (its
-    token from the monitor's Secret; no CA, which nothing here connects with)."""
+def ours() -> list[dict[str, Any]]:
+    """The monitor's AlertmanagerConfig with the operator's receiver, and the Secret holding its token
+    (no CA, which nothing here connects with); without owner references, since no monitor object owns
+    them here."""
     m = monitor()
     receiver = operator_receiver(m, "https://trainguard-operator.trainguard-system.svc:8443", with_ca=False)
-    amc = alertmanager_config(m, effective_policy(m, [policy()]), operator=receiver)
-    secret = fastpath_secret(m, "events-token", "alerts-token")
-    data = {k: base64.b64encode(v.encode()).decode() for k, v in secret["stringData"].items()}
-    secrets = {(NS, secret["metadata"]["name"]): {"data": data}}
-    return write(merged(default_config(user_routes), [amc], secrets, tmp), tmp)
+    objs = [fastpath_secret(m, "events-token", "alerts-token"),
+            alertmanager_config(m, effective_policy(m, [policy()]), operator=receiver)]  # fmt: skip
+    for obj in objs:
+        obj["metadata"].pop("ownerReferences", None)
+    return objs
+
+
+@pytest.fixture(scope="module")
+def configs(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[bool, Path]]:
+    """The configuration prometheus-operator writes for an Alertmanager configured as kube-prometheus-stack
+    configures it (every AlertmanagerConfig of every namespace, OnNamespace), by whether the base carries
+    the platform's own routes."""
+    out: dict[bool, Path] = {}
+    tmp = tmp_path_factory.mktemp("kps-alertmanager")
+    cluster.namespace(NS)
+    objs = ours()
+    cluster.apply(objs)
+    try:
+        for user_routes in (True, False):
+            base = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "alertmanager-sev", "namespace": "monitoring"},
+                    "stringData": {"alertmanager.yaml": yaml.safe_dump(default_config(user_routes))}}  # fmt: skip
+            with Monitoring(cluster, "sev", objects=(base,)) as mon:
+
+                def written(mon: Monitoring = mon, user_routes: bool = user_routes) -> str | None:
+                    text = mon.am_files.config.read_text()
+                    return text if OURS in text and (PAGER in text) == user_routes else None
+
+                text = wait_for("the monitor's routes in the configuration", written, timeout=60)
+            out[user_routes] = tmp / f"alertmanager-{user_routes}.yml"
+            out[user_routes].write_text(text)
+        yield out
+    finally:
+        for obj in objs:
+            cluster.delete(obj)
 
 
 def fired(alertname: str, style: str, **labels: str) -> dict[str, str]:
@@ -89,9 +123,9 @@ def fired(alertname: str, style: str, **labels: str) -> dict[str, str]:
     return {"alertname": alertname, "namespace": NS, "training_job": JOB, **labels, **rule["labels"]}
 
 
-def test_the_merged_configuration_is_valid(amtool: str, tmp_path: Path) -> None:
+def test_the_merged_configuration_is_valid(amtool: str, configs: dict[bool, Path], tmp_path: Path) -> None:
     for user_routes in (True, False):
-        path = our_config(tmp_path, user_routes)
+        path = configs[user_routes]
         check = subprocess.run(
             [amtool, "check-config", str(path)], capture_output=True, text=True, check=False
         )
@@ -101,20 +135,18 @@ def test_the_merged_configuration_is_valid(amtool: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("style", STYLES)
 @pytest.mark.parametrize("grade", SEVERITIES)
 def test_a_trainguard_alert_reaches_its_receivers_in_both_styles_and_the_platforms_in_mapped(
-    amtool: str, tmp_path: Path, style: str, grade: str
+    amtool: str, configs: dict[bool, Path], tmp_path: Path, style: str, grade: str
 ) -> None:
     labels = fired(SAMPLE[grade], style, pod="llama-0", node="gpu-node-1")
     assert labels["priority"] == grade
-    routes_test(amtool, our_config(tmp_path), labels, TRAINGUARD[grade] + PLATFORM[style][grade])
+    routes_test(amtool, configs[True], labels, TRAINGUARD[grade] + PLATFORM[style][grade])
 
 
 def test_kube_prometheus_stacks_default_routes_alone_leave_trainguards_to_it(
-    amtool: str, tmp_path: Path
+    amtool: str, configs: dict[bool, Path], tmp_path: Path
 ) -> None:
     """Without routes of the platform's own, a mapped P0 reaches trainguard's receivers and nothing else."""
-    routes_test(
-        amtool, our_config(tmp_path, user_routes=False), fired(SAMPLE["P0"], MAPPED), TRAINGUARD["P0"]
-    )
+    routes_test(amtool, configs[False], fired(SAMPLE["P0"], MAPPED), TRAINGUARD["P0"])
 
 
 @pytest.mark.parametrize(
@@ -130,12 +162,17 @@ def test_kube_prometheus_stacks_default_routes_alone_leave_trainguards_to_it(
     ],
 )
 def test_the_platforms_own_alerts_keep_their_routes(
-    amtool: str, tmp_path: Path, labels: dict[str, str], expected: list[str]
+    amtool: str, configs: dict[bool, Path], tmp_path: Path, labels: dict[str, str], expected: list[str]
 ) -> None:
-    routes_test(amtool, our_config(tmp_path), labels, expected)
+    routes_test(amtool, configs[True], labels, expected)
 
 
 # ---- inhibition, on a real Alertmanager ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def amtool() -> str:
+    return required_tool("amtool")
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +202,9 @@ def morning_report(now: float) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("style", STYLES)
-def test_the_default_inhibitions_mute_no_trainguard_alert(am_binary: str, tmp_path: Path, style: str) -> None:
+def test_the_default_inhibitions_mute_no_trainguard_alert(
+    am_binary: str, configs: dict[bool, Path], tmp_path: Path, style: str
+) -> None:
     """kube-prometheus-stack's rules, with the InfoInhibitor firing in the training namespace: a P2 and
     a P3 (warning and none when mapped) are not info, the morning report is not info, no P0 shares a
     name with a P1 of the namespace, and an escalated copy stays a warning (its P1's word) in the
@@ -189,7 +228,7 @@ def test_the_default_inhibitions_mute_no_trainguard_alert(am_binary: str, tmp_pa
         {"labels": {"alertname": "CPUThrottlingHigh", "severity": "info", "namespace": NS, "pod": "x-0"}},
     ]
     expected_muted = {("CPUThrottlingHigh", ""), ("InfoInhibitor", "")}
-    with alertmanager(am_binary, our_config(tmp_path), tmp_path) as url:
+    with alertmanager(am_binary, configs[True], tmp_path) as url:
         # as the operator posts: the grade style built, the severity written in the platform's style
         post_alerts(url, ours, severity_style=style)
         http_json(f"{url}/api/v2/alerts", platform)
@@ -210,7 +249,7 @@ def test_the_default_inhibitions_mute_no_trainguard_alert(am_binary: str, tmp_pa
 
 @pytest.mark.parametrize("style", STYLES)
 def test_what_the_default_inhibitions_do_mute_one_alert_at_two_grades_in_a_namespace(
-    am_binary: str, tmp_path: Path, style: str
+    am_binary: str, configs: dict[bool, Path], tmp_path: Path, style: str
 ) -> None:
     """The documented case: in the mapped style, one alert raised to P0 by one job's policy (critical)
     mutes the same alert at P1 (warning) of another job of its namespace, by kube-prometheus-stack's
@@ -227,7 +266,7 @@ def test_what_the_default_inhibitions_do_mute_one_alert_at_two_grades_in_a_names
             (a["labels"]["training_job"], a["labels"]["namespace"]) for a in got if a["status"]["inhibitedBy"]
         }
 
-    with alertmanager(am_binary, our_config(tmp_path), tmp_path) as url:
+    with alertmanager(am_binary, configs[True], tmp_path) as url:
         post_alerts(url, [{"labels": raw} for raw in (raised, same_ns, other_ns)], severity_style=style)
         got = settle(url, lambda got: len(got) == 3 and muted(got) == expected)
     assert len(got) == 3
@@ -235,13 +274,13 @@ def test_what_the_default_inhibitions_do_mute_one_alert_at_two_grades_in_a_names
 
 
 def test_a_mapped_p1_escalates_once_and_stays_escalated_next_to_the_default_rules(
-    am_binary: str, tmp_path: Path
+    am_binary: str, configs: dict[bool, Path], tmp_path: Path
 ) -> None:
     """The operator's escalation pass in the mapped style, on the merged configuration: the P1 (warning)
     gets one copy, which keeps its P1 unmuted, and the next pass neither resolves nor reposts it."""
     labels = fired("GPUThermalThrottling", MAPPED, pod="llama-0", node="gpu-node-1", gpu="3")
     started = format_time(time.time() - 1200)
-    with alertmanager(am_binary, our_config(tmp_path), tmp_path) as url:
+    with alertmanager(am_binary, configs[True], tmp_path) as url:
         http_json(f"{url}/api/v2/alerts", [{"labels": labels, "startsAt": started}])
         escalation = EscalationPass(FakeKube(MONITOR, POLICY), leader=lambda: True, alertmanager_url=url,
                                     severity_style=MAPPED)  # fmt: skip
