@@ -44,7 +44,19 @@ def test_render_writes_severity_in_the_style_asked_and_the_routes_match_priority
     for style in ("grade", "mapped"):
         target = tmp_path / style
         assert (
-            main(["render", "-f", QUICKSTART, "--format", fmt, "--out-dir", str(target), "--severity-style", style])
+            main(
+                [
+                    "render",
+                    "-f",
+                    QUICKSTART,
+                    "--format",
+                    fmt,
+                    "--out-dir",
+                    str(target),
+                    "--severity-style",
+                    style,
+                ]
+            )
             == 0
         )
         if fmt == "prometheus":
