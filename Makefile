@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 
-.PHONY: help bootstrap demo test lint site unit e2e bench bench-pipeline crds chart helm victoria-metrics node-exporter docs dashboards check-generated controlplane controllers clean
+.PHONY: help bootstrap demo test lint site unit e2e bench bench-pipeline crds chart helm victoria-metrics node-exporter docs dashboards check-generated image-lock image-lock-check controlplane controllers clean
 
 help:
 	@echo "make demo   - render the quickstart and check it with promtool and amtool"
@@ -17,6 +17,8 @@ help:
 	@echo "make controlplane - build (or reuse) the local Kubernetes control plane binaries"
 	@echo "make controllers - build (or reuse) JobSet, Kueue, Kubeflow Trainer v2 and the training-operator for e2e"
 	@echo "make site  - the docs site (mkdocs.yml, docs/) into .site/, with --strict: a broken link fails it"
+	@echo "make image-lock - requirements/image.lock and build.lock, what the image installs, pinned with hashes;"
+	@echo "              make image-lock-check resolves them again and fails on a difference (needs the package index)"
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -53,7 +55,7 @@ e2e: bootstrap
 test: lint check-generated unit e2e
 
 crds: bootstrap
-	$(BIN)/trainguard crds -o crds
+	$(BIN)/trainguard crds --out-dir crds
 	rm -f charts/trainguard/crds/*.yaml
 	cp crds/*.yaml deploy/peering-crd.yaml charts/trainguard/crds/
 
@@ -62,7 +64,7 @@ crds: bootstrap
 # fails on drift)
 chart: crds
 	cp deploy/rbac*.yaml deploy/secret-write-policy.yaml deploy/namespace-label-policy.yaml charts/trainguard/files/
-	$(BIN)/trainguard keep-list -o charts/trainguard/files/remote-write-keep.yaml
+	$(BIN)/trainguard keep-list --out-dir charts/trainguard/files
 
 # helm for the chart tests (tests/packaging), built from its Go module into the e2e cache; without Go
 # those tests skip (or fail under TRAINGUARD_REQUIRE_TOOLS=1, as in CI)
@@ -82,18 +84,28 @@ victoria-metrics:
 	else echo "go is not installed: no victoria-metrics, the long-term storage test will not run"; fi
 
 docs: bootstrap
-	$(BIN)/trainguard docs -o docs/alerts.md
+	$(BIN)/trainguard docs --out-dir docs
 
 # the Grafana dashboards the chart ships, generated from the catalogue (check-generated fails on drift)
 dashboards: bootstrap
-	$(BIN)/trainguard dashboards -o charts/trainguard/dashboards
+	$(BIN)/trainguard dashboards --out-dir charts/trainguard/dashboards
 
 check-generated: bootstrap
-	$(BIN)/trainguard crds -o crds --check
-	$(BIN)/trainguard docs -o docs/alerts.md --check
-	$(BIN)/trainguard reference -o docs/reference --check
-	$(BIN)/trainguard dashboards -o charts/trainguard/dashboards --check
-	$(BIN)/trainguard keep-list -o charts/trainguard/files/remote-write-keep.yaml --check
+	$(BIN)/trainguard crds --out-dir crds --check
+	$(BIN)/trainguard docs --out-dir docs --check
+	$(BIN)/trainguard reference --out-dir docs/reference --check
+	$(BIN)/trainguard dashboards --out-dir charts/trainguard/dashboards --check
+	$(BIN)/trainguard keep-list --out-dir charts/trainguard/files --check
+
+# what the image installs (Dockerfile: pip install --require-hashes --no-deps), resolved by uv from
+# pyproject.toml with the hashes of every file; the current pins are kept unless pyproject.toml needs
+# others. tests/packaging/test_image_lock.py fails, offline, when pyproject.toml's requirements change
+# and the locks do not; image-lock-check resolves again (package index) and fails on any difference
+image-lock: bootstrap
+	$(PY) scripts/image_lock.py
+
+image-lock-check: bootstrap
+	$(PY) scripts/image_lock.py --check
 
 bench: bootstrap node-exporter
 	$(PY) bench/exporter.py

@@ -19,6 +19,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
+from e2e import prometheus_operator as po
 from e2e.controlplane.certs import make_ca, make_cert
 from tests.processes import free_port, lasting_port, wait_for
 
@@ -63,6 +64,8 @@ class Cluster:
     webhook_ports: dict[str, int] = field(default_factory=dict)
     receiver_ports: dict[str, int] = field(default_factory=dict)
     metrics_ports: dict[str, int] = field(default_factory=dict)
+    monitoring_operator: tuple[subprocess.Popen[bytes], po.Credentials] | None = None
+    """The real prometheus-operator (prometheus_operator()), once a test asked for it, and its credentials."""
 
     def __post_init__(self) -> None:
         self.api = config.new_client_from_config(str(self.kubeconfig))
@@ -107,6 +110,34 @@ class Cluster:
                                                         propagation_policy="Foreground")  # fmt: skip
         wait_for(f"the {plural}' pods gone", lambda: not self.core.list_namespaced_pod(
             namespace, label_selector=pods).items, timeout=60)  # fmt: skip
+
+    def delete(self, obj: dict[str, Any]) -> None:
+        """Delete the object, if it is there."""
+        resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        try:
+            self.dynamic.delete(
+                resource, name=obj["metadata"]["name"], namespace=obj["metadata"].get("namespace")
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def prometheus_operator(self) -> po.Credentials:
+        """Start the real prometheus-operator against this cluster, once; its credentials, for the
+        Prometheus objects' apiserverConfig."""
+        if self.monitoring_operator is None or self.monitoring_operator[0].poll() is not None:
+            self.monitoring_operator = po.start(self.kubeconfig, self.workdir)
+        return self.monitoring_operator[1]
+
+    def stop_prometheus_operator(self) -> None:
+        if self.monitoring_operator is not None:
+            proc = self.monitoring_operator[0]
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            self.monitoring_operator = None
 
     def list(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]:
         resource = self.dynamic.resources.get(api_version=api_version, kind=kind)

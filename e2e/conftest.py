@@ -55,6 +55,7 @@ def cluster() -> Iterator[Cluster]:
                 yield c
             finally:
                 c.stop_all_operators()
+                c.stop_prometheus_operator()
                 kubelet.terminate()
                 c.delete_fake_nodes()
         else:
@@ -67,6 +68,7 @@ def cluster() -> Iterator[Cluster]:
                     yield c
                 finally:
                     c.stop_all_operators()
+                    c.stop_prometheus_operator()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

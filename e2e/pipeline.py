@@ -1,7 +1,7 @@
 """The monitoring half of the full pipeline on the local control plane: a real Prometheus and a real
-Alertmanager, fed what the operator reconciled into the apiserver (read back through the
-prometheus-operator stand-in in e2e/prometheus_operator.py), and a notification sink standing in for
-phones, IM and e-mail (the receivers' webhooks point at it).
+Alertmanager, run from what the real prometheus-operator makes of the objects the operator reconciled
+into the apiserver (e2e/prometheus_operator.py), and a notification sink standing in for phones, IM and
+e-mail (the receivers' webhooks point at it).
 
 Config changes are picked up the way prometheus-operator's config-reloader picks them up: the files are
 rewritten and Prometheus and Alertmanager are told to reload.
@@ -27,7 +27,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client
 
 from e2e import prometheus_operator as po
@@ -102,21 +101,34 @@ class Sink:
 
 
 class Monitoring:
-    """Prometheus and Alertmanager as processes, kept in step with the apiserver by a sync thread."""
+    """Prometheus and Alertmanager as processes, run from what the real prometheus-operator generates for
+    a Prometheus and an Alertmanager object of their own (e2e/prometheus_operator.py), and kept in step with
+    it by a sync thread, as the config-reloader keeps a pod in step.
 
-    def __init__(self, api: client.ApiClient, workdir: Path) -> None:
-        self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
-        self.dir = workdir / "monitoring"
+    `prometheus_spec` and `alertmanager_spec` are merged into those objects' specs (selectors, say), and
+    `objects` are applied with them (an Alertmanager's base configuration Secret, say)."""
+
+    def __init__(self, cluster: Cluster, name: str = "e2e", *, namespace: str = "monitoring",
+                 prometheus_spec: dict[str, Any] | None = None, alertmanager_spec: dict[str, Any] | None = None,
+                 objects: tuple[dict[str, Any], ...] = ()) -> None:  # fmt: skip
+        self.cluster = cluster
+        self.core = client.CoreV1Api(cluster.api)
+        self.apps = client.AppsV1Api(cluster.api)
+        self.custom = client.CustomObjectsApi(cluster.api)
+        self.name, self.ns = name, namespace
+        self.dir = cluster.workdir / f"monitoring-{name}"
         shutil.rmtree(self.dir, ignore_errors=True)
-        (self.dir / "secrets").mkdir(parents=True)
+        self.dir.mkdir(parents=True)
         self.prom_port, self.am_port = free_port(), free_port()
         self.procs: list[subprocess.Popen[bytes]] = []
         self.stopping = threading.Event()
         self.errors: list[str] = []
-        self.written: dict[str, str] = {}
+        self.prometheus_spec, self.alertmanager_spec = prometheus_spec or {}, alertmanager_spec or {}
+        self.extra = objects
+        self.prom_files = po.Materializer(self.dir / "prometheus", "prometheus")
+        self.am_files = po.Materializer(self.dir / "alertmanager", "alertmanager")
         self.reloads: list[tuple[float, str]] = []
-        """(monotonic time, file) of each reload: Prometheus drops alerts that fire within its
+        """(monotonic time, what) of each reload: Prometheus drops alerts that fire within its
         discovery's 5 s update interval after a reload (it forgets its Alertmanagers until then)."""
 
     @property
@@ -127,28 +139,39 @@ class Monitoring:
     def alertmanager(self) -> str:
         return f"http://127.0.0.1:{self.am_port}"
 
+    def _objects(self) -> list[dict[str, Any]]:
+        creds = self.cluster.prometheus_operator()
+        secret = f"{self.name}-alertmanagers"
+        return [
+            *self.extra,
+            po.alertmanagers_secret(secret, self.ns, f"127.0.0.1:{self.am_port}"),
+            po.prometheus(self.name, self.ns, creds, interval=f"{SCRAPE_SECONDS}s", alertmanagers_secret=secret,
+                          selectors=self.prometheus_spec),
+            po.alertmanager(self.name, self.ns, spec=self.alertmanager_spec),
+        ]  # fmt: skip
+
     def __enter__(self) -> Monitoring:
+        self.cluster.namespace(self.ns)
+        self.cluster.apply(self._objects())
         d = self.dir
-        (d / "rules.yml").write_text("groups: []\n")
-        (d / "targets").mkdir()
-        (d / "alertmanager.yml").write_text(yaml.safe_dump(po.alertmanager_yml([], {}, d / "secrets")))
-        self.written["prometheus.yml"] = self._prometheus_yml([])
-        (d / "prometheus.yml").write_text(self.written["prometheus.yml"])
-        self.procs.append(self._start("alertmanager", ["prometheus-alertmanager", f"--config.file={d / 'alertmanager.yml'}",
+        wait_for("prometheus-operator's configuration for the local Prometheus and Alertmanager",
+                 lambda: self._sync_files() is not None, timeout=60)  # fmt: skip
+        self.procs.append(self._start("alertmanager", ["prometheus-alertmanager", f"--config.file={self.am_files.config}",
                           f"--storage.path={d / 'am-data'}", f"--web.listen-address=127.0.0.1:{self.am_port}",
                           "--cluster.listen-address="]))  # fmt: skip
-        self.procs.append(self._start("prometheus", ["prometheus", f"--config.file={d / 'prometheus.yml'}",
+        self.procs.append(self._start("prometheus", [str(po.binary("prometheus")), f"--config.file={self.prom_files.config}",
                           f"--storage.tsdb.path={d / 'prom-data'}", f"--web.listen-address=127.0.0.1:{self.prom_port}",
                           "--web.enable-lifecycle"]))  # fmt: skip
         for url, proc in ((self.alertmanager, self.procs[0]), (self.prometheus, self.procs[1])):
             self._wait_ready(url, proc)
-        self.thread = threading.Thread(target=self._loop, name="config-sync", daemon=True)
+        self.thread = threading.Thread(target=self._loop, name="config-reloader", daemon=True)
         self.thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stopping.set()
-        self.thread.join(timeout=10)
+        if hasattr(self, "thread"):
+            self.thread.join(timeout=10)
         for p in self.procs:
             p.terminate()
         for p in self.procs:
@@ -156,15 +179,8 @@ class Monitoring:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
-
-    def _prometheus_yml(self, podmonitors: list[dict[str, Any]]) -> str:
-        """prometheus.yml with a scrape job per PodMonitor endpoint, as prometheus-operator writes it."""
-        return yaml.safe_dump({
-            "global": {"scrape_interval": f"{SCRAPE_SECONDS}s", "evaluation_interval": f"{EVAL_SECONDS}s"},
-            "rule_files": [str(self.dir / "rules.yml")],
-            "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{self.am_port}"]}]}]},
-            "scrape_configs": po.scrape_configs(podmonitors, self.dir / "targets"),
-        }, sort_keys=False)  # fmt: skip
+        for obj in self._objects()[::-1]:
+            self.cluster.delete(obj)
 
     def _start(self, name: str, cmd: list[str]) -> subprocess.Popen[bytes]:
         return subprocess.Popen(cmd, stdout=(self.dir / f"{name}.log").open("ab"), stderr=subprocess.STDOUT)
@@ -182,50 +198,35 @@ class Monitoring:
         raise AssertionError(f"{url} not ready:\n{self.logs()}")
 
     def logs(self) -> str:
-        return "\n".join(
-            f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(self.dir.glob("*.log"))
+        return (
+            "\n".join(
+                f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
+                for p in sorted(self.dir.glob("*.log"))
+            )
+            + f"\n--- prometheus-operator\n{po.logs(self.cluster.workdir)}"
         )
 
     # ---- the config-reloader ----
 
-    def _list(self, group: str, version: str, plural: str) -> list[dict[str, Any]]:
-        return list(self.custom.list_cluster_custom_object(group, version, plural)["items"])
+    def _sync_files(self) -> tuple[bool, bool] | None:
+        """(Prometheus' files changed, Alertmanager's changed); None until both configurations exist."""
+        prom = po.read_for(self.core, self.apps, self.ns, f"prometheus-{self.name}")
+        am = po.read_for(self.core, self.apps, self.ns, f"alertmanager-{self.name}")
+        if prom[0] is None or am[0] is None:
+            return None
+        p, a = self.prom_files.sync(*prom), self.am_files.sync(*am)  # type: ignore[arg-type]
+        if p is None or a is None:
+            return None
+        return p, a
 
     def sync(self) -> None:
-        rules = self._list("monitoring.coreos.com", "v1", "prometheusrules")
-        amcs = self._list("monitoring.coreos.com", "v1alpha1", "alertmanagerconfigs")
-        pms = self._list("monitoring.coreos.com", "v1", "podmonitors")
-        namespaces = {o["metadata"]["namespace"] for o in amcs + pms}
-        secrets = {
-            (ns, s.metadata.name): {"data": s.data or {}}
-            for ns in namespaces
-            for s in self.core.list_namespaced_secret(ns).items
-        }
-        pods = [
-            self.core.api_client.sanitize_for_serialization(p)
-            for ns in namespaces
-            for p in self.core.list_namespaced_pod(ns).items
-        ]
-        targets = {f"targets/{name}": json.dumps(groups, sort_keys=True)
-                   for name, groups in po.scrape_targets(pms, pods).items()}  # fmt: skip
-        files = {
-            **targets,  # before prometheus.yml, so a new scrape job finds its targets file at the reload
-            "rules.yml": yaml.safe_dump(po.rules_yml(rules), sort_keys=False),
-            "alertmanager.yml": yaml.safe_dump(po.alertmanager_yml(amcs, secrets, self.dir / "secrets"), sort_keys=False),
-            "prometheus.yml": self._prometheus_yml(pms),
-        }  # fmt: skip
-        changed = {name for name, text in files.items() if self.written.get(name) != text}
-        for name, text in files.items():  # in order: the targets before prometheus.yml
-            if name not in changed:
-                continue
-            tmp = self.dir / f".{name.replace('/', '-')}.tmp"
-            tmp.write_text(text)
-            tmp.replace(self.dir / name)
-            self.written[name] = text
-        if changed & {"rules.yml", "prometheus.yml"}:
-            self._reload(self.prometheus, "prometheus.yml" if "prometheus.yml" in changed else "rules.yml")
-        if "alertmanager.yml" in changed:
-            self._reload(self.alertmanager, "alertmanager.yml")
+        changed = self._sync_files()
+        if changed is None:
+            return
+        if changed[0]:
+            self._reload(self.prometheus, "prometheus")
+        if changed[1]:
+            self._reload(self.alertmanager, "alertmanager")
 
     def _reload(self, url: str, what: str) -> None:
         req = urllib.request.Request(f"{url}/-/reload", method="POST")
@@ -234,7 +235,7 @@ class Monitoring:
 
     def settled(self, seconds: float = 6.0) -> bool:
         """Prometheus has not reloaded for `seconds`: it knows its Alertmanager again."""
-        last = max((t for t, what in self.reloads if what in ("rules.yml", "prometheus.yml")), default=0.0)
+        last = max((t for t, what in self.reloads if what == "prometheus"), default=0.0)
         return time.monotonic() - last > seconds
 
     def _loop(self) -> None:
@@ -345,13 +346,15 @@ def resumed_from(pods: Any, old: set[str]) -> list[str]:
 
 
 @contextmanager
-def monitoring_stack(cluster: Cluster) -> Iterator[tuple[Cluster, Monitoring, Sink]]:
-    """Prometheus, Alertmanager and the sink, and no operator: the caller starts the replicas it wants
-    in front of them. The session's operator steps aside (the sidecars and Alertmanager must reach the
-    caller's) and comes back."""
+def monitoring_stack(
+    cluster: Cluster, monitoring: dict[str, Any] | None = None
+) -> Iterator[tuple[Cluster, Monitoring, Sink]]:
+    """Prometheus, Alertmanager (Monitoring(cluster, **monitoring)) and the sink, and no operator: the
+    caller starts the replicas it wants in front of them. The session's operator steps aside (the sidecars
+    and Alertmanager must reach the caller's) and comes back."""
     had = bool(cluster.operators)
     cluster.stop_all_operators()
-    with Sink().serve() as sink, Monitoring(cluster.api, cluster.workdir) as mon:
+    with Sink().serve() as sink, Monitoring(cluster, **(monitoring or {})) as mon:
         try:
             yield cluster, mon, sink
         finally:
@@ -362,11 +365,12 @@ def monitoring_stack(cluster: Cluster) -> Iterator[tuple[Cluster, Monitoring, Si
 
 @contextmanager
 def operator_stack(
-    cluster: Cluster, name: str = OPERATOR, *, prometheus: bool = False, flags: tuple[str, ...] = ()
-) -> Iterator[tuple[Cluster, Monitoring, Sink]]:
-    """monitoring_stack and an operator replica `name` that knows where Alertmanager is (and Prometheus,
-    with `prometheus`), started with `flags` besides."""
-    with monitoring_stack(cluster) as (_, mon, sink):
+    cluster: Cluster, name: str = OPERATOR, *, prometheus: bool = False, flags: tuple[str, ...] = (),
+    monitoring: dict[str, Any] | None = None,
+) -> Iterator[tuple[Cluster, Monitoring, Sink]]:  # fmt: skip
+    """monitoring_stack(cluster, **monitoring) and an operator replica `name` that knows where Alertmanager
+    is (and Prometheus, with `prometheus`), started with `flags` besides."""
+    with monitoring_stack(cluster, monitoring) as (_, mon, sink):
         extra = ["--alertmanager-url", mon.alertmanager]
         if prometheus:
             extra += ["--prometheus-url", mon.prometheus]

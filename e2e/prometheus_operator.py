@@ -1,284 +1,296 @@
-"""What prometheus-operator and its config-reloader do with the objects trainguard reconciles, for a
-plain Prometheus and Alertmanager run as local processes.
+"""The real prometheus-operator, run against the cluster, and what the kubelet and the config-reloader do
+with the StatefulSets it makes, for a Prometheus and an Alertmanager run as local processes.
 
-A stand-in: prometheus-operator needs a kubelet that runs its StatefulSets, and the local control
-plane has none. It covers only the fields trainguard renders and refuses any other, so a field the
-renderer starts to emit cannot be dropped here without a test failing. The conversion follows
-prometheus-operator's documented behaviour (pkg/alertmanager/amcfg.go, pkg/prometheus/promcfg.go):
-- AlertmanagerConfig: receivers and time intervals are renamed `<namespace>/<name>/<original>`; the
-  top route gets a `namespace="<ns>"` matcher and `continue: true` and hangs under a root route whose
-  receiver is "null"; inhibit rules get the namespace matcher on both sides; secret references are
-  resolved (the CA to a file, as the operator mounts it).
-- PodMonitor: a scrape job per endpoint, with the relabel_configs prometheus-operator writes (namespace,
-  container, pod, job, endpoint, then the endpoint's relabelings), its metricRelabelings as
-  metric_relabel_configs and honor_labels only where honorLabels says so; its targets are the pods its
-  selector matches, on the named container port, fed through file_sd with the __meta_kubernetes_*
-  labels kubernetes_sd would give them, so the real Prometheus does the relabeling.
-- PrometheusRule: its groups, verbatim.
+prometheus-operator (built from its Go module by e2e/controlplane/build.sh, cached by version) watches the
+Prometheus and Alertmanager objects a test creates and everything they select (PrometheusRules,
+PodMonitors, AlertmanagerConfigs and the Secrets they name) and writes what it always writes: the
+configuration Secrets, the rule ConfigMaps and a StatefulSet per object. No kubelet runs those pods here
+(their nodeSelector matches no node), so `Materializer` does its part for the first replica: it mounts the
+volumes of the StatefulSet's main container under a local folder (a Secret's or ConfigMap's keys as files,
+subPath mounts as single files), and does the config-reloader's (`--config-file` gunzipped, its
+`$(VAR)`s expanded from the reloader's env, written to `--config-envsubst-file`). The paths in the
+configuration are the container's mount paths; they are rewritten to the local folders, which is all that
+differs from the pod. The local Prometheus and Alertmanager read that configuration and are told to
+reload when any mounted file changes, as the config-reloader tells them.
+
+Prometheus discovers its scrape targets itself, with the kubernetes_sd_configs prometheus-operator writes
+for each PodMonitor, against the apiserver named by the Prometheus object's `apiserverConfig` (in a pod
+it would use its ServiceAccount).
 """
 
 from __future__ import annotations
 
 import base64
+import gzip
 import re
-from collections.abc import Callable, Iterator
+import subprocess
+import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+from kubernetes import client
+
+from e2e.controlplane.cache import cache_dir
+from tests.processes import free_port, wait_for
+
 Obj = dict[str, Any]
-
-_CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
-_TIMING = {"groupWait", "groupInterval", "repeatInterval"}
-_TIME_FIELDS = {"times", "weekdays", "daysOfMonth", "months", "years", "location"}
-_WEBHOOK_FIELDS = {"url", "sendResolved", "httpConfig", "maxAlerts"}
-_ROUTE_FIELDS = {"receiver", "matchers", "groupBy", "continue", "routes", "muteTimeIntervals",
-                 "activeTimeIntervals", *_TIMING}  # fmt: skip
+GROUP, VERSION = "monitoring.coreos.com", "v1"
+NOWHERE = {"e2e.trainguard.io/no-kubelet": "true"}
+"""The nodeSelector of every Prometheus and Alertmanager made here: their pods stay Pending (the local
+processes stand in for them), and the fake kubelet never marks them Running."""
 
 
-class Unsupported(ValueError):
-    """A field this stand-in does not convert: extend it rather than let the field vanish."""
+def binary(name: str = "prometheus-operator") -> Path:
+    """prometheus-operator, or the Prometheus built for it (Debian's has no Kubernetes discovery)."""
+    path = cache_dir() / "bin" / "current" / name
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: run e2e/controlplane/build.sh {name}")
+    return path
 
 
-def snake(key: str) -> str:
-    return _CAMEL.sub("_", key).lower()
+@dataclass(frozen=True)
+class Credentials:
+    """How a process outside the cluster reaches the apiserver: prometheus-operator's --apiserver and its
+    certificate flags, and the Prometheus object's apiserverConfig."""
+
+    server: str
+    ca: Path
+    cert: Path
+    key: Path
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: Path, workdir: Path) -> Credentials:
+        conf = yaml.safe_load(kubeconfig.read_text())
+        ctx = next(c for c in conf["contexts"] if c["name"] == conf["current-context"])["context"]
+        cluster = next(c for c in conf["clusters"] if c["name"] == ctx["cluster"])["cluster"]
+        user = next(u for u in conf["users"] if u["name"] == ctx["user"])["user"]
+
+        def path(section: Obj, key: str, name: str) -> Path:
+            if key in section:
+                return Path(section[key])
+            if f"{key}-data" in section:  # kind writes the certificates into the kubeconfig
+                out = workdir / f"prometheus-operator-{name}"
+                out.write_bytes(base64.b64decode(section[f"{key}-data"]))
+                return out
+            raise ValueError(f"{kubeconfig}: prometheus-operator runs outside the cluster with a client "
+                             f"certificate; the kubeconfig's user has no {key}")  # fmt: skip
+
+        return cls(
+            server=cluster["server"],
+            ca=path(cluster, "certificate-authority", "ca.crt"),
+            cert=path(user, "client-certificate", "client.crt"),
+            key=path(user, "client-key", "client.key"),
+        )
+
+    def apiserver_config(self) -> Obj:
+        return {"host": self.server,
+                "tlsConfig": {"caFile": str(self.ca), "certFile": str(self.cert), "keyFile": str(self.key)}}  # fmt: skip
 
 
-def matcher(m: Obj) -> str:
-    value = str(m.get("value", "")).replace("\\", "\\\\").replace('"', '\\"')
-    return f'{m["name"]}{m.get("matchType", "=")}"{value}"'
+def start(kubeconfig: Path, workdir: Path) -> tuple[subprocess.Popen[bytes], Credentials]:
+    """prometheus-operator as a process, with its caches synced (its /healthz answers only then)."""
+    creds = Credentials.from_kubeconfig(kubeconfig, workdir)
+    port = free_port()
+    log = (workdir / "prometheus-operator.log").open("ab")
+    proc = subprocess.Popen(
+        [str(binary()), f"--apiserver={creds.server}", f"--ca-file={creds.ca}", f"--cert-file={creds.cert}",
+         f"--key-file={creds.key}", f"--web.listen-address=127.0.0.1:{port}", "--log-level=info"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+    def healthy() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"prometheus-operator exited:\n{logs(workdir)}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as resp:
+                return bool(resp.status == 200)
+        except OSError:
+            return False
+
+    wait_for("prometheus-operator healthy", healthy, timeout=60)
+    return proc, creds
 
 
-def _only(obj: Obj, allowed: set[str], where: str) -> None:
-    extra = set(obj) - allowed
-    if extra:
-        raise Unsupported(f"{where}: {sorted(extra)} not converted by the prometheus-operator stand-in")
+def logs(workdir: Path) -> str:
+    path = workdir / "prometheus-operator.log"
+    return path.read_text(errors="replace")[-4000:] if path.exists() else ""
 
 
-def _route(route: Obj, prefix: Callable[[str], str], where: str) -> Obj:
-    _only(route, _ROUTE_FIELDS, where)
-    out: Obj = {}
-    if "receiver" in route:
-        out["receiver"] = prefix(route["receiver"])
-    if route.get("matchers"):
-        out["matchers"] = [matcher(m) for m in route["matchers"]]
-    if "groupBy" in route:
-        out["group_by"] = list(route["groupBy"])
-    for key in sorted(_TIMING & set(route)):
-        out[snake(key)] = route[key]
-    for key in ("muteTimeIntervals", "activeTimeIntervals"):
-        if route.get(key):
-            out[snake(key)] = [prefix(n) for n in route[key]]
-    if route.get("continue"):
-        out["continue"] = True
-    if route.get("routes"):
-        out["routes"] = [_route(r, prefix, f"{where}.routes[{i}]") for i, r in enumerate(route["routes"])]
-    return out
+def prometheus(name: str, ns: str, creds: Credentials, *, interval: str, alertmanagers_secret: str,
+               selectors: Obj | None = None) -> Obj:  # fmt: skip
+    """A Prometheus object for a local Prometheus 2.42 (Debian's): its Alertmanager is named in an
+    additionalAlertManagerConfigs Secret (a static target, the local process), and `selectors` are the
+    rule and PodMonitor selectors (every one in every namespace unless given)."""
+    spec: Obj = {
+        "version": "v2.42.0", "replicas": 1, "nodeSelector": NOWHERE,
+        "scrapeInterval": interval, "evaluationInterval": interval,
+        "apiserverConfig": creds.apiserver_config(),
+        "additionalAlertManagerConfigs": {"name": alertmanagers_secret, "key": "alertmanagers.yaml"},
+        "ruleSelector": {}, "ruleNamespaceSelector": {},
+        "podMonitorSelector": {}, "podMonitorNamespaceSelector": {},
+        "serviceMonitorSelector": {}, "serviceMonitorNamespaceSelector": {},
+        **(selectors or {}),
+    }  # fmt: skip
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Prometheus",
+            "metadata": {"name": name, "namespace": ns}, "spec": spec}  # fmt: skip
 
 
-def _secret_value(secrets: dict[str, Obj], ref: Obj, where: str) -> bytes:
-    secret = secrets.get(ref["name"])
-    if secret is None or ref["key"] not in (secret.get("data") or {}):
-        raise Unsupported(f"{where}: Secret {ref['name']} has no key {ref['key']!r}")
-    return base64.b64decode(secret["data"][ref["key"]])
+def alertmanager(name: str, ns: str, *, spec: Obj | None = None) -> Obj:
+    """An Alertmanager object for a local Alertmanager 0.25 (Debian's), selecting every AlertmanagerConfig
+    in every namespace unless `spec` says otherwise."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "Alertmanager", "metadata": {"name": name, "namespace": ns},
+        "spec": {"version": "v0.25.0", "replicas": 1, "nodeSelector": NOWHERE,
+                 "alertmanagerConfigSelector": {}, "alertmanagerConfigNamespaceSelector": {}, **(spec or {})},
+    }  # fmt: skip
 
 
-def _write_whole(path: Path, data: bytes) -> None:
-    """Alertmanager reads a webhook's CA file at each notification, and the config sync runs every second:
-    the file is written only when it changes, and then replaced whole, never truncated under a reader."""
-    if path.exists() and path.read_bytes() == data:
-        return
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+def alertmanagers_secret(name: str, ns: str, target: str) -> Obj:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns},
+            "stringData": {"alertmanagers.yaml": yaml.safe_dump([{"static_configs": [{"targets": [target]}]}])}}  # fmt: skip
 
 
-def _webhook(hook: Obj, secrets: dict[str, Obj], files: Path, ns: str, where: str) -> Obj:
-    _only(hook, _WEBHOOK_FIELDS, where)
-    out: Obj = {"url": hook["url"], "send_resolved": bool(hook.get("sendResolved", True))}
-    if "maxAlerts" in hook:
-        out["max_alerts"] = hook["maxAlerts"]
-    http = hook.get("httpConfig")
-    if http:
-        _only(http, {"authorization", "tlsConfig"}, f"{where}.httpConfig")
-        conf: Obj = {}
-        if auth := http.get("authorization"):
-            token = _secret_value(secrets, auth["credentials"], f"{where}.authorization")
-            conf["authorization"] = {
-                "type": auth.get("type", "Bearer"),
-                "credentials": token.decode().strip(),
-            }
-        if tls := http.get("tlsConfig"):
-            _only(tls, {"ca"}, f"{where}.tlsConfig")
-            ref = tls["ca"]["secret"]
-            # one file per namespace: every test's namespace has a Secret of that name
-            path = files / f"{ns}-{ref['name']}-{ref['key']}"
-            _write_whole(path, _secret_value(secrets, ref, f"{where}.tlsConfig.ca"))
-            conf["tls_config"] = {"ca_file": str(path)}
-        out["http_config"] = conf
-    return out
+# ---- the kubelet's and the config-reloader's part ----
 
 
-def alertmanager_yml(amcs: list[Obj], secrets: dict[tuple[str, str], Obj], files: Path) -> Obj:
-    """alertmanager.yml for the given AlertmanagerConfigs (secrets keyed by namespace and name)."""
-    receivers: list[Obj] = [{"name": "null"}]
-    routes: list[Obj] = []
-    inhibits: list[Obj] = []
-    intervals: list[Obj] = []
-    for amc in sorted(amcs, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"])):
-        ns, name = amc["metadata"]["namespace"], amc["metadata"]["name"]
-        spec = amc["spec"]
-        _only(spec, {"route", "receivers", "inhibitRules", "muteTimeIntervals"}, f"{ns}/{name}.spec")
-        own = {k[1]: v for k, v in secrets.items() if k[0] == ns}
-
-        def prefix(n: str, ns: str = ns, name: str = name) -> str:
-            return f"{ns}/{name}/{n}"
-
-        for r in spec.get("receivers") or []:
-            _only(r, {"name", "webhookConfigs"}, f"{ns}/{name}.receivers.{r['name']}")
-            out: Obj = {"name": prefix(r["name"])}
-            if r.get("webhookConfigs"):
-                out["webhook_configs"] = [
-                    _webhook(h, own, files, ns, f"{ns}/{name}.receivers.{r['name']}")
-                    for h in r["webhookConfigs"]
-                ]
-            receivers.append(out)
-        top = _route(spec["route"], prefix, f"{ns}/{name}.route")
-        top["matchers"] = [f'namespace="{ns}"', *top.get("matchers", [])]
-        top["continue"] = True
-        routes.append(top)
-        for rule in spec.get("inhibitRules") or []:
-            _only(rule, {"sourceMatch", "targetMatch", "equal"}, f"{ns}/{name}.inhibitRules")
-            inhibits.append({
-                "source_matchers": [f'namespace="{ns}"', *[matcher(m) for m in rule.get("sourceMatch") or []]],
-                "target_matchers": [f'namespace="{ns}"', *[matcher(m) for m in rule.get("targetMatch") or []]],
-                **({"equal": list(rule["equal"])} if rule.get("equal") else {}),
-            })  # fmt: skip
-        for ti in spec.get("muteTimeIntervals") or []:
-            entries = []
-            for entry in ti["timeIntervals"]:
-                _only(entry, _TIME_FIELDS, f"{ns}/{name}.muteTimeIntervals.{ti['name']}")
-                conv: Obj = {}
-                for key, value in entry.items():
-                    conv[snake(key)] = (
-                        [{"start_time": t["startTime"], "end_time": t["endTime"]} for t in value]
-                        if key == "times"
-                        else value
-                    )
-                entries.append(conv)
-            intervals.append({"name": prefix(ti["name"]), "time_intervals": entries})
-    config: Obj = {
-        "route": {"receiver": "null", "group_by": ["namespace"], "routes": routes},
-        "receivers": receivers,
-        "inhibit_rules": inhibits,
-    }
-    if intervals:
-        config["time_intervals"] = intervals
-    return config
+def _flag(args: list[str], name: str) -> str | None:
+    prefix = f"--{name}="
+    return next((a[len(prefix) :] for a in args if a.startswith(prefix)), None)
 
 
-def rules_yml(rules: list[Obj]) -> Obj:
-    ordered = sorted(rules, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]))
-    return {"groups": [g for r in ordered for g in r["spec"].get("groups") or []]}
+def _volume_files(
+    volume: Obj, secrets: dict[str, Obj], configmaps: dict[str, Obj]
+) -> dict[str, bytes] | None:
+    """The files a volume holds, by name; None for a volume whose source is not there yet (the kubelet
+    would not start the pod)."""
+
+    def keys(kind: str, ref: Obj) -> dict[str, bytes] | None:
+        if kind == "secret":
+            obj = secrets.get(ref.get("secretName") or ref.get("name", ""))
+            if obj is None:
+                return None if not ref.get("optional") else {}
+            data = {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
+        else:
+            obj = configmaps.get(ref["name"])
+            if obj is None:
+                return None if not ref.get("optional") else {}
+            data = {k: v.encode() for k, v in (obj.get("data") or {}).items()}
+            data |= {k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()}
+        if ref.get("items"):
+            return {i["path"]: data[i["key"]] for i in ref["items"] if i["key"] in data}
+        return data
+
+    if "secret" in volume:
+        return keys("secret", volume["secret"])
+    if "configMap" in volume:
+        return keys("configMap", volume["configMap"])
+    if "projected" in volume:
+        out: dict[str, bytes] = {}
+        for source in volume["projected"].get("sources") or []:
+            kind = "secret" if "secret" in source else "configMap" if "configMap" in source else None
+            if kind is None:
+                continue  # a ServiceAccount token or downward API: nothing the configuration reads
+            got = keys(kind, source[kind])
+            if got is None:
+                return None
+            out |= got
+        return out
+    return {}  # emptyDir: a folder
 
 
-def _selected(selector: Obj, labels: dict[str, str], where: str) -> bool:
-    _only(selector, {"matchLabels"}, f"{where}.selector")
-    return all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items())
+@dataclass
+class Materializer:
+    """Mounts one StatefulSet's volumes for its container `container` (and its config-reloader) under `root`
+    and writes its
+    configuration as the config-reloader would; `sync` says whether anything changed."""
 
+    root: Path
+    container: str
+    written: dict[Path, bytes] = field(default_factory=dict)
 
-_META = (
-    "__meta_kubernetes_namespace",
-    "__meta_kubernetes_pod_name",
-    "__meta_kubernetes_pod_node_name",
-    "__meta_kubernetes_pod_ip",
-    "__meta_kubernetes_pod_container_name",
-    "__meta_kubernetes_pod_container_port_name",
-)
-"""The discovery labels each target carries, as kubernetes_sd's pod role names them: a relabeling may read
-these (or a label already set), and reading any other __meta_ label is refused rather than left empty."""
-_RELABEL_FIELDS = {"sourceLabels", "separator", "targetLabel", "regex", "modulus", "replacement", "action"}
-_ENDPOINT_FIELDS = {"port", "path", "interval", "honorLabels", "relabelings", "metricRelabelings"}
+    @property
+    def config(self) -> Path:
+        return self.root / "config_out.yaml"
 
-
-def relabel_config(rule: Obj, where: str) -> Obj:
-    """A PodMonitor RelabelConfig as Prometheus' relabel_config: the same fields in snake_case, the
-    action lower-cased (prometheus-operator accepts either case)."""
-    _only(rule, _RELABEL_FIELDS, where)
-    unknown = [s for s in rule.get("sourceLabels") or [] if s.startswith("__meta_") and s not in _META]
-    if unknown:
-        raise Unsupported(f"{where}: the stand-in's targets carry no {unknown}")
-    out = {snake(k): v for k, v in rule.items()}
-    if "action" in out:
-        out["action"] = str(out["action"]).lower()
-    return out
-
-
-def _endpoints(podmonitors: list[Obj]) -> Iterator[tuple[str, str, Obj, Obj]]:
-    """(job name, targets file name, PodMonitor, endpoint) of every endpoint, in a stable order."""
-    for pm in sorted(podmonitors, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"])):
-        ns, name = pm["metadata"]["namespace"], pm["metadata"]["name"]
-        _only(pm["spec"], {"selector", "podMetricsEndpoints"}, f"PodMonitor {ns}/{name}.spec")
-        for i, endpoint in enumerate(pm["spec"]["podMetricsEndpoints"]):
-            _only(endpoint, _ENDPOINT_FIELDS, f"PodMonitor {ns}/{name}.podMetricsEndpoints[{i}]")
-            yield f"podMonitor/{ns}/{name}/{i}", f"podmonitor-{ns}-{name}-{i}.json", pm, endpoint
-
-
-def scrape_configs(podmonitors: list[Obj], targets_dir: Path) -> list[Obj]:
-    """prometheus.yml's scrape_configs: one job per PodMonitor endpoint, as prometheus-operator writes it,
-    with file_sd (scrape_targets' files in `targets_dir`) in place of kubernetes_sd. Its relabel_configs set
-    what prometheus-operator sets on every target (namespace, container, pod, job, endpoint), then the
-    endpoint's relabelings; its metricRelabelings become metric_relabel_configs; honor_labels is false
-    unless the endpoint says honorLabels. Selecting the pods and the port, which prometheus-operator does
-    with `keep` relabelings, is done by scrape_targets."""
-    jobs: list[Obj] = []
-    for job, file, pm, endpoint in _endpoints(podmonitors):
-        ns, name = pm["metadata"]["namespace"], pm["metadata"]["name"]
-        where = f"PodMonitor {ns}/{name}"
-        relabels: list[Obj] = [
-            {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
-            {"source_labels": ["__meta_kubernetes_pod_container_name"], "target_label": "container"},
-            {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
-            {"target_label": "job", "replacement": f"{ns}/{name}"},
-            {"target_label": "endpoint", "replacement": endpoint["port"]},
-            *(relabel_config(r, f"{where}.relabelings[{i}]") for i, r in enumerate(endpoint.get("relabelings") or [])),
-        ]  # fmt: skip
-        out: Obj = {
-            "job_name": job,
-            "honor_labels": bool(endpoint.get("honorLabels", False)),
-            "metrics_path": endpoint.get("path", "/metrics"),
-            "file_sd_configs": [{"files": [str(targets_dir / file)], "refresh_interval": "1s"}],
-            "relabel_configs": relabels,
-        }
-        if endpoint.get("interval"):
-            out["scrape_interval"] = endpoint["interval"]
-        metric = endpoint.get("metricRelabelings") or []
-        if metric:
-            out["metric_relabel_configs"] = [
-                relabel_config(r, f"{where}.metricRelabelings[{i}]") for i, r in enumerate(metric)
-            ]
-        jobs.append(out)
-    return jobs
-
-
-def scrape_targets(podmonitors: list[Obj], pods: list[Obj]) -> dict[str, list[Obj]]:
-    """file_sd target groups by targets file name (see scrape_configs): the running pods each endpoint's
-    selector matches, on the container port of its name, each with the discovery labels kubernetes_sd
-    would give it; Prometheus applies the relabelings."""
-    files: dict[str, list[Obj]] = {}
-    for _, file, pm, endpoint in _endpoints(podmonitors):
-        ns, name = pm["metadata"]["namespace"], pm["metadata"]["name"]
-        groups = files.setdefault(file, [])
-        for pod in pods:
-            meta, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
-            if (meta["namespace"] != ns or meta.get("deletionTimestamp") or status.get("phase") != "Running"
-                    or not status.get("podIP")
-                    or not _selected(pm["spec"]["selector"], meta.get("labels") or {}, f"PodMonitor {ns}/{name}")):  # fmt: skip
+    def sync(self, sts: Obj, secrets: dict[str, Obj], configmaps: dict[str, Obj]) -> bool | None:
+        """True when a file changed, False when none did, None when the configuration is not there yet."""
+        spec = sts["spec"]["template"]["spec"]
+        main = next(c for c in spec["containers"] if c["name"] == self.container)
+        reloader = next(c for c in spec["containers"] if c["name"] == "config-reloader")
+        volumes = {v["name"]: v for v in spec.get("volumes") or []}
+        mounts: dict[str, Path] = {}
+        files: dict[Path, bytes] = {}
+        # the main container's mounts and the config-reloader's (which alone mounts the generated Secret)
+        for m in sorted([*(main.get("volumeMounts") or []), *(reloader.get("volumeMounts") or [])],
+                        key=lambda m: m["mountPath"]):  # fmt: skip
+            content = _volume_files(volumes[m["name"]], secrets, configmaps)
+            if content is None:
+                return None
+            local = self.root / "volumes" / m["name"]
+            if m.get("subPath"):
+                mounts[m["mountPath"]] = local / m["subPath"]
+            else:
+                mounts[m["mountPath"]] = local
+                local.mkdir(parents=True, exist_ok=True)
+            for key, data in content.items():
+                if not m.get("subPath") or key == m["subPath"]:
+                    files[local / key] = data
+        source, out = (
+            _flag(reloader.get("args") or [], "config-file"),
+            _flag(reloader.get("args") or [], "config-envsubst-file"),
+        )
+        if source is None or out is None:
+            raise AssertionError(f"{sts['metadata']['name']}: its config-reloader names no --config-file")
+        raw = files.get(self._local(source, mounts))
+        if raw is None:
+            return None
+        text = gzip.decompress(raw).decode() if source.endswith(".gz") else raw.decode()
+        env = {e["name"]: e.get("value", f"{sts['metadata']['name']}-0") for e in reloader.get("env") or []}
+        text = re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), text)
+        files[self.config] = self.rewrite(text, mounts).encode()
+        changed = False
+        for path, data in files.items():
+            if self.written.get(path) == data:
                 continue
-            for c in [*(spec.get("initContainers") or []), *spec["containers"]]:
-                port = next((p for p in c.get("ports") or [] if p.get("name") == endpoint["port"]), None)
-                if port is None:
-                    continue
-                sd = dict(zip(_META, (ns, meta["name"], spec.get("nodeName", ""), status["podIP"], c["name"],
-                                      endpoint["port"]), strict=True))  # fmt: skip
-                groups.append({"targets": [f"{status['podIP']}:{port['containerPort']}"], "labels": sd})
-    return files
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_bytes(data)
+            tmp.replace(path)  # whole, never truncated under a reader
+            self.written[path] = data
+            changed = True
+        return changed
+
+    @staticmethod
+    def _local(path: str, mounts: dict[str, Path]) -> Path:
+        for mount in sorted(mounts, key=len, reverse=True):
+            if path == mount or path.startswith(mount + "/"):
+                return Path(str(mounts[mount]) + path[len(mount) :])
+        raise AssertionError(f"{path} is on no volume the container mounts")
+
+    @staticmethod
+    def rewrite(text: str, mounts: dict[str, Path]) -> str:
+        """Every mount path in the configuration, as the local folder or file it is here."""
+        if not mounts:
+            return text
+        # one pass, longest first, whole paths only: a local folder may hold a mount path's text
+        alternatives = "|".join(re.escape(m) for m in sorted(mounts, key=len, reverse=True))
+        pattern = re.compile(rf"(?<![\w/.-])({alternatives})(?=[/\s\"']|$)", re.M)
+        return pattern.sub(lambda m: str(mounts[m.group(1)]), text)
+
+
+def read_for(
+    core: client.CoreV1Api, apps: client.AppsV1Api, ns: str, sts_name: str
+) -> tuple[Obj | None, dict[str, Obj], dict[str, Obj]]:
+    """The StatefulSet and the Secrets and ConfigMaps of its namespace, as plain dicts."""
+    ser = core.api_client.sanitize_for_serialization
+    try:
+        sts = ser(apps.read_namespaced_stateful_set(sts_name, ns))
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None, {}, {}
+        raise
+    secrets = {s.metadata.name: ser(s) for s in core.list_namespaced_secret(ns).items}
+    configmaps = {c.metadata.name: ser(c) for c in core.list_namespaced_config_map(ns).items}
+    return sts, secrets, configmaps

@@ -65,7 +65,7 @@ def drill(
     """Run the CLI; its exit status, its JSON report and its progress lines (stderr)."""
     proc = subprocess.run(
         [sys.executable, "-m", "trainguard.cli", "drill", "--monitor", f"{ns}/{JOB}", "--scenario", scenario,
-         "--alertmanager", mon.alertmanager, "--kubeconfig", str(cluster.kubeconfig), "--json",
+         "--alertmanager", mon.alertmanager, "--kubeconfig", str(cluster.kubeconfig), "-o", "json",
          "--timeout", "60s", "--settle", "15s", *extra],
         check=False, capture_output=True, text=True, cwd=REPO, timeout=150, env=os.environ | {"PYTHONUNBUFFERED": "1"},
     )  # fmt: skip

@@ -5,7 +5,7 @@ cluster (docs/trust.md): the node must host a live pod of the job, and the job's
 have seen the GPU fault, before anything is cordoned.
 
 Everything is real but the containers: the monitor's AlertmanagerConfig, as the operator rendered it,
-loaded into a real Alertmanager (e2e/pipeline.py's prometheus-operator stand-in), which posts to the
+loaded into a real Alertmanager by the real prometheus-operator (e2e/pipeline.py), which posts to the
 operator process's TLS receiver with the monitor's alerts token. The fake kubelet runs no container, so
 the job's pods have no exporter unless a test serves one on the pod's IP (e2e/sidecars.py): the only
 GPUCriticalXid in these tests is the one the test posts (a sidecar here has seen its fault and shows a
@@ -34,6 +34,7 @@ from tests.processes import http_json, wait_for
 from trainguard.catalog import ALERTS_BY_NAME
 from trainguard.catalog.events import EVENTS_AUDIENCE
 from trainguard.catalog.kubernetes import FAULTY_TAINT
+from trainguard.catalog.severity import grade_labels
 from trainguard.remediation import tokens
 
 pytestmark = pytest.mark.e2e
@@ -50,14 +51,15 @@ Stack = tuple[Cluster, Monitoring, Sink]
 
 
 def forge(mon: Monitoring, ns: str, node: str, pod: str) -> int:
-    """POST one firing GPUCriticalXid, with the labels its rule gives it (the catalogue's scope labels and
-    severity), to Alertmanager's /api/v2/alerts; returns its startsAt (whole seconds, a past one of its
-    own: the record of this alert instance has it in its id)."""
+    """POST one firing GPUCriticalXid, with the labels its rule gives it (the catalogue's scope labels,
+    its grade in priority and severity), to Alertmanager's /api/v2/alerts (the routes match priority);
+    returns its startsAt (whole seconds, a past one of its own: the record of this alert instance has it
+    in its id)."""
     starts = int(time.time()) - 7
     values = {"namespace": ns, "training_job": JOB, "pod": pod, "node": node, "gpu": str(GPU)}
     labels = {
         "alertname": ALERT.name,
-        "severity": ALERT.severity,
+        **grade_labels(ALERT.severity),
         **{k: values[k] for k in ALERT.scope.labels},
     }
     at = dt.datetime.fromtimestamp(starts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -343,6 +343,27 @@ def test_the_namespace_label_policy_is_in_force_for_the_releases_service_account
     core.patch_namespace(WORKLOAD_NS, {"metadata": {"labels": {MONITORED: "true"}}}, dry_run="All")
 
 
+def test_an_upgrade_moves_the_operator_and_its_sidecar_image_together(installed: Installed) -> None:
+    """`helm upgrade` to a new image (VALUES pin it by digest): the operator's Deployment and the image it
+    injects into new pods (--sidecar-image) move as one; no monitor has to change."""
+    apps = client.AppsV1Api(installed.api)
+
+    def images() -> tuple[str, list[str]]:
+        (container,) = apps.read_namespaced_deployment(SA, NS).spec.template.spec.containers
+        flags = [
+            a.removeprefix("--sidecar-image=") for a in container.args if a.startswith("--sidecar-image=")
+        ]
+        return container.image, flags
+
+    before = f"ghcr.io/trainguard/trainguard@{yaml.safe_load(VALUES.read_text())['image']['digest']}"
+    assert images() == (before, [before])
+    digest = "sha256:" + "fe" * 32
+    _run([*installed.helm, "upgrade", "trainguard", str(CHART), "--namespace", NS, "--reuse-values",
+          "--set", f"image.digest={digest}", "--timeout", "120s"])  # fmt: skip
+    after = f"ghcr.io/trainguard/trainguard@{digest}"
+    assert images() == (after, [after])
+
+
 def test_uninstall_removes_the_release_and_keeps_the_crds(installed: Installed) -> None:
     """Runs last in this module: the release goes, the CRDs (and so every monitor and policy in the
     cluster) stay, as Helm does with crds/."""

@@ -1,12 +1,12 @@
 """The chart's kube-prometheus-stack values (`longTermStorage.remoteWrite`), read by their real reader:
 kube-prometheus-stack copies `prometheus.prometheusSpec.remoteWrite` into its `Prometheus` object's
 `spec.remoteWrite`, and the apiserver checks that object against prometheus-operator's CRD (generated
-from its Go types at the pinned version). A structural schema prunes a field it does not know, silently
+at the pinned version). A structural schema prunes a field it does not know, silently
 by default: applied here with `fieldValidation=Strict`, a misspelt field is refused instead, and what is
 read back must be what was sent, so the keep-list cannot vanish on the way.
 
-No prometheus-operator runs here (it needs a kubelet to run Prometheus); the conversion from the
-object to prometheus.yml is prometheus-operator's own, covered by its tests, not ours."""
+The object is checked here, not the prometheus.yml it becomes; the pipeline tests run the real
+prometheus-operator (e2e/prometheus_operator.py)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ A 2-pod Indexed Job on fake GPU nodes. Each pod's injected exporter runs as a lo
 pod's own spec (simulated GPUs, fault injection on) and examples/train_tiny.py trains through the SDK
 beside it (e2e/podprocesses.py). Prometheus scrapes the exporters and evaluates the rules read back
 from the apiserver; Alertmanager routes with the config read back from the apiserver, its webhook
-pointing at the operator's TLS receiver (e2e/pipeline.py; prometheus-operator is the one stand-in).
+pointing at the operator's TLS receiver (e2e/pipeline.py), both run from the configuration the real
+prometheus-operator generates (e2e/prometheus_operator.py).
 The operator acts through the real scheduler and Job controller.
 """
 

@@ -37,6 +37,7 @@ from e2e.receiver import decisions, records
 from tests.exposition import scrape, value
 from tests.processes import wait_for
 from trainguard.catalog.kubernetes import CORDONED_BY
+from trainguard.render.sidecar import EXPORTER
 from trainguard.times import unix
 
 pytestmark = pytest.mark.e2e
@@ -46,6 +47,8 @@ GPU_FAULT_STEPS = ["ConfirmFault", "Cordon", "Taint", "RequestCheckpoint", "Rest
 REMEDIATION = {"emergencyCheckpointTimeout": "10m", "maxCordonedNodes": 3, "jobRestartBudget": 1}
 """The checkpoint wait outlasts the test (the test ends it); one restart allowed, so a second one is
 refused and says how many the budget counted."""
+OLD_IMAGE, NEW_IMAGE = "registry.invalid/trainguard:0.1.0", "registry.invalid/trainguard:0.2.0"
+"""The operator's --sidecar-image before and after the upgrade (the chart passes its own image.*)."""
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +62,24 @@ def replicas(monitoring: Stack) -> Iterator[Any]:
     """Starts operator replicas in front of the stack (stopped when the test ends)."""
     cluster, mon, _ = monitoring
 
-    def replica(name: str, priority: int) -> subprocess.Popen[bytes]:
+    def replica(name: str, priority: int, image: str = OLD_IMAGE) -> subprocess.Popen[bytes]:
         return cluster.start_operator(
-            priority=priority, name=name, extra=("--alertmanager-url", mon.alertmanager)
+            priority=priority,
+            name=name,
+            extra=("--alertmanager-url", mon.alertmanager, "--sidecar-image", image),
         )
 
     yield replica
     cluster.stop_all_operators()
+
+
+def sidecar_images(cluster: Cluster, ns: str, runs: list[PodRun]) -> set[str]:
+    """The images of the exporter sidecars the webhook injected into these pods."""
+    images = set()
+    for run in runs:
+        spec = cluster.core.read_namespaced_pod(run.name, ns).spec
+        images |= {c.image for c in [*(spec.init_containers or []), *spec.containers] if c.name == EXPORTER}
+    return images
 
 
 def leads(cluster: Cluster, name: str) -> bool:
@@ -168,9 +182,11 @@ def test_a_rolling_upgrade_mid_remediation_restarts_the_gang_once(
     audit = Audit(cluster.audit_log) if cluster.audit_log else None
     pods = start(monitoring, ns, tmp_path, REMEDIATION)
     try:
+        assert sidecar_images(cluster, ns, pods.running()) == {OLD_IMAGE}
         faulty, healthy, record = fault_under_way(cluster, ns, pods)
-        # the rolling upgrade: the new replica starts (a higher priority: it leads) while the old one runs
-        replicas(new_name, 70)
+        # the rolling upgrade: the new replica starts (a higher priority: it leads) while the old one runs,
+        # with the new version's image for the sidecars, as the chart's image.tag gives both
+        replicas(new_name, 70, NEW_IMAGE)
         wait_for("the new replica leading, the old one standing by",
                  lambda: leads(cluster, new_name) and not leads(cluster, old_name), timeout=60)  # fmt: skip
         taken = wait_for("the new replica taking the record over", lambda: owner_moved(cluster, ns, record["owner"]),
@@ -186,6 +202,8 @@ def test_a_rolling_upgrade_mid_remediation_restarts_the_gang_once(
         assert done["owner"] == taken["owner"], "the new replica finished it"
         assert done["steps"][1]["detail"] == "cordoned", done["steps"][1]
         assert f"resuming remediation {record['id']}" in (cluster.workdir / f"{new_name}.log").read_text()
+        # one version: the pods created after the upgrade (the restarted gang) run the new sidecar image
+        assert sidecar_images(cluster, ns, pods.running()) == {NEW_IMAGE}
         print(f"\nrolling upgrade mid-remediation: old replica stopped (SIGTERM) in {stopped_in:.1f}s "
               f"(exit {old.returncode}); record {done['phase']}, one restart")  # fmt: skip
         budget_spent_once(cluster, ns, pods, new_name, done)

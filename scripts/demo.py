@@ -74,8 +74,11 @@ def receiver(log: list[tuple[str, dict[str, Any]]]) -> ThreadingHTTPServer:
             log.append((self.path.strip("/"), body))
             for alert in body.get("alerts", []):
                 labels = alert["labels"]
+                grade = labels.get("priority", "")
+                severity = labels.get("severity", "")
+                shown = grade if severity in ("", grade) else f"{grade}, severity {severity}"
                 say(f"  -> receiver '{self.path.strip('/')}' got {body['status']} {labels['alertname']} "
-                    f"[{labels.get('severity')}] on {labels.get('node', '-')} gpu {labels.get('gpu', '-')}")  # fmt: skip
+                    f"[{shown}] on {labels.get('node', '-')} gpu {labels.get('gpu', '-')}")  # fmt: skip
             self.send_response(200)
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -88,6 +91,9 @@ def receiver(log: list[tuple[str, dict[str, Any]]]) -> ThreadingHTTPServer:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--keep", action="store_true", help="keep the work folder (configs and logs)")
+    p.add_argument("--severity-style", choices=["grade", "mapped"], default="grade",
+                   help="the rules' severity label: grade (P0..P3) or mapped (critical, warning, none; "
+                   "docs/severity.md); the routes match the priority label either way")  # fmt: skip
     args = p.parse_args()
     prometheus = shutil.which("prometheus")
     alertmanager = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
@@ -100,7 +106,9 @@ def main() -> int:
     from trainguard.render import dump_yaml, render_prometheus  # noqa: PLC0415
 
     work = Path(tempfile.mkdtemp(prefix="trainguard-demo-"))
-    files = render_prometheus(load_documents([("quickstart", demo_documents())]))
+    files = render_prometheus(
+        load_documents([("quickstart", demo_documents())]), severity_style=args.severity_style
+    )
     (work / "rules.yml").write_text(dump_yaml(files["rules.yml"]))
     (work / "alertmanager.yml").write_text(dump_yaml(files["alertmanager.yml"]))
     say(f"rendered examples/quickstart.yaml into {work}/rules.yml and alertmanager.yml")

@@ -87,7 +87,7 @@ def groups(n: int, workdir: Path) -> list[dict[str, Any]]:
     src.write_text(yaml.safe_dump_all(monitor_documents(sample)))
     out = workdir / "rendered"
     subprocess.run(
-        [sys.executable, "-m", "trainguard.cli", "render", "-f", str(src), "--format", "prometheus", "-o", str(out)],
+        [sys.executable, "-m", "trainguard.cli", "render", "-f", str(src), "--format", "prometheus", "--out-dir", str(out)],
         check=True, capture_output=True, cwd=ROOT,
     )  # fmt: skip
     rendered = {g["name"]: g for g in yaml.safe_load((out / "rules.yml").read_text())["groups"]}

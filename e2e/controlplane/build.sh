@@ -10,10 +10,16 @@ set -euo pipefail
 K8S_VERSION="${K8S_VERSION:-1.36.3}"
 ETCD_VERSION="${ETCD_VERSION:-3.6.16}"
 HELM_VERSION="${HELM_VERSION:-3.22.0}"
-PROM_OPERATOR_VERSION="${PROM_OPERATOR_VERSION:-0.95.2}"
-PROM_OPERATOR_KINDS_REV=3  # which CRDs are kept (r2: servicemonitors, for the chart's ServiceMonitor;
-                           # r3: prometheuses, for the kube-prometheus-stack remoteWrite values)
-CONTROLLER_TOOLS_VERSION="${CONTROLLER_TOOLS_VERSION:-0.20.1}"
+PROM_OPERATOR_VERSION="${PROM_OPERATOR_VERSION:-0.93.1}"
+# the CRDs installed: what trainguard renders (rules, routes, pod and service monitors), what e2e runs
+# through the real operator (a Prometheus and an Alertmanager) and the Probes its Prometheus controller
+# cannot start without; the operator skips the other kinds it finds missing
+PROM_OPERATOR_KINDS="prometheusrules alertmanagerconfigs podmonitors servicemonitors probes prometheuses alertmanagers"
+PROM_OPERATOR_KINDS_REV=r5  # a new list needs a new revision: a cached folder holds the old one
+# e2e's Prometheus: the release Debian ships (the unit and integration tests run Debian's), built from its
+# module because Debian's leaves Kubernetes service discovery out, which prometheus-operator's scrape
+# configurations use
+PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-2.42.0}"
 # the newest release whose module Go 1.26 accepts (later ones need a newer Go)
 VICTORIA_METRICS_VERSION="${VICTORIA_METRICS_VERSION:-1.151.0}"
 NODE_EXPORTER_VERSION="${NODE_EXPORTER_VERSION:-1.12.1}"
@@ -214,43 +220,70 @@ build_node_exporter() {
     "-X github.com/prometheus/common/version.Version=$NODE_EXPORTER_VERSION"
 }
 
-fetch_prometheus_operator_crds() {
-  # The proxy serves prometheus-operator's API module (pkg/apis/monitoring) but not the root module
-  # that holds the YAML, so the CRDs are generated from the pinned Go types with controller-gen,
-  # which is how prometheus-operator makes them itself.
-  local v="$PROM_OPERATOR_VERSION"
-  # keyed by what is kept too: a cache made before servicemonitors joined lacks it
+build_prometheus() {
+  # Prometheus 2.x is module v0.x (2.42.0 is v0.42.0). Built the way upstream's `make plugins` chooses its
+  # service discoveries (plugins.yml into plugins/plugins.go), with Kubernetes' alone: 100 s from cold
+  # instead of several minutes for every cloud's SDK. Its web UI's assets are not in the module: the API
+  # and /graph's fallback page serve.
+  local v="$PROMETHEUS_VERSION"
+  if have prometheus "$v"; then log "prometheus v$v: cached"; else
+    local start=$SECONDS dir="$WORK/prometheus-$v" src
+    log "prometheus v$v: downloading its module"
+    src=$(go mod download -json "github.com/prometheus/prometheus@v0.${v#2.}" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+    rm -rf "$dir" && cp -r "$src" "$dir" && chmod -R u+w "$dir"
+    (
+      cd "$dir"
+      printf 'package plugins\n\nimport (\n\t// Register kubernetes plugin.\n\t_ "github.com/prometheus/prometheus/discovery/kubernetes"\n)\n' \
+        > plugins/plugins.go
+      log "prometheus v$v: compiling (Kubernetes service discovery only)"
+      go build -trimpath -ldflags "-s -w -X github.com/prometheus/common/version.Version=$v" \
+        -o "$BIN/prometheus-$v" ./cmd/prometheus
+    )
+    log "prometheus v$v: built in $((SECONDS - start))s"
+  fi
+  link_current prometheus "$v"
+}
+
+build_prometheus_operator() {
+  # prometheus-operator itself (e2e runs the real one: e2e/prometheus_operator.py) and the CRDs it ships,
+  # both from its root module. The proxy serves that module at v0.93.1 (the version kube-prometheus-stack
+  # 88.5 ships) but not at v0.94.1's or v0.95's nested pkg/client, so v0.93.1 it is. The module's own go.mod
+  # points its nested modules (pkg/apis/monitoring, pkg/client) at its source tree, which a module zip
+  # leaves out: they come from the proxy at the same version instead.
+  local v="$PROM_OPERATOR_VERSION" mod=github.com/prometheus-operator/prometheus-operator
   local dest="$CACHE/crds/prometheus-operator-$v-$PROM_OPERATOR_KINDS_REV"
-  if [ -d "$dest" ]; then log "prometheus-operator v$v CRDs: cached"; ln -sfn "$(basename "$dest")" "$CACHE/crds/current"; return; fi
-  local start=$SECONDS dir="$WORK/prometheus-operator-crds-$v"
-  mkdir -p "$dir"
-  printf 'module trainguard.io/e2e/promopcrds\n\ngo 1.26.0\n' > "$dir/go.mod"
-  printf 'package main\n\nimport _ "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1alpha1"\n\nfunc main() {}\n' > "$dir/main.go"
-  (
-    cd "$dir"
-    log "prometheus-operator v$v CRDs: downloading the API module and controller-gen $CONTROLLER_TOOLS_VERSION"
-    go get "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring@v$v" "sigs.k8s.io/controller-tools/cmd/controller-gen@v$CONTROLLER_TOOLS_VERSION"
-    go mod tidy
-    go build -o "$dir/controller-gen" sigs.k8s.io/controller-tools/cmd/controller-gen
-    local api
-    api=$(go list -m -f '{{.Dir}}' github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring)
-    rm -rf "$dir/out" && mkdir -p "$dir/out"
-    # v1beta1 AlertmanagerConfig needs a conversion webhook; like the upstream bundle, serve v1alpha1.
-    (cd "$api" && "$dir/controller-gen" crd:crdVersions=v1,maxDescLen=0 paths=./v1 paths=./v1alpha1 output:crd:dir="$dir/out")
-  )
-  mkdir -p "$dest.tmp"
-  for kind in prometheusrules alertmanagerconfigs podmonitors servicemonitors prometheuses; do
-    cp "$dir/out/monitoring.coreos.com_$kind.yaml" "$dest.tmp/"
-  done
-  mv "$dest.tmp" "$dest"
+  if have prometheus-operator "$v" && [ -d "$dest" ]; then
+    log "prometheus-operator v$v: cached"
+  else
+    local start=$SECONDS dir="$WORK/prometheus-operator-$v" src kind
+    log "prometheus-operator v$v: downloading its module"
+    src=$(go mod download -json "$mod@v$v" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+    rm -rf "$dir" && cp -r "$src" "$dir" && chmod -R u+w "$dir"
+    (
+      cd "$dir"
+      go mod edit -dropreplace "$mod/pkg/apis/monitoring" -dropreplace "$mod/pkg/client" \
+        -require "$mod/pkg/apis/monitoring@v$v" -require "$mod/pkg/client@v$v"
+      log "prometheus-operator v$v: compiling"
+      go build -trimpath -ldflags "-s -w -X github.com/prometheus/common/version.Version=$v" \
+        -o "$BIN/prometheus-operator-$v" ./cmd/operator
+    )
+    rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
+    for kind in $PROM_OPERATOR_KINDS; do
+      cp "$dir/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml" "$dest.tmp/"
+    done
+    mv "$dest.tmp" "$dest"
+    log "prometheus-operator v$v: built in $((SECONDS - start))s"
+  fi
+  link_current prometheus-operator "$v"
+  mkdir -p "$CACHE/crds"
   ln -sfn "$(basename "$dest")" "$CACHE/crds/current"  # the harness's stable name (e2e/controlplane/local.py)
-  log "prometheus-operator v$v CRDs: generated in $((SECONDS - start))s"
 }
 
 what="${1:-all}"
 case "$what" in
   all)
-    locked crds fetch_prometheus_operator_crds
+    locked prometheus-operator build_prometheus_operator
+    locked prometheus build_prometheus
     locked etcd build_etcd
     locked kubernetes build_kubernetes
     locked helm build_helm
@@ -258,7 +291,8 @@ case "$what" in
   kubernetes) locked kubernetes build_kubernetes ;;
   etcd) locked etcd build_etcd ;;
   helm) locked helm build_helm ;;
-  crds) locked crds fetch_prometheus_operator_crds ;;
+  crds|prometheus-operator) locked prometheus-operator build_prometheus_operator ;;
+  prometheus) locked prometheus build_prometheus ;;
   victoria-metrics) locked victoria-metrics build_victoria_metrics ;;
   node-exporter) locked node_exporter build_node_exporter ;;
   jobset) locked jobset build_jobset ;;
@@ -273,6 +307,6 @@ case "$what" in
     locked trainer build_trainer
     locked training-operator build_training_operator
     ;;
-  *) echo "usage: $0 [all|kubernetes|etcd|helm|crds|victoria-metrics|node-exporter|controllers|jobset|kueue|trainer|training-operator]" >&2
+  *) echo "usage: $0 [all|kubernetes|etcd|helm|crds|prometheus-operator|prometheus|victoria-metrics|node-exporter|controllers|jobset|kueue|trainer|training-operator]" >&2
      exit 2 ;;
 esac

@@ -75,18 +75,27 @@ def duration(text: str) -> float:
     return seconds
 
 
-def kubeconfig_flag(parser: argparse.ArgumentParser) -> None:
+def kube_flags(parser: argparse.ArgumentParser) -> None:
+    """`--kubeconfig` and `--context`, as kubectl has them, on every verb that talks to a cluster."""
     parser.add_argument(
-        "--kubeconfig", help="kubeconfig (default: in-cluster, then KUBECONFIG / ~/.kube/config)"
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig (default: in-cluster, then KUBECONFIG / ~/.kube/config)",
+    )
+    parser.add_argument(
+        "--context",
+        metavar="NAME",
+        help="the kubeconfig context to use (default: its current-context)",
     )
 
 
-def api_client(kubeconfig: str | None):  # type: ignore[no-untyped-def]
-    """The Kubernetes client of a command, or a failure naming why there are no credentials."""
+def api_client(args: argparse.Namespace, component: str = "cli"):  # type: ignore[no-untyped-def]
+    """The Kubernetes client of a command (its --kubeconfig and --context), or a failure naming why
+    there are no credentials."""
     from trainguard.kube import ConfigError
     from trainguard.kube import api_client as make
 
     try:
-        return make(kubeconfig)
+        return make(args.kubeconfig, context=args.context, component=component)
     except (ConfigError, OSError) as exc:
         fail(f"no Kubernetes credentials: {exc}")

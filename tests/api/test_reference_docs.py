@@ -25,7 +25,7 @@ def test_committed_reference_matches_the_models() -> None:
     assert {p.name for p in REFERENCE.glob("*.md")} == set(generated), "run `trainguard reference`"
     for name, text in generated.items():
         assert (REFERENCE / name).read_text() == text, (
-            f"docs/reference/{name} is stale: run `trainguard reference -o docs/reference`"
+            f"docs/reference/{name} is stale: run `trainguard reference --out-dir docs/reference`"
         )
 
 
@@ -108,10 +108,10 @@ def test_the_index_links_every_page() -> None:
 
 
 def test_the_cli_writes_the_reference_and_its_check_fails_on_drift(tmp_path: Path) -> None:
-    assert main(["reference", "-o", str(tmp_path)]) == 0
-    assert main(["reference", "-o", str(tmp_path), "--check"]) == 0
+    assert main(["reference", "--out-dir", str(tmp_path)]) == 0
+    assert main(["reference", "--out-dir", str(tmp_path), "--check"]) == 0
     page = tmp_path / "alertpolicy.md"
     page.write_text(page.read_text().replace("`P0`", "`P9`"))
     with pytest.raises(SystemExit) as exc:
-        main(["reference", "-o", str(tmp_path), "--check"])
+        main(["reference", "--out-dir", str(tmp_path), "--check"])
     assert exc.value.code != 0

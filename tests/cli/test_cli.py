@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from trainguard import IMAGE, __version__
 from trainguard.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,15 +29,62 @@ def test_render_kubernetes_stream_to_stdout(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_render_prometheus_writes_two_files(tmp_path: Path) -> None:
-    assert main(["render", "-f", QUICKSTART, "--format", "prometheus", "-o", str(tmp_path)]) == 0
+    assert main(["render", "-f", QUICKSTART, "--format", "prometheus", "--out-dir", str(tmp_path)]) == 0
     rules = yaml.safe_load((tmp_path / "rules.yml").read_text())
     am = yaml.safe_load((tmp_path / "alertmanager.yml").read_text())
     assert rules["groups"][0]["name"] == "trainguard.ml.llama-pretrain"
     assert am["route"]["routes"][0]["matchers"] == ['namespace="ml"', 'training_job="llama-pretrain"']
 
 
+@pytest.mark.parametrize("fmt", ["kubernetes", "prometheus"])
+def test_render_writes_severity_in_the_style_asked_and_the_routes_match_priority(
+    fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = {}
+    for style in ("grade", "mapped"):
+        target = tmp_path / style
+        assert (
+            main(
+                [
+                    "render",
+                    "-f",
+                    QUICKSTART,
+                    "--format",
+                    fmt,
+                    "--out-dir",
+                    str(target),
+                    "--severity-style",
+                    style,
+                ]
+            )
+            == 0
+        )
+        if fmt == "prometheus":
+            groups = yaml.safe_load((target / "rules.yml").read_text())["groups"]
+            routes = (target / "alertmanager.yml").read_text()
+        else:
+            objs = list(yaml.safe_load_all((target / "trainguard.yaml").read_text()))
+            groups = next(o for o in objs if o["kind"] == "PrometheusRule")["spec"]["groups"]
+            routes = yaml.safe_dump(next(o for o in objs if o["kind"] == "AlertmanagerConfig")["spec"])
+        labels = {r["alert"]: r["labels"] for g in groups for r in g["rules"] if "alert" in r}
+        out[style] = (labels, routes)
+    grade, mapped = out["grade"], out["mapped"]
+    assert grade[0]["GPUCriticalXid"] == {"priority": "P0", "severity": "P0"}
+    assert mapped[0]["GPUCriticalXid"] == {"priority": "P0", "severity": "critical"}
+    assert mapped[0]["GPUMemoryHigh"] == {"priority": "P3", "severity": "none"}
+    assert grade[1] == mapped[1], "the routes do not depend on the style"
+    assert "severity" not in grade[1]
+
+
+def test_an_unknown_severity_style_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["render", "-f", QUICKSTART, "--severity-style", "critical"])
+    assert exit_.value.code == 2
+    assert "--severity-style" in capsys.readouterr().err
+
+
 def test_rendered_quickstart_passes_promtool_and_amtool(promtool: str, amtool: str, tmp_path: Path) -> None:
-    assert main(["render", "-f", QUICKSTART, "--format", "prometheus", "-o", str(tmp_path)]) == 0
+    assert main(["render", "-f", QUICKSTART, "--format", "prometheus", "--out-dir", str(tmp_path)]) == 0
     for cmd in ([promtool, "check", "rules", "rules.yml"], [amtool, "check-config", "alertmanager.yml"]):
         result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=False)
         assert result.returncode == 0, result.stdout + result.stderr
@@ -94,7 +142,7 @@ def test_prometheus_format_needs_an_output_dir(capsys: pytest.CaptureFixture[str
     with pytest.raises(SystemExit) as exc:
         main(["render", "-f", QUICKSTART, "--format", "prometheus"])
     assert exc.value.code == 2
-    assert "-o DIR" in capsys.readouterr().err
+    assert "--out-dir DIR" in capsys.readouterr().err
 
 
 def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
@@ -129,3 +177,20 @@ def test_certificate_lifetimes_parse_to_seconds() -> None:
         86400,
         3650 * 86400,
     )
+
+
+def test_the_sidecar_image_defaults_to_this_versions_image_or_the_environments(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("TRAINGUARD_SIDECAR_IMAGE", raising=False)
+    assert (
+        build_parser().parse_args(["operator"]).sidecar_image
+        == IMAGE
+        == f"ghcr.io/trainguard/trainguard:{__version__}"
+    )
+    monkeypatch.setenv("TRAINGUARD_SIDECAR_IMAGE", "registry.example/trainguard:1.2.3")
+    assert build_parser().parse_args(["operator"]).sidecar_image == "registry.example/trainguard:1.2.3"
+    given = build_parser().parse_args(
+        ["operator", "--sidecar-image", "registry.example/trainguard@sha256:" + "a" * 64]
+    )
+    assert given.sidecar_image.endswith("a" * 64), "the flag wins over the environment"

@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import required_tool
 from tests.processes import alertmanager, free_port
 from trainguard.catalog.alerts import TRAINING_INTERRUPTED
+from trainguard.catalog.severity import MAPPED
 from trainguard.clients.alertmanager import (
     AlertmanagerError,
     AlertStatus,
@@ -108,6 +109,27 @@ def test_posted_alerts_read_back_active_with_their_labels_and_start(am: str) -> 
     assert got["TrainguardRemediationWithheld"].state == "active"
     # the filter is exact: another job's alerts are not returned
     assert active_alerts(am, {"training_job": "post-job-other"}) == []
+
+
+@tools
+def test_posted_alerts_carry_their_severity_in_the_platforms_style(am: str) -> None:
+    """What the operator builds carries the grade in priority and severity; the post writes severity
+    in the style. A word already in it (a copy read back) and an alert without a grade are kept."""
+    sig = signal("styled-job", pod="llama-0", node="gpu-a")
+    sig = replace(sig, labels=sig.labels | {"priority": "P0"})
+    copy = {
+        "labels": labels("styled-job", "GPUThermalThrottling", "warning", priority="P0", escalated_from="P1")
+    }
+    report = {"labels": labels("styled-job", "TrainguardMorningReport", "none")}
+    assert post_alerts(am, [sig, copy, report], severity_style=MAPPED) == 3
+    got = {a.labels["alertname"]: a.labels for a in active_alerts(am, {"training_job": "styled-job"})}
+    assert (got[TRAINING_INTERRUPTED]["priority"], got[TRAINING_INTERRUPTED]["severity"]) == (
+        "P0",
+        "critical",
+    )
+    assert got["GPUThermalThrottling"] == copy["labels"]
+    assert got["TrainguardMorningReport"] == report["labels"]
+    assert sig.labels["severity"] == "P0", "the signal itself is not changed"
 
 
 @tools

@@ -34,6 +34,7 @@ def run(list_monitors: Any, events: list[tuple[str, str, str]], native: bool = T
         monitors_in=list_monitors,
         post_event=lambda obj, reason, msg, type_: events.append((obj["kind"], reason, type_)),
         receiver_url="https://op:8443/v1/events",
+        sidecar_image="registry.example/trainguard:1.2.3",
         native_sidecar=native,
     )
 
@@ -50,6 +51,11 @@ def test_the_pods_namespace_monitors_are_read_for_each_request() -> None:
     changes = run(list_monitors, [])
     assert asked == ["ml"]
     assert [c["name"] for c in changes["spec"]["initContainers"]] == [EXPORTER]
+
+
+def test_the_injected_sidecar_runs_the_image_the_operator_was_given() -> None:
+    changes = run(lambda ns: [copy.deepcopy(MONITOR)], [])
+    assert changes["spec"]["initContainers"][-1]["image"] == "registry.example/trainguard:1.2.3"
 
 
 def test_an_old_apiserver_gets_a_regular_container() -> None:
@@ -86,7 +92,7 @@ def test_an_event_that_cannot_be_posted_still_admits() -> None:
         raise OSError("events are down too")
 
     assert admit(copy.deepcopy(POD), monitors_in=broken, post_event=no_events, receiver_url="u",
-                 native_sidecar=True) is None  # fmt: skip
+                 sidecar_image="i", native_sidecar=True) is None  # fmt: skip
 
 
 def test_an_invalid_monitor_selects_nothing() -> None:
@@ -133,7 +139,8 @@ def admitted(
         return workload
 
     changes = admit(copy.deepcopy(POD), monitors_in=lambda ns: [copy.deepcopy(mon)], post_event=lambda *a: None,
-                    receiver_url="u", native_sidecar=True, resume_pointer=from_api, clock=lambda: NOW)  # fmt: skip
+                    receiver_url="u", sidecar_image="i", native_sidecar=True,
+                    resume_pointer=from_api, clock=lambda: NOW)  # fmt: skip
     return changes, asked
 
 
@@ -237,7 +244,7 @@ def test_each_monitor_is_parsed_once_per_version(monkeypatch: pytest.MonkeyPatch
     # a new version (a spec edit) is parsed again, and its new selector is what matches
     edited = versioned("llama-pretrain", "2", "something-else")
     changes = admit(copy.deepcopy(POD), monitors_in=lambda ns: [edited, other], post_event=lambda *a: None,
-                    receiver_url="u", native_sidecar=True, parsed=parsed)  # fmt: skip
+                    receiver_url="u", sidecar_image="i", native_sidecar=True, parsed=parsed)  # fmt: skip
     assert changes is None and parses[-1] == "llama-pretrain" and parses.count("other") == 1
     # a monitor deleted is forgotten; an invalid one selects nothing and is not parsed again
     bad = versioned("bad", "3", "llama-pretrain")

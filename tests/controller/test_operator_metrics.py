@@ -182,7 +182,7 @@ def test_only_a_failed_injection_is_counted_as_one() -> None:
         raise TimeoutError("the API did not answer")
 
     common: dict[str, Any] = {"post_event": lambda *a: None, "receiver_url": "https://op:8443/v1/events",
-                              "native_sidecar": True, "failed": lambda: failures.append(None)}  # fmt: skip
+                              "sidecar_image": "i", "native_sidecar": True, "failed": lambda: failures.append(None)}  # fmt: skip
     assert admit(pod, monitors_in=lambda ns: [copy.deepcopy(MONITOR)], **common) is not None
     assert admit(pod, monitors_in=lambda ns: [], **common) is None  # matched nothing: no failure
     assert failures == []

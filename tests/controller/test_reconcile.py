@@ -12,6 +12,7 @@ from kubernetes.client.exceptions import ApiException
 from tests.conftest import MONITOR, POLICY, monitor_body
 from tests.kube.fakes import FakeKube, namespace_terminating, node, pod, refused
 from tests.kube.owners import jobset
+from trainguard.catalog.severity import MAPPED
 from trainguard.controller.reconcile import NamespaceTerminating, ReceiverSettings, reconcile_monitor
 from trainguard.kube import HASH_ANNOTATION
 from trainguard.kube import namespace_terminating as namespace_terminating_refusal
@@ -54,6 +55,21 @@ def test_applies_everything_then_nothing_when_unchanged() -> None:
     assert kube.objects[("PrometheusRule", "ml", "trainguard-llama-pretrain")]["metadata"]["annotations"][
         HASH_ANNOTATION
     ]
+
+
+def test_the_platforms_severity_style_is_applied_and_a_switch_re_renders_the_rules() -> None:
+    kube = fake(POLICY)
+
+    def labels() -> dict[str, dict[str, str]]:
+        rule = kube.objects[("PrometheusRule", "ml", "trainguard-llama-pretrain")]
+        return {r["alert"]: r["labels"] for r in rule["spec"]["groups"][0]["rules"] if "alert" in r}
+
+    reconcile_monitor(kube, kube, monitor_body())  # type: ignore[arg-type]
+    assert labels()["GPUCriticalXid"] == {"priority": "P0", "severity": "P0"}
+    kube.applies.clear()
+    reconcile_monitor(kube, kube, monitor_body(), severity_style=MAPPED)  # type: ignore[arg-type]
+    assert labels()["GPUCriticalXid"] == {"priority": "P0", "severity": "critical"}
+    assert kube.applies == ["PrometheusRule"], "the routes match priority: they do not change"
 
 
 def test_a_hand_edit_of_an_owned_object_is_repaired_by_the_next_reconcile() -> None:

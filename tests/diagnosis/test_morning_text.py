@@ -52,6 +52,21 @@ def test_one_row_per_alert_and_severity_strongest_first() -> None:
     ]
 
 
+def test_the_mapped_style_is_tallied_by_priority_and_priority_is_no_instance_label() -> None:
+    mapped = [
+        series("GPUNodeDown", "critical", [(10, 40)], node="n3", priority="P0"),
+        series("DataLoaderSlow", "warning", [(120, 130)], pod="llama-0", priority="P2"),
+        series("GPUThermalThrottling", "warning", [(60, 80)], node="n2", gpu="0", priority="P1"),
+    ]
+    rows = tally(mapped, [], [])
+    assert [(r.severity, r.alertname) for r in rows] == [
+        ("P0", "GPUNodeDown"),
+        ("P1", "GPUThermalThrottling"),
+        ("P2", "DataLoaderSlow"),
+    ]
+    assert rows[0].instances == ("node=n3",)
+
+
 def test_a_gap_is_a_second_firing_and_each_instance_counts() -> None:
     (thermal,) = [r for r in tally(NIGHT_SERIES, [], []) if r.alertname == "GPUThermalThrottling"]
     assert thermal.firings == 3, "gpu 0 fired twice (a 100-minute gap), gpu 3 once"

@@ -4,6 +4,7 @@ Markdown and HTML; the SVG plots are well-formed and draw inside their frame."""
 from __future__ import annotations
 
 import base64
+import json
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import replace
@@ -52,6 +53,17 @@ def test_markdown_names_cause_evidence_logs_trace_and_actions() -> None:
     assert "[nccl-timeout]" in md and "[oom]" in md and "[cuda-error]" in md
     assert "step 1200" not in md  # 80 s before the alert
     assert "notify: Succeeded - email and ticket receivers" in md
+
+
+def test_the_data_form_holds_the_alert_findings_logs_and_actions_and_is_json() -> None:
+    data = json.loads(json.dumps(build(report_input()).data, allow_nan=False))
+    assert data["alert"]["name"] == "TrainingThroughputDrop" and data["alert"]["traceID"] == TRACE_ID
+    causes = [f["cause"] for f in data["findings"]]
+    assert "throughput-data-loading" in causes
+    assert all(f["evidence"] and "metric" in f["evidence"][0] for f in data["findings"])
+    assert set(data["plots"]) == {p.key for p in PLOTS}
+    assert {ln["kind"] for ln in data["logs"]} >= {"nccl-timeout", "oom", "cuda-error"}
+    assert [r["id"] for r in data["remediations"]] == ["r-1"]
 
 
 class _Collect(HTMLParser):

@@ -39,10 +39,11 @@ def _openmetrics() -> str:
         f'trainguard_exporter_info{{{job},pod="{JOB}-worker-0",trace_id="{TRACE_ID}"}} 1 {AT - 60 + 15 * i:.3f}'
         for i in range(8)
     ]
+    # a P1 of a rule rendered before `priority`, and a P2 in the mapped severity style
     alert = f'{job},alertname="TrainingThroughputDrop",alertstate="firing",severity="P1",node="gpu-node-0"'
-    p2 = f'{job},alertname="DataLoaderSlow",alertstate="firing",severity="P2"'
+    p2 = f'{job},alertname="DataLoaderSlow",alertstate="firing",priority="P2",severity="warning"'
     families["ALERTS"] = [f"ALERTS{{{a}}} 1 {AT - 300 + 30 * i:.3f}" for a in (alert, p2) for i in range(15)]
-    p2_state = f'{job},alertname="DataLoaderSlow",severity="P2"'
+    p2_state = f'{job},alertname="DataLoaderSlow",priority="P2",severity="warning"'
     families["ALERTS_FOR_STATE"] = [
         f"ALERTS_FOR_STATE{{{p2_state}}} {AT - 400:.3f} {AT - 300 + 30 * i:.3f}" for i in range(15)
     ]

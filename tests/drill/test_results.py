@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import json
 
+import yaml
+
 from trainguard.drill.clients import delivered, train_step
-from trainguard.drill.results import Cleanup, Outcome, StageResult, render_json, render_table
+from trainguard.drill.results import (
+    Cleanup,
+    Outcome,
+    StageResult,
+    render,
+    render_json,
+    render_plan,
+    render_table,
+)
 from trainguard.drill.scenarios import Stage
 
 
@@ -52,6 +62,25 @@ def test_json_has_every_stage_with_its_verdict() -> None:
     assert data["result"] == "fail"
     assert data["stages"] == [{"stage": "alert", "applies": True, "seconds": None, "target_s": 30.0, "note": "",
                                "verdict": "fail"}]  # fmt: skip
+
+
+def test_o_prints_the_table_or_the_same_data_as_json_or_yaml() -> None:
+    o = outcome(StageResult(Stage.ALERT, True, 2.25, 30.0))
+    assert render(o, "table") == render_table(o)
+    as_json = json.loads(render(o, "json"))
+    assert yaml.safe_load(render(o, "yaml")) == as_json
+    assert as_json["stages"][0]["stage"] == "alert" and as_json["result"] == "pass"
+
+
+def test_a_dry_runs_plan_is_lines_or_data() -> None:
+    lines = ["scenario nan: a NaN loss", "expected action: RestartGang"]
+    assert (
+        render_plan("nan", "ml/llama", lines, "table")
+        == "scenario nan: a NaN loss\nexpected action: RestartGang\n"
+    )
+    data = {"scenario": "nan", "monitor": "ml/llama", "plan": lines}
+    assert json.loads(render_plan("nan", "ml/llama", lines, "json")) == data
+    assert yaml.safe_load(render_plan("nan", "ml/llama", lines, "yaml")) == data
 
 
 def test_delivered_notifications_leave_out_the_operators_receiver_where_alertmanager_names_it() -> None:

@@ -97,7 +97,7 @@ def test_synthetic_alerts_carry_the_labels_a_real_one_would_and_the_drill_label(
                               starts="2026-01-01T00:00:00.000Z", ends="2026-01-01T00:10:00.000Z")  # fmt: skip
     node_down = [a for a in alerts if a["labels"]["alertname"] == "GPUNodeDown"]
     assert len(node_down) == 1, "one per node, not per pod"
-    assert node_down[0]["labels"] == {"alertname": "GPUNodeDown", "severity": "P0", "namespace": "ml",
+    assert node_down[0]["labels"] == {"alertname": "GPUNodeDown", "priority": "P0", "severity": "P0", "namespace": "ml",
                                       "training_job": "llama", "node": "node-b", DRILL_LABEL: "d1"}  # fmt: skip
     exporter_down = sorted(
         a["labels"]["pod"] for a in alerts if a["labels"]["alertname"] == "TrainguardExporterDown"

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from e2e.controlplane.cache import cache_dir
+from e2e.controlplane.local import K8S_VERSION
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "trainguard"
@@ -28,6 +29,11 @@ def find_helm() -> str | None:
 
 
 def run_helm(helm: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """`helm ARGS`; template and lint assume the e2e control plane's Kubernetes unless told another
+    --kube-version: a helm built from source without the release's link flags assumes 1.20, which the
+    chart's kubeVersion refuses (a released helm assumes the Kubernetes of its client libraries)."""
+    if args and args[0] in ("template", "lint") and "--kube-version" not in args:
+        args = (*args, "--kube-version", K8S_VERSION)
     # no repositories, plugins or caches of the user's: the chart is rendered from the tree alone
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),

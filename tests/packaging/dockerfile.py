@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,14 +42,48 @@ def instructions(text: str) -> list[tuple[str, str]]:
     return out
 
 
-def stages(text: str) -> list[Stage]:
+VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([+-])([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def expand(word: str, args: dict[str, str]) -> str:
+    """Docker's substitution of build arguments: $X, ${X}, ${X:-default}, ${X:+if set}."""
+
+    def one(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(4)
+        value = args.get(name, "")
+        if m.group(2) == "+":
+            return m.group(3) if value else ""
+        if m.group(2) == "-":
+            return value or m.group(3)
+        return value
+
+    return VARIABLE.sub(one, word)
+
+
+def global_args(text: str, given: dict[str, str] | None = None) -> dict[str, str]:
+    """The ARGs declared before the first FROM, at their defaults unless `given` (--build-arg)."""
+    args: dict[str, str] = {}
+    for keyword, rest in instructions(text):
+        if keyword == "FROM":
+            break
+        if keyword == "ARG":
+            name, _, default = rest.partition("=")
+            args[name.strip()] = default.strip().strip('"')
+    return args | (given or {})
+
+
+def stages(text: str, build_args: dict[str, str] | None = None) -> list[Stage]:
+    """The stages, their bases with the global ARGs expanded (their defaults, or `build_args`)."""
+    args = global_args(text, build_args)
     result: list[Stage] = []
     for keyword, rest in instructions(text):
+        if keyword == "ARG" and not result:
+            continue
         if keyword == "FROM":
             words = rest.split()
             words = [w for w in words if not w.startswith("--")]
             name = words[2] if len(words) == 3 and words[1].upper() == "AS" else None
-            result.append(Stage(base=words[0], name=name))
+            result.append(Stage(base=expand(words[0], args), name=name))
         else:
             assert result, f"{keyword} before the first FROM"
             result[-1].instructions.append((keyword, rest))

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import argparse
 import base64
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
-from tests.packaging.chart import GOLDEN_VALUES, by_kind, objects, one, template
+from tests.conftest import monitor
+from tests.packaging.chart import GOLDEN_VALUES, by_kind, objects, one, run_helm, template, template_args
+from trainguard import IMAGE
 from trainguard.api import AlertPolicy, parse_object
 from trainguard.cli import build_parser
+from trainguard.render.sidecar import EXPORTER, inject
 from trainguard.render.webhook import WEBHOOK_CONFIG_NAME, mutating_webhook_configuration
 
 CERT_MANAGER = "webhook.certificates.source=certManager"
@@ -41,6 +45,33 @@ def test_the_operator_accepts_every_flag_the_chart_passes(rendered: list[dict[st
     assert args.command == "operator"
     assert args.namespace == "trainguard-system"
     assert args.self_managed_certs or (args.webhook_cert and args.webhook_key and args.webhook_ca)
+
+
+@pytest.mark.parametrize(
+    ("sets", "image"),
+    [
+        ((), IMAGE),
+        (("image.tag=0.2.0",), "ghcr.io/trainguard/trainguard:0.2.0"),
+        (("image.repository=registry.example/tg", f"image.digest=sha256:{'b' * 64}"),
+         f"registry.example/tg@sha256:{'b' * 64}"),
+    ],
+)  # fmt: skip
+def test_the_sidecars_the_operator_injects_run_its_own_image(
+    helm: str, sets: tuple[str, ...], image: str
+) -> None:
+    """One version: `helm upgrade --set image.tag=...` moves the operator's Deployment and, through its
+    --sidecar-image, the exporter of every pod admitted after it, unless a monitor overrides the image."""
+    c = operator_container(objects(template(helm, *sets)))
+    assert c["image"] == image
+    args = parsed_args(c)
+    assert args.sidecar_image == image
+    pod = {"metadata": {"namespace": "ml", "labels": {"app": "llama-pretrain"}}, "spec": {"containers": []}}
+    changes = inject(
+        pod, monitor(), fallback_trace="t", receiver_url=args.receiver_url, sidecar_image=args.sidecar_image
+    )
+    assert changes is not None
+    (exporter,) = [x for x in changes["spec"]["initContainers"] if x["name"] == EXPORTER]
+    assert exporter["image"] == image
 
 
 def test_deployment_is_hardened_and_replicated(helm: str) -> None:
@@ -209,3 +240,95 @@ def test_pod_logs_are_read_only_where_the_rbac_allows_it(helm: str, quoted: bool
     ]
     assert bool(granted) is quoted
     assert parsed_args(operator_container(docs)).no_pod_logs is not quoted
+
+
+def pod_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = one(docs, "Deployment")["spec"]["template"]["spec"]
+    return spec
+
+
+def test_the_platform_may_leave_the_user_and_groups_to_openshift(helm: str, tmp_path: Path) -> None:
+    """OpenShift's restricted SCCs assign the user and fsGroup from the namespace's range and refuse a
+    pod that names others: null in the values leaves them out, and the rest of the hardening stays."""
+    values = tmp_path / "openshift.yaml"
+    values.write_text("podSecurityContext:\n  runAsUser: null\n  runAsGroup: null\n  fsGroup: null\n")
+    docs = objects(template(helm, values=values))
+    assert pod_spec(docs)["securityContext"] == {
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert operator_container(docs)["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_the_security_contexts_can_be_replaced(helm: str) -> None:
+    docs = objects(
+        template(
+            helm, "securityContext.runAsUser=1001", "podSecurityContext.fsGroupChangePolicy=OnRootMismatch"
+        )
+    )
+    assert operator_container(docs)["securityContext"]["runAsUser"] == 1001
+    assert pod_spec(docs)["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
+    assert pod_spec(docs)["securityContext"]["runAsUser"] == 65532, "the other defaults stay"
+
+
+def test_extra_args_and_env_come_after_the_charts_and_reach_the_operator(helm: str) -> None:
+    docs = objects(template(helm, "extraArgs={--detect-seconds=5,--no-pod-logs}", "extraEnv[0].name=HTTPS_PROXY",
+                            "extraEnv[0].value=http://proxy:3128"))  # fmt: skip
+    c = operator_container(docs)
+    args = parsed_args(c)
+    assert c["args"][-2:] == ["--detect-seconds=5", "--no-pod-logs"]
+    assert args.detect_seconds == 5.0, "the chart passes --detect-seconds too: the later flag wins"
+    assert args.no_pod_logs
+    assert c["env"][0]["name"] == "POD_NAME" and c["env"][-1] == {
+        "name": "HTTPS_PROXY",
+        "value": "http://proxy:3128",
+    }
+
+
+def test_pod_labels_join_the_charts_but_cannot_replace_them(helm: str) -> None:
+    deploy = one(objects(template(helm, "podLabels.team=ml-platform")), "Deployment")
+    labels = deploy["spec"]["template"]["metadata"]["labels"]
+    assert labels["team"] == "ml-platform"
+    assert "team" not in deploy["spec"]["selector"]["matchLabels"]
+    assert deploy["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    proc = run_helm(helm, *template_args("podLabels.app\\.kubernetes\\.io/name=other"), check=False)
+    assert proc.returncode != 0
+    assert "podLabels.app.kubernetes.io/name: the chart sets this label" in proc.stderr, proc.stderr
+
+
+def test_topology_spread_counts_the_operators_pods_unless_told_otherwise(helm: str) -> None:
+    zone = ("topologySpreadConstraints[0].maxSkew=1", "topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",
+            "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway")  # fmt: skip
+    docs = objects(template(helm, *zone))
+    deploy = one(docs, "Deployment")
+    (constraint,) = pod_spec(docs)["topologySpreadConstraints"]
+    assert constraint == {
+        "maxSkew": 1,
+        "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": deploy["spec"]["selector"]["matchLabels"]},
+    }
+    own = objects(template(helm, *zone, "topologySpreadConstraints[0].labelSelector.matchLabels.tier=ops"))
+    assert pod_spec(own)["topologySpreadConstraints"][0]["labelSelector"] == {"matchLabels": {"tier": "ops"}}
+    assert "topologySpreadConstraints" not in pod_spec(objects(template(helm)))
+
+
+def test_scheduling_values_reach_the_pod(helm: str) -> None:
+    docs = objects(template(helm, "priorityClassName=system-cluster-critical", "nodeSelector.pool=system",
+                            "tolerations[0].key=dedicated", "tolerations[0].operator=Exists"))  # fmt: skip
+    spec = pod_spec(docs)
+    assert spec["priorityClassName"] == "system-cluster-critical"
+    assert spec["nodeSelector"] == {"pool": "system"}
+    assert spec["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+
+
+def test_the_hardening_stays_when_the_values_lack_it(helm: str) -> None:
+    """`helm upgrade --reuse-values` from a chart without podSecurityContext and securityContext renders
+    with that chart's values, which lack them: the templates' own defaults, values.yaml's, still apply."""
+    default, absent = (
+        objects(template(helm)),
+        objects(template(helm, "podSecurityContext=null", "securityContext=null")),
+    )
+    assert pod_spec(absent)["securityContext"] == pod_spec(default)["securityContext"]
+    assert operator_container(absent)["securityContext"] == operator_container(default)["securityContext"]
+    assert pod_spec(default)["securityContext"]["runAsNonRoot"] is True

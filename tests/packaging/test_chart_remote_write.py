@@ -90,16 +90,16 @@ def test_an_events_url_without_the_aggregates_store_fails(helm: str) -> None:
 
 def test_the_chart_keep_list_is_the_generated_one() -> None:
     """What `make check-generated` runs: the committed file equals what render/longterm.py gives."""
-    assert main(["keep-list", "-o", str(KEEP_FILE), "--check"]) == 0
+    assert main(["keep-list", "--out-dir", str(KEEP_FILE.parent), "--check"]) == 0
 
 
 def test_the_drift_check_fails_on_a_hand_edited_keep_list(tmp_path: Path) -> None:
     edited = tmp_path / "remote-write-keep.yaml"
     edited.write_text(KEEP_FILE.read_text().replace("- ALERTS_FOR_STATE\n", ""))
     with pytest.raises(SystemExit) as exit_:
-        main(["keep-list", "-o", str(edited), "--check"])
+        main(["keep-list", "--out-dir", str(tmp_path), "--check"])
     assert exit_.value.code != 0
-    assert main(["keep-list", "-o", str(edited)]) == 0
+    assert main(["keep-list", "--out-dir", str(tmp_path)]) == 0
     assert edited.read_text() == KEEP_FILE.read_text()
 
 

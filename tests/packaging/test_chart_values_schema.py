@@ -31,6 +31,16 @@ BAD_VALUES = [
     # a NetworkPolicy peer with a misspelt key, or an ipBlock without its CIDR
     ("networkPolicy.metrics.from[0].namespace=monitoring", "/networkPolicy/metrics/from/0"),
     ("networkPolicy.receiver.from[0].ipBlock.except[0]=10.0.0.0/8", "/networkPolicy/receiver/from/0/ipBlock"),
+    # the pod's and the container's securityContext: known fields only, of their types
+    ("podSecurityContext.runAsUsr=1000", "runAsUsr"),
+    ("podSecurityContext.runAsUser=-1", "/podSecurityContext/runAsUser"),
+    ("securityContext.readOnlyRootFilesystem=maybe", "/securityContext/readOnlyRootFilesystem"),
+    ("securityContext.seccompProfile.type=Default", "/securityContext/seccompProfile/type"),
+    ("extraArgs[0]=node-lease-grace-seconds=30", "/extraArgs/0"),
+    ("extraEnv[0].value=x", "/extraEnv/0"),
+    ("topologySpreadConstraints[0].maxSkew=1", "/topologySpreadConstraints/0"),
+    ("podLabels.team=a b", "/podLabels"),
+    ("prometheusRule.runbookBaseUrl=docs/operator.md", "/prometheusRule/runbookBaseUrl"),
 ]
 
 
@@ -50,6 +60,17 @@ def test_the_defaults_and_good_overrides_pass(helm: str) -> None:
         ("webhook.certificates.source=secret", "webhook.certificates.secretName=my-tls"),
         ("defaultPolicy.enabled=true", "defaultPolicy.namespaces={ml}"),
         ("resources.limits.cpu=2", "resources.requests.memory=1Gi"),
+        (
+            "podSecurityContext.runAsUser=null",
+            "podSecurityContext.runAsGroup=null",
+            "podSecurityContext.fsGroup=null",
+        ),
+        ("extraArgs={--detect-seconds=5}", "extraEnv[0].name=A", "extraEnv[0].value=b", "podLabels.team=ml"),
+        (
+            "topologySpreadConstraints[0].maxSkew=1",
+            "topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",
+            "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+        ),
         (
             "rbac.secretWritePolicy=false",
             "networkPolicy.enabled=true",

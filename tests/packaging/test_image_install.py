@@ -1,23 +1,37 @@
-"""The image's install step, done here for real (no Docker engine to build the image itself): build
-the trainguard wheel as the Dockerfile's build stage does, install it with the Dockerfile's extras
-into a clean virtualenv (dependencies from the package index), and run both entrypoints from it."""
+"""The image's install steps, done here for real (no Docker engine to build the image itself): the
+build backend from requirements/build.lock and the dependencies from requirements/image.lock, both with
+--require-hashes --no-deps (from the package index, so every hash is checked against the real files),
+the trainguard wheel built without build isolation and installed without dependencies, then `pip
+check`, both entrypoints, and the set installed: exactly the lock, exactly what trainguard's extras
+need."""
 
 from __future__ import annotations
 
-import re
+import os
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterable
+from importlib import metadata
 from pathlib import Path
 
-from tests.packaging.dockerfile import DOCKERFILE, REPO, stages
+from packaging.requirements import Requirement
+from scripts.image_lock import BUILD_LOCK, IMAGE_EXTRAS, LOCK, canonical, parse_lock
+
+from tests.packaging.dockerfile import REPO
+
+PACKAGING_TOOLS = {"pip", "setuptools", "wheel"}
+"""What a virtualenv starts with (the image removes pip): not dependencies."""
 
 
 def _run(
     *args: str | Path, timeout: float = 600, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
+    # no PYTHONPATH, as in the image: one naming the source tree (where a build leaves
+    # trainguard.egg-info) would show pip a trainguard already installed, and it would install none
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run(
-        [str(a) for a in args], capture_output=True, text=True, timeout=timeout, check=False, cwd=cwd
+        [str(a) for a in args], capture_output=True, text=True, timeout=timeout, check=False, cwd=cwd, env=env
     )
     assert proc.returncode == 0, (
         f"{' '.join(map(str, args))} failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
@@ -25,12 +39,43 @@ def _run(
     return proc
 
 
-def test_the_wheel_installs_into_a_clean_venv_and_both_entrypoints_run(tmp_path: Path) -> None:
-    install = next(r for r in stages(DOCKERFILE.read_text())[0].args("RUN") if "pip install" in r)
-    extras = re.search(r"\[([a-z,]+)\]", install)
-    assert extras, install
+def closure(dists: dict[str, metadata.Distribution], root: str, extras: Iterable[str]) -> set[str]:
+    """The distributions `root` with `extras` needs, transitively, by its metadata (markers for this
+    interpreter: CPython 3.11 on Linux, as the image)."""
+    found: set[str] = set()
+    todo = [(canonical(root), set(extras))]
+    while todo:
+        name, wanted = todo.pop()
+        for text in dists[name].requires or []:
+            requirement = Requirement(text)
+            marker = requirement.marker
+            if marker is not None and not any(marker.evaluate({"extra": e}) for e in wanted | {""}):
+                continue
+            key = canonical(requirement.name)
+            if key == canonical(root):  # trainguard[render] from trainguard[operator]
+                todo.append((key, set(requirement.extras)))
+                continue
+            if key not in found:
+                found.add(key)
+                todo.append((key, set(requirement.extras)))
+    return found
+
+
+def test_the_locked_image_install_works_and_holds_exactly_what_trainguard_needs(tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    _run(sys.executable, "-m", "venv", build)
+    _run(build / "bin" / "pip", "install", "--quiet", "--require-hashes", "--no-deps", "-r", BUILD_LOCK)
     wheels = tmp_path / "wheels"
-    _run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", wheels, REPO)
+    _run(
+        build / "bin" / "pip",
+        "wheel",
+        "--quiet",
+        "--no-deps",
+        "--no-build-isolation",
+        "--wheel-dir",
+        wheels,
+        REPO,
+    )
     (wheel,) = wheels.glob("trainguard-*.whl")
 
     # everything the source tree has is in the wheel: every subpackage, and py.typed
@@ -42,13 +87,15 @@ def test_the_wheel_installs_into_a_clean_venv_and_both_entrypoints_run(tmp_path:
 
     venv = tmp_path / "venv"
     _run(sys.executable, "-m", "venv", venv)
-    _run(venv / "bin" / "pip", "install", "--quiet", f"{wheel}[{extras.group(1)}]")
+    _run(venv / "bin" / "pip", "install", "--quiet", "--require-hashes", "--no-deps", "-r", LOCK)
+    _run(venv / "bin" / "pip", "install", "--quiet", "--no-deps", wheel)
+    _run(venv / "bin" / "pip", "check")
     trainguard = venv / "bin" / "trainguard"
     version = _run(trainguard, "--version").stdout
     assert version.strip() == "trainguard 0.1.0"
     assert "--webhook-service" in _run(trainguard, "operator", "--help").stdout
     assert "--backend" in _run(trainguard, "exporter", "--help").stdout
-    # the operator's and the exporter's modules import with what the extras installed, the OTLP push
+    # the operator's and the exporter's modules import with what the lock installed, the OTLP push
     # (spec.exporter.otlp on the injected sidecar) included
     _run(
         venv / "bin" / "python",
@@ -57,3 +104,10 @@ def test_the_wheel_installs_into_a_clean_venv_and_both_entrypoints_run(tmp_path:
         "import trainguard; assert 'site-packages' in trainguard.__file__, trainguard.__file__",
         cwd=tmp_path,
     )
+
+    (site,) = (venv / "lib").glob("python3.*/site-packages")
+    dists = {canonical(d.metadata["Name"]): d for d in metadata.distributions(path=[str(site)])}
+    installed = set(dists) - PACKAGING_TOOLS - {"trainguard"}
+    _, pins = parse_lock(LOCK.read_text())
+    assert installed == set(pins)
+    assert closure(dists, "trainguard", IMAGE_EXTRAS) == set(pins), "the lock is exactly what the extras need"

@@ -3,6 +3,7 @@ through `promtool test rules`: for each alert a case that must fire and cases th
 
 from __future__ import annotations
 
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.packaging.chart import NAMESPACE, objects, one, template
+from tests.packaging.chart import CHART, NAMESPACE, REPO, objects, one, template
+from trainguard.catalog.severity import GRADE, MAPPED, MAPPED_SEVERITY, STYLES, grade_labels
 
 JOB = {"job": "trainguard-operator", "namespace": NAMESPACE}
 SEL = 'job="trainguard-operator", namespace="trainguard-system"'
@@ -48,9 +50,42 @@ CASES: dict[str, list[Case]] = {
 }  # fmt: skip
 
 
-def rendered_rules(helm: str) -> dict[str, Any]:
-    docs = objects(template(helm, "prometheusRule.enabled=true"))
+def rendered_rules(helm: str, *sets: str) -> dict[str, Any]:
+    docs = objects(template(helm, "prometheusRule.enabled=true", *sets))
     return {"groups": one(docs, "PrometheusRule")["spec"]["groups"]}
+
+
+def test_the_operators_alerts_carry_their_grade_in_priority_and_severity_in_the_style(helm: str) -> None:
+    grade = {r["alert"]: r["labels"] for g in rendered_rules(helm)["groups"] for r in g["rules"]}
+    mapped = {
+        r["alert"]: r["labels"]
+        for g in rendered_rules(helm, "alerts.severityStyle=mapped")["groups"]
+        for r in g["rules"]
+    }
+    assert {a: labels["priority"] for a, labels in grade.items()} == {
+        "TrainguardOperatorDown": "P1",
+        "TrainguardReconcileErrors": "P2",
+        "TrainguardInjectionFailing": "P1",
+    }
+    for alert, labels in grade.items():
+        assert labels == grade_labels(labels["priority"], GRADE), alert
+        assert mapped[alert] == grade_labels(labels["priority"], MAPPED), alert
+
+
+def test_the_charts_mapping_is_the_catalogues() -> None:
+    """_helpers.tpl writes the mapping out (the chart renders without trainguard): it must be
+    catalog/severity.py's for every grade, not only those the chart's rules use."""
+    helpers = (CHART / "templates" / "_helpers.tpl").read_text()
+    (pairs,) = re.findall(r'\$mapped := dict ((?:"[^"]+" ?)+)', helpers)
+    words = re.findall(r'"([^"]+)"', pairs)
+    assert dict(zip(words[::2], words[1::2], strict=True)) == MAPPED_SEVERITY
+
+
+def test_the_operator_gets_the_style(helm: str) -> None:
+    for style in STYLES:
+        docs = objects(template(helm, f"alerts.severityStyle={style}"))
+        container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+        assert f"--severity-style={style}" in container["args"]
 
 
 def test_the_rule_and_the_monitor_are_off_by_default(helm: str) -> None:
@@ -63,6 +98,39 @@ def test_every_operator_alert_has_a_firing_and_a_quiet_case(helm: str) -> None:
     assert alerts == set(CASES)
     for name, cases in CASES.items():
         assert any(c.fires for c in cases) and any(not c.fires for c in cases), name
+
+
+def headings(page: str) -> set[str]:
+    """The anchors of a docs page's headings, as GitHub and mkdocs make them from a single word."""
+    return {m.group(1).lower() for m in re.finditer(r"^#+ (\S+)$", page, re.M)}
+
+
+def test_every_alert_links_its_runbook_and_says_what_to_run_first(helm: str) -> None:
+    """runbook_url is a URL, as Alertmanager templates and on-call tools expect under that name: the
+    alert's heading in docs/operator.md; the command to run first is runbook_command."""
+    anchors = headings((REPO / "docs" / "operator.md").read_text())
+    base = "https://github.com/trainguard/trainguard/blob/main/docs/operator.md"
+    for group in rendered_rules(helm)["groups"]:
+        for rule in group["rules"]:
+            notes = rule["annotations"]
+            assert "runbook" not in notes, "a command under runbook reads as a link: runbook_command"
+            assert notes["runbook_url"] == f"{base}#{rule['alert'].lower()}"
+            assert rule["alert"].lower() in anchors, (
+                f"docs/operator.md has no runbook heading for {rule['alert']}"
+            )
+            assert notes["runbook_command"].startswith("kubectl ")
+
+
+def test_the_runbooks_can_live_elsewhere(helm: str) -> None:
+    docs = objects(template(helm, "prometheusRule.enabled=true",
+                            "prometheusRule.runbookBaseUrl=https://wiki.example.com/trainguard/"))  # fmt: skip
+    urls = [
+        r["annotations"]["runbook_url"]
+        for g in one(docs, "PrometheusRule")["spec"]["groups"]
+        for r in g["rules"]
+    ]
+    assert "https://wiki.example.com/trainguard#trainguardoperatordown" in urls
+    assert all(u.startswith("https://wiki.example.com/trainguard#") for u in urls)
 
 
 def test_the_service_monitor_scrapes_the_port_the_operator_serves_metrics_on(helm: str) -> None:
@@ -89,9 +157,7 @@ def test_operator_alert_fires_only_when_it_should(
         for rule in group["rules"]:
             rule.pop("annotations", None)  # promtool compares them too; they are plain text here
     (tmp_path / "rules.yml").write_text(yaml.safe_dump(rules, sort_keys=False))
-    severity = next(
-        r["labels"]["severity"] for g in rules["groups"] for r in g["rules"] if r["alert"] == alertname
-    )
+    graded = next(r["labels"] for g in rules["groups"] for r in g["rules"] if r["alert"] == alertname)
     tests = [
         {
             "name": case.why,
@@ -101,7 +167,7 @@ def test_operator_alert_fires_only_when_it_should(
                 {
                     "eval_time": case.at,
                     "alertname": alertname,
-                    "exp_alerts": [{"exp_labels": {**JOB, "severity": severity}}] if case.fires else [],
+                    "exp_alerts": [{"exp_labels": {**JOB, **graded}}] if case.fires else [],
                 }
             ],
         }

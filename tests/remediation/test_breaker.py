@@ -8,6 +8,7 @@ from typing import Any
 
 from tests.clock import T0
 from trainguard.catalog.alerts import BREAKER_OPEN
+from trainguard.catalog.severity import GRADE, MAPPED
 from trainguard.remediation.breaker import Breaker, reset_time
 from trainguard.remediation.guardrails import BreakerConfig, Guardrails
 
@@ -22,12 +23,13 @@ class Nodes:
 
 
 class Rig:
-    def __init__(self, down: int) -> None:
+    def __init__(self, down: int, severity_style: str = GRADE) -> None:
         self.nodes = Nodes(down)
         self.now = T0
         self.leading = True
         self.reset: float | None = None
         self.posted: list[list[dict[str, Any]]] = []
+        self.styles: list[str] = []
         self.breaker = Breaker(
             self.nodes,
             Guardrails(pool_label="rack", breaker=BreakerConfig(share=0.3, min_down=3, rearm_s=60)),
@@ -35,15 +37,26 @@ class Rig:
             reset=lambda: self.reset,
             alertmanager_url="http://am",
             clock=lambda: self.now,
-            post=lambda url, alerts: self.posted.append(list(alerts)),
+            post=self.post,
+            severity_style=severity_style,
         )
+
+    def post(self, url: str, alerts: list[dict[str, Any]], *, severity_style: str) -> None:
+        self.posted.append(list(alerts))
+        self.styles.append(severity_style)
 
 
 def test_an_open_breaker_pages_each_pass_and_resolves_when_it_re_arms() -> None:
     rig = Rig(down=4)
     assert rig.breaker.run() == {"open": 1, "rearmed": 0}
     (page,) = rig.posted[-1]
-    assert page["labels"] == {"alertname": BREAKER_OPEN, "severity": "P0", "pool_label": "rack", "pool": "r1"}
+    assert page["labels"] == {
+        "alertname": BREAKER_OPEN,
+        "priority": "P0",
+        "severity": "P0",
+        "pool_label": "rack",
+        "pool": "r1",
+    }
     assert "4 of 8 node(s) look down" in page["annotations"]["summary"]
     assert rig.breaker.evaluate() == {"r1": rig.breaker.state["r1"].reason}
     rig.nodes.down = 0
@@ -105,3 +118,9 @@ def test_the_reset_time_is_read_from_the_configmap_data() -> None:
     assert reset_time({"reset-at": "1700000000"}) == 1_700_000_000.0
     assert reset_time({"reset-at": "soon"}) is None
     assert reset_time(None) is None
+
+
+def test_the_page_is_posted_in_the_platforms_severity_style() -> None:
+    rig = Rig(down=4, severity_style=MAPPED)
+    rig.breaker.run()
+    assert rig.styles == [MAPPED]

@@ -17,6 +17,7 @@ from kubernetes import client
 from tests.conftest import monitor as make_monitor
 from trainguard.catalog.alerts import TRAINING_INTERRUPTED
 from trainguard.catalog.events import fingerprint
+from trainguard.catalog.severity import grade_labels
 from trainguard.remediation.detect import interruptions
 from trainguard.remediation.model import Signal, Source
 from trainguard.remediation.plan import NO_RESPONSE, record_id, triage
@@ -395,7 +396,7 @@ def test_an_oom_killed_trainer_is_a_p0_training_interrupted(form: Callable[..., 
     assert sig.firing
     assert sig.labels == {
         "alertname": TRAINING_INTERRUPTED,
-        "severity": "P0",
+        **grade_labels("P0"),
         "namespace": "ml",
         "training_job": "llama-pretrain",
         "pod": "llama-pretrain-0-x7k2p",
@@ -458,7 +459,7 @@ def test_the_monitors_failed_job_with_a_live_pod_is_a_p0_interruption(
     sig = only(interruptions([live], [form(failed_job())], MONITOR, NOW))
     assert sig.labels == {
         "alertname": TRAINING_INTERRUPTED,
-        "severity": "P0",
+        **grade_labels("P0"),
         "namespace": "ml",
         "training_job": "llama-pretrain",
         "reason": "JobFailed(BackoffLimitExceeded)",

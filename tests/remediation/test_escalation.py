@@ -14,6 +14,7 @@ from tests.conftest import monitor, policy
 from tests.processes import alertmanager, http_json
 from tests.remediation.escalation_inputs import JOB, MIN, NAME, NOW, NS, ON, am, posted
 from tests.render.amconfig import write_config
+from trainguard.catalog.severity import MAPPED, styled
 from trainguard.remediation.escalation import (
     COPY_TTL_S,
     REFRESH_S,
@@ -106,7 +107,7 @@ def test_a_p1_inhibited_only_by_escalated_copies_stays_escalated() -> None:
 def test_the_copy_is_the_p1_raised_to_p0_with_the_delay_in_its_summary() -> None:
     p1 = am("GPUThermalThrottling", "P1", 20 * MIN, gpu="0", node="n1", prometheus="monitoring/k8s")
     copy = escalated(p1, ON, NOW)
-    assert copy["labels"] == p1["labels"] | {"severity": "P0", "escalated_from": "P1"}
+    assert copy["labels"] == p1["labels"] | {"priority": "P0", "severity": "P0", "escalated_from": "P1"}
     assert copy["annotations"] == {
         "summary": "[escalated after 15m] GPUThermalThrottling summary",
         "runbook_url": "https://runbooks/x",
@@ -117,6 +118,30 @@ def test_the_copy_is_the_p1_raised_to_p0_with_the_delay_in_its_summary() -> None
     assert set(copy) == {"labels", "annotations", "startsAt", "endsAt", "generatorURL"}, "postable only"
     assert p1["labels"]["severity"] == "P1", "the P1 read back is not changed"
     assert escalated(p1, ON, NOW + 60)["labels"] == copy["labels"], "one alert in Alertmanager per P1"
+
+
+def test_a_mapped_p1_is_escalated_on_its_priority_and_its_copy_keeps_its_severity_word() -> None:
+    """In the mapped style the P1 says severity="warning": its grade is in priority. Its copy is a P0 by
+    priority and stays a warning, so kube-prometheus-stack's critical-mutes-warning rule (same namespace
+    and alertname) cannot let it mute the same P1 of another job, nor that job's copy this one."""
+    p1 = am("GPUThermalThrottling", "warning", 20 * MIN, gpu="0", priority="P1")
+    assert names(due_for_job([p1])) == ["GPUThermalThrottling"]
+    copy = escalated(p1, ON, NOW, severity_style=MAPPED)
+    assert copy["labels"] == p1["labels"] | {"priority": "P0", "severity": "warning", "escalated_from": "P1"}
+    assert escalated(p1, ON, NOW)["labels"]["severity"] == "P0", "the grade style keeps severity P0"
+    read_back = am("GPUThermalThrottling", "warning", 20 * MIN, fingerprint="fp-copy", ends_in_s=COPY_TTL_S)
+    read_back["labels"] = copy["labels"]
+    assert due_for_job([p1, read_back]) == [], "the copy is recognised as this P1's"
+    assert ended([p1, read_back], ON, NOW, namespace=NS, training_job=NAME) == []
+
+
+def test_a_p1_of_an_older_rule_without_priority_is_still_escalated() -> None:
+    p1 = am("GPUThermalThrottling", "P1", 20 * MIN, gpu="0")
+    assert "priority" not in p1["labels"]
+    copy = escalated(p1, ON, NOW, severity_style=MAPPED)
+    assert copy["labels"]["priority"] == "P0" and copy["labels"]["escalated_from"] == "P1"
+    # its severity is the P1's grade: the post writes it as the mapped word (catalog/severity.styled)
+    assert styled(copy["labels"], MAPPED)["severity"] == "warning"
 
 
 def delivered(copy: dict[str, Any], now: float) -> Signal:

@@ -14,7 +14,9 @@ from tests.conftest import MONITOR
 from tests.kube.fakes import FakeKube, merge_patch
 from tests.remediation.fakes import KEY, loop_rig, p0_signal
 from trainguard.api import monitor_of
+from trainguard.catalog.severity import MAPPED
 from trainguard.remediation import tokens
+from trainguard.remediation.loop import RemediationLoop
 from trainguard.remediation.model import Phase
 from trainguard.remediation.passes import PENDING_GRACE_S, PENDING_RETRY_S
 from trainguard.remediation.plan import record_id
@@ -262,3 +264,21 @@ def test_a_stopping_loop_starts_no_executor_and_leaves_its_records_to_the_next_l
     successor, _, _ = loop_rig(kube=kube)
     assert successor.resume.run() == 1 and successor.idle()
     assert kube.records(NS, JOB)[0]["phase"] == Phase.SUCCEEDED
+
+
+def test_every_part_that_posts_to_alertmanager_is_given_the_platforms_severity_style() -> None:
+    loop = RemediationLoop(None, FakeKube(), None, key=lambda: None, leader=lambda: False,  # type: ignore[arg-type]
+                           lock=lambda ns, name: None, alertmanager_url="http://am", severity_style=MAPPED)  # fmt: skip
+    try:
+        assert loop.intake.pager is not None
+        posting = [
+            loop.intake.pager,
+            loop.dispatcher,
+            loop.breaker,
+            loop.watch,
+            loop.escalate,
+            loop.cordon_notices,
+        ]
+        assert [p.severity_style for p in posting] == [MAPPED] * len(posting)
+    finally:
+        loop.stop()

@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import monitor as make_monitor
 from trainguard.catalog.events import fingerprint
+from trainguard.catalog.severity import grade_labels
 from trainguard.kube.objects import Hearing
 from trainguard.remediation import detect
 from trainguard.remediation.detect import LEASE_GRACE_S, NOT_READY_MIN_S, NodeDownSettings, node_faults
@@ -161,7 +162,7 @@ def test_a_dead_nodes_signal_keeps_its_time_and_is_dated_by_the_earlier_of_its_r
     # the kubelet (90 s ahead) stamped its last renewal at 30 + 90: our first sighting of it, at the pass
     # of t=30, is earlier and dates the fault
     assert sig.starts_at == WALL0 + 30.0
-    assert sig.labels == {"alertname": "GPUNodeDown", "severity": "P0", "namespace": "ml",
+    assert sig.labels == {"alertname": "GPUNodeDown", **grade_labels("P0"), "namespace": "ml",
                           "training_job": "llama-pretrain", "node": "gpu-a"}  # fmt: skip
     assert sig.fingerprint == fingerprint(
         {"alertname": "GPUNodeDown", "namespace": "ml", "training_job": "llama-pretrain", "node": "gpu-a"}

@@ -13,6 +13,7 @@ import pytest
 from tests.processes import alertmanager, http_json
 from tests.render.amconfig import write_config
 from trainguard.catalog.alerts import NODE_CORDONED
+from trainguard.catalog.severity import grade_labels
 from trainguard.remediation.escalation import parse_time
 from trainguard.remediation.notices import HOLD_S, cordon_notices
 
@@ -29,7 +30,7 @@ def record(rid: str, node: str, *, phase: str = "Succeeded", dry_run: bool = Fal
 
 def test_a_node_still_cordoned_is_announced_as_p2_with_the_uncordon_command() -> None:
     (notice,) = cordon_notices([("ml", "llama", [record("r1", "gpu-a")])], {"gpu-a": NOW - 60}, NOW)
-    assert notice["labels"] == {"alertname": NODE_CORDONED, "severity": "P2", "namespace": "ml",
+    assert notice["labels"] == {"alertname": NODE_CORDONED, **grade_labels("P2"), "namespace": "ml",
                                 "training_job": "llama", "node": "gpu-a", "remediation": "r1"}  # fmt: skip
     assert "trainguard uncordon gpu-a" in notice["annotations"]["summary"]
     assert parse_time(notice["startsAt"]) == pytest.approx(NOW - 60, abs=0.001)

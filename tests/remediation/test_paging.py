@@ -15,6 +15,7 @@ from tests.kube.fakes import FakeKube
 from tests.processes import alertmanager, http_json
 from tests.render.amconfig import write_config
 from trainguard.catalog.alerts import NODE_CORDONED
+from trainguard.catalog.severity import STYLES, grade_labels, severity_label
 from trainguard.remediation.escalation import parse_time
 from trainguard.remediation.loop import RemediationLoop
 from trainguard.remediation.model import Signal, Source
@@ -53,7 +54,7 @@ def settled(read: Any, expected: Any, timeout: float = 10.0) -> Any:
 def test_a_sidecar_p0_becomes_a_paging_alert_marked_as_the_fast_path() -> None:
     alert = page_alert(signal(UUID="GPU-1"), NOW)
     assert alert is not None
-    assert alert["labels"] == {"alertname": "GPUDoubleBitECCError", "severity": "P0", **GPU, "UUID": "GPU-1",
+    assert alert["labels"] == {"alertname": "GPUDoubleBitECCError", **grade_labels("P0"), **GPU, "UUID": "GPU-1",
                                "trainguard_path": "fastpath"}  # fmt: skip
     assert alert["annotations"]["description"] == "double-bit ECC error on GPU 1"
     assert parse_time(alert["startsAt"]) == pytest.approx(NOW - 2, abs=0.001)
@@ -82,7 +83,7 @@ def test_the_rules_later_copy_is_muted_while_the_fast_path_alert_fires(tmp_path:
         fast = page_alert(signal(at=now, UUID="GPU-1"), now)
         assert fast is not None
         # what Prometheus sends for the same fault: the series' labels, the scrape's, no path label
-        rule_labels = {"alertname": "GPUDoubleBitECCError", "severity": "P0", **GPU, "UUID": "GPU-1",
+        rule_labels = {"alertname": "GPUDoubleBitECCError", **grade_labels("P0"), **GPU, "UUID": "GPU-1",
                        "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "gpu-node-1", "instance": "10.0.0.7:9400",
                        "job": "ml/llama-pretrain"}  # fmt: skip
         other_gpu = rule_labels | {"gpu": "2"}
@@ -103,14 +104,15 @@ def test_the_rules_later_copy_is_muted_while_the_fast_path_alert_fires(tmp_path:
 
 
 @pytest.mark.tools
-def test_the_operator_pages_a_sidecar_p0_as_soon_as_the_receiver_takes_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("style", STYLES)
+def test_the_operator_pages_a_sidecar_p0_as_soon_as_the_receiver_takes_it(tmp_path: Path, style: str) -> None:
     binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
     if binary is None:
         pytest.skip("Alertmanager is not installed (.ci/run installs it)")
     with alertmanager(binary, write_config(tmp_path), tmp_path) as url:
         # the planner thread is not started: paging must not wait for planning or leadership
         responder = RemediationLoop(None, FakeKube(), None, key=lambda: None, leader=lambda: False, lock=lambda ns, name: None,  # type: ignore[arg-type]
-                              alertmanager_url=url)  # fmt: skip
+                              alertmanager_url=url, severity_style=style)  # fmt: skip
         try:
             responder.submit([signal(at=time.time()), signal("GPUThermalThrottling", "P1", at=time.time())])
             deadline = time.monotonic() + 10
@@ -121,6 +123,10 @@ def test_the_operator_pages_a_sidecar_p0_as_soon_as_the_receiver_takes_it(tmp_pa
         finally:
             responder.stop()
         assert [a["labels"]["alertname"] for a in paged] == ["GPUDoubleBitECCError"]
+        assert (paged[0]["labels"]["priority"], paged[0]["labels"]["severity"]) == (
+            "P0",
+            severity_label("P0", style),
+        )
         assert http_json(f"{url}/api/v2/alerts?filter=alertname%3D%22GPUThermalThrottling%22") == []
 
 
@@ -136,12 +142,12 @@ def test_the_cordon_notice_is_not_muted_by_the_p0_that_made_it(tmp_path: Path) -
         fast = page_alert(signal(at=now, UUID="GPU-1"), now)
         assert fast is not None
         job = {"namespace": "ml", "training_job": "llama-pretrain"}
-        notice = {"labels": {"alertname": NODE_CORDONED, "severity": "P2", **job, "node": "gpu-node-1",
+        notice = {"labels": {"alertname": NODE_CORDONED, **grade_labels("P2"), **job, "node": "gpu-node-1",
                              "remediation": "r1"}}  # fmt: skip
         other = {
             "labels": {
                 "alertname": "DataLoaderSlow",
-                "severity": "P2",
+                **grade_labels("P2"),
                 **job,
                 "pod": "llama-0",
                 "node": "gpu-node-1",

@@ -175,7 +175,7 @@ def _mutated(path: str, value: Any) -> dict[str, Any]:
     [
         ("alerts.1.labels.namespace", None, "alerts[1].labels.namespace: missing"),
         ("alerts.0.labels.training_job", None, "alerts[0].labels.training_job: missing"),
-        ("alerts.1.labels.severity", None, "alerts[1].labels.severity: missing"),
+        ("alerts.1.labels.severity", None, "alerts[1].labels.priority: missing, and no severity either"),
         ("alerts.0.labels.alertname", None, "alerts[0].labels.alertname: missing"),
         ("alerts.0.labels.namespace", "", "alerts[0].labels.namespace: empty"),
         ("alerts.1.labels.namespace", 7, "alerts[1].labels.namespace: expected a string, got a number"),
@@ -219,6 +219,25 @@ def test_a_fast_path_event_becomes_a_firing_sidecar_signal() -> None:
     assert sig.labels == ev["labels"]
 
 
+def test_a_signal_is_graded_by_priority_whatever_its_severity_says() -> None:
+    """The mapped style: severity is kube-prometheus-stack's word, the grade is in priority."""
+    mapped = am_alert(xid_labels() | {"priority": "P0", "severity": "critical"})
+    older = am_alert(xid_labels() | {"gpu": "4"})  # a rule rendered before priority: severity alone
+    assert [s.severity for s in from_alertmanager(am_payload(mapped, older), NOW)] == ["P0", "P0"]
+
+
+def test_a_fast_path_event_carries_its_grade_in_priority_and_an_older_sidecars_in_severity() -> None:
+    ev = event("GPULost", IDENTITY | {"gpu": "0"}, "lost", NOW)
+    assert ev["labels"]["priority"] == ev["labels"]["severity"] == "P0"
+    older = copy.deepcopy(ev)
+    del older["labels"]["priority"]
+    assert from_fastpath(older, NOW).severity == "P0"
+    neither = copy.deepcopy(older)
+    del neither["labels"]["severity"]
+    with pytest.raises(PayloadError, match=r"^labels.priority: missing, and no severity either"):
+        from_fastpath(neither, NOW)
+
+
 def _event_with(key: str, value: Any) -> dict[str, Any]:
     ev = copy.deepcopy(event("GPULost", IDENTITY | {"gpu": "0"}, "lost", NOW))
     target = ev
@@ -237,7 +256,6 @@ def _event_with(key: str, value: Any) -> dict[str, Any]:
     [
         ("labels.namespace", None, "labels.namespace: missing"),
         ("labels.training_job", None, "labels.training_job: missing"),
-        ("labels.severity", None, "labels.severity: missing"),
         ("labels.alertname", None, "labels.alertname: missing"),
         ("labels.training_job", ["x"], "labels.training_job: expected a string, got a list"),
         ("labels", None, "labels: missing"),

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainguard.catalog.severity import GRADE, grade_labels
+
 JOB = {"namespace": "ml", "training_job": "llama-pretrain"}
 POD = JOB | {"pod": "llama-0", "node": "gpu-node-1"}
 GPU = POD | {"gpu": "0", "UUID": "GPU-0000", "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "gpu-node-1"}
@@ -49,8 +51,9 @@ def steps(start: int, n: int = 120) -> dict[str, str]:
     return series("trainguard_train_step", POD, f"{start}+60x{n}")
 
 
-def p(sev: str, labels: dict[str, str]) -> dict[str, str]:
-    return labels | {"severity": sev}
+def p(sev: str, labels: dict[str, str], style: str = GRADE) -> dict[str, str]:
+    """The labels an alert of grade `sev` fires with, its severity in `style`."""
+    return labels | grade_labels(sev, style)
 
 
 CASES: dict[str, list[Case]] = {

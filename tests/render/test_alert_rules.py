@@ -3,6 +3,7 @@ stays quiet when it should not, including boundary values and baselines before a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -12,7 +13,8 @@ import pytest
 
 from tests.conftest import monitor, policy
 from tests.render.alert_cases import CASES, ESCALATION_CASES, GPU, Case, p, series
-from trainguard.catalog import ALERT_NAMES
+from trainguard.catalog import ALERT_NAMES, ALERTS_BY_NAME, SEVERITIES
+from trainguard.catalog.severity import GRADE, MAPPED, SEVERITY, grade_of, severity_label
 from trainguard.render import dump_yaml
 from trainguard.render.policy import effective_policy
 from trainguard.render.prometheus import rule_group
@@ -20,9 +22,11 @@ from trainguard.render.prometheus import rule_group
 pytestmark = pytest.mark.tools
 
 
-def rules(monitor_changes: dict[str, Any], **policy_changes: Any) -> dict[str, Any]:
+def rules(
+    monitor_changes: dict[str, Any], severity_style: str = GRADE, **policy_changes: Any
+) -> dict[str, Any]:
     m = monitor(**monitor_changes)
-    group = rule_group(m, effective_policy(m, [policy(**policy_changes)]))
+    group = rule_group(m, effective_policy(m, [policy(**policy_changes)]), severity_style)
     # promtool compares annotations too; their templates are checked in test_annotations_expand
     for rule in group["rules"]:
         rule.pop("annotations", None)
@@ -82,6 +86,32 @@ def test_alert_fires_as_catalogued(promtool: str, tmp_path: Path, alertname: str
         promtool_test(promtool, d, rules(json.loads(changes)), alertname, cases)
 
 
+MAPPED_SAMPLE = ("TrainingLossNonFinite", "GPUThermalThrottling", "DataLoaderSlow", "GPUMemoryHigh")
+"""One alert of each grade, for the mapped style."""
+
+
+def test_the_mapped_sample_has_every_grade() -> None:
+    assert sorted(ALERTS_BY_NAME[a].severity for a in MAPPED_SAMPLE) == list(SEVERITIES)
+
+
+@pytest.mark.parametrize("alertname", MAPPED_SAMPLE)
+def test_mapped_style_fires_the_same_cases_with_the_mapped_severity(
+    promtool: str, tmp_path: Path, alertname: str
+) -> None:
+    """The same must-fire and must-not-fire cases in the mapped style: the same alerts, the grade in
+    `priority`, and `severity` the mapped word (critical, warning, warning, none)."""
+    by_monitor: dict[str, list[Case]] = {}
+    for case in CASES[alertname]:
+        fires = [f | {SEVERITY: severity_label(f[SEVERITY], MAPPED)} for f in case.fires]
+        by_monitor.setdefault(json.dumps(case.monitor, sort_keys=True), []).append(
+            dataclasses.replace(case, fires=fires)
+        )
+    for i, (changes, cases) in enumerate(by_monitor.items()):
+        d = tmp_path / str(i)
+        d.mkdir()
+        promtool_test(promtool, d, rules(json.loads(changes), MAPPED), alertname, cases)
+
+
 def test_rules_never_copy_a_p1_to_p0(promtool: str, tmp_path: Path) -> None:
     """A copied P0 rule escalated acknowledged and inhibited alerts alike, and then muted the job's
     other alerts; escalation is the operator's, from what Alertmanager shows (remediation/escalation)."""
@@ -94,7 +124,7 @@ def test_no_rendered_rule_carries_escalated_from() -> None:
     assert not [
         r
         for r in group["rules"]
-        if r.get("labels", {}).get("severity") == "P0"
+        if grade_of(r.get("labels", {})) == "P0"
         and r["alert"] in {"GPUThermalThrottling", "GPUMemoryCritical"}
     ]
 
@@ -128,7 +158,7 @@ def test_dcgm_backend_joins_exporter_series_to_the_job(promtool: str, tmp_path: 
             series("DCGM_FI_DEV_FB_FREE", other_pod, "1x5"),
             series("trainguard_exporter_info", info | {"driver_version": "550.54"}, "1x5"),
         ],
-        [dcgm_gpu | {"training_job": "llama-pretrain", "node": "gpu-node-1", "severity": "P1"}],
+        [p("P1", dcgm_gpu | {"training_job": "llama-pretrain", "node": "gpu-node-1"})],
     )
     promtool_test(
         promtool, tmp_path, rules({"spec.exporter.gpuBackend": "dcgm"}), "GPUMemoryCritical", [case]

@@ -12,6 +12,7 @@ import pytest
 from tests.conftest import monitor, policy
 from tests.render.amconfig import routes_test, write_config
 from trainguard.api.policy import QuietHours
+from trainguard.catalog.severity import grade_labels
 from trainguard.render.alertmanager import alertmanager_config_spec
 from trainguard.render.policy import effective_policy
 from trainguard.render.time_intervals import quiet_hours_interval
@@ -80,17 +81,20 @@ JOB = {"namespace": "ml", "training_job": "llama-pretrain"}
 @pytest.mark.parametrize(
     ("labels", "expected"),
     [
-        (JOB | {"severity": "P0", "alertname": "GPUNodeDown", "node": "n1"}, [R + "oncall-phone", R + "im"]),
-        (JOB | {"severity": "P0", "alertname": "TrainingLossNonFinite"}, [R + "oncall-phone", R + "im"]),
-        (JOB | {"severity": "P1", "alertname": "GPUThermalThrottling"}, [R + "im"]),
-        (JOB | {"severity": "P2", "alertname": "DataLoaderSlow"}, [R + "email", R + "ticket"]),
-        (JOB | {"severity": "P3", "alertname": "GPUMemoryHigh"}, ["trainguard-dashboard"]),
         (
-            JOB | {"training_job": "someone-else", "severity": "P0", "alertname": "X"},
+            JOB | {**grade_labels("P0"), "alertname": "GPUNodeDown", "node": "n1"},
+            [R + "oncall-phone", R + "im"],
+        ),
+        (JOB | {**grade_labels("P0"), "alertname": "TrainingLossNonFinite"}, [R + "oncall-phone", R + "im"]),
+        (JOB | {**grade_labels("P1"), "alertname": "GPUThermalThrottling"}, [R + "im"]),
+        (JOB | {**grade_labels("P2"), "alertname": "DataLoaderSlow"}, [R + "email", R + "ticket"]),
+        (JOB | {**grade_labels("P3"), "alertname": "GPUMemoryHigh"}, ["trainguard-dashboard"]),
+        (
+            JOB | {"training_job": "someone-else", **grade_labels("P0"), "alertname": "X"},
             ["trainguard-dashboard"],
         ),
         (
-            {"namespace": "other", "training_job": "llama-pretrain", "severity": "P0"},
+            {"namespace": "other", "training_job": "llama-pretrain", **grade_labels("P0")},
             ["trainguard-dashboard"],
         ),
     ],
@@ -103,8 +107,8 @@ def test_each_severity_reaches_its_receivers(
 
 def test_an_explicit_route_replaces_the_default(amtool: str, tmp_path: Path) -> None:
     config = write_config(tmp_path, **{"spec.routes": [{"severity": "P1", "receivers": ["email", "im"]}]})
-    routes_test(amtool, config, JOB | {"severity": "P1"}, [R + "email", R + "im"])
-    routes_test(amtool, config, JOB | {"severity": "P2"}, [R + "email", R + "ticket"])
+    routes_test(amtool, config, JOB | grade_labels("P1"), [R + "email", R + "im"])
+    routes_test(amtool, config, JOB | grade_labels("P2"), [R + "email", R + "ticket"])
 
 
 def test_quiet_hours_add_night_routes_with_time_intervals(amtool: str, tmp_path: Path) -> None:
@@ -125,14 +129,14 @@ def test_quiet_hours_add_night_routes_with_time_intervals(amtool: str, tmp_path:
     routes_test(
         amtool,
         config,
-        JOB | {"severity": "P0", "alertname": "GPUNodeDown"},
+        JOB | {**grade_labels("P0"), "alertname": "GPUNodeDown"},
         [R + "oncall-phone"] * 2 + [R + "im"] * 2,
     )
     # a non-allowlisted P0 has only its day routes: at night it waits for the morning report
     routes_test(
         amtool,
         config,
-        JOB | {"severity": "P0", "alertname": "TrainingJobStalled"},
+        JOB | {**grade_labels("P0"), "alertname": "TrainingJobStalled"},
         [R + "oncall-phone", R + "im"],
     )
     result = subprocess.run(
@@ -158,7 +162,9 @@ def test_maintenance_window_mutes_the_named_nodes_only(amtool: str, tmp_path: Pa
     # the window covers two UTC days, as two intervals
     assert "start_time: '22:00'" in text and "end_time: '24:00'" in text
     assert "end_time: 03:30" in text or "end_time: '03:30'" in text
-    routes_test(amtool, config, JOB | {"severity": "P2", "node": "gpu-node-3"}, [R + "email", R + "ticket"])
+    routes_test(
+        amtool, config, JOB | {**grade_labels("P2"), "node": "gpu-node-3"}, [R + "email", R + "ticket"]
+    )
 
 
 def test_alertmanager_config_resource_uses_local_names() -> None:

@@ -160,12 +160,12 @@ def test_the_committed_dashboards_are_what_the_catalogue_generates() -> None:
 
 
 def test_the_cli_writes_and_checks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["dashboards", "-o", str(tmp_path)]) == 0
+    assert main(["dashboards", "--out-dir", str(tmp_path)]) == 0
     assert {p.name for p in tmp_path.iterdir()} == set(render_dashboards())
-    assert main(["dashboards", "-o", str(tmp_path), "--check"]) == 0
+    assert main(["dashboards", "--out-dir", str(tmp_path), "--check"]) == 0
     (tmp_path / "training-job.json").write_text("{}\n")
     with pytest.raises(SystemExit) as exc:
-        main(["dashboards", "-o", str(tmp_path), "--check"])
+        main(["dashboards", "--out-dir", str(tmp_path), "--check"])
     assert exc.value.code != 0
     assert "make dashboards" in capsys.readouterr().err
 

@@ -84,13 +84,13 @@ def test_events_url_splits_the_history_from_the_aggregates() -> None:
 
 def test_cli_renders_aggregates_and_remote_write_for_a_plain_prometheus(tmp_path: Path) -> None:
     url = "http://127.0.0.1:8428/api/v1/write"
-    args = ["render", "-f", QUICKSTART, "--format", "prometheus", "-o", str(tmp_path)]
+    args = ["render", "-f", QUICKSTART, "--format", "prometheus", "--out-dir", str(tmp_path)]
     assert main([*args, "--remote-write-url", url, "--aggregate-interval", "30s"]) == 0
     (group,) = yaml.safe_load((tmp_path / "aggregates.yml").read_text())["groups"]
     assert (group["name"], group["interval"]) == ("trainguard.ml.llama-pretrain.longterm", "30s")
     assert yaml.safe_load((tmp_path / "remote_write.yml").read_text()) == remote_write(url)
     other = tmp_path / "no-url"
-    assert main(["render", "-f", QUICKSTART, "--format", "prometheus", "-o", str(other)]) == 0
+    assert main(["render", "-f", QUICKSTART, "--format", "prometheus", "--out-dir", str(other)]) == 0
     assert not (other / "remote_write.yml").exists()
     assert yaml.safe_load((other / "aggregates.yml").read_text())["groups"][0]["interval"] == "5m"
 
@@ -105,7 +105,7 @@ def test_cli_puts_the_aggregate_group_into_the_prometheus_rule(capsys: pytest.Ca
 
 
 def test_rendered_aggregates_pass_promtool(promtool: str, tmp_path: Path) -> None:
-    assert main(["render", "-f", QUICKSTART, "--format", "prometheus", "-o", str(tmp_path)]) == 0
+    assert main(["render", "-f", QUICKSTART, "--format", "prometheus", "--out-dir", str(tmp_path)]) == 0
     result = subprocess.run(
         [promtool, "check", "rules", "aggregates.yml"],
         cwd=tmp_path,

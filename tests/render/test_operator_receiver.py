@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.conftest import monitor, policy
+from trainguard import IMAGE
 from trainguard.catalog.kubernetes import MANAGED_BY, MANAGED_BY_VALUE
 from trainguard.render.kubernetes import (
     ALERTS_TOKEN_KEY,
@@ -59,7 +60,9 @@ def test_the_sidecar_mounts_its_own_token_and_the_ca_but_not_alertmanagers() -> 
     secret = fastpath_secret(monitor(), "events-token", "alerts-token", "CA PEM")
     assert set(secret["stringData"]) == {"token", "alertmanager-token", "ca.crt"}
     pod = {"metadata": {"namespace": "ml", "labels": {"app": "llama-pretrain"}}, "spec": {"containers": []}}
-    changes = inject(pod, monitor(), fallback_trace="t", receiver_url="https://op:8443/v1/events")
+    changes = inject(
+        pod, monitor(), fallback_trace="t", receiver_url="https://op:8443/v1/events", sidecar_image=IMAGE
+    )
     assert changes is not None
     volume = next(v for v in changes["spec"]["volumes"] if v["name"] == "trainguard-fastpath-token")
     assert [i["key"] for i in volume["secret"]["items"]] == ["token", "ca.crt"]

@@ -15,6 +15,7 @@ from trainguard.api.crd import schema_for
 from trainguard.api.policy import DEFAULT_ALLOWLIST, OPERATOR_ALERT_NAMES, AlertPolicy, QuietHours
 from trainguard.catalog import ALERT_NAMES
 from trainguard.catalog.alerts import BREAKER_OPEN, NODE_CORDONED, TRAINING_INTERRUPTED, WITHHELD
+from trainguard.catalog.severity import grade_labels
 
 R = "ml/default/"
 JOB = {"namespace": "ml", "training_job": "llama-pretrain"}
@@ -69,11 +70,14 @@ def test_the_crd_defaults_the_allowlist_to_the_models_default() -> None:
     ("labels", "expected"),
     [
         # the defaults: a day route and a night route for the phone and IM
-        ({"alertname": TRAINING_INTERRUPTED, "severity": "P0"}, ["oncall-phone", "oncall-phone", "im", "im"]),
-        ({"alertname": "GPUOutOfMemory", "severity": "P0"}, ["oncall-phone", "oncall-phone", "im", "im"]),
+        (
+            {"alertname": TRAINING_INTERRUPTED, **grade_labels("P0")},
+            ["oncall-phone", "oncall-phone", "im", "im"],
+        ),
+        ({"alertname": "GPUOutOfMemory", **grade_labels("P0")}, ["oncall-phone", "oncall-phone", "im", "im"]),
         # not allowlisted by default: the day routes only
-        ({"alertname": WITHHELD, "severity": "P0"}, ["oncall-phone", "im"]),
-        ({"alertname": NODE_CORDONED, "severity": "P2"}, ["email", "ticket"]),
+        ({"alertname": WITHHELD, **grade_labels("P0")}, ["oncall-phone", "im"]),
+        ({"alertname": NODE_CORDONED, **grade_labels("P2")}, ["email", "ticket"]),
     ],
 )
 def test_operator_alerts_on_the_default_allowlist_page_at_night(
@@ -86,5 +90,5 @@ def test_operator_alerts_on_the_default_allowlist_page_at_night(
 @pytest.mark.tools
 def test_a_p2_operator_notice_on_the_allowlist_pages_at_night(amtool: str, tmp_path: Path) -> None:
     config = write_config(tmp_path, **{"spec.quietHours": {"enabled": True, "allowlist": [NODE_CORDONED]}})
-    routes_test(amtool, config, JOB | {"alertname": NODE_CORDONED, "severity": "P2", "node": "n1"},
+    routes_test(amtool, config, JOB | {"alertname": NODE_CORDONED, **grade_labels("P2"), "node": "n1"},
                 [R + "email", R + "ticket", R + "oncall-phone"])  # fmt: skip

@@ -25,6 +25,8 @@ from tests.conftest import monitor, policy
 from tests.processes import alertmanager, http_json
 from tests.render.amconfig import routes_test, write_config
 from tests.render.notification_sink import Sink, serve
+from trainguard.catalog.severity import grade_labels, grade_of
+from trainguard.diagnosis.morning import SEVERITY as REPORT_SEVERITY
 from trainguard.render import dump_yaml
 from trainguard.render.alertmanager import plain_route
 from trainguard.render.policy import effective_policy
@@ -93,13 +95,13 @@ def test_amtool_routes_of_the_table(
     amtool: str, tmp_path: Path, severity: str, alertname: str, expected: list[str]
 ) -> None:
     config = write_config(tmp_path, **QUIET)
-    labels = JOB | {"severity": severity, "alertname": alertname, "node": "gpu-1"}
+    labels = JOB | grade_labels(severity) | {"alertname": alertname, "node": "gpu-1"}
     routes_test(amtool, config, labels, [R + r for r in expected] or ["trainguard-dashboard"])
 
 
 def test_amtool_routes_the_morning_report_to_im_and_email_only(amtool: str, tmp_path: Path) -> None:
     config = write_config(tmp_path, **QUIET)
-    labels = JOB | {"alertname": MORNING_REPORT, "severity": "info", "night": "2026-05-05T07:00"}
+    labels = JOB | {"alertname": MORNING_REPORT, "severity": REPORT_SEVERITY, "night": "2026-05-05T07:00"}
     routes_test(amtool, config, labels, [R + "im", R + "email"])
 
 
@@ -108,7 +110,7 @@ def test_without_quiet_hours_there_is_no_report_route_and_no_night_route(amtool:
     assert MORNING_REPORT not in config.read_text()
     assert "active_time_intervals" not in config.read_text()
     routes_test(
-        amtool, config, JOB | {"severity": "P3", "alertname": ALLOWLISTED["P3"]}, ["trainguard-dashboard"]
+        amtool, config, JOB | grade_labels("P3") | {"alertname": ALLOWLISTED["P3"]}, ["trainguard-dashboard"]
     )
 
 
@@ -187,22 +189,16 @@ def config(sink: Sink, now: dt.datetime) -> dict[str, Any]:
 
 
 Case = tuple[str, str, str, str]
-"""(job, alertname, severity, node)."""
+"""(job, alertname, grade, node); the morning report's grade is its severity, it has none."""
 
 
 def _labels(case: Case) -> dict[str, str]:
-    job, alertname, severity, node = case
-    labels = {
-        "alertname": alertname,
-        "severity": severity,
-        "namespace": "ml",
-        "training_job": job,
-        "node": node,
-    }
+    job, alertname, grade, node = case
+    labels = {"alertname": alertname, "namespace": "ml", "training_job": job, "node": node}
     if alertname == MORNING_REPORT:
         labels.pop("node")
-        labels["night"] = "2026-05-05T07:00"
-    return labels
+        return labels | {"severity": grade, "night": "2026-05-05T07:00"}
+    return labels | grade_labels(grade)
 
 
 def expected_table() -> dict[Case, set[str]]:
@@ -217,8 +213,8 @@ def expected_table() -> dict[Case, set[str]]:
     out[("day-job", "TrainingJobStalled", "P0", "gpu-maint")] = {"operator"}
     out[("day-job", "DataLoaderSlow", "P2", "gpu-maint")] = set()
     # the morning report reaches IM and e-mail by day; at night its route is muted
-    out[("day-job", MORNING_REPORT, "info", "")] = {"im", "email"}
-    out[("night-job", MORNING_REPORT, "info", "")] = set()
+    out[("day-job", MORNING_REPORT, REPORT_SEVERITY, "")] = {"im", "email"}
+    out[("night-job", MORNING_REPORT, REPORT_SEVERITY, "")] = set()
     return out
 
 
@@ -238,7 +234,7 @@ def test_quiet_hours_table_on_a_real_alertmanager(am_binary: str, tmp_path: Path
                 got: dict[Case, set[str]] = {c: set() for c in expected}
                 for receiver, labels in sink.deliveries():
                     d = dict(labels)
-                    case = (d["training_job"], d["alertname"], d["severity"], d.get("node", ""))
+                    case = (d["training_job"], d["alertname"], grade_of(d), d.get("node", ""))
                     got.setdefault(case, set()).add(receiver)
                 return got
 

@@ -30,7 +30,7 @@ def test_a_p2_points_at_the_configmap_by_the_name_the_operator_gives_it() -> Non
         "{{ $labels.namespace }}", "ml"
     )
     assert expanded.startswith(f"kubectl get configmap -n ml {name} -o jsonpath='{{.data.report\\.html}}'")
-    assert "trainguard report --monitor ml/llama-pretrain --alert DataLoaderSlow -o report.html" in expanded
+    assert "trainguard report --monitor ml/llama-pretrain --alert DataLoaderSlow --out-dir report" in expanded
 
 
 def test_other_severities_get_the_on_demand_command_only() -> None:

@@ -22,6 +22,9 @@ from trainguard.render.sidecar import (
 )
 from trainguard.render.webhook import mutating_webhook_configuration
 
+IMAGE = "registry.example/trainguard:1.2.3"
+"""The operator's --sidecar-image in these tests (not trainguard.IMAGE, so a test sees which one won)."""
+
 POD: dict[str, Any] = {
     "metadata": {
         "namespace": "ml",
@@ -42,7 +45,13 @@ POD: dict[str, Any] = {
 
 
 def injected(pod: dict[str, Any] = POD, **changes: Any) -> dict[str, Any]:
-    out = inject(pod, monitor(**changes), fallback_trace="f" * 32, receiver_url="https://op:8443/v1/events")
+    out = inject(
+        pod,
+        monitor(**changes),
+        fallback_trace="f" * 32,
+        receiver_url="https://op:8443/v1/events",
+        sidecar_image=IMAGE,
+    )
     assert out is not None
     return out
 
@@ -100,13 +109,13 @@ def test_one_trace_id_per_run_in_every_container() -> None:
 def test_injection_is_idempotent() -> None:
     once = applied(POD, injected())
     assert is_injected(once)
-    assert inject(once, monitor(), fallback_trace="x", receiver_url="u") is None
+    assert inject(once, monitor(), fallback_trace="x", receiver_url="u", sidecar_image=IMAGE) is None
 
 
 def test_opt_out_label() -> None:
     pod = copy.deepcopy(POD)
     pod["metadata"]["labels"]["trainguard.io/inject"] = "disabled"
-    assert inject(pod, monitor(), fallback_trace="x", receiver_url="u") is None
+    assert inject(pod, monitor(), fallback_trace="x", receiver_url="u", sidecar_image=IMAGE) is None
 
 
 def test_matching_monitor_respects_namespace_and_selector() -> None:
@@ -173,7 +182,9 @@ def test_before_kubernetes_1_29_the_exporter_is_a_regular_container() -> None:
     assert supports_native_sidecar("1", "29")
     assert supports_native_sidecar("1", "36")
     assert supports_native_sidecar("2", "0")
-    out = inject(POD, monitor(), fallback_trace="f" * 32, receiver_url="u", native_sidecar=False)
+    out = inject(
+        POD, monitor(), fallback_trace="f" * 32, receiver_url="u", sidecar_image=IMAGE, native_sidecar=False
+    )
     assert out is not None
     spec = out["spec"]
     assert [c["name"] for c in spec["initContainers"]] == ["fetch"], "never an init container that never ends"
@@ -220,7 +231,39 @@ def test_a_pod_that_already_names_the_identity_volume_gets_ours() -> None:
         *(pod["spec"].get("volumes") or []),
         {"name": "trainguard-identity", "emptyDir": {}},
     ]
-    changes = inject(pod, monitor(), fallback_trace="t", receiver_url="https://op/v1/events")
+    changes = inject(
+        pod, monitor(), fallback_trace="t", receiver_url="https://op/v1/events", sidecar_image=IMAGE
+    )
     assert changes is not None
     (volume,) = [v for v in changes["spec"]["volumes"] if v["name"] == "trainguard-identity"]
     assert "projected" in volume
+
+
+def exporter_of(out: dict[str, Any] | None) -> dict[str, Any]:
+    assert out is not None
+    (exporter,) = [c for c in out["spec"]["initContainers"] if c["name"] == EXPORTER]
+    return exporter
+
+
+def test_the_exporter_runs_the_operators_image_unless_the_monitor_overrides_it() -> None:
+    """One version: a monitor without spec.exporter.image gets the operator's --sidecar-image, so the
+    helm upgrade that moves the operator moves the sidecars of new pods with it."""
+    assert exporter_of(injected())["image"] == IMAGE
+    moved = inject(
+        POD,
+        monitor(),
+        fallback_trace="x",
+        receiver_url="u",
+        sidecar_image="registry.example/trainguard:1.3.0",
+    )
+    assert exporter_of(moved)["image"] == "registry.example/trainguard:1.3.0"
+    pinned = {"spec.exporter": {"image": "registry.example/custom-exporter:7"}}
+    assert exporter_of(injected(**pinned))["image"] == "registry.example/custom-exporter:7"
+
+
+def test_the_image_the_crd_once_defaulted_is_no_override() -> None:
+    """Monitors created under the earlier CRD hold its default, stored by the apiserver: they follow the
+    operator too, or an upgrade would leave every existing monitor's sidecars behind."""
+    stored = {"spec.exporter": {"image": "ghcr.io/trainguard/trainguard:0.1.0"}}
+    assert exporter_of(injected(**stored))["image"] == IMAGE
+    assert monitor().spec.exporter.image is None, "no default: unset means the operator's image"

@@ -15,6 +15,7 @@ import pytest
 from tests.conftest import monitor
 from tests.exporter.running import running_exporter
 from tests.exporter.test_otlp_mapping import otlp_receiver
+from trainguard import IMAGE
 from trainguard.exporter import otlp
 from trainguard.exporter.flags import add_arguments
 from trainguard.exporter.main import start_otlp
@@ -33,7 +34,7 @@ POD: dict[str, Any] = {
 
 def sidecar(otlp_spec: dict[str, Any] | None, *, native: bool = True) -> dict[str, Any]:
     changes = {"spec.exporter": {"gpuBackend": "simulated", **({"otlp": otlp_spec} if otlp_spec else {})}}
-    out = inject(POD, monitor(**changes), fallback_trace="f" * 32, receiver_url="https://op:8443/v1/events",
+    out = inject(POD, monitor(**changes), fallback_trace="f" * 32, receiver_url="https://op:8443/v1/events", sidecar_image=IMAGE,
                  native_sidecar=native)  # fmt: skip
     assert out is not None
     containers = out["spec"]["initContainers" if native else "containers"]

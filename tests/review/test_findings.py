@@ -123,6 +123,23 @@ def test_alerts_by_receiver_count_each_episode_once_per_receiver() -> None:
     assert by_receiver(history, None, top=1)[0].counts == (("Mail", 7),)
 
 
+def test_an_alert_of_a_rule_older_than_priority_is_routed_as_its_successor() -> None:
+    """The rendered routes match `priority`: history from before it had only severity P0..P3."""
+    history = _episodes(
+        series("Old", [(0.0, 3)], severity="P0"),
+        series("Mapped", [(0.0, 3)], severity="critical", priority="P0"),
+    )
+    seen: dict[str, dict[str, str]] = {}
+
+    def router(labels: dict[str, str]) -> list[str]:
+        seen[labels["alertname"]] = labels
+        return ["phone"]
+
+    by_receiver(history, router, top=10)
+    assert seen["Old"]["priority"] == "P0"
+    assert (seen["Mapped"]["priority"], seen["Mapped"]["severity"]) == ("P0", "critical")
+
+
 def test_a_pair_of_tiers_names_the_stronger_and_an_unrelated_pair_names_none() -> None:
     """Tiers (the catalogue's supersedes) fire together by design; the review says which one notifies."""
     runs = [(i * 6 * HOUR, 40) for i in range(4)]

@@ -51,7 +51,7 @@ def test_an_unreachable_prometheus_is_reported_with_its_url(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    assert main(["review", "--prometheus", url, "-o", str(tmp_path / "out")]) == 1
+    assert main(["review", "--prometheus", url, "--out-dir", str(tmp_path / "out")]) == 1
     out, err = capsys.readouterr()
     assert f"trainguard: Prometheus at {url} could not be read:" in err
     assert "Connection refused" in err or "Max retries" in err

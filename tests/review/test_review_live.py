@@ -57,7 +57,7 @@ def test_prometheus_rules_are_reviewed_with_the_catalogue(
     while not (got := http_json(query)["data"]["result"]) or float(got[0]["value"][1]) < 3:
         assert time.monotonic() < deadline, "SiteAlwaysFiring did not fire 3 times within 30 s"
         time.sleep(0.5)
-    flags = ["--since", "5m", "--never-fired", "5m", "--eval-interval", "1s", "--json", "-"]
+    flags = ["--since", "5m", "--never-fired", "5m", "--eval-interval", "1s", "-o", "json"]
     assert main(["review", "--prometheus", prometheus, *flags]) == 0
     data = json.loads(capsys.readouterr().out)
     never = {n["alertname"]: n["sources"] for n in data["never_fired"]}

@@ -89,7 +89,7 @@ def review(
 ) -> tuple[dict[str, Any], str]:
     out = tmp_path_factory.mktemp("review")
     code = main(["review", "--since", "14d", "--until", str(END), "--prometheus", prometheus,
-                 "-f", str(monitors), "-o", str(out)])  # fmt: skip
+                 "-f", str(monitors), "--out-dir", str(out)])  # fmt: skip
     assert code == 0
     return json.loads((out / "review.json").read_text()), (out / "review.md").read_text()
 
@@ -171,10 +171,20 @@ def test_markdown_to_stdout_by_default_and_progress_on_stderr(
     assert "read 7/7 chunks of ALERTS" in err
 
 
+def test_o_yaml_prints_the_same_data_as_the_json_file(
+    prometheus: str, monitors: Path, review: tuple[dict[str, Any], str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["review", "--since", "14d", "--until", str(END), "--prometheus", prometheus,
+                 "-f", str(monitors), "-o", "yaml"])  # fmt: skip
+    assert code == 0
+    assert yaml.safe_load(capsys.readouterr().out) == review[0]
+
+
 def test_an_explicit_evaluation_interval_wins_over_the_monitors(
     prometheus: str, monitors: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "review.json"
+    # --json FILE is deprecated (-o json, --out-dir) and still works
     code = main(["review", "--until", str(END), "--prometheus", prometheus, "-f", str(monitors),
                  "--eval-interval", "1m", "--json", str(out)])  # fmt: skip
     assert code == 0

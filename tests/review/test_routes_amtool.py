@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from tests.conftest import MONITOR, POLICY, merged
+from trainguard.catalog.severity import MAPPED, grade_labels
 from trainguard.render import dump_yaml
 from trainguard.review.command import read_monitors
 from trainguard.review.routes import parse_matcher, receivers
@@ -25,19 +26,20 @@ WINDOW = {"name": "psu", "start": "2026-12-01T22:00:00Z", "end": "2026-12-02T03:
 QUIET = {"enabled": True, "timezone": "Europe/Berlin", "start": "22:00", "end": "07:00"}
 
 ALERTS: list[dict[str, str]] = [
-    JOB | {"alertname": "TrainingJobStalled", "severity": "P0"},
-    JOB | {"alertname": "GPUNodeDown", "severity": "P0", "node": "gpu-3"},
-    JOB | {"alertname": "GPUThermalThrottling", "severity": "P1", "node": "gpu-1", "gpu": "0"},
-    JOB | {"alertname": "GPUMemoryCritical", "severity": "P1", "node": "gpu.4"},
-    JOB | {"alertname": "GPUMemoryCritical", "severity": "P1", "node": "gpuX4"},
-    JOB | {"alertname": "DataLoaderSlow", "severity": "P2", "pod": "llama-pretrain-0"},
-    JOB | {"alertname": "GPUMemoryHigh", "severity": "P3"},
-    JOB | {"alertname": "TrainguardMorningReport", "severity": "info", "night": "2026-12-01T07:00"},
-    OTHER | {"alertname": "TrainingJobStalled", "severity": "P0"},
-    OTHER | {"alertname": "NetworkPacketLoss", "severity": "P2", "node": "gpu-3"},
-    OTHER | {"alertname": "GPUNodeDown", "severity": "P2", "node": "gpu-1"},  # allowlisted: pages at night
-    OTHER | {"alertname": "TrainguardMorningReport", "severity": "info", "night": "2026-12-01T07:00"},
-    {"namespace": "ml", "training_job": "unknown", "alertname": "GPUNodeDown", "severity": "P0"},
+    JOB | {"alertname": "TrainingJobStalled", **grade_labels("P0")},
+    JOB | {"alertname": "GPUNodeDown", **grade_labels("P0"), "node": "gpu-3"},
+    JOB | {"alertname": "GPUThermalThrottling", **grade_labels("P1"), "node": "gpu-1", "gpu": "0"},
+    JOB | {"alertname": "GPUMemoryCritical", **grade_labels("P1"), "node": "gpu.4"},
+    JOB | {"alertname": "GPUMemoryCritical", **grade_labels("P1"), "node": "gpuX4"},
+    JOB | {"alertname": "DataLoaderSlow", **grade_labels("P2"), "pod": "llama-pretrain-0"},
+    JOB | {"alertname": "GPUMemoryHigh", **grade_labels("P3")},
+    JOB | {"alertname": "TrainguardMorningReport", "severity": "none", "night": "2026-12-01T07:00"},
+    OTHER | {"alertname": "TrainingJobStalled", **grade_labels("P0", MAPPED)},
+    OTHER | {"alertname": "NetworkPacketLoss", **grade_labels("P2"), "node": "gpu-3"},
+    OTHER
+    | {"alertname": "GPUNodeDown", **grade_labels("P2"), "node": "gpu-1"},  # allowlisted: pages at night
+    OTHER | {"alertname": "TrainguardMorningReport", "severity": "none", "night": "2026-12-01T07:00"},
+    {"namespace": "ml", "training_job": "unknown", "alertname": "GPUNodeDown", **grade_labels("P0")},
     {"alertname": "Watchdog", "severity": "none"},
 ]
 

@@ -3,8 +3,11 @@ training time lost, and the plain and live layouts."""
 
 from __future__ import annotations
 
+import io
 import re
 from typing import Any
+
+from rich.console import Console
 
 from tests.kube.fakes import FakeKube
 from trainguard.cli import build_parser
@@ -80,6 +83,19 @@ def test_time_lost_sums_stop_and_redo_of_the_remediations_that_stopped_training(
     assert time_lost([restart], {"r1": Redo(390, 400, 2.5)}) == (95, False)
 
 
+def test_alerts_are_graded_by_priority_in_the_mapped_style_and_by_severity_from_older_rules() -> None:
+    got = alerts_of([
+        alert("GPUMemoryHigh", "none", priority="P3"),
+        alert("GPULost", "critical", priority="P0", node="n1", gpu="2"),
+        alert("DataLoaderSlow", "P2"),
+    ])  # fmt: skip
+    assert [(a.name, a.severity) for a in got] == [
+        ("GPULost", "P0"),
+        ("DataLoaderSlow", "P2"),
+        ("GPUMemoryHigh", "P3"),
+    ]
+
+
 def test_the_job_status_carries_alerts_by_severity_throughput_checkpoint_and_the_newest_remediation() -> None:
     older = record("old", NOW - 7200, NOW - 7100, ["Pause", "RestartGang"])
     newer = record("new", NOW - 300, NOW - 280, ["Advise"]) | {
@@ -146,17 +162,38 @@ def test_the_plain_layout_has_fixed_columns_one_line_per_job_indented_details_an
     assert render_plain([]) == "no TrainingJobMonitor found\n"
 
 
-def test_the_live_layout_clears_the_screen_and_colours_health_and_severity() -> None:
-    text = render_live(statuses(), now_text="2027-01-15 08:00:00", every_s=5)
-    assert text.startswith("\x1b[H\x1b[2J")
-    assert "every 5s" in text
+def live_text(color_system: str | None = "standard", width: int = 160) -> str:
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, color_system=color_system, width=width,  # type: ignore[arg-type]
+                      markup=False, highlight=False)  # fmt: skip
+    console.print(
+        render_live(statuses(), now_text="2027-01-15 08:00:00", every_s=5, notes=["no --prometheus"])
+    )
+    return out.getvalue()
+
+
+def test_the_live_layout_colours_health_and_severity_in_aligned_blocks() -> None:
+    text = live_text()
     assert "\x1b[1;31mCritical\x1b[0m" in text and "\x1b[32mHealthy\x1b[0m" in text
-    plain = ANSI.sub("", re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text))
+    assert "\x1b[1;31mP0:1\x1b[0m" in text and "\x1b[36mP2:1\x1b[0m" in text
+    plain = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text)
+    assert plain.startswith("trainguard status  2027-01-15 08:00:00  every 5s")
     assert "ml/llama-pretrain  Critical" in plain
-    assert "alerts      P0:1 P2:1" in plain
-    assert "throughput  2100/3000 (70%)" in plain
-    assert "checkpoint  step 400 2m05s ago" in plain
-    assert "time lost   1m40s+?" in plain
+    assert "  alerts      P0:1 P2:1" in plain
+    assert "              P0 GPULost node=gpu-node-1 gpu=2" in plain
+    assert "  throughput  2100/3000 (70%)" in plain
+    assert "  checkpoint  step 400 2m05s ago" in plain
+    assert "  remediation GPULost on gpu-node-1: Succeeded [Pause,RestartGang] 15m ago" in plain
+    assert "  time lost   1m40s+?" in plain
+    assert plain.rstrip().endswith("trainguard: no --prometheus")
+
+
+def test_the_live_layout_wraps_at_the_terminals_width_under_its_label() -> None:
+    plain = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", live_text(width=40))
+    assert all(len(line) <= 40 for line in plain.splitlines())
+    at = plain.index("  remediation GPULost")
+    continued = plain[at:].splitlines()[1]
+    assert continued.startswith(" " * 14) and continued.strip(), plain
 
 
 def test_status_parses_its_flags() -> None:

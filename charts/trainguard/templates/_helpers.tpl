@@ -40,6 +40,67 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: trainguard
 {{- end -}}
 
+{{/*
+The labels that carry an alert's grade (dict "root" . "grade" "P1"): priority always, severity in the
+platform's style (alerts.severityStyle). The mapping is trainguard.catalog.severity.MAPPED_SEVERITY's;
+tests/packaging/test_operator_rules.py pins the two.
+*/}}
+{{- define "trainguard.gradeLabels" -}}
+{{- $mapped := dict "P0" "critical" "P1" "warning" "P2" "warning" "P3" "none" -}}
+priority: {{ .grade }}
+severity: {{ eq .root.Values.alerts.severityStyle "mapped" | ternary (index $mapped .grade) .grade }}
+{{- end -}}
+
+{{/*
+podLabels on the operator's pods; the chart's own labels (the Deployment's selector among them) cannot
+be overridden, and naming one fails with the value's path.
+*/}}
+{{- define "trainguard.podLabels" -}}
+{{- $own := include "trainguard.labels" . | fromYaml }}
+{{- $_ := set $own "app.kubernetes.io/component" "operator" }}
+{{- range $key, $_ := .Values.podLabels }}
+{{- if hasKey $own $key }}
+{{- fail (printf "podLabels.%s: the chart sets this label on its pods itself (the Deployment's selector and the release's labels); use another key" $key) }}
+{{- end }}
+{{- end }}
+{{- with .Values.podLabels }}
+{{- toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The pod's and the container's securityContext: the values, or the chart's hardening where the value is
+absent: `helm upgrade --reuse-values` from a chart that did not have it takes the old chart's values,
+and that must not drop the hardening. A field set to null is left out; a whole value set to null is absent.
+*/}}
+{{- define "trainguard.podSecurityContext" -}}
+{{- if hasKey .Values "podSecurityContext" -}}
+{{- with .Values.podSecurityContext }}{{ toYaml . }}{{ end -}}
+{{- else -}}
+fsGroup: 65532
+runAsGroup: 65532
+runAsNonRoot: true
+runAsUser: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+{{- end -}}
+
+{{- define "trainguard.securityContext" -}}
+{{- if hasKey .Values "securityContext" -}}
+{{- with .Values.securityContext }}{{ toYaml . }}{{ end -}}
+{{- else -}}
+allowPrivilegeEscalation: false
+capabilities:
+  drop:
+  - ALL
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+{{- end -}}
+
 {{- define "trainguard.image" -}}
 {{- if .Values.image.digest -}}
 {{ .Values.image.repository }}@{{ .Values.image.digest }}
@@ -92,4 +153,13 @@ matches; the chart's labels and Argo CD sync wave 1 added (RBAC and policy befor
 {{ toYaml $obj }}
 {{- end }}
 {{- end }}
+{{- end -}}
+
+{{- /* --object-labels: objectLabels as KEY=VALUE,... in key order (empty for none) */}}
+{{- define "trainguard.objectLabels" -}}
+{{- $pairs := list -}}
+{{- range $k := keys .Values.objectLabels | sortAlpha -}}
+{{- $pairs = append $pairs (printf "%s=%s" $k (index $.Values.objectLabels $k)) -}}
+{{- end -}}
+{{- join "," $pairs -}}
 {{- end -}}

@@ -135,6 +135,13 @@ def label_key_problem(key: str) -> str | None:
     return f"{key!r} is not a valid label key: {LABEL_KEY_ALLOWED}"
 
 
+def label_value_problem(value: str) -> str | None:
+    """Why `value` is not a Kubernetes label value, or None when it is one."""
+    if len(value) <= 63 and re.fullmatch(LABEL_VALUE_PATTERN, value):
+        return None
+    return f"{value!r} is not a valid label value: {LABEL_VALUE_ALLOWED}"
+
+
 def _check_label_key(key: str) -> str:
     problem = label_key_problem(key)
     if problem:

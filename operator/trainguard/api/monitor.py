@@ -24,7 +24,10 @@ from trainguard.api.common import (
 )
 from trainguard.catalog import COMMON_LABELS, DCGM_LABELS, Mode
 
-DEFAULT_EXPORTER_IMAGE = "ghcr.io/trainguard/trainguard:0.1.0"
+EARLIER_DEFAULT_IMAGES = frozenset({"ghcr.io/trainguard/trainguard:0.1.0"})
+"""What the CRD defaulted spec.exporter.image to before the sidecar followed the operator's image. The
+apiserver stored that default in every monitor created then, so it is no override: those monitors'
+sidecars follow the operator too (to pin exactly this image, name it by digest)."""
 
 WARMUP_STEPS_BY_MODE: dict[Mode, int] = {Mode.TRAINING: 1000, Mode.FINETUNING: 100, Mode.INFERENCE: 0}
 
@@ -121,7 +124,13 @@ class OTLPExport(Model):
 
 
 class Exporter(Model):
-    image: str = Field(default=DEFAULT_EXPORTER_IMAGE, min_length=1, max_length=512)
+    image: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=512,
+        description="Overrides the sidecar's image. Unset: the operator's --sidecar-image (the chart sets it "
+        "to the operator's own image), so an upgrade moves the sidecars of new pods with the operator.",
+    )
     port: int = Field(
         default=9400, ge=1024, le=65535, description="Non-privileged port the sidecar serves on."
     )
@@ -149,6 +158,10 @@ class Exporter(Model):
         if not 1 <= seconds <= 300:
             raise ValueError("scrapeInterval must be between 1s and 5m")
         return self
+
+    def image_override(self) -> str | None:
+        """The image this monitor asks for instead of the operator's, if any."""
+        return None if self.image in EARLIER_DEFAULT_IMAGES else self.image
 
 
 class Baseline(Model):
@@ -315,7 +328,7 @@ COST_LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
 COST_LABELS_RESERVED: tuple[str, ...] = (
     *COMMON_LABELS,
     *DCGM_LABELS,
-    *("job", "instance", "le", "quantile", "alertname", "alertstate", "severity", "kind", "rack"),
+    *("job", "instance", "le", "quantile", "alertname", "alertstate", "priority", "severity", "kind", "rack"),
 )
 """Labels the cost series, the raw series they come from or Prometheus already give a meaning; a cost
 label of that name would overwrite or shadow them."""

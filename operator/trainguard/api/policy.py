@@ -30,7 +30,7 @@ ReceiverRole = Literal["phone", "sms", "im", "email", "ticket"]
 _RULE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _RECEIVER_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _HHMM = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
-RESERVED_RULE_LABELS = ("alertname", "namespace", "severity", "training_job")
+RESERVED_RULE_LABELS = ("alertname", "namespace", "priority", "severity", "training_job")
 BOT_API_URL = r"(?i)^https?://([^/?#@]*@)?(oapi\.dingtalk\.com|open\.feishu\.cn|open\.larksuite\.com)\.?(:[0-9]*)?([/?#]|$)"
 """The DingTalk and Feishu (Lark) bot APIs: they take their own message format, not Alertmanager's."""
 BOT_API_MESSAGE = (

@@ -131,7 +131,7 @@ def _page(crd: dict[str, Any]) -> str:
     lines = [
         f"# {kind}",
         "",
-        "Generated from `operator/trainguard/api/` by `trainguard reference -o docs/reference`; do not",
+        "Generated from `operator/trainguard/api/` by `trainguard reference --out-dir docs/reference`; do not",
         "edit by hand (a test fails on drift).",
         "",
         f"- apiVersion: `{spec['group']}/{version['name']}`, {spec['scope'].lower()}",
@@ -164,7 +164,7 @@ def reference_markdown() -> dict[str, str]:
         "# trainguard CR reference",
         "",
         "Generated from the pydantic models (`operator/trainguard/api/`) by",
-        "`trainguard reference -o docs/reference`; do not edit by hand.",
+        "`trainguard reference --out-dir docs/reference`; do not edit by hand.",
         "",
     ]
     for name, crd in sorted(pages.items()):

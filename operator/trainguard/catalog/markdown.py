@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from trainguard.catalog.alerts import ALERTS, ALERTS_BY_NAME, FATAL_XIDS, MODE_PROFILES, Alert, Mode
 from trainguard.catalog.metrics import COMMON_LABELS, DCGM_LABELS, METRICS
+from trainguard.catalog.severity import MAPPED_SEVERITY
 
 
 def _num(value: float) -> str:
@@ -21,6 +22,12 @@ def alerts_markdown() -> str:
         "Generated from `operator/trainguard/catalog/` by `trainguard docs`; do not edit by hand.",
         "Every number can be changed in an AlertPolicy: `threshold` sets an alert's first parameter,",
         "`params` the others by name, and `for`, `severity` and `enabled` the rest.",
+        "",
+        "Every alert carries its severity (P0..P3) in the label `priority`. The label `severity` holds the",
+        "same value by default; with the platform's severity style `mapped` ([severity styles](severity.md))",
+        "it holds "
+        + ", ".join(f"`{word}` for {grade}" for grade, word in MAPPED_SEVERITY.items())
+        + ", for an Alertmanager that routes on those.",
         "",
         "| alert | severity | for | fires when | parameters (default) | modes |",
         "| --- | --- | --- | --- | --- | --- |",

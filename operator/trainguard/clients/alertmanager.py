@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from trainguard.catalog.severity import GRADE, styled
 from trainguard.times import parse_rfc3339, rfc3339
 
 DEFAULT_TIMEOUT = 5.0
@@ -137,12 +138,18 @@ def post_alerts(
     generator_url: str = "",
     timeout: float = DEFAULT_TIMEOUT,
     clock: Callable[[], float] = time.time,
+    severity_style: str = GRADE,
 ) -> int:
     """POST /api/v2/alerts: signals (see `alert_body`) and ready-made postable alerts (labels,
     annotations, startsAt, endsAt, generatorURL) in one call; returns how many were posted. Nothing to
-    post makes no call."""
+    post makes no call. A `severity` that is a grade (P0..P3, as the operator builds labels) is written
+    in `severity_style`, the platform's (catalog/severity.styled): every alert the operator posts looks
+    like its rules'."""
     now = clock()
     body = [dict(a) if isinstance(a, Mapping) else alert_body(a, now, generator_url) for a in alerts]
+    for a in body:
+        if isinstance(a.get("labels"), Mapping):
+            a["labels"] = styled(a["labels"], severity_style)
     if not body:
         return 0
     _call("POST", _url(base_url, "/api/v2/alerts"), body, timeout)

@@ -235,6 +235,7 @@ def admit(
     monitors_in: Callable[[str], list[dict[str, Any]]],
     post_event: Callable[[dict[str, Any], str, str, str], None],
     receiver_url: str,
+    sidecar_image: str,
     native_sidecar: bool,
     parsed: Candidates = every_valid,
     resume_pointer: Callable[[TrainingJobMonitor], str | None] = lambda m: None,
@@ -244,7 +245,8 @@ def admit(
     """The changes for an admitted pod, or None. Never raises: a broken operator must not block pods
     (`failed` is told when injection failed and the pod goes without the exporter). `parsed` gives the
     monitors that may select the pod: ParsedMonitors keeps them parsed and indexed between requests;
-    by default each request parses them all.
+    by default each request parses them all. The exporter runs `sidecar_image` (the operator's
+    --sidecar-image) unless the monitor overrides it.
     During a gang restart the pod may use a warm spare, and its exporter gets the checkpoint the
     operator chose, from the monitor's status (`resume_pointer`, the workload's
     trainguard.io/resume-from read from the API, only for a restart an older operator began)."""
@@ -265,6 +267,7 @@ def admit(
             monitor,
             fallback_trace=secrets.token_hex(16),
             receiver_url=receiver_url,
+            sidecar_image=sidecar_image,
             native_sidecar=native_sidecar,
             tolerate_spares=restart is not None,
             resume_from=resume_from,

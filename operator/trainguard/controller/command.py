@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 
-from trainguard.args import duration, fail, kubeconfig_flag, need, who
+from trainguard import IMAGE
+from trainguard.args import api_client, duration, fail, kube_flags, need, who
+from trainguard.catalog.severity import GRADE, MAPPED_SEVERITY, STYLES
 from trainguard.remediation import guardrails as guard
+
+SIDECAR_IMAGE_ENV = "TRAINGUARD_SIDECAR_IMAGE"
 
 BREAKER_RESET_HELP = (
     "re-arm the circuit breaker now (ConfigMap trainguard-guardrails, read by the leader each pass)"
@@ -35,6 +40,27 @@ def at_least_one(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of nodes, 1 or more")
     return value
+
+
+def object_labels(text: str) -> dict[str, str]:
+    """--object-labels KEY=VALUE[,KEY=VALUE...]; empty for none."""
+    from trainguard.api.common import label_key_problem, label_value_problem
+
+    labels: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        problem = (
+            f"{item!r} is not KEY=VALUE" if not sep
+            else label_key_problem(key) or label_value_problem(value)
+            or (f"{key!r} is trainguard's own label" if key.startswith("trainguard.io/") or key.startswith("app.kubernetes.io/") else None)
+        )  # fmt: skip
+        if problem:
+            raise argparse.ArgumentTypeError(
+                f"{problem}; give the labels your Prometheus selects rules and pod monitors by, such as "
+                "release=kube-prometheus-stack (or an empty value for none)"
+            )
+        labels[key] = value
+    return labels
 
 
 def add_guardrails(op: argparse.ArgumentParser) -> None:
@@ -127,7 +153,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     op = sub.add_parser(
         "operator", help="run the operator (kopf): reconcile monitors and policies, inject sidecars"
     )
-    op.add_argument("--kubeconfig", help="default: in-cluster config, then KUBECONFIG / ~/.kube/config")
+    kube_flags(op)
     op.add_argument("--namespace", default="trainguard-system", help="the operator's own namespace")
     op.add_argument("--peering", default="trainguard", help="kopf peering object shared by the replicas")
     op.add_argument(
@@ -153,6 +179,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "--receiver-url",
         default="https://trainguard-operator.trainguard-system.svc:8443",
         help="base URL sidecars (/v1/events) and Alertmanager (/v1/alerts) reach the remediation receiver at",
+    )
+    op.add_argument(
+        "--sidecar-image",
+        default=os.environ.get(SIDECAR_IMAGE_ENV) or IMAGE,
+        metavar="IMAGE",
+        help="the exporter sidecar's image, where a monitor's spec.exporter.image does not override it; the "
+        "chart passes the operator's own image, so an upgrade moves both "
+        f"(default: ${SIDECAR_IMAGE_ENV}, else {IMAGE})",
     )
     op.add_argument("--receiver-addr", default="0.0.0.0", help="address the receiver listens on")
     op.add_argument("--receiver-port", type=int, default=8443, help="port the receiver listens on (TLS)")
@@ -211,6 +245,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="where the operator serves its own Prometheus metrics (/metrics); empty to disable",
     )
     op.add_argument(
+        "--object-labels",
+        type=object_labels,
+        default="release=kube-prometheus-stack",
+        metavar="KEY=VALUE[,...]",
+        help="labels on every PrometheusRule, PodMonitor, AlertmanagerConfig and Secret applied for a monitor: "
+        "what your Prometheus's ruleSelector and podMonitorSelector match (default: what a kube-prometheus-stack "
+        "release named kube-prometheus-stack selects; empty for none)",
+    )
+    op.add_argument(
         "--resync-seconds",
         type=float,
         default=120.0,
@@ -237,6 +280,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         default=12.0,
         help="a node whose Ready condition the operator has seen False or Unknown this long is down",
     )
+    op.add_argument(
+        "--severity-style",
+        choices=STYLES,
+        default=GRADE,
+        help="the severity label of every rule the operator renders and every alert it posts: grade "
+        "(severity=P0..P3, the default) or mapped ("
+        + ", ".join(f"{g}={w}" for g, w in MAPPED_SEVERITY.items())
+        + ") for an Alertmanager that routes on those; the grade is in the priority label either way, "
+        "which trainguard's own routes match (docs/severity.md)",
+    )
     op.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_guardrails(op)
     op.set_defaults(func=cmd_operator)
@@ -246,7 +299,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     verbs = gr.add_subparsers(dest="guardrails_command", metavar="VERB", required=True)
     reset = verbs.add_parser("reset", help=BREAKER_RESET_HELP)
-    kubeconfig_flag(reset)
+    kube_flags(reset)
     reset.add_argument("--namespace", default="trainguard-system", help="the operator's own namespace")
     reset.add_argument("--by", help="who resets (default: $USER@hostname), kept in the ConfigMap")
     reset.set_defaults(func=cmd_guardrails_reset)
@@ -268,6 +321,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
     run(
         OperatorOptions(
             kubeconfig=args.kubeconfig,
+            context=args.context,
             peering=args.peering,
             priority=args.priority,
             standalone=args.standalone,
@@ -282,6 +336,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
             manage_webhook=not args.no_manage_webhook,
             pod_logs=not args.no_pod_logs,
             receiver_url=args.receiver_url,
+            sidecar_image=args.sidecar_image,
             receiver_addr=args.receiver_addr,
             receiver_port=args.receiver_port,
             receiver_cert=args.receiver_cert,
@@ -292,6 +347,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
             prometheus_url=args.prometheus_url,
             liveness=args.liveness or None,
             metrics_addr=args.metrics_addr,
+            object_labels=args.object_labels,
             resync_seconds=args.resync_seconds,
             pods_seconds=args.pods_seconds,
             detect_seconds=args.detect_seconds,
@@ -300,6 +356,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
             ),
             self_managed_certs=args.self_managed_certs,
             guardrails=guardrails_of(args),
+            severity_style=args.severity_style,
             cert_policy=CertPolicy(
                 serving_lifetime=dt.timedelta(seconds=args.cert_duration),
                 renew_before=dt.timedelta(seconds=args.cert_renew_before),
@@ -316,7 +373,7 @@ def cmd_guardrails_reset(args: argparse.Namespace) -> int:
     need("operator", "kubernetes")
     import time
 
-    from trainguard.kube import Kube, api_client
+    from trainguard.kube import Kube
     from trainguard.remediation.breaker import RESET_CONFIGMAP, RESET_KEY
 
     now = int(time.time())
@@ -330,8 +387,9 @@ def cmd_guardrails_reset(args: argparse.Namespace) -> int:
         },
         "data": {RESET_KEY: str(now), "reset-by": who(args.by)},
     }
+    api = api_client(args, component="guardrails")
     try:
-        Kube(api_client(args.kubeconfig, component="guardrails")).apply(config_map)
+        Kube(api).apply(config_map)
     except Exception as exc:
         fail(f"could not write ConfigMap {args.namespace}/{RESET_CONFIGMAP}: {exc}")
     print(f"circuit breakers opened before {now} re-arm on the leader's next pass (ConfigMap "

@@ -18,6 +18,7 @@ import kopf
 
 from trainguard.api import GROUP, VERSION, InvalidInput, TrainingJobMonitor, parse_spec
 from trainguard.catalog.kubernetes import RESUME_FROM
+from trainguard.catalog.severity import GRADE
 from trainguard.controller.admission import Candidates, ParsedMonitors, admit
 from trainguard.controller.metrics import OperatorMetrics
 from trainguard.controller.reconcile import (
@@ -89,6 +90,8 @@ def reconcile(
     receiver: ReceiverSettings | None = None,
     metrics: OperatorMetrics | None = None,
     label_namespace: Callable[[str], str] | None = None,
+    severity_style: str = GRADE,
+    object_labels: Mapping[str, str] | None = None,
 ) -> None:
     with LOCKS(namespace, name):
         fresh = kube.get_monitor(namespace, name)
@@ -98,7 +101,8 @@ def reconcile(
         started, status, result = time.monotonic(), None, None
         try:
             status = reconcile_monitor(kube, reads, fresh, announce=announcer(kube, fresh), receiver=receiver,
-                                       label_namespace=label_namespace)  # fmt: skip
+                                       label_namespace=label_namespace, severity_style=severity_style,
+                                       object_labels=object_labels)  # fmt: skip
         except NamespaceTerminating as exc:
             log.info("%s: nothing more is applied", exc)
             result = "skipped"
@@ -107,13 +111,16 @@ def reconcile(
                 metrics.reconciled(status, time.monotonic() - started, result)
 
 
-def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
+def register(registry: kopf.OperatorRegistry, *, receiver_url: str, sidecar_image: str) -> None:
     """Attach every handler of the operator to `registry`. The memo carries `kube`, `reads` (the watch
-    caches), `native_sidecar` and `namespaces` (controller/namespace_labels.py; set at startup)."""
+    caches), `native_sidecar`, `severity_style` and `namespaces` (controller/namespace_labels.py; set at
+    startup). Injected sidecars run `sidecar_image` unless their monitor overrides it."""
 
     def _reconcile(memo: Any, namespace: str, name: str) -> None:
         reconcile(memo["kube"], memo["reads"], namespace, name, receiver=memo.get("receiver"),
-                  metrics=memo.get("metrics"), label_namespace=_labels(memo))  # fmt: skip
+                  metrics=memo.get("metrics"), label_namespace=_labels(memo),
+                  severity_style=memo.get("severity_style", GRADE),
+                  object_labels=memo.get("object_labels"))  # fmt: skip
 
     # ---- indices: what other handlers look up without an API call ----
 
@@ -188,7 +195,9 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str) -> None:
 
     @kopf.on.mutate("", "v1", "pods", id="inject-sidecar", operations=["CREATE"], registry=registry)
     def inject_sidecar(*, body: kopf.Body, patch: kopf.Patch, memo: Any, **_: Any) -> None:
-        answer_admission(body, patch, memo, receiver_url=receiver_url, parsed=parsed)
+        answer_admission(
+            body, patch, memo, receiver_url=receiver_url, parsed=parsed, sidecar_image=sidecar_image
+        )
 
 
 def _labels(memo: Any) -> Callable[[str], str] | None:
@@ -203,6 +212,7 @@ def answer_admission(
     *,
     receiver_url: str,
     parsed: Candidates,
+    sidecar_image: str,
 ) -> None:
     """One sidecar-injection admission: the pod's changes into `patch`. Reads the monitor cache
     (`memo["reads"]`); the API only while a starting replica's cache has not listed yet, and for a
@@ -224,6 +234,7 @@ def answer_admission(
         monitors_in=monitors_in,
         post_event=lambda obj, reason, msg, type_: kube.post_event(obj, reason, msg, type_, timeout=1.0),
         receiver_url=receiver_url,
+        sidecar_image=sidecar_image,
         native_sidecar=bool(memo.get("native_sidecar", True)),
         parsed=parsed,
         resume_pointer=lambda m: resume_pointer(kube, m),

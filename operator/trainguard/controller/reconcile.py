@@ -13,13 +13,14 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from trainguard.api import InvalidInput, PolicyProblem, TrainingJobMonitor, parse_object, policies_for
 from trainguard.api.common import LabelSelector
 from trainguard.api.monitor import WorkloadRef
+from trainguard.catalog.severity import GRADE
 from trainguard.controller.status import NAMESPACE_LABEL_FAILED, WORKLOAD_UNRESOLVED, Outcome, monitor_status
 from trainguard.kube import (
     ApiError,
@@ -41,6 +42,7 @@ from trainguard.render.kubernetes import (
     monitor_objects,
     operator_receiver,
     receiver_secret_name,
+    with_labels,
 )
 from trainguard.render.policy import effective_policy
 from trainguard.render.sidecar import carries_exporter
@@ -158,11 +160,15 @@ def reconcile_monitor(
     announce: Callable[[str, str], None] = _no_announce,
     receiver: ReceiverSettings | None = None,
     label_namespace: Callable[[str], str] | None = None,
+    severity_style: str = GRADE,
+    object_labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Reconcile one monitor body and write its status; returns the status written. With `receiver`,
     the monitor's credentials are derived and Alertmanager posts its P0 and P1 alerts to the operator.
     `label_namespace` labels the monitor's namespace for the sidecar-injection webhook before anything
-    else (controller/namespace_labels.py), answering why it could not ("" when it is labelled)."""
+    else (controller/namespace_labels.py), answering why it could not ("" when it is labelled). The
+    rules' severity label is in `severity_style`, the platform's (--severity-style); `object_labels` go
+    on every object applied (the platform's --object-labels)."""
     meta = body.get("metadata", {})
     ns, name = meta.get("namespace", "default"), meta.get("name", "?")
     outcome = Outcome(generation=meta.get("generation"))
@@ -197,9 +203,21 @@ def reconcile_monitor(
     }
     if receiver is not None:
         operator = operator_receiver(monitor, receiver.url, with_ca=bool(receiver.ca))
-        desired = [credentials(monitor, receiver), *monitor_objects(monitor, effective, windows, operator)]
+        desired = [
+            *with_labels([credentials(monitor, receiver)], object_labels or {}),
+            *monitor_objects(
+                monitor,
+                effective,
+                windows,
+                operator,
+                severity_style=severity_style,
+                object_labels=object_labels,
+            ),
+        ]
     else:
-        desired = monitor_objects(monitor, effective, windows)
+        desired = monitor_objects(
+            monitor, effective, windows, severity_style=severity_style, object_labels=object_labels
+        )
     outcome.input_hash = content_hash({"objects": desired})
     label = ""
     done: set[str] = set()

@@ -20,6 +20,8 @@ from typing import Any, cast
 import kopf
 from prometheus_client import CollectorRegistry
 
+from trainguard import IMAGE
+from trainguard.catalog.severity import GRADE
 from trainguard.certs.ca import WEBHOOK_CERT_SECRET, CertPolicy, serving_names
 from trainguard.certs.secret import SelfManagedCerts
 from trainguard.certs.tls import ReloadableTLS
@@ -42,6 +44,7 @@ from trainguard.remediation.loop import RemediationLoop
 from trainguard.remediation.model import Signal
 from trainguard.remediation.receiver import MonitorUids, Receiver, ReceiverConfig, SenderCheck
 from trainguard.remediation.senders import Senders
+from trainguard.render.kubernetes import KUBE_PROMETHEUS_STACK_LABELS
 from trainguard.render.sidecar import supports_native_sidecar
 from trainguard.render.webhook import WEBHOOK_CONFIG_NAME, excluded_namespaces, mutating_webhook_configuration
 
@@ -59,6 +62,8 @@ def receiver_base(url: str) -> str:
 @dataclass(frozen=True)
 class OperatorOptions:
     kubeconfig: str | None = None
+    context: str | None = None
+    """The kubeconfig's context to use (--context), else its current-context."""
     peering: str = "trainguard"
     priority: int | None = None
     standalone: bool = False
@@ -75,6 +80,9 @@ class OperatorOptions:
     manage_webhook: bool = True
     receiver_url: str = "https://trainguard-operator.trainguard-system.svc:8443"
     """Base URL the sidecars (/v1/events) and Alertmanager (/v1/alerts) reach the receiver at."""
+    sidecar_image: str = IMAGE
+    """The image of the exporter sidecars the webhook injects (a monitor's spec.exporter.image overrides
+    it); the chart passes its own image, so one upgrade moves the operator and the sidecars together."""
     receiver_addr: str = "0.0.0.0"
     receiver_port: int = 8443
     receiver_cert: str | None = None
@@ -95,6 +103,9 @@ class OperatorOptions:
     liveness: str | None = "http://0.0.0.0:8080/healthz"
     metrics_addr: str = DEFAULT_METRICS_ADDR
     """[host]:port of the operator's own /metrics; "" turns it off."""
+    object_labels: dict[str, str] = field(default_factory=lambda: dict(KUBE_PROMETHEUS_STACK_LABELS))
+    """Labels on every object applied for a monitor: what the platform's Prometheus selects rules and pod
+    monitors by (a default kube-prometheus-stack release's `release: kube-prometheus-stack`)."""
     resync_seconds: float = 120.0
     """How often every monitor is re-applied (repairs hand edits of the objects it owns)."""
     pods_seconds: float = 15.0
@@ -108,14 +119,17 @@ class OperatorOptions:
     guardrails: Guardrails = field(default_factory=Guardrails)
     """The platform's limits on remediation and the operator-wide mode (--remediation-mode and the
     guardrail flags)."""
+    severity_style: str = GRADE
+    """The platform's style of the `severity` label of the rules rendered and the alerts posted
+    (catalog/severity.py, --severity-style); the grade is in `priority` either way."""
     cert_dir: str | None = None
     """Where the self-managed certificate files are written for the servers (default: a private tmp dir)."""
 
 
-def connection_info(kubeconfig: str | None) -> kopf.ConnectionInfo:
+def connection_info(kubeconfig: str | None, context: str | None = None) -> kopf.ConnectionInfo:
     """What kopf.login_via_client returns, for an explicit kubeconfig too, read anew at each login (kopf
     logs in again after a 401): a rotated token or an exec plugin's new credential is what it gets."""
-    c = credentials(kubeconfig)
+    c = credentials(kubeconfig, context)
     return kopf.ConnectionInfo(
         server=c.server,
         ca_path=c.ca_path,
@@ -137,8 +151,8 @@ API_POOL = 32
 def run(opts: OperatorOptions) -> None:
     registry = kopf.OperatorRegistry()
     base = receiver_base(opts.receiver_url)
-    register(registry, receiver_url=f"{base}/v1/events")
-    api = api_client(opts.kubeconfig, pool=API_POOL, component="operator")
+    register(registry, receiver_url=f"{base}/v1/events", sidecar_image=opts.sidecar_image)
+    api = api_client(opts.kubeconfig, context=opts.context, pool=API_POOL, component="operator")
     kube = Kube(api)
     # every replica keeps the watch caches (its webhook reads them; a standby must be warm when it leads)
     cache = ClusterCache(api).start()
@@ -172,6 +186,7 @@ def run(opts: OperatorOptions) -> None:
         reset=lambda: reset_time(kube.read_config_map(opts.namespace, RESET_CONFIGMAP)),
         node_down=opts.node_down,
         history=history,
+        severity_style=opts.severity_style,
     )
 
     reports = MorningReports(
@@ -204,6 +219,8 @@ def run(opts: OperatorOptions) -> None:
             receiver=shared.get("receiver"),
             metrics=metrics,
             label_namespace=namespaces.ensure,
+            severity_style=opts.severity_style,
+            object_labels=opts.object_labels,
         ),
         lock=LOCKS,
         resync_s=opts.resync_seconds,
@@ -222,6 +239,8 @@ def run(opts: OperatorOptions) -> None:
         memo["metrics"] = metrics
         memo["namespaces"] = namespaces
         memo["native_sidecar"] = native_sidecar(kube)
+        memo["severity_style"] = opts.severity_style
+        memo["object_labels"] = opts.object_labels
         shared["memo"] = memo
         if certs is not None:
             opts = start_self_managed_certs(certs, opts)
@@ -286,7 +305,7 @@ def run(opts: OperatorOptions) -> None:
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo | None:
-        return connection_info(opts.kubeconfig)
+        return connection_info(opts.kubeconfig, opts.context)
 
     log.info(
         "trainguard operator starting: peering %s, identity %s, priority %d", opts.peering, identity, priority

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from trainguard.args import EXIT_USAGE, api_client, fail, kubeconfig_flag, monitor_ref, need, when
+from trainguard.args import EXIT_USAGE, api_client, fail, kube_flags, monitor_ref, need, when
+from trainguard.output import Deprecated, dump, out_dir_flag, output_flag
+
+FILES = {"html": "trainguard-report.html", "markdown": "trainguard-report.md"}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -13,12 +17,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     rep.add_argument("--monitor", required=True, metavar="NS/NAME", help="the TrainingJobMonitor")
     rep.add_argument("--alert", help="the alert to report on (default: the job's most severe firing at --at)")
     rep.add_argument("--at", metavar="TIME", help="unix seconds or RFC 3339 (default: now)")
-    rep.add_argument("-o", "--output", default="trainguard-report.html", metavar="FILE.html")
-    rep.add_argument("--markdown", metavar="FILE.md", help="also write the Markdown version")
+    output_flag(rep, ("html", "markdown"), None, "none: the files in --out-dir")
+    out_dir_flag(rep, None, f"{FILES['html']} and {FILES['markdown']}", "the current directory, without -o")
+    rep.add_argument(
+        "--markdown", action=Deprecated, metavar="FILE.md", instead="use --out-dir DIR or -o markdown",
+        help="deprecated: also write the Markdown version here",
+    )  # fmt: skip
     rep.add_argument(
         "--prometheus", metavar="URL", help="Prometheus's base URL (default: $TRAINGUARD_PROMETHEUS_URL)"
     )
-    kubeconfig_flag(rep)
+    kube_flags(rep)
     rep.set_defaults(func=cmd_report)
 
 
@@ -38,7 +46,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not url:
         fail("give Prometheus's URL with --prometheus URL (or $TRAINGUARD_PROMETHEUS_URL)", EXIT_USAGE)
     at = when(args.at)
-    kube = Kube(api_client(args.kubeconfig))
+    kube = Kube(api_client(args))
     try:
         report = build_report(
             kube,
@@ -54,8 +62,15 @@ def cmd_report(args: argparse.Namespace) -> int:
         fail(str(exc))
     except Exception as exc:
         fail(f"could not build the report: {exc}")
-    Path(args.output).write_text(report.html, encoding="utf-8")
+    forms = {"html": report.html, "markdown": report.markdown}
+    if args.output:
+        sys.stdout.write(forms[args.output] if args.output in forms else dump(report.data, args.output))
+    out_dir = args.out_dir or (None if args.output else ".")
+    files = [(Path(out_dir) / FILES[k], text) for k, text in forms.items()] if out_dir else []
     if args.markdown:
-        Path(args.markdown).write_text(report.markdown, encoding="utf-8")
-    print(args.output)
+        files.append((Path(args.markdown), report.markdown))
+    for path, text in files:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        print(path, file=sys.stderr if args.output else sys.stdout)
     return 0

@@ -20,6 +20,7 @@ from trainguard.api import PolicyProblem, TrainingJobMonitor, parse_spec, polici
 from trainguard.api.common import LabelSelector
 from trainguard.api.promql import quoted
 from trainguard.catalog import METRICS_BY_NAME, SEVERITY_ORDER
+from trainguard.catalog.severity import grade_of
 from trainguard.diagnosis import JobEvent, Series, Snapshot, diagnose, labels_of
 from trainguard.diagnosis import signals as sig
 from trainguard.diagnosis.logs import WINDOW_S, LogLine, parse_timestamped
@@ -123,9 +124,7 @@ def firing(prom: RangeQuery, namespace: str, job: str, at: float) -> list[dict[s
     """The job's alerts firing at `at` (Prometheus' ALERTS), most severe first."""
     items = _instant(prom, f'ALERTS{{alertstate="firing",{_job(namespace, job)}}}', at)
     labels = [{k: str(v) for k, v in (i.get("metric") or {}).items()} for i in items]
-    return sorted(
-        labels, key=lambda m: (SEVERITY_ORDER.get(m.get("severity", ""), 9), m.get("alertname", ""))
-    )
+    return sorted(labels, key=lambda m: (SEVERITY_ORDER.get(grade_of(m), 9), m.get("alertname", "")))
 
 
 def pod_logs(
@@ -212,7 +211,7 @@ def build_report(
     snapshot = Snapshot(at, tuple(snap_series), tuple(pod_events(pods)), alert_name)
     info = AlertInfo(
         alert_name,
-        labels.get("severity", ""),
+        grade_of(labels),
         at,
         namespace,
         name,

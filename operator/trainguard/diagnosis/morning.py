@@ -30,12 +30,15 @@ from typing import Any, Protocol
 
 from trainguard.api.policy import WEEKDAYS, QuietHours
 from trainguard.api.promql import quoted
+from trainguard.catalog.severity import grade_of
 from trainguard.render.routing import MORNING_REPORT
 from trainguard.times import rfc3339
 
-SEVERITY = "info"
-"""The report's severity label: not P0-P3, so no severity route, escalation or job-P0 inhibition
-touches it (its own route follows the severity routes)."""
+SEVERITY = "none"
+"""The report's severity label. It has no grade (no `priority`), so no severity route, escalation or
+job-P0 inhibition touches it (its own route follows the severity routes); and not `info`, which
+kube-prometheus-stack's InfoInhibitor mutes in a namespace where no warning or critical fires
+(docs/severity.md)."""
 NIGHT_LABEL = "night"
 GRACE_S = 6 * 3600.0
 """A night's report is still sent this long after the quiet hours end (an operator that was down at
@@ -46,7 +49,7 @@ Prometheus's lookback is 5 minutes, so a firing alert has a sample at least that
 MAX_ROWS = 40
 """Rows in the report's description; the rest is counted in one line."""
 _SHOWN_INSTANCES = 3
-_COMMON = frozenset({"alertname", "alertstate", "severity", "namespace", "training_job"})
+_COMMON = frozenset({"alertname", "alertstate", "priority", "severity", "namespace", "training_job"})
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,7 @@ def tally(
     groups: dict[tuple[str, str], list[Series]] = {}
     for s in series:
         if s.timestamps:
-            key = (s.labels.get("severity", ""), s.labels.get("alertname", ""))
+            key = (grade_of(s.labels), s.labels.get("alertname", ""))
             groups.setdefault(key, []).append(s)
     rows = []
     for (severity, alertname), members in groups.items():

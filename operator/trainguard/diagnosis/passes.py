@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from trainguard.api import PolicyProblem, monitor_of, policies_for
+from trainguard.catalog.severity import grade_of
 from trainguard.clients import alertmanager
 from trainguard.diagnosis import morning as report
 from trainguard.diagnosis.configmap import REPORT_SEVERITY, open_command, report_configmap, report_name
@@ -161,7 +162,7 @@ class DiagnosticReports:
         assert self.prometheus is not None
         written = 0
         for alert in firing(self.prometheus, ns, name, now):
-            if alert.get("severity") != REPORT_SEVERITY:
+            if grade_of(alert) != REPORT_SEVERITY:
                 continue
             cm_name = report_name(name, alert)
             if (ns, cm_name) in self._done:

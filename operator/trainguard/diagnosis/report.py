@@ -6,6 +6,7 @@ evidence, plots of the related series for the 5 minutes around the alert, the po
 from __future__ import annotations
 
 import base64
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from trainguard.diagnosis.logs import LogLine, excerpt
 from trainguard.diagnosis.model import Finding, Series, Snapshot
 from trainguard.diagnosis.robust import median, spread
 from trainguard.diagnosis.svg import Band, Line, line_plot
+from trainguard.times import rfc3339
 
 PLOT_HALF_S = 150.0
 """The plots cover the alert's time +-2.5 minutes."""
@@ -58,6 +60,9 @@ class Report:
     markdown: str
     html: str
     plots: dict[str, str] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+    """The same as data, for `trainguard report -o json|yaml`: the alert, the findings with their
+    evidence, the log lines and the remediation records; the plots by name only."""
 
 
 @dataclass(frozen=True)
@@ -169,7 +174,39 @@ def build(inp: ReportInput) -> Report:
     figures = plots(inp.snapshot)
     logs = excerpt(inp.logs, inp.alert.at)
     actions = _actions(inp.remediations, inp.alert.name)
-    return Report(_markdown(inp, figures, logs, actions), _html(inp, figures, logs, actions), figures)
+    return Report(
+        _markdown(inp, figures, logs, actions),
+        _html(inp, figures, logs, actions),
+        figures,
+        _data(inp, figures, logs),
+    )
+
+
+def _number(value: float | None) -> float | None:
+    """JSON has no NaN or infinity: those are unknown."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _data(inp: ReportInput, figures: dict[str, str], logs: list[LogLine]) -> dict[str, Any]:
+    a = inp.alert
+    return {
+        "alert": {"name": a.name, "severity": a.severity, "time": rfc3339(a.at), "namespace": a.namespace,
+                  "job": a.job, "node": a.node, "gpu": a.gpu, "pod": a.pod, "summary": a.summary,
+                  "runbookURL": a.runbook_url, "traceID": a.trace_id},
+        "findings": [
+            {"cause": f.cause.value, "confidence": f.confidence, "summary": f.summary, "node": f.node,
+             "gpu": f.gpu, "pod": f.pod, "share": _number(f.share),
+             "evidence": [{"metric": e.metric, "labels": dict(e.labels), "value": _number(e.value),
+                           "reference": _number(e.reference), "note": e.note} for e in f.evidence]}
+            for f in inp.findings
+        ],
+        "plots": list(figures),
+        "logsRead": inp.logs_read,
+        "logs": [{"time": rfc3339(ln.at), "pod": ln.pod, "container": ln.container, "kind": ln.kind,
+                  "text": ln.text} for ln in logs],
+        "remediations": [dict(r) for r in inp.remediations if r.get("alert") == a.name]
+        or [dict(r) for r in inp.remediations],
+    }  # fmt: skip
 
 
 def _markdown(inp: ReportInput, figures: dict[str, str], logs: list[LogLine], actions: list[str]) -> str:

@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from trainguard.catalog.severity import GRADE
 from trainguard.clients import alertmanager as am
 from trainguard.drill.scenarios import PodView
 from trainguard.kube import ApiError, Kube
@@ -177,14 +178,16 @@ def delivered(exposition: str) -> float:
 
 
 class AlertmanagerHTTP:
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, severity_style: str = GRADE) -> None:
         self.base = base_url.rstrip("/")
+        self.severity_style = severity_style
+        """The platform's severity style (catalog/severity.py): synthetic alerts look like its rules'."""
 
     def alerts(self, namespace: str, job: str) -> list[dict[str, Any]]:
         return am.raw_alerts(self.base, {"namespace": namespace, "training_job": job})[1]
 
     def post(self, alerts: list[dict[str, Any]]) -> None:
-        am.post_alerts(self.base, alerts)
+        am.post_alerts(self.base, alerts, severity_style=self.severity_style)
 
     def delivered(self) -> float:
         with urllib.request.urlopen(f"{self.base}/metrics", timeout=TIMEOUT_S) as resp:

@@ -11,7 +11,10 @@ import sys
 import uuid
 from types import FrameType
 
+from trainguard.args import kube_flags
+from trainguard.catalog.severity import GRADE, STYLES
 from trainguard.drill import SCENARIO_NAMES
+from trainguard.output import Deprecated, output_flag
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -48,12 +51,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--alertmanager", metavar="URL", help="Alertmanager's base URL (default: $TRAINGUARD_ALERTMANAGER)"
     )
     p.add_argument(
+        "--severity-style", choices=STYLES, default=GRADE,
+        help="the severity label of the synthetic alerts: the operator's --severity-style (default grade; "
+        "docs/severity.md)",
+    )  # fmt: skip
+    p.add_argument(
         "--sidecar-access", choices=["auto", "proxy", "direct"], default="auto",
         help="reach sidecars through the apiserver's pod proxy or at the pod IP (in-cluster); auto (default): "
         "the proxy, else the pod IP",
     )  # fmt: skip
-    p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
-    p.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    output_flag(p, ("table",), "table")
+    p.add_argument(
+        "--json", action=Deprecated, nargs=0, dest="output", const="json", instead="use -o json",
+        help="deprecated: -o json",
+    )  # fmt: skip
+    kube_flags(p)
     p.add_argument("--poll", type=float, default=0.5, help=argparse.SUPPRESS)
 
 
@@ -93,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         return _usage("this command needs the 'operator' extra: pip install 'trainguard[operator]'")
     from trainguard.clients.alertmanager import AlertmanagerError
     from trainguard.drill.clients import AlertmanagerHTTP, KubeCluster, SidecarHTTP
-    from trainguard.drill.results import render_json, render_table
+    from trainguard.drill.results import render, render_plan
     from trainguard.drill.run import Drill, Options, make_plan
     from trainguard.drill.scenarios import DrillError, scenario
 
@@ -104,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         allow_actions=args.allow_actions, poll_s=args.poll, drill_id=f"{args.scenario}-{uuid.uuid4().hex[:8]}",
     )  # fmt: skip
     try:
-        kube = Kube(api_client(args.kubeconfig), timeout=10.0)
+        kube = Kube(api_client(args.kubeconfig, context=args.context), timeout=10.0)
     except (ConfigError, OSError) as exc:
         print(f"trainguard drill: no Kubernetes credentials: {exc}", file=sys.stderr)
         return EXIT_FAIL
@@ -119,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"trainguard drill: the apiserver answered HTTP {exc.status} {exc.reason}", file=sys.stderr)
         return EXIT_FAIL
     if args.dry_run:
-        sys.stdout.write("".join(f"{line}\n" for line in plan.lines(o)))
+        sys.stdout.write(render_plan(args.scenario, f"{namespace}/{name}", plan.lines(o), args.output))
         return EXIT_PASS
     for line in plan.lines(o):
         print(f"drill plan: {line}", file=sys.stderr)
@@ -130,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
             o,
             cluster,
             sidecars,
-            AlertmanagerHTTP(str(base)),
+            AlertmanagerHTTP(str(base), args.severity_style),
             log=lambda m: print(m, file=sys.stderr, flush=True),
         )
         outcome = drill.run(plan)
@@ -139,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FAIL
     finally:
         signal.signal(signal.SIGTERM, previous)
-    sys.stdout.write(render_json(outcome) if args.json else render_table(outcome))
+    sys.stdout.write(render(outcome, args.output))
     if outcome.interrupted:
         return EXIT_INTERRUPTED
     return EXIT_PASS if outcome.passed else EXIT_FAIL

@@ -1,4 +1,5 @@
-"""What a drill measured, the verdict on it and its report (a table for people, JSON for tools). Pure."""
+"""What a drill measured, the verdict on it and its report (a table for people, JSON or YAML for tools).
+Pure."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from trainguard.drill.scenarios import Stage
+from trainguard.output import dump
 
 
 @dataclass(frozen=True)
@@ -113,3 +115,17 @@ def render_table(o: Outcome) -> str:
 
 def render_json(o: Outcome) -> str:
     return json.dumps(o.to_json(), indent=2, sort_keys=True) + "\n"
+
+
+def render(o: Outcome, fmt: str) -> str:
+    """The report in `-o`'s format: the table, or its data as JSON or YAML."""
+    if fmt == "table":
+        return render_table(o)
+    return render_json(o) if fmt == "json" else dump(o.to_json(), fmt)
+
+
+def render_plan(scenario: str, monitor: str, lines: list[str], fmt: str) -> str:
+    """A dry run's plan: its lines, or them as data."""
+    if fmt == "table":
+        return "".join(f"{line}\n" for line in lines)
+    return dump({"scenario": scenario, "monitor": monitor, "plan": lines}, fmt)

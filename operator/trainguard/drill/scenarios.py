@@ -16,6 +16,7 @@ from typing import Any
 
 from trainguard.api.monitor import Remediation
 from trainguard.catalog import ALERTS_BY_NAME
+from trainguard.catalog.severity import grade_labels
 from trainguard.remediation.plan import (
     AT_P1,
     ECC_DEGRADED,
@@ -174,7 +175,7 @@ def alert_labels(alertname: str, pod: PodView, namespace: str, job: str) -> dict
     """The identifying labels a real instance of `alertname` about `pod` would carry (its scope's)."""
     alert = ALERTS_BY_NAME[alertname]
     known = {"namespace": namespace, "training_job": job, "pod": pod.name, "node": pod.node}
-    labels = {"alertname": alertname, "severity": alert.severity}
+    labels = {"alertname": alertname, **grade_labels(alert.severity)}
     for key in alert.scope.labels:
         labels[key] = known.get(key) or _SCOPE_DEFAULTS.get(key, "")
     return labels

@@ -26,13 +26,15 @@ from typing import Any
 
 from trainguard.catalog import FATAL_XIDS
 from trainguard.catalog.events import fingerprint
+from trainguard.catalog.severity import grade_labels
 from trainguard.exporter.readings import GPUReading
 
 log = logging.getLogger("trainguard.exporter.fastpath")
 
 
 def event(alertname: str, labels: dict[str, str], summary: str, now: float) -> dict[str, Any]:
-    full = {"alertname": alertname, "severity": "P0", **labels}
+    # the grade in priority and, for an operator that predates it, in severity too
+    full = {"alertname": alertname, **grade_labels("P0"), **labels}
     return {
         "source": "sidecar",
         "labels": full,

@@ -3,6 +3,7 @@ the operator build their client here, so they all find the cluster the same way.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from kubernetes import client, config
@@ -13,12 +14,16 @@ Configuration = client.Configuration
 ApiClient = client.ApiClient
 
 
-def client_configuration(kubeconfig: str | None) -> client.Configuration:
+def client_configuration(kubeconfig: str | None, context: str | None = None) -> client.Configuration:
     """A fresh client configuration: in-cluster, or from the kubeconfig file read now. Built anew at
-    each login, so a rotated ServiceAccount token or an exec plugin's new credential is picked up."""
+    each login, so a rotated ServiceAccount token or an exec plugin's new credential is picked up.
+    A `context` (kubectl's --context) names one of the kubeconfig's contexts instead of its
+    current-context, and so reads the kubeconfig (KUBECONFIG, ~/.kube/config) even in a pod."""
     cfg = client.Configuration()
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    if kubeconfig or context:
+        # KUBECONFIG is read now: the client read it once, when it was imported
+        path = kubeconfig or os.environ.get("KUBECONFIG") or None
+        config.load_kube_config(config_file=path, context=context, client_configuration=cfg)
         return cfg
     try:
         config.load_incluster_config(client_configuration=cfg)
@@ -34,11 +39,15 @@ def user_agent(component: str) -> str:
 
 
 def api_client(
-    kubeconfig: str | None, *, pool: int | None = None, component: str = "cli"
+    kubeconfig: str | None,
+    *,
+    context: str | None = None,
+    pool: int | None = None,
+    component: str = "cli",
 ) -> client.ApiClient:
-    """A client on `client_configuration(kubeconfig)`; `pool` widens urllib3's connection pool (the
-    operator's threads and watches share it)."""
-    cfg = client_configuration(kubeconfig)
+    """A client on `client_configuration(kubeconfig, context)`; `pool` widens urllib3's connection pool
+    (the operator's threads and watches share it)."""
+    cfg = client_configuration(kubeconfig, context)
     if pool is not None:
         cfg.connection_pool_maxsize = pool
     api = client.ApiClient(cfg)
@@ -61,10 +70,10 @@ class Credentials:
     private_key_path: str | None
 
 
-def credentials(kubeconfig: str | None) -> Credentials:
+def credentials(kubeconfig: str | None, context: str | None = None) -> Credentials:
     """The current credentials: the token is read through get_api_key_with_prefix, which runs the
     client's refresh hook (exec plugins, token files)."""
-    cfg = client_configuration(kubeconfig)
+    cfg = client_configuration(kubeconfig, context)
     header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix("authorization")
     parts = header.split(" ", 1) if header else []
     scheme, token = (

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from trainguard.catalog.severity import GRADE
 from trainguard.clients import alertmanager
 from trainguard.remediation import notices
 from trainguard.remediation.guardrails import Guardrails, PoolBreaker, observe, pool_name, step
@@ -53,7 +54,8 @@ class Breaker:
         reset: Callable[[], float | None] = lambda: None,
         alertmanager_url: str | None = None,
         clock: Callable[[], float] = time.time,
-        post: Callable[[str, list[dict[str, Any]]], Any] = alertmanager.post_alerts,
+        post: Callable[..., Any] = alertmanager.post_alerts,
+        severity_style: str = GRADE,
     ) -> None:
         self.reads = reads
         self.guardrails = guardrails
@@ -62,6 +64,8 @@ class Breaker:
         self.alertmanager_url = alertmanager_url
         self.clock = clock
         self.post = post
+        self.severity_style = severity_style
+        """The platform's severity style (catalog/severity.py) the page is posted in."""
         self.state: dict[str, PoolBreaker] = {}
         self.reset_at: float | None = None
         self._rearmed: list[tuple[str, PoolBreaker]] = []
@@ -112,7 +116,7 @@ class Breaker:
                 notices.breaker_open(p, label, b.opened_at, b.reason, now, resolved=True) for p, b in closed
             ]
             try:
-                self.post(self.alertmanager_url, alerts)
+                self.post(self.alertmanager_url, alerts, severity_style=self.severity_style)
             except Exception as exc:
                 log.error("paging the circuit breaker to Alertmanager failed: %s", exc)
         return {"open": len(open_), "rearmed": len(closed)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainguard.args import EXIT_USAGE, api_client, fail, kubeconfig_flag, monitor_ref, need, who
+from trainguard.args import EXIT_USAGE, api_client, fail, kube_flags, monitor_ref, need, who
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -30,7 +30,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         "uncordon", help="return a node trainguard cordoned to service (refuses a node a person cordoned)"
     )
     unc.add_argument("node", metavar="NODE")
-    kubeconfig_flag(unc)
+    kube_flags(unc)
     unc.add_argument("--by", metavar="WHO", help="who returns it (default: $USER@hostname)")
     unc.add_argument("--reason", metavar="TEXT", help="why, such as the repair done")
     unc.set_defaults(func=cmd_uncordon)
@@ -85,7 +85,7 @@ def cmd_uncordon(args: argparse.Namespace) -> int:
     from trainguard.kube import ApiError, Kube
     from trainguard.remediation.uncordon import Refused, uncordon
 
-    kube = Kube(api_client(args.kubeconfig), timeout=10.0)
+    kube = Kube(api_client(args), timeout=10.0)
     try:
         result = uncordon(kube, args.node, who(args.by), reason=args.reason or "")
     except Refused as exc:

@@ -19,6 +19,7 @@ from typing import Any
 
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog.alerts import TRAINING_INTERRUPTED
+from trainguard.catalog.severity import grade_labels, grade_of
 from trainguard.kube.objects import Hearing
 from trainguard.remediation.model import Phase, Signal, Source, StepKind
 from trainguard.remediation.signals import signal_fingerprint
@@ -83,7 +84,7 @@ def monitor_pods(pods: Iterable[dict[str, Any]], monitor: TrainingJobMonitor) ->
 
 def _job_labels(monitor: TrainingJobMonitor, **extra: str) -> dict[str, str]:
     labels = {
-        "severity": SEVERITY,
+        **grade_labels(SEVERITY),
         "namespace": monitor.namespace,
         "training_job": monitor.name,
         **{k: v for k, v in extra.items() if v},  # an empty label is an absent one (Prometheus, Alertmanager)
@@ -94,7 +95,7 @@ def _job_labels(monitor: TrainingJobMonitor, **extra: str) -> dict[str, str]:
 def _signal(labels: dict[str, str], starts_at: float, now: float, annotations: dict[str, str]) -> Signal:
     return Signal(
         alertname=labels["alertname"],
-        severity=labels["severity"],
+        severity=grade_of(labels),
         labels=labels,
         fingerprint=signal_fingerprint(labels),
         source=Source.OPERATOR,
@@ -293,7 +294,7 @@ def interruptions(
 
 def _notice(signal: Signal) -> Signal:
     """`signal` at FINISHED_JOB_SEVERITY: the job's Job failed and no pod of it is left."""
-    labels = {**signal.labels, "severity": FINISHED_JOB_SEVERITY}
+    labels = {**signal.labels, **grade_labels(FINISHED_JOB_SEVERITY)}
     note = "; the Job failed and no pod of it is left, which its controller does not recreate: resubmit it"
     return replace(
         signal,

@@ -16,6 +16,7 @@ from concurrent.futures import Executor as Pool
 from typing import Any
 
 from trainguard.api import TrainingJobMonitor
+from trainguard.catalog.severity import GRADE
 from trainguard.clients import alertmanager
 from trainguard.remediation import notices, records, tokens
 from trainguard.remediation.executor import Executor, FaultHistory
@@ -76,6 +77,7 @@ class Dispatcher:
         executor_factory: Callable[..., Executor] = Executor,
         history: FaultHistory | None = None,
         clock: Callable[[], float] = time.time,
+        severity_style: str = GRADE,
     ) -> None:
         self.store = store
         self.cluster = cluster
@@ -88,6 +90,8 @@ class Dispatcher:
         self.mode = mode
         """The operator-wide mode, "act", "dry-run" or "off" (each executor asks before every step)."""
         self.alertmanager_url = alertmanager_url
+        self.severity_style = severity_style
+        """The platform's severity style (catalog/severity.py) of the notices posted to Alertmanager."""
         self.executor_factory = executor_factory
         self.history = history
         """Prometheus's record of the jobs' alerts, a GPU fault's second witness (executor.FaultHistory)."""
@@ -184,7 +188,9 @@ class Dispatcher:
                 "no --alertmanager-url: the notice of %s is only in the record: %s", record.get("id"), message
             )
             return
-        alertmanager.post_alerts(self.alertmanager_url, [notices.withheld(record, message)])
+        alertmanager.post_alerts(
+            self.alertmanager_url, [notices.withheld(record, message)], severity_style=self.severity_style
+        )
 
     def _token(self, monitor: TrainingJobMonitor) -> str:
         """The sidecars' token of the monitor the executor read for this step: its uid is the one the

@@ -27,6 +27,7 @@ from typing import Any
 
 from trainguard.api.common import duration_seconds, format_duration
 from trainguard.api.policy import Escalation
+from trainguard.catalog.severity import GRADE, PRIORITY, SEVERITY, grade_of
 from trainguard.times import parse_rfc3339
 
 ESCALATED_FROM = "escalated_from"
@@ -83,8 +84,8 @@ def is_copy(alert: Mapping[str, Any]) -> bool:
 
 
 def _identity(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """What a P1 and its copy share: every label but severity and escalated_from."""
-    return tuple(sorted((k, v) for k, v in labels.items() if k not in ("severity", ESCALATED_FROM)))
+    """What a P1 and its copy share: every label but the grade's (priority, severity) and escalated_from."""
+    return tuple(sorted((k, v) for k, v in labels.items() if k not in (PRIORITY, SEVERITY, ESCALATED_FROM)))
 
 
 def _of_monitor(alert: Mapping[str, Any], namespace: str, training_job: str) -> bool:
@@ -121,7 +122,7 @@ def _escalatable(
     out = []
     for a in alerts:
         labels = _labels(a)
-        if is_copy(a) or labels.get("severity") != ESCALATES or not _of_monitor(a, namespace, training_job):
+        if is_copy(a) or grade_of(labels) != ESCALATES or not _of_monitor(a, namespace, training_job):
             continue
         started = parse_time(a.get("startsAt"))
         if started is None or now - started < escalation.after_s:
@@ -171,10 +172,27 @@ def _postable(alert: Mapping[str, Any]) -> Alert:
     return out
 
 
-def escalated(alert: Mapping[str, Any], escalation: Settings, now: float, ttl_s: float = COPY_TTL_S) -> Alert:
-    """The P0 copy of a due P1 to post: its labels with severity P0 and escalated_from P1, its
-    annotations with the summary prefixed by the delay. Same labels on every pass, so Alertmanager
-    keeps one alert and only moves its endsAt.
+def copy_severity(labels: Mapping[str, str], severity_style: str) -> str:
+    """The copy's `severity`: P0 in the grade style. In the mapped style its P1's own (warning), not
+    critical: kube-prometheus-stack's critical-mutes-warning rule (equal namespace and alertname) would
+    let one job's copy mute the same P1 of every other job in the namespace, and their copies in turn
+    resolve this one. trainguard's routes page the copy on its priority (docs/severity.md)."""
+    if severity_style == GRADE:
+        return ESCALATED_SEVERITY
+    return labels.get(SEVERITY) or ESCALATES
+
+
+def escalated(
+    alert: Mapping[str, Any],
+    escalation: Settings,
+    now: float,
+    ttl_s: float = COPY_TTL_S,
+    *,
+    severity_style: str = GRADE,
+) -> Alert:
+    """The P0 copy of a due P1 to post: its labels with priority P0, escalated_from P1 and the
+    severity of `copy_severity`, its annotations with the summary prefixed by the delay. Same labels on
+    every pass, so Alertmanager keeps one alert and only moves its endsAt.
 
     startsAt is the P1's, the fault's start, not when the delay ran out: the copy reaches the operator's
     receiver through Alertmanager's webhook, and what is decided from a signal's start is decided from
@@ -190,7 +208,11 @@ def escalated(alert: Mapping[str, Any], escalation: Settings, now: float, ttl_s:
     starts = now if started is None else min(now, started)
     copy: Alert = {
         "labels": labels
-        | {"severity": ESCALATED_SEVERITY, ESCALATED_FROM: labels.get("severity", ESCALATES)},
+        | {
+            PRIORITY: ESCALATED_SEVERITY,
+            SEVERITY: copy_severity(labels, severity_style),
+            ESCALATED_FROM: grade_of(labels) or ESCALATES,
+        },
         "annotations": annotations,
         "startsAt": format_time(starts),
         "endsAt": format_time(now + ttl_s),
@@ -223,7 +245,7 @@ ACK_FOR = "4h"
 
 def ack_matchers(alertname: str, namespace: str, training_job: str) -> dict[str, str]:
     """What an acknowledgement silences: the alert of one monitor by name, namespace and job, whatever
-    its severity, so it mutes the P1, keeps it from escalating and mutes a copy already posted."""
+    its grade, so it mutes the P1, keeps it from escalating and mutes a copy already posted."""
     return {"alertname": alertname, "namespace": namespace, "training_job": training_job}
 
 

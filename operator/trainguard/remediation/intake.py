@@ -18,6 +18,7 @@ from concurrent.futures import Executor
 from typing import Any, Protocol
 
 from trainguard.api import monitor_of
+from trainguard.catalog.severity import GRADE
 from trainguard.clients import alertmanager
 from trainguard.remediation import paging, pending
 from trainguard.remediation.model import Signal
@@ -33,9 +34,13 @@ class Pager:
     """Posts a sidecar's P0 into Alertmanager, so people are paged within seconds of the fault rather
     than after a scrape and an evaluation (remediation/paging.py)."""
 
-    def __init__(self, alertmanager_url: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, alertmanager_url: str, clock: Callable[[], float] = time.time, severity_style: str = GRADE
+    ) -> None:
         self.alertmanager_url = alertmanager_url
         self.clock = clock
+        self.severity_style = severity_style
+        """The platform's severity style (catalog/severity.py): the page's severity label is written in it."""
 
     def wants(self, signal: Signal) -> bool:
         return paging.page_alert(signal, self.clock()) is not None
@@ -45,7 +50,9 @@ class Pager:
         if alert is None:
             return
         try:
-            alertmanager.post_alerts(self.alertmanager_url, [alert], clock=self.clock)
+            alertmanager.post_alerts(
+                self.alertmanager_url, [alert], clock=self.clock, severity_style=self.severity_style
+            )
         except alertmanager.AlertmanagerError as exc:
             log.warning("cannot page %s of %s/%s through Alertmanager (the rule's alert still will): %s",
                         signal.alertname, signal.namespace, signal.training_job, exc)  # fmt: skip

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
+from trainguard.catalog.severity import GRADE
 from trainguard.remediation.breaker import Breaker
 from trainguard.remediation.detect import NodeDownSettings
 from trainguard.remediation.dispatch import Dispatcher
@@ -57,32 +58,37 @@ class RemediationLoop:
         reset: Callable[[], float | None] = lambda: None,
         node_down: NodeDownSettings | None = None,
         history: FaultHistory | None = None,
+        severity_style: str = GRADE,
     ) -> None:
         """`guardrails` are the platform's limits (operator flags); `mode` the operator-wide mode now
         (act, dry-run, off); `reset` reads the time of the last manual reset of the circuit breaker; `history`
-        is Prometheus's record of the jobs' alerts, the second witness of a GPU fault."""
+        is Prometheus's record of the jobs' alerts, the second witness of a GPU fault; `severity_style`
+        the platform's style of the severity label of every alert posted to Alertmanager
+        (catalog/severity.py, --severity-style)."""
+        style = severity_style
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trainguard-remediation")
         # pages on their own threads: executors block up to emergencyCheckpointTimeout, and a new P0's
         # page must not wait behind running remediations
         self.paging = ThreadPoolExecutor(max_workers=PAGING_WORKERS, thread_name_prefix="trainguard-paging")
         self.store = RecordStore(api, lock, on_step, key=key)
-        pager = Pager(alertmanager_url, clock) if alertmanager_url else None
+        pager = Pager(alertmanager_url, clock, severity_style=style) if alertmanager_url else None
         self.intake = Intake(self.paging, pager, store=self.store, monitors=reads, clock=clock)
         self.dispatcher = Dispatcher(self.store, cluster, self.pool, key=key, leader=leader, mode=mode,
                                      alertmanager_url=alertmanager_url, executor_factory=executor_factory,
-                                     clock=clock, history=history)  # fmt: skip
+                                     clock=clock, history=history, severity_style=style)  # fmt: skip
         guard = guardrails or Guardrails()
         self.breaker = Breaker(cluster, guard, leader=leader, reset=reset, alertmanager_url=alertmanager_url,
-                               clock=clock)  # fmt: skip
+                               clock=clock, severity_style=style)  # fmt: skip
         self.planner = Planner(self.store, cluster, self.dispatcher, leader=leader, clock=clock, guardrails=guard,
                                mode=mode, breaker=self.breaker.evaluate, policy=reads.policy)  # fmt: skip
         self.resume = ResumePass(reads, self.dispatcher, leader)
         self.pending = PendingPass(reads, self.intake, leader, clock)
-        self.watch = WatchPass(
-            reads, self.intake, leader, alertmanager_url, clock, settings=node_down or NodeDownSettings()
+        self.watch = WatchPass(reads, self.intake, leader, alertmanager_url, clock,
+                               settings=node_down or NodeDownSettings(), severity_style=style)  # fmt: skip
+        self.escalate = EscalationPass(reads, leader, alertmanager_url, clock, severity_style=style)
+        self.cordon_notices = CordonNoticePass(
+            reads, cluster, leader, alertmanager_url, clock, severity_style=style
         )
-        self.escalate = EscalationPass(reads, leader, alertmanager_url, clock)
-        self.cordon_notices = CordonNoticePass(reads, cluster, leader, alertmanager_url, clock)
         self._stop = threading.Event()
 
     def receive(self, signals: list[Signal]) -> None:

@@ -25,6 +25,8 @@ class Signal:
 
     alertname: str
     severity: str
+    """Its grade, P0..P3: the `priority` label, or `severity` where the sender set no priority
+    (catalog/severity.grade_of); the `severity` label itself may be a mapped word such as critical."""
     labels: dict[str, str]
     fingerprint: str
     source: Source

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from trainguard.catalog.alerts import BREAKER_OPEN, NODE_CORDONED, WITHHELD
+from trainguard.catalog.severity import grade_labels
 from trainguard.remediation.escalation import format_time
 from trainguard.remediation.model import Phase, StepKind
 from trainguard.remediation.plan import ECC_DEGRADED
@@ -55,7 +56,7 @@ def cordon_notices(
                 if record.get("class") == ECC_DEGRADED  # isolated, not moved
                 else "the job was moved off it"
             )
-            labels = {"alertname": NODE_CORDONED, "severity": SEVERITY, "namespace": namespace,
+            labels = {"alertname": NODE_CORDONED, **grade_labels(SEVERITY), "namespace": namespace,
                       "training_job": name, "node": node, "remediation": str(record.get("id", ""))}  # fmt: skip
             out[(namespace, name, node)] = {
                 "labels": labels,
@@ -74,7 +75,7 @@ def cordon_notices(
 def withheld(record: Mapping[str, Any], message: str) -> dict[str, Any]:
     """The postable P0 of a NOTIFY step: what trainguard did not do and why, for the job's receivers.
     `record` carries its monitor's namespace and trainingJob."""
-    labels = {"alertname": WITHHELD, "severity": "P0", "namespace": str(record.get("namespace", "")),
+    labels = {"alertname": WITHHELD, **grade_labels("P0"), "namespace": str(record.get("namespace", "")),
               "training_job": str(record.get("trainingJob", "")), "remediation": str(record.get("id", ""))}  # fmt: skip
     if record.get("node"):
         labels["node"] = str(record["node"])
@@ -93,7 +94,7 @@ def breaker_open(
     """The postable P0 of an open circuit breaker, for the platform (no namespace: a tenant's
     AlertmanagerConfig does not match it; the platform's own route must). Refreshed on every pass
     while open (it ends HOLD_S after the last refresh); `resolved` ends it now, when the breaker re-arms."""
-    labels = {"alertname": BREAKER_OPEN, "severity": "P0"}
+    labels = {"alertname": BREAKER_OPEN, **grade_labels("P0")}
     if pool_label:
         labels["pool_label"] = pool_label
     if pool:

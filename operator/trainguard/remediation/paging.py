@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainguard.catalog import ALERTS_BY_NAME
+from trainguard.catalog.severity import grade_labels
 from trainguard.remediation.model import Signal, Source
 from trainguard.render.inhibition import FASTPATH, PATH_LABEL
 from trainguard.times import rfc3339
@@ -34,7 +35,11 @@ def page_alert(signal: Signal, now: float) -> dict[str, Any] | None:
     if signal.source != Source.SIDECAR or not signal.firing or alert is None or signal.severity != "P0":
         return None
     start = min(signal.starts_at, now)
-    labels = {k: v for k, v in signal.labels.items() if v} | {PATH_LABEL: FASTPATH}
+    # the grade in priority whatever the sidecar sent (an older one sends severity alone); the post
+    # writes severity in the platform's style
+    labels = (
+        {k: v for k, v in signal.labels.items() if v} | grade_labels(signal.severity) | {PATH_LABEL: FASTPATH}
+    )
     annotations = {
         "summary": f"{alert.summary}: {signal.namespace}/{signal.training_job}",
         "description": signal.annotations.get("summary", alert.condition),

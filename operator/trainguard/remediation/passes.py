@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from trainguard.api import PolicyProblem, TrainingJobMonitor, monitor_of, policies_for
 from trainguard.api.common import LabelSelector
+from trainguard.catalog.severity import GRADE
 from trainguard.clients import alertmanager
 from trainguard.kube.errors import NotSynced, Stale
 from trainguard.kube.objects import Hearing
@@ -181,6 +182,8 @@ class WatchPass:
     clock: Callable[[], float] = time.time
     settings: detect.NodeDownSettings = field(default_factory=detect.NodeDownSettings)
     nodes: NodeWatch = field(default_factory=NodeWatch)
+    severity_style: str = GRADE
+    """The platform's severity style (catalog/severity.py) the faults are posted in."""
 
     def run(self) -> int:
         if not self.leader():
@@ -206,7 +209,9 @@ class WatchPass:
                 )
         if found and self.alertmanager_url:
             try:
-                alertmanager.post_alerts(self.alertmanager_url, found, clock=self.clock)
+                alertmanager.post_alerts(
+                    self.alertmanager_url, found, clock=self.clock, severity_style=self.severity_style
+                )
             except alertmanager.AlertmanagerError as exc:
                 log.warning("cannot post %d detected fault(s) to Alertmanager: %s", len(found), exc)
         self.intake.submit(found)
@@ -234,6 +239,8 @@ class EscalationPass:
     leader: Callable[[], bool]
     alertmanager_url: str | None
     clock: Callable[[], float] = time.time
+    severity_style: str = GRADE
+    """The platform's severity style (catalog/severity.py) the copies are posted in."""
 
     def run(self) -> int:
         if not self.alertmanager_url or not self.leader():
@@ -253,10 +260,12 @@ class EscalationPass:
                 if settings.enabled
                 else []
             )
-            out = [escalation.escalated(a, settings, now) for a in due]
+            out = [escalation.escalated(a, settings, now, severity_style=self.severity_style) for a in due]
             out += escalation.ended(alerts, settings, now, namespace=ns, training_job=job)
             if out:
-                alertmanager.post_alerts(self.alertmanager_url, out, clock=self.clock)
+                alertmanager.post_alerts(
+                    self.alertmanager_url, out, clock=self.clock, severity_style=self.severity_style
+                )
                 posted += len(due)
                 for a in due:
                     log.info("escalated %s of %s/%s to P0: unacknowledged for %ss", a["labels"].get("alertname"),
@@ -275,6 +284,8 @@ class CordonNoticePass:
     leader: Callable[[], bool]
     alertmanager_url: str | None
     clock: Callable[[], float] = time.time
+    severity_style: str = GRADE
+    """The platform's severity style (catalog/severity.py) the notices are posted in."""
 
     def run(self) -> int:
         if not self.alertmanager_url or not self.leader():
@@ -287,4 +298,6 @@ class CordonNoticePass:
             for b in self.reads.monitors()
         ]
         posted = notices.cordon_notices(monitors, cordoned, self.clock())
-        return alertmanager.post_alerts(self.alertmanager_url, posted, clock=self.clock)
+        return alertmanager.post_alerts(
+            self.alertmanager_url, posted, clock=self.clock, severity_style=self.severity_style
+        )

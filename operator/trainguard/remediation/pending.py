@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from trainguard.api.monitor import PENDING_LABEL_VALUE_MAX, PENDING_LABELS_MAX, PENDING_SIGNALS_MAX
+from trainguard.catalog.severity import PRIORITY, SEVERITY
 from trainguard.remediation.model import Signal, Source
 from trainguard.remediation.plan import record_id
 from trainguard.remediation.signals import REQUIRED_LABELS
@@ -24,7 +25,7 @@ MAX = PENDING_SIGNALS_MAX
 """Entries per monitor. A signal that finds no room is refused (503): the sender retries once the
 planner has drained the list, rather than a 200 for a signal that was not kept."""
 LABEL_KEY_MAX = 128
-FIRST_LABELS = (*REQUIRED_LABELS, "node", "gpu", "pod", "escalated_from")
+FIRST_LABELS = (*REQUIRED_LABELS, PRIORITY, SEVERITY, "node", "gpu", "pod", "escalated_from")
 """Kept before any other label when an alert has more than PENDING_LABELS_MAX: what a plan reads."""
 
 

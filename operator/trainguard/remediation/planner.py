@@ -19,6 +19,7 @@ from trainguard.api import PolicyProblem, TrainingJobMonitor, policies_for
 from trainguard.api.common import LabelSelector
 from trainguard.api.monitor import WorkloadRef
 from trainguard.catalog import ALERTS_BY_NAME
+from trainguard.catalog.severity import grade_labels
 from trainguard.kube.errors import NotSynced
 from trainguard.kube.errors import retryable as api_retryable
 from trainguard.kube.workloads import Workload
@@ -187,7 +188,7 @@ class Planner:
         if not alert.enabled:
             return signal, f"{DISABLED} for {signal.alertname} by the monitor's AlertPolicy"
         if alert.severity != signal.severity:
-            labels = {**signal.labels, "severity": alert.severity}
+            labels = {**signal.labels, **grade_labels(alert.severity)}
             return replace(signal, severity=alert.severity, labels=labels), ""
         return signal, ""
 

@@ -15,10 +15,12 @@ from typing import Any
 
 from trainguard.catalog import ALERTS_BY_NAME
 from trainguard.catalog.events import fingerprint
+from trainguard.catalog.severity import PRIORITY, SEVERITY, grade_of
 from trainguard.remediation.model import Signal, Source
 from trainguard.times import parse_rfc3339
 
-REQUIRED_LABELS: tuple[str, ...] = ("alertname", "severity", "namespace", "training_job")
+REQUIRED_LABELS: tuple[str, ...] = ("alertname", "namespace", "training_job")
+"""Labels every signal carries; besides them, its grade in `priority` or (older senders) `severity`."""
 ALERTMANAGER_VERSION = "4"
 _STATUSES = {"firing": True, "resolved": False}
 
@@ -56,6 +58,10 @@ def _labels(value: Any, path: str) -> dict[str, str]:
             raise PayloadError(f"{path}.{name}: missing")
         if not labels[name]:
             raise PayloadError(f"{path}.{name}: empty")
+    if not grade_of(labels):
+        raise PayloadError(
+            f"{path}.{PRIORITY}: missing, and no {SEVERITY} either (the alert's grade, P0..P3)"
+        )
     return labels
 
 
@@ -127,7 +133,7 @@ def from_alertmanager(payload: Any, now: float) -> list[Signal]:
         out.append(
             Signal(
                 alertname=labels["alertname"],
-                severity=labels["severity"],
+                severity=grade_of(labels),
                 labels=labels,
                 fingerprint=signal_fingerprint(labels),
                 source=Source.ALERTMANAGER,
@@ -149,7 +155,7 @@ def from_fastpath(event: Any, now: float) -> Signal:
     labels = _labels(event.get("labels"), "labels")
     return Signal(
         alertname=labels["alertname"],
-        severity=labels["severity"],
+        severity=grade_of(labels),
         labels=labels,
         fingerprint=signal_fingerprint(labels),
         source=Source.SIDECAR,

@@ -1,6 +1,7 @@
 """`trainguard render` and `validate`, and the generated files' verbs (`crds`, `dashboards`,
-`keep-list`, `docs`, `reference`): the renderers' only file I/O. Each writes or, with --check, fails
-when the committed file differs (CI's drift check)."""
+`keep-list`, `docs`, `reference`): the renderers' only file I/O. Each generated file's verb writes into
+its --out-dir or, with --check, fails when the committed file differs (CI's drift check); those verbs
+are the project's developers' (docs/development.md), so they are left out of `trainguard --help`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trainguard.args import EXIT_USAGE, fail, need
+from trainguard.catalog.severity import GRADE, MAPPED_SEVERITY, STYLES
+from trainguard.output import DATA_FORMATS, dump, out_dir_flag, output_flag, refuse_output_path
 
 
 def _read_sources(files: Sequence[str]) -> list[tuple[str, str]]:
@@ -50,21 +53,32 @@ def cmd_render(args: argparse.Namespace) -> int:
     if not docs.monitors:
         fail("no TrainingJobMonitor in the input: rules and routes are rendered per monitor")
     if args.format == "kubernetes":
-        text = dump_stream(render_kubernetes(docs, args.aggregate_interval))
-        if args.output:
-            out = Path(args.output)
+        objs = render_kubernetes(docs, args.aggregate_interval, args.severity_style)
+        if args.out_dir:
+            out = Path(args.out_dir)
             out.mkdir(parents=True, exist_ok=True)
-            (out / "trainguard.yaml").write_text(text, encoding="utf-8")
+            (out / "trainguard.yaml").write_text(dump_stream(objs), encoding="utf-8")
             print(f"wrote {out / 'trainguard.yaml'}", file=sys.stderr)
-        else:
-            sys.stdout.write(text)
+        if args.output == "json":
+            sys.stdout.write(dump({"apiVersion": "v1", "kind": "List", "items": objs}, "json"))
+        elif args.output == "yaml" or not args.out_dir:
+            sys.stdout.write(dump_stream(objs))
         return 0
+    if args.output:
+        fail(
+            "-o prints the kubernetes stream: --format prometheus writes its files into --out-dir DIR",
+            EXIT_USAGE,
+        )
     files = render_prometheus(
-        docs, args.aggregate_interval, args.remote_write_url, args.remote_write_events_url
+        docs,
+        args.aggregate_interval,
+        args.remote_write_url,
+        args.remote_write_events_url,
+        severity_style=args.severity_style,
     )
-    if not args.output:
-        fail("--format prometheus writes several files: give a directory with -o DIR", EXIT_USAGE)
-    out = Path(args.output)
+    if not args.out_dir:
+        fail("--format prometheus writes several files: give a directory with --out-dir DIR", EXIT_USAGE)
+    out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for name, content in files.items():
         (out / name).write_text(dump_yaml(content), encoding="utf-8")
@@ -74,6 +88,14 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     docs = _load(args.file)
+    if args.output in DATA_FORMATS:
+        data = {
+            "monitors": [{"namespace": m.namespace, "name": m.name} for m in docs.monitors],
+            "policies": [{"namespace": p.namespace, "name": p.name} for p in docs.policies],
+            "skipped": list(docs.skipped),
+        }
+        sys.stdout.write(dump(data, args.output))
+        return 0
     for m in docs.monitors:
         print(f"ok: TrainingJobMonitor {m.namespace}/{m.name}")
     for p in docs.policies:
@@ -81,6 +103,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for s in docs.skipped:
         print(f"skipped (not a trainguard object): {s}")
     return 0
+
+
+KEEP_LIST = "remote-write-keep.yaml"
+ALERTS_PAGE = "alerts.md"
 
 
 def _write_or_check(target: Path, text: str, check: bool, regenerate: str) -> None:
@@ -101,7 +127,7 @@ def cmd_crds(args: argparse.Namespace) -> int:
     from trainguard.render import dump_yaml
 
     for name, crd in crds().items():
-        _write_or_check(Path(args.output) / name, dump_yaml(crd), args.check, "make crds")
+        _write_or_check(Path(args.out_dir) / name, dump_yaml(crd), args.check, "make crds")
     return 0
 
 
@@ -110,7 +136,7 @@ def cmd_dashboards(args: argparse.Namespace) -> int:
     from trainguard.render.dashboards import render_dashboards
 
     for name, text in render_dashboards().items():
-        _write_or_check(Path(args.output) / name, text, args.check, "make dashboards")
+        _write_or_check(Path(args.out_dir) / name, text, args.check, "make dashboards")
     return 0
 
 
@@ -123,14 +149,14 @@ def cmd_keep_list(args: argparse.Namespace) -> int:
 
     header = "# generated from trainguard.render.longterm by `make chart`: do not edit\n"
     body = dump_yaml({"aggregates": list(aggregate_names()), "alertHistory": list(ALERT_HISTORY)})
-    _write_or_check(Path(args.output), header + body, args.check, "make chart")
+    _write_or_check(Path(args.out_dir) / KEEP_LIST, header + body, args.check, "make chart")
     return 0
 
 
 def cmd_docs(args: argparse.Namespace) -> int:
     from trainguard.catalog.markdown import alerts_markdown
 
-    _write_or_check(Path(args.output), alerts_markdown(), args.check, "make docs")
+    _write_or_check(Path(args.out_dir) / ALERTS_PAGE, alerts_markdown(), args.check, "make docs")
     return 0
 
 
@@ -138,9 +164,9 @@ def cmd_reference(args: argparse.Namespace) -> int:
     need("render")
     from trainguard.api.reference import reference_markdown
 
-    regenerate = "trainguard reference -o docs/reference"
+    regenerate = "trainguard reference --out-dir docs/reference"
     for name, text in reference_markdown().items():
-        _write_or_check(Path(args.output) / name, text, args.check, regenerate)
+        _write_or_check(Path(args.out_dir) / name, text, args.check, regenerate)
     return 0
 
 
@@ -161,14 +187,22 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         help="kubernetes: a YAML stream for kubectl apply or Argo CD (default); "
         "prometheus: rules.yml and alertmanager.yml for a plain Prometheus and Alertmanager",
     )
-    render.add_argument(
-        "-o", "--output", metavar="DIR", help="write files into DIR instead of standard output"
-    )
+    output_flag(render, (), None, "yaml, unless --out-dir is given")
+    out_dir_flag(render, None, "trainguard.yaml (kubernetes), or rules.yml and alertmanager.yml (prometheus)")
     render.add_argument(
         "--aggregate-interval",
         default="5m",
         metavar="DURATION",
         help="how often the long-term aggregate groups are evaluated (default 5m; tests shorten it)",
+    )
+    render.add_argument(
+        "--severity-style",
+        choices=STYLES,
+        default=GRADE,
+        help="the alerts' severity label: grade (severity=P0..P3, the default) or mapped ("
+        + ", ".join(f"{g}={w}" for g, w in MAPPED_SEVERITY.items())
+        + ", for an Alertmanager that routes on those); the grade is in the priority label either way, "
+        "and the rendered routes match it; use the operator's --severity-style (docs/severity.md)",
     )
     render.add_argument(
         "--remote-write-url",
@@ -188,33 +222,24 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         "validate", help="check monitors and policies; report every problem with its field"
     )
     validate.add_argument("-f", "--file", action="append", required=True, metavar="FILE")
+    output_flag(validate, ("text",), "text")
     validate.set_defaults(func=cmd_validate)
 
-    crds = sub.add_parser("crds", help="write the CustomResourceDefinitions generated from the models")
-    crds.add_argument("-o", "--output", default="crds", metavar="DIR")
-    crds.add_argument("--check", action="store_true", help="fail if the files in DIR differ from the models")
-    crds.set_defaults(func=cmd_crds)
-
-    boards = sub.add_parser("dashboards", help="write the Grafana dashboards generated from the catalogue")
-    boards.add_argument("-o", "--output", default="charts/trainguard/dashboards", metavar="DIR")
-    boards.add_argument(
-        "--check", action="store_true", help="fail if the files in DIR differ from the catalogue"
-    )
-    boards.set_defaults(func=cmd_dashboards)
-
-    keep = sub.add_parser("keep-list", help="write the chart's remote_write keep-list from the aggregates")
-    keep.add_argument(
-        "-o", "--output", default="charts/trainguard/files/remote-write-keep.yaml", metavar="FILE"
-    )
-    keep.add_argument("--check", action="store_true", help="fail if FILE differs from the aggregates")
-    keep.set_defaults(func=cmd_keep_list)
-
-    docs = sub.add_parser("docs", help="write docs/alerts.md from the alert catalogue")
-    docs.add_argument("-o", "--output", default="docs/alerts.md", metavar="FILE")
-    docs.add_argument("--check", action="store_true", help="fail if FILE differs from the catalogue")
-    docs.set_defaults(func=cmd_docs)
-
-    ref = sub.add_parser("reference", help="write docs/reference/, the CR reference, from the models")
-    ref.add_argument("-o", "--output", default="docs/reference", metavar="DIR")
-    ref.add_argument("--check", action="store_true", help="fail if DIR differs from the models")
-    ref.set_defaults(func=cmd_reference)
+    generated = (
+        ("crds", cmd_crds, "crds", "the CustomResourceDefinitions generated from the models"),
+        ("dashboards", cmd_dashboards, "charts/trainguard/dashboards",
+         "the Grafana dashboards generated from the catalogue"),
+        ("keep-list", cmd_keep_list, "charts/trainguard/files",
+         f"the chart's remote_write keep-list ({KEEP_LIST}) from the aggregates"),
+        ("docs", cmd_docs, "docs", f"{ALERTS_PAGE}, the alert catalogue's page"),
+        ("reference", cmd_reference, "docs/reference", "the CR reference generated from the models"),
+    )  # fmt: skip
+    for name, func, default, what in generated:
+        # no help=: a sub-parser without one is left out of `trainguard --help` (a developer's verb)
+        dev = sub.add_parser(name, description=f"Write {what} (a developer's verb: docs/development.md).")
+        out_dir_flag(dev, default, "the files")
+        dev.add_argument(
+            "--check", action="store_true", help="fail if the files in DIR differ from what is generated"
+        )
+        refuse_output_path(dev)
+        dev.set_defaults(func=func)

@@ -189,7 +189,7 @@ def cluster_health() -> dash.Dashboard:
     """The fleet: the four core indicators, each node's GPUs, and every firing alert by severity."""
     ready = series("kube_node_status_condition", 'condition="Ready"', 'status="true"')
     jobs = f"count(count by (namespace, training_job) ({series('trainguard_train_step')}))"
-    p0 = series("ALERTS", FIRING, 'severity="P0"', 'training_job!=""')
+    p0 = series("ALERTS", FIRING, 'priority="P0"', 'training_job!=""')
     p0_jobs = f"count(count by (namespace, training_job) (max_over_time({p0}[1h])))"
     node = 'Hostname="$node"'
     d = _base(
@@ -268,7 +268,8 @@ def cluster_health() -> dash.Dashboard:
             ).span(8)
         )
     )
-    by_severity = series("ALERTS", FIRING, 'severity=~"' + "|".join(SEVERITIES) + '"')
+    # the grade is in `priority` whatever the platform's severity style (catalog/severity.py)
+    by_severity = series("ALERTS", FIRING, 'priority=~"' + "|".join(SEVERITIES) + '"')
     return (
         d.with_row(dash.Row("Active alerts"))
         .with_panel(
@@ -277,7 +278,7 @@ def cluster_health() -> dash.Dashboard:
                 f"Firing alerts per severity ({', '.join(SEVERITIES)}). P3 alerts page no one: this is where "
                 "they are seen.",
                 "none",
-                (f"count by (severity) ({by_severity})", "{{severity}}"),
+                (f"count by (priority) ({by_severity})", "{{priority}}"),
             ).span(24)
         )
         .with_panel(
@@ -435,7 +436,7 @@ def training_job() -> dash.Dashboard:
                 "The job's firing P0 alerts: each one starts the monitor's remediation (keep a checkpoint, "
                 "cordon, reschedule). The operator's TrainingInterrupted, TrainguardNodeCordoned and "
                 "TrainguardRemediationWithheld go straight to Alertmanager and are not in Prometheus.",
-                series("ALERTS", JOB_SELECTOR, FIRING, 'severity="P0"'),
+                series("ALERTS", JOB_SELECTOR, FIRING, 'priority="P0"'),
                 span=12,
             )
         )

@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from trainguard.api.load import Documents
+from trainguard.catalog.severity import GRADE
 from trainguard.render.alertmanager import alertmanager_yml
 from trainguard.render.kubernetes import monitor_objects
 from trainguard.render.longterm import DEFAULT_INTERVAL, aggregate_group, remote_write
@@ -19,13 +20,17 @@ def _sorted_monitors(docs: Documents) -> list[Any]:
     return sorted(docs.monitors, key=lambda m: (m.namespace, m.name))
 
 
-def render_kubernetes(docs: Documents, aggregate_interval: str = DEFAULT_INTERVAL) -> list[dict[str, Any]]:
+def render_kubernetes(
+    docs: Documents, aggregate_interval: str = DEFAULT_INTERVAL, severity_style: str = GRADE
+) -> list[dict[str, Any]]:
     """The objects for every monitor, ordered by namespace and name. Each PrometheusRule also holds
-    the monitor's long-term aggregate group (render.longterm), evaluated every `aggregate_interval`."""
+    the monitor's long-term aggregate group (render.longterm), evaluated every `aggregate_interval`;
+    its alerts' `severity` is in `severity_style` (catalog/severity.py)."""
     out: list[dict[str, Any]] = []
     for m in _sorted_monitors(docs):
+        policy = effective_policy(m, docs.policies_for(m))
         out += monitor_objects(
-            m, effective_policy(m, docs.policies_for(m)), aggregate_interval=aggregate_interval
+            m, policy, aggregate_interval=aggregate_interval, severity_style=severity_style
         )
     return out
 
@@ -35,14 +40,16 @@ def render_prometheus(
     aggregate_interval: str = DEFAULT_INTERVAL,
     remote_write_url: str | None = None,
     remote_write_events_url: str | None = None,
+    severity_style: str = GRADE,
 ) -> dict[str, dict[str, Any]]:
     """`rules.yml` and `alertmanager.yml` for a plain Prometheus and Alertmanager, `aggregates.yml`
     (a second rule file: the long-term aggregates) and, given a URL, `remote_write.yml`: the
     remote_write section for prometheus.yml that ships only the aggregates and the alert history
-    (the history to `remote_write_events_url` instead, when given, for a store that keeps it longer)."""
+    (the history to `remote_write_events_url` instead, when given, for a store that keeps it longer).
+    The rules' `severity` is in `severity_style`; alertmanager.yml routes on `priority`, in any style."""
     pairs = [(m, effective_policy(m, docs.policies_for(m))) for m in _sorted_monitors(docs)]
     files = {
-        "rules.yml": {"groups": [rule_group(m, p) for m, p in pairs]},
+        "rules.yml": {"groups": [rule_group(m, p, severity_style) for m, p in pairs]},
         "aggregates.yml": {"groups": [aggregate_group(m, aggregate_interval) for m, _ in pairs]},
         "alertmanager.yml": alertmanager_yml(pairs),
     }

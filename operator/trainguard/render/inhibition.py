@@ -8,6 +8,7 @@ from typing import Any
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog import ALERTS, ALERTS_BY_NAME
 from trainguard.catalog.alerts import NODE_CORDONED
+from trainguard.catalog.severity import PRIORITY
 from trainguard.render.matchers import Matcher, eq, ne, one_of
 from trainguard.render.policy import EffectivePolicy
 
@@ -65,10 +66,11 @@ def inhibit_rules(
         rules.append(
             InhibitRule(
                 # an operator-escalated copy of a P1 must not mute the job's other alerts
-                source=(*job, eq("severity", "P0"), eq("escalated_from", "")),
+                # on `priority`, the grade in every severity style (catalog/severity.py)
+                source=(*job, eq(PRIORITY, "P0"), eq("escalated_from", "")),
                 # the operator's notice that it cordoned a node follows the P0 that made it: held back
                 # for as long as that P0 fires (the fast path's page holds five minutes) it came too late
-                target=(*job, one_of("severity", ["P1", "P2", "P3"]), ne("alertname", NODE_CORDONED)),
+                target=(*job, one_of(PRIORITY, ["P1", "P2", "P3"]), ne("alertname", NODE_CORDONED)),
                 equal=("namespace", "training_job"),
             )
         )

@@ -4,10 +4,12 @@ and, when needed, a Secret with receiver values an AlertmanagerConfig may only r
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 from typing import Any
 
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog.kubernetes import MANAGED_LABELS
+from trainguard.catalog.severity import GRADE
 from trainguard.render.alertmanager import OperatorReceiver, alertmanager_config_spec
 from trainguard.render.longterm import DEFAULT_INTERVAL, aggregate_group
 from trainguard.render.policy import EffectivePolicy
@@ -43,15 +45,19 @@ def _metadata(monitor: TrainingJobMonitor, name: str | None = None) -> Obj:
 
 
 def prometheus_rule(
-    monitor: TrainingJobMonitor, policy: EffectivePolicy, aggregate_interval: str = DEFAULT_INTERVAL
+    monitor: TrainingJobMonitor,
+    policy: EffectivePolicy,
+    aggregate_interval: str = DEFAULT_INTERVAL,
+    severity_style: str = GRADE,
 ) -> Obj:
     """The monitor's alerting group and its long-term aggregate group (render.longterm), so that what the
     operator applies and what `trainguard render` prints are the same object."""
+    groups = [rule_group(monitor, policy, severity_style), aggregate_group(monitor, aggregate_interval)]
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
         "metadata": _metadata(monitor),
-        "spec": {"groups": [rule_group(monitor, policy), aggregate_group(monitor, aggregate_interval)]},
+        "spec": {"groups": groups},
     }
 
 
@@ -199,12 +205,35 @@ def monitor_objects(
     resolved_nodes: dict[str, list[str]] | None = None,
     operator: OperatorReceiver | None = None,
     aggregate_interval: str = DEFAULT_INTERVAL,
+    *,
+    severity_style: str = GRADE,
+    object_labels: Mapping[str, str] | None = None,
 ) -> list[Obj]:
     """Everything one monitor owns, in apply order (the Secret before the config that reads it). With
-    `operator`, Alertmanager also posts the job's P0 and P1 alerts to the operator's receiver."""
-    objs = [prometheus_rule(monitor, policy, aggregate_interval)]
+    `operator`, Alertmanager also posts the job's P0 and P1 alerts to the operator's receiver. The
+    rules' `severity` is in `severity_style`; the routes match `priority`, the same in every style. With
+    `object_labels`, each object carries them too (with_labels)."""
+    objs = [prometheus_rule(monitor, policy, aggregate_interval, severity_style)]
     secret = receiver_secret(monitor, policy)
     if secret is not None:
         objs.append(secret)
     objs += [alertmanager_config(monitor, policy, resolved_nodes, operator), pod_monitor(monitor)]
-    return objs
+    return with_labels(objs, object_labels or {})
+
+
+KUBE_PROMETHEUS_STACK_LABELS = {"release": "kube-prometheus-stack"}
+"""What a kube-prometheus-stack release named kube-prometheus-stack selects PrometheusRules, PodMonitors
+and ServiceMonitors by, with its chart's defaults (`*SelectorNilUsesHelmValues: true`)."""
+
+
+def with_labels(objs: list[Obj], extra: Mapping[str, str]) -> list[Obj]:
+    """The platform's labels on every object (what its Prometheus's ruleSelector and podMonitorSelector
+    match, such as kube-prometheus-stack's `release`); trainguard's own labels win, so that the Secret-write
+    policy and the owner lookups keep working whatever the platform sets."""
+    if not extra:
+        return objs
+    out = []
+    for obj in objs:
+        meta = obj["metadata"]
+        out.append({**obj, "metadata": {**meta, "labels": {**extra, **(meta.get("labels") or {})}}})
+    return out

@@ -76,7 +76,7 @@ NODE_AGGREGATES: tuple[Aggregate, ...] = (
 CHECKPOINT_AGE = f"job:{_CHECKPOINT.name}:age"
 """Seconds since the job's last successful checkpoint, per `kind`, sampled every evaluation."""
 ALERT_COUNT = f"job:{ALERT_HISTORY[0]}:count{WINDOW}"
-"""Alert series that fired during the window, per alert name and severity."""
+"""Alert series that fired during the window, per alert name, grade (`priority`) and severity."""
 
 _FB_USED = _metric("DCGM_FI_DEV_FB_USED")
 GPU_HOURS = f"job:trainguard_gpu_hours:increase{WINDOW}"
@@ -140,7 +140,7 @@ def aggregate_rules(monitor: TrainingJobMonitor) -> list[Rule]:
     rules.append(
         {
             "record": ALERT_COUNT,
-            "expr": f"count by ({JOB}, alertname, severity) (max_over_time({firing}[{WINDOW}]))",
+            "expr": f"count by ({JOB}, alertname, priority, severity) (max_over_time({firing}[{WINDOW}]))",
         }
     )
     return rules + cost_rules(monitor)

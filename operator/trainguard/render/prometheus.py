@@ -14,6 +14,7 @@ from typing import Any
 from trainguard.api.common import duration_seconds, format_duration
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog import FATAL_XIDS, METRICS, Scope
+from trainguard.catalog.severity import GRADE, grade_labels
 from trainguard.render.policy import EffectiveAlert, EffectivePolicy
 
 JOB = "namespace, training_job"
@@ -22,9 +23,11 @@ Rule = dict[str, Any]
 
 @dataclass(frozen=True)
 class Context:
-    """What an alert expression needs to know about its monitor."""
+    """What an alert expression needs to know about its monitor, and the platform's severity style
+    (catalog/severity.py) its alerts' labels are written in."""
 
     monitor: TrainingJobMonitor
+    severity_style: str = GRADE
 
     @property
     def sel(self) -> str:
@@ -464,7 +467,7 @@ def _alert_rule(ctx: Context, a: EffectiveAlert, policy: EffectivePolicy) -> Rul
         "alert": a.name,
         "expr": EXPRESSIONS[a.name](ctx, a),
         "for": a.for_,
-        "labels": {"severity": a.severity},
+        "labels": grade_labels(a.severity, ctx.severity_style),
         "annotations": {
             "summary": f"{a.alert.summary}: {{{{ $labels.namespace }}}}/{{{{ $labels.training_job }}}}",
             "description": description,
@@ -500,7 +503,7 @@ def _report(a: EffectiveAlert) -> dict[str, str]:
     `report_configmap`, and so in every notification), and how to build one on demand for any alert."""
     on_demand = (
         f"trainguard report --monitor {{{{ $labels.namespace }}}}/{{{{ $labels.training_job }}}} "
-        f"--alert {a.name} -o report.html"
+        f"--alert {a.name} --out-dir report"
     )
     if a.severity != REPORT_SEVERITY:
         return {"report_command": on_demand}
@@ -534,8 +537,8 @@ def alerting_rules(ctx: Context, policy: EffectivePolicy) -> list[Rule]:
                 "expr": custom.expr.replace("$selector", ctx.sel),
                 "for": custom.for_,
                 "labels": dict(sorted(custom.labels.items()))
+                | grade_labels(custom.severity, ctx.severity_style)
                 | {
-                    "severity": custom.severity,
                     "namespace": ctx.monitor.namespace,
                     "training_job": ctx.monitor.name,
                 },
@@ -548,9 +551,12 @@ def alerting_rules(ctx: Context, policy: EffectivePolicy) -> list[Rule]:
     return rules
 
 
-def rule_group(monitor: TrainingJobMonitor, policy: EffectivePolicy) -> dict[str, Any]:
-    """One group per monitor, named after it, evaluated at the scrape interval."""
-    ctx = Context(monitor)
+def rule_group(
+    monitor: TrainingJobMonitor, policy: EffectivePolicy, severity_style: str = GRADE
+) -> dict[str, Any]:
+    """One group per monitor, named after it, evaluated at the scrape interval; its alerts carry their
+    grade in `priority` and `severity` in `severity_style` (catalog/severity.py)."""
+    ctx = Context(monitor, severity_style)
     return {
         "name": f"trainguard.{monitor.namespace}.{monitor.name}",
         "interval": monitor.spec.exporter.scrape_interval,

@@ -1,6 +1,9 @@
 """The Alertmanager route tree of a monitor: severity routes, delivery to each receiver, quiet-hours and
 maintenance muting, and the morning report's route.
 
+A severity route matches the alert's grade in `priority` (catalog/severity.py), which every rule and
+every alert the operator posts carries in both severity styles: the same tree routes either.
+
 The tree is built once in Alertmanager's own (snake_case) shape with structured matchers; the
 assemblers in render/alertmanager.py write it out for each output.
 """
@@ -13,6 +16,7 @@ from typing import Any
 
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog import SEVERITIES
+from trainguard.catalog.severity import PRIORITY
 from trainguard.render.matchers import eq, one_of
 from trainguard.render.policy import PAGING_ROLES, EffectivePolicy, PolicyReceiver
 from trainguard.render.time_intervals import quiet_hours_name, window_name
@@ -129,8 +133,8 @@ def _night(
 
 
 def _report_route(monitor: TrainingJobMonitor, policy: EffectivePolicy, names: Names) -> Route | None:
-    """The morning report's own route, after the severity routes (its severity, `info`, matches none of
-    them): to the im and email receivers, one group per night (the report's `night` label), muted during
+    """The morning report's own route, after the severity routes (it has no `priority`, so it matches
+    none of them): to the im and email receivers, one group per night (the report's `night` label), muted during
     quiet hours so that its end (it lasts until the next night starts) notifies no one."""
     if not policy.quiet_hours.enabled:
         return None
@@ -166,7 +170,7 @@ def _severity_route(
         ):
             if value:
                 timing[key] = value
-    route: Route = {"receiver": names.dashboard, "matchers": [eq("severity", severity)], **timing}
+    route: Route = {"receiver": names.dashboard, "matchers": [eq(PRIORITY, severity)], **timing}
     children: list[Route] = []
     # nodes under maintenance: the same delivery, muted during their windows
     by_windows: dict[tuple[str, ...], list[str]] = {}

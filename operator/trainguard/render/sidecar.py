@@ -168,14 +168,22 @@ def identity_volume() -> dict[str, Any]:
     }
 
 
+def exporter_image(monitor: TrainingJobMonitor, operator_image: str) -> str:
+    """The monitor's spec.exporter.image when it overrides, else the operator's --sidecar-image: one
+    version for the operator and the sidecars it injects, moved together by an upgrade."""
+    return monitor.spec.exporter.image_override() or operator_image
+
+
 def exporter_container(
     monitor: TrainingJobMonitor,
     trace: str,
     receiver_url: str,
     *,
+    image: str,
     gpus: int | None = None,
     native: bool = True,
 ) -> dict[str, Any]:
+    """The exporter sidecar; `image` is the operator's --sidecar-image (a monitor may override it)."""
     exp = monitor.spec.exporter
     args = exporter_args(monitor, gpus, native=native)
     env = [
@@ -196,7 +204,7 @@ def exporter_container(
         env.append(_env("NVIDIA_VISIBLE_DEVICES", "all"))
     container: dict[str, Any] = {
         "name": EXPORTER,
-        "image": exp.image,
+        "image": exporter_image(monitor, image),
         "args": args,
         "ports": [{"name": METRICS_PORT_NAME, "containerPort": exp.port, "protocol": "TCP"}],
         "env": env,
@@ -250,12 +258,14 @@ def inject(
     *,
     fallback_trace: str,
     receiver_url: str,
+    sidecar_image: str,
     native_sidecar: bool = True,
     tolerate_spares: bool = False,
     resume_from: str | None = None,
 ) -> dict[str, Any] | None:
     """The pod fields to replace (metadata.annotations, spec.initContainers, spec.containers,
-    spec.volumes, spec.tolerations), or None when there is nothing to do. Without `native_sidecar`
+    spec.volumes, spec.tolerations), or None when there is nothing to do. The exporter runs the
+    operator's `sidecar_image` unless the monitor overrides it. Without `native_sidecar`
     (Kubernetes before 1.29) the exporter is the last regular container. While trainguard restarts the
     job (`tolerate_spares`), its pods may land on a warm spare, and the exporter starts with the
     checkpoint the operator chose (`resume_from`, JSON) for the trainer's Reporter.resume_from()."""
@@ -283,7 +293,9 @@ def inject(
         },
         identity_volume(),
     ]
-    exporter = exporter_container(monitor, trace, receiver_url, gpus=pod_gpus(pod), native=native_sidecar)
+    exporter = exporter_container(
+        monitor, trace, receiver_url, image=sidecar_image, gpus=pod_gpus(pod), native=native_sidecar
+    )
     if resume_from:
         exporter["env"].append(_env(RESUME_FROM_ENV, resume_from))
     containers = [_with_training_env(c, monitor, trace) for c in spec.get("containers") or []]

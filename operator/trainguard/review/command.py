@@ -4,7 +4,6 @@ review (history.py, findings.py, routes.py) and writes Markdown and JSON. Its fl
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -19,6 +18,7 @@ from trainguard.api import InvalidInput, load_documents
 from trainguard.api.common import duration_seconds, instant
 from trainguard.api.monitor import Exporter
 from trainguard.catalog.alerts import ALERT_NAMES, ALERTS
+from trainguard.output import dump
 from trainguard.render import render_prometheus
 from trainguard.review import fetch, findings, history, report, routes
 
@@ -204,16 +204,20 @@ def _run(args: argparse.Namespace) -> int:
         notes=notes,
         supersedes={a.name: a.supersedes for a in ALERTS if a.supersedes},
     )
-    markdown = report.to_markdown(result)
-    as_json = json.dumps(report.to_json(result), indent=2) + "\n"
-    targets = {"markdown": args.markdown, "json": args.json}
-    if args.output:
-        targets["markdown"] = targets["markdown"] or str(Path(args.output) / "review.md")
-        targets["json"] = targets["json"] or str(Path(args.output) / "review.json")
-    if not targets["markdown"] and not targets["json"]:
-        targets["markdown"] = "-"
-    if targets["markdown"]:
-        _write(targets["markdown"], markdown)
-    if targets["json"]:
-        _write(targets["json"], as_json)
+    sys.stdout.write(report_text(result, args.output, bool(args.out_dir or args.markdown or args.json)))
+    data = report.to_json(result)
+    if args.out_dir:
+        _write(str(Path(args.out_dir) / "review.md"), report.to_markdown(result))
+        _write(str(Path(args.out_dir) / "review.json"), dump(data, "json"))
+    if args.markdown:
+        _write(args.markdown, report.to_markdown(result))
+    if args.json:
+        _write(args.json, dump(data, "json"))
     return 0
+
+
+def report_text(result: findings.Findings, fmt: str | None, files: bool) -> str:
+    """What goes to standard output: the `-o` format, else Markdown unless files were asked for."""
+    if fmt is None:
+        return "" if files else report.to_markdown(result)
+    return report.to_markdown(result) if fmt == "markdown" else dump(report.to_json(result), fmt)

@@ -21,6 +21,7 @@ import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from trainguard.catalog.severity import with_priority
 from trainguard.review.history import Episode
 
 CO_FIRING = 0.5
@@ -223,7 +224,8 @@ def by_receiver(episodes: Sequence[Episode], router: Router | None, top: int) ->
     for e in episodes:
         key = frozenset(e.labels.items())
         if key not in cache:
-            cache[key] = router(dict(e.labels)) if router else ["-"]
+            # an alert of a rule older than `priority` is routed as its successor would be
+            cache[key] = router(with_priority(e.labels)) if router else ["-"]
         for receiver in dict.fromkeys(cache[key]):
             own = counts.setdefault(receiver, {})
             own[e.alertname] = own.get(e.alertname, 0) + 1

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from trainguard.output import Deprecated, out_dir_flag, output_flag
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -77,7 +79,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--chunk", default="1d", metavar="DURATION", help="history read per query (default 1d)"
     )
-    parser.add_argument("-o", "--output", metavar="DIR", help="write DIR/review.md and DIR/review.json")
-    parser.add_argument("--markdown", metavar="FILE", help="write the Markdown here ('-': standard output)")
-    parser.add_argument("--json", metavar="FILE", help="write the JSON here ('-': standard output)")
+    output_flag(parser, ("markdown",), None, "markdown, unless --out-dir is given")
+    out_dir_flag(parser, None, "review.md and review.json")
+    parser.add_argument(
+        "--markdown", action=Deprecated, metavar="FILE", instead="use -o markdown (> FILE) or --out-dir DIR",
+        help="deprecated: write the Markdown here ('-': standard output)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--json", action=Deprecated, metavar="FILE", instead="use -o json (> FILE) or --out-dir DIR",
+        help="deprecated: write the JSON here ('-': standard output)",
+    )  # fmt: skip
     parser.add_argument("--timeout", type=int, default=60, help=argparse.SUPPRESS)

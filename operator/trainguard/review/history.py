@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from trainguard.catalog.severity import grade_of
+
 GAP_FACTOR = 1.5
 """Samples further apart than this many intervals are two episodes: an evaluation in between found the
 alert resolved (a gap of two intervals). Less than two, so a late evaluation does not split one."""
@@ -52,7 +54,8 @@ class Episode:
 
     @property
     def severity(self) -> str:
-        return self.labels.get("severity", "")
+        """Its grade: `priority`, or `severity` for an alert of a rule that predates it."""
+        return grade_of(self.labels)
 
     @property
     def job(self) -> tuple[str, str]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainguard.catalog import SEVERITY_ORDER
+from trainguard.catalog.severity import grade_of
 from trainguard.times import unix
 
 THROUGHPUT = "trainguard:train_tokens_per_second_per_gpu:avg"
@@ -182,10 +183,7 @@ def time_lost(records: Sequence[Mapping[str, Any]], redo: Mapping[str, Redo]) ->
 
 def alerts_of(labels: Iterable[Mapping[str, str]]) -> tuple[Alert, ...]:
     """Distinct alerts (name, severity, node, gpu), most severe first."""
-    got = {
-        Alert(m.get("alertname", ""), m.get("severity", ""), m.get("node", ""), m.get("gpu", ""))
-        for m in labels
-    }
+    got = {Alert(m.get("alertname", ""), grade_of(m), m.get("node", ""), m.get("gpu", "")) for m in labels}
     return tuple(sorted(got, key=lambda a: (SEVERITY_ORDER.get(a.severity, 9), a.name, a.node, a.gpu)))
 
 

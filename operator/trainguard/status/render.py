@@ -1,12 +1,21 @@
-"""The status screen as text, pure: a plain table for pipes and files, and a live layout (colour, redrawn
-by `--watch`) for a terminal."""
+"""The status screen, pure: a plain table for pipes and files, the same as data (`-o json|yaml`), and a
+live layout for a terminal, built with rich (which handles the width, colour, NO_COLOR and the redraw
+of `--watch`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import IO, Any
 
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from trainguard.output import no_colour
 from trainguard.status.model import JobStatus, Remediation
+from trainguard.times import rfc3339
 
 
 def duration(seconds: float | None) -> str:
@@ -97,32 +106,96 @@ def render_plain(statuses: Sequence[JobStatus]) -> str:
     return "\n".join(out) + "\n"
 
 
-RESET, BOLD, DIM = "\x1b[0m", "\x1b[1m", "\x1b[2m"
-COLOURS = {"Critical": "\x1b[1;31m", "NotReady": "\x1b[35m", "Degraded": "\x1b[33m", "Healthy": "\x1b[32m",
-           "P0": "\x1b[1;31m", "P1": "\x1b[33m", "P2": "\x1b[36m", "P3": "\x1b[2m"}  # fmt: skip
-CLEAR = "\x1b[H\x1b[2J"
+def _number(v: float | None) -> float | None:
+    return None if v is None or math.isnan(v) else v
 
 
-def render_live(statuses: Sequence[JobStatus], *, now_text: str, every_s: float | None) -> str:
-    """For a terminal: the screen cleared and redrawn, health and severities in colour."""
-    head = f"{BOLD}trainguard status{RESET}  {now_text}" + (
-        f"  {DIM}every {every_s:g}s, Ctrl-C to stop{RESET}" if every_s else ""
+def _time(ts: float | None) -> str | None:
+    return None if ts is None or math.isnan(ts) or ts <= 0 else rfc3339(ts)
+
+
+def _remediation_data(r: Remediation | None) -> dict[str, Any] | None:
+    if r is None:
+        return None
+    return {"alert": r.alert, "phase": r.phase, "steps": [k for k in r.steps.split(",") if k], "node": r.node,
+            "dryRun": r.dry_run, "created": rfc3339(r.created), "updated": rfc3339(r.updated)}  # fmt: skip
+
+
+def job_data(s: JobStatus) -> dict[str, Any]:
+    """One job as `-o json|yaml` prints it: the table's columns as values (seconds, steps, times in RFC
+    3339), camelCase like the Kubernetes objects beside it; null where a value is unknown."""
+    return {
+        "namespace": s.namespace,
+        "name": s.name,
+        "health": s.health,
+        "readyReason": s.ready_reason,
+        "alerts": [{"name": a.name, "severity": a.severity, "node": a.node, "gpu": a.gpu} for a in s.alerts],
+        "alertsBySeverity": s.by_severity,
+        "throughput": {
+            "tokensPerSecondPerGPU": _number(s.series.throughput),
+            "baseline": _number(s.series.baseline),
+            "ratio": _number(s.throughput_ratio),
+        },
+        "checkpoint": {
+            "step": _number(s.series.checkpoint_step),
+            "time": _time(s.series.checkpoint_time),
+            "ageSeconds": _number(s.checkpoint_age_s),
+        },
+        "lastRemediation": _remediation_data(s.last_remediation),
+        "remediations": s.remediations,
+        "timeLost": {"seconds": s.lost_s, "lowerBound": s.lost_partial},
+    }
+
+
+def status_data(statuses: Sequence[JobStatus], now: float) -> dict[str, Any]:
+    return {"time": rfc3339(now), "jobs": [job_data(s) for s in statuses]}
+
+
+STYLES = {"Critical": "bold red", "NotReady": "magenta", "Degraded": "yellow", "Healthy": "green",
+          "P0": "bold red", "P1": "yellow", "P2": "cyan", "P3": "dim"}  # fmt: skip
+LABEL_WIDTH = 11
+"""The live layout's labels (`remediation` the longest) and the one space after them."""
+
+
+def make_console(file: IO[str], environ: Mapping[str, str]) -> Console:
+    """The live screen's console: no styles at all under NO_COLOR (not even bold); no markup or
+    highlighting, so a `[Pause,RestartGang]` or a number in the text is printed as it is."""
+    return Console(
+        file=file,
+        color_system=None if no_colour(environ) else "auto",
+        markup=False,
+        highlight=False,
+        emoji=False,
     )
-    out = [CLEAR + head, ""]
-    if not statuses:
-        out.append("no TrainingJobMonitor found")
-    for s in statuses:
-        colour = COLOURS.get(s.health, "")
-        out.append(f"{BOLD}{s.namespace}/{s.name}{RESET}  {colour}{s.health}{RESET}")
-        sev = " ".join(f"{COLOURS.get(k, '')}{k}:{v}{RESET}" for k, v in s.by_severity.items()) or "none"
-        out.append(f"  alerts      {sev}")
-        for a in s.alerts:
-            where = (f" node={a.node}" if a.node else "") + (f" gpu={a.gpu}" if a.gpu else "")
-            out.append(f"    {COLOURS.get(a.severity, '')}{a.severity}{RESET} {a.name}{where}")
-        out.append(f"  throughput  {throughput_text(s)} tokens/s/GPU (vs baseline)")
-        out.append(f"  checkpoint  {checkpoint_text(s)}")
-        out.append(f"  remediation {remediation_text(s.last_remediation, s.now)}")
-        out.append(f"  time lost   {lost_text(s)}" + (f"  {DIM}(monitor: {s.ready_reason}){RESET}"
-                                                       if s.health == "NotReady" else ""))  # fmt: skip
-        out.append("")
-    return "\n".join(out) + "\n"
+
+
+def _job(s: JobStatus) -> RenderableType:
+    grid = Table.grid(padding=(0, 1, 0, 0))
+    grid.add_column(min_width=LABEL_WIDTH, no_wrap=True)
+    grid.add_column(overflow="fold")
+    severities = Text(" ").join(Text(f"{k}:{v}", STYLES.get(k, "")) for k, v in s.by_severity.items())
+    grid.add_row("alerts", severities or Text("none"))
+    for a in s.alerts:
+        where = (f" node={a.node}" if a.node else "") + (f" gpu={a.gpu}" if a.gpu else "")
+        grid.add_row("", Text.assemble((a.severity, STYLES.get(a.severity, "")), f" {a.name}{where}"))
+    grid.add_row("throughput", Text(f"{throughput_text(s)} tokens/s/GPU (vs baseline)"))
+    grid.add_row("checkpoint", Text(checkpoint_text(s)))
+    grid.add_row("remediation", Text(remediation_text(s.last_remediation, s.now)))
+    lost = Text(lost_text(s))
+    if s.health == "NotReady":
+        lost.append(f"  (monitor: {s.ready_reason})", "dim")
+    grid.add_row("time lost", lost)
+    head = Text.assemble((f"{s.namespace}/{s.name}", "bold"), "  ", (s.health, STYLES.get(s.health, "")))
+    return Group(head, Padding(grid, (0, 0, 0, 2), expand=False), Text(""))
+
+
+def render_live(
+    statuses: Sequence[JobStatus], *, now_text: str, every_s: float | None, notes: Sequence[str] = ()
+) -> RenderableType:
+    """For a terminal: each job's block, health and severities in colour, under a header with the time
+    (and, with --watch, how often it is redrawn); what could not be read at the end."""
+    head = Text.assemble(("trainguard status", "bold"), f"  {now_text}")
+    if every_s:
+        head.append(f"  every {every_s:g}s, Ctrl-C to stop", "dim")
+    jobs = [_job(s) for s in statuses] or [Text("no TrainingJobMonitor found")]
+    return Group(head, Text(""), *jobs, *(Text(f"trainguard: {n}", "yellow") for n in notes))

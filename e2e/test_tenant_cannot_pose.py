@@ -8,33 +8,36 @@ so dcgm-exporter's series of that pod would join to that job. Without target lab
 and llama-dcgm's GPUCriticalXid would fire on gpu-c, and the operator would cordon it. The honest pods of
 ml fire their own alerts in the same Prometheus, so the rules are known to work.
 
-The PodMonitors become scrape jobs through the prometheus-operator stand-in (e2e/prometheus_operator.py):
-file_sd targets carrying the __meta_kubernetes_* labels kubernetes_sd would give the pods, and the
-PodMonitor's relabelings and metricRelabelings run by Prometheus itself.
+The rendered PrometheusRules and PodMonitors are applied to the cluster and become Prometheus'
+configuration through the real prometheus-operator (e2e/prometheus_operator.py); Prometheus finds the pods
+with the kubernetes_sd_configs it writes and runs the PodMonitors' relabelings and metricRelabelings
+itself. The pods are objects in the apiserver, bound to nodes of their own that no kubelet serves, with
+the status a kubelet would post (Running, the pod IP where each exporter is served from); dcgm-exporter is
+a scrape job of the Prometheus object's additionalScrapeConfigs, with honor_labels.
 """
 
 from __future__ import annotations
 
-import json
 import time
 import urllib.parse
 from collections.abc import Iterator
-from contextlib import ExitStack
-from pathlib import Path
+from contextlib import ExitStack, suppress
 from typing import Any
 
 import pytest
+import yaml
+from kubernetes.client.exceptions import ApiException
 
-from e2e import prometheus_operator as po
-from tests.conftest import required_tool
-from tests.processes import free_port, http_json, serve_text, start, stop, wait_for, wait_http
+from e2e.cluster import Cluster
+from e2e.pipeline import Monitoring
+from tests.processes import http_json, serve_text, wait_for
 from trainguard.api import load_documents
 from trainguard.clients.prometheus import prometheus_client
 from trainguard.remediation.alert_history import AlertHistory
-from trainguard.render import dump_yaml, render_kubernetes, render_prometheus
+from trainguard.render import render_kubernetes
 from trainguard.render.kubernetes import METRICS_PORT_NAME
 
-pytestmark = pytest.mark.tools
+pytestmark = pytest.mark.e2e
 
 DOCS = """
 apiVersion: trainguard.io/v1alpha1
@@ -96,53 +99,67 @@ DCGM_FI_DEV_XID_ERRORS{{{GPU},Hostname="gpu-b",namespace="ml",pod="llama-dcgm-1"
 labels cannot come from its own target and it is scraped with honor_labels (docs/rendering.md)."""
 
 
-def pod(ns: str, name: str, app: str, node: str, address: str) -> dict[str, Any]:
-    """A running pod as the apiserver holds it, its exporter's port the server at `address`."""
-    host, port = address.rsplit(":", 1)
+def pod(ns: str, name: str, app: str, node: str, port: int) -> dict[str, Any]:
+    """A pod bound to `node`, its exporter's container port `port`; no sidecar is injected."""
     return {
-        "metadata": {"namespace": ns, "name": name, "labels": {"app": app}},
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"namespace": ns, "name": name, "labels": {"app": app, "trainguard.io/inject": "disabled"}},
         "spec": {"nodeName": node, "containers": [
-            {"name": "trainguard-exporter", "ports": [{"name": METRICS_PORT_NAME, "containerPort": int(port)}]},
+            {"name": "trainguard-exporter", "image": "registry.invalid/exporter:1",
+             "ports": [{"name": METRICS_PORT_NAME, "containerPort": port}]},
         ]},
-        "status": {"phase": "Running", "podIP": host},
     }  # fmt: skip
 
 
+def running(cluster: Cluster, obj: dict[str, Any], ip: str) -> None:
+    """The status the kubelet would post once the pod runs."""
+    meta = obj["metadata"]
+    cluster.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": {
+        "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+    }})  # fmt: skip
+
+
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    binary = required_tool("prometheus")
-    d: Path = tmp_path_factory.mktemp("tenants")
+def prometheus(cluster: Cluster) -> Iterator[str]:
     docs = load_documents([("monitors.yaml", DOCS)])
-    (d / "rules.yml").write_text(dump_yaml(render_prometheus(docs)["rules.yml"]))
-    podmonitors = [o for o in render_kubernetes(docs) if o["kind"] == "PodMonitor"]
-    (d / "targets").mkdir()
+    rendered = [o for o in render_kubernetes(docs) if o["kind"] in ("PrometheusRule", "PodMonitor")]
+    for ns in ("ml", "research"):
+        cluster.namespace(ns)
+    nodes = ("gpu-t", "gpu-a", "gpu-b")
     with ExitStack() as stack:
         tenant, pretrain, dcgm_pod, exporter = (
             stack.enter_context(serve_text(t)) for t in (TENANT, HONEST_PRETRAIN, HONEST_DCGM, DCGM_EXPORTER)
         )
         pods = [
-            pod("research", "bert-0", "bert-finetune", "gpu-t", tenant),
-            pod("ml", "llama-1", "llama-pretrain", "gpu-a", pretrain),
-            pod("ml", "llama-dcgm-1", "llama-dcgm", "gpu-b", dcgm_pod),
+            (pod("research", "bert-0", "bert-finetune", "gpu-t", int(tenant.rsplit(":", 1)[1])), tenant),
+            (pod("ml", "llama-1", "llama-pretrain", "gpu-a", int(pretrain.rsplit(":", 1)[1])), pretrain),
+            (pod("ml", "llama-dcgm-1", "llama-dcgm", "gpu-b", int(dcgm_pod.rsplit(":", 1)[1])), dcgm_pod),
         ]
-        for name, groups in po.scrape_targets(podmonitors, pods).items():
-            (d / "targets" / name).write_text(json.dumps(groups))
-        port = free_port()
-        (d / "prometheus.yml").write_text(dump_yaml({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(d / "rules.yml")],
-            "scrape_configs": [
-                *po.scrape_configs(podmonitors, d / "targets"),
-                {"job_name": "dcgm-exporter", "honor_labels": True, "static_configs": [{"targets": [exporter]}]},
-            ],
-        }))  # fmt: skip
-        proc = start([binary, f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={d / 'data'}",
-                      f"--web.listen-address=127.0.0.1:{port}"], d / "prometheus.log")  # fmt: skip
+        scrape = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tenants-scrape", "namespace": "monitoring"},
+                  "stringData": {"dcgm.yaml": yaml.safe_dump([{"job_name": "dcgm-exporter", "honor_labels": True,
+                                                                "static_configs": [{"targets": [exporter]}]}])}}  # fmt: skip
         try:
-            wait_http(f"http://127.0.0.1:{port}/-/ready", proc=proc, timeout=30)
-            yield f"http://127.0.0.1:{port}"
+            for name in nodes:  # nodes no kubelet serves: the pods bound to them are left as they are
+                cluster.core.create_node(
+                    {"metadata": {"name": name, "labels": {"e2e.trainguard.io/tenants": "true"}}}
+                )
+            cluster.apply(rendered)
+            for obj, address in pods:
+                cluster.apply([obj])
+                running(cluster, obj, address.rsplit(":", 1)[0])
+            mon = stack.enter_context(Monitoring(cluster, "tenants", objects=(scrape,), prometheus_spec={
+                "additionalScrapeConfigs": {"name": "tenants-scrape", "key": "dcgm.yaml"}}))  # fmt: skip
+            yield mon.prometheus
         finally:
-            stop([proc])
+            for obj, _ in pods:
+                with suppress(ApiException):
+                    cluster.core.delete_namespaced_pod(obj["metadata"]["name"], obj["metadata"]["namespace"],
+                                                       grace_period_seconds=0)  # fmt: skip
+            for obj in rendered:
+                cluster.delete(obj)
+            for name in nodes:
+                with suppress(ApiException):
+                    cluster.core.delete_node(name)
 
 
 def query(prom: str, promql: str) -> list[dict[str, Any]]:
