@@ -21,7 +21,7 @@ from kubernetes.dynamic import DynamicClient
 
 from e2e import prometheus_operator as po
 from e2e.controlplane.certs import make_ca, make_cert
-from tests.processes import free_port, lasting_port, wait_for
+from tests.processes import free_port, lasting_port, stop, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 OPERATOR_NS = "trainguard-system"
@@ -131,12 +131,7 @@ class Cluster:
 
     def stop_prometheus_operator(self) -> None:
         if self.monitoring_operator is not None:
-            proc = self.monitoring_operator[0]
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop([self.monitoring_operator[0]])
             self.monitoring_operator = None
 
     def list(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]:

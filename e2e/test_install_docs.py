@@ -26,7 +26,7 @@ import pytest
 from e2e.cluster import REPO, Cluster, load_all
 from e2e.controlplane.local import local_control_plane, prometheus_operator_crds
 from e2e.monitors import ready
-from tests.processes import free_port, wait_for
+from tests.processes import free_port, stop, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -84,11 +84,7 @@ def followed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster
         try:
             yield cluster, proc
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop([proc])
 
 
 def test_the_operator_the_page_installs_makes_the_quickstart_ready(
