@@ -168,9 +168,11 @@ def watch(cluster: Cluster, ns: str, sink: Sink, pods: PodProcesses, *, victim: 
             for a in n.alerts:
                 labels = a["labels"]
                 stage = "paged" if n.receiver == "phone" and a["status"] == "firing" else "notified"
-                say(f"  -> receiver '{n.receiver}' got {a['status']} {labels.get('alertname')} "
-                    f"[{labels.get('severity')}] on {labels.get('node', '-')} gpu {labels.get('gpu', '-')} "
-                    f"{at(stage)}")  # fmt: skip
+                grade = labels.get("priority") or labels.get("severity", "")  # an older rule has no priority
+                severity = labels.get("severity", "")
+                shown = grade if severity in ("", grade) else f"{grade}, severity {severity}"
+                say(f"  -> receiver '{n.receiver}' got {a['status']} {labels.get('alertname')} [{shown}] on "
+                    f"{labels.get('node', '-')} gpu {labels.get('gpu', '-')} {at(stage)}")  # fmt: skip
         recs = records(cluster, ns)
         if recs:
             record = out.record = recs[0]
