@@ -13,7 +13,7 @@ help:
 	@echo "make e2e    - the e2e suite on a local control plane built from Go modules (cached)"
 	@echo "make bench  - every benchmark, one after the other (about an hour on 2 cores): exporter cost, SDK overhead,"
 	@echo "              alert noise, detection quality, operator and rule scale, fault to action, restart in place,"
-	@echo "              training time lost (ETTR)"
+	@echo "              training time lost (ETTR), signal handling, admission latency"
 	@echo "make bench-pipeline - fault to action alone at its full defaults (about 45 minutes)"
 	@echo "make crds   - regenerate crds/ from the models; make docs - docs/alerts.md from the catalogue; make dashboards - the chart's Grafana dashboards"
 	@echo "make controlplane - build (or reuse) the local Kubernetes control plane binaries"
@@ -65,11 +65,11 @@ crds: bootstrap
 	rm -f charts/trainguard/crds/*.yaml
 	cp crds/*.yaml deploy/peering-crd.yaml charts/trainguard/crds/
 
-# the chart: its CRDs (above), its RBAC and Secret-write policy, copied from deploy/ (tests/packaging
+# the chart: its CRDs (above), its RBAC, Secret-write and namespace-label policies, copied from deploy/ (tests/packaging
 # fails on drift), and its remote_write keep-list, generated from render/longterm.py (check-generated
 # fails on drift)
 chart: crds
-	cp deploy/rbac*.yaml deploy/secret-write-policy.yaml charts/trainguard/files/
+	cp deploy/rbac*.yaml deploy/secret-write-policy.yaml deploy/namespace-label-policy.yaml charts/trainguard/files/
 	$(BIN)/trainguard keep-list --out-dir charts/trainguard/files
 
 # helm for the chart tests (tests/packaging), built from its Go module into the e2e cache; without Go
@@ -123,6 +123,7 @@ bench: bootstrap node-exporter
 	$(PY) bench/restart_in_place.py --runs 3
 	$(PY) bench/ettr.py
 	$(PY) bench/signal_handling.py
+	$(PY) bench/admission.py
 
 # fault to cordon and to training resumed through the whole pipeline, by path and fault class, at its full
 # defaults (about 45 minutes on 2 cores; make bench runs it with fewer injections; bench/ettr.py reads its

@@ -33,9 +33,11 @@ DEPLOY_FILES = (
     "rbac-webhook-configuration.yaml",
     "rbac-webhook-tls.yaml",
     "secret-write-policy.yaml",
+    "namespace-label-policy.yaml",
 )
 """What `kubectl apply` of deploy/ installs after the peering (docs/install.md): the e2e operators run
-under all of it, the RBAC of either way of managing certificates and the Secret-write policy."""
+under all of it, the RBAC of either way of managing certificates, the Secret-write policy and the
+namespace-label policy."""
 
 
 class _Loader(yaml.SafeLoader):

@@ -29,6 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from e2e.cluster import load_all
 from e2e.controlplane.local import LocalControlPlane, local_control_plane, prometheus_operator_crds
 from tests.processes import wait_for
+from trainguard.catalog.kubernetes import MONITORED
 
 pytestmark = pytest.mark.e2e
 
@@ -225,6 +226,12 @@ MUST_NOT: list[dict[str, str]] = [
     {"verb": "patch", "group": "kueue.x-k8s.io", "resource": "workloads", "namespace": WORKLOAD_NS},
     {"verb": "patch", "group": "apps", "resource": "deployments", "namespace": NS},
     {"verb": "get", "resource": "configmaps", "namespace": WORKLOAD_NS},
+    # namespaces: its label merge-patched on those holding a monitor (namespace-label-policy.yaml keeps
+    # it to that label), never created, updated, deleted or finalized
+    {"verb": "create", "resource": "namespaces"},
+    {"verb": "update", "resource": "namespaces", "name": WORKLOAD_NS},
+    {"verb": "delete", "resource": "namespaces", "name": WORKLOAD_NS},
+    {"verb": "update", "resource": "namespaces", "subresource": "finalize", "name": WORKLOAD_NS},
     # nodes: cordons and taints, never deletes
     {"verb": "delete", "resource": "nodes"},
     {"verb": "update", "resource": "nodes"},
@@ -314,6 +321,26 @@ def test_the_secret_write_policy_is_in_force_for_the_releases_service_account(
     core.create_namespaced_secret(
         WORKLOAD_NS, body({"app.kubernetes.io/managed-by": "trainguard"}), dry_run="All"
     )
+
+
+def test_the_namespace_label_policy_is_in_force_for_the_releases_service_account(
+    installed: Installed, as_operator: client.AuthorizationV1Api
+) -> None:
+    """The release's operator may set its label on a namespace and change nothing else there
+    (e2e/test_namespace_label_policy.py tests the policy itself)."""
+    core = client.CoreV1Api(as_operator.api_client)
+
+    def refused() -> bool:
+        try:
+            core.patch_namespace(WORKLOAD_NS, {"metadata": {"labels": {"team": "x"}}}, dry_run="All")
+        except ApiException as exc:
+            if exc.status == 403 and "trainguard-operator-namespace-labels" in str(exc.body):
+                return True
+            raise
+        return False
+
+    wait_for("the namespace-label policy in force", refused, timeout=60)
+    core.patch_namespace(WORKLOAD_NS, {"metadata": {"labels": {MONITORED: "true"}}}, dry_run="All")
 
 
 def test_an_upgrade_moves_the_operator_and_its_sidecar_image_together(installed: Installed) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -11,8 +12,10 @@ from kubernetes.client.exceptions import ApiException
 
 from e2e.cluster import RESYNC_SECONDS, Cluster
 from e2e.monitors import MON, NAME, QUICKSTART, condition, indexed_job, quickstart, ready
+from tests import exposition
 from tests.processes import wait_for
 from trainguard.api import load_documents
+from trainguard.catalog.kubernetes import MONITORED
 from trainguard.render import effective_policy, render_kubernetes
 from trainguard.render.kubernetes import alertmanager_config, operator_receiver
 
@@ -195,6 +198,53 @@ def test_pods_that_match_no_monitor_or_opt_out_are_untouched(operator: Cluster, 
         pod = operator.core.read_namespaced_pod(name, ns)
         assert not pod.spec.init_containers
         assert "trainguard.io/injected" not in (pod.metadata.annotations or {})
+
+
+def bare_pod(ns: str, name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "labels": {"app": "llama-pretrain"}},
+            "spec": {"containers": [{"name": "trainer", "image": "registry.invalid/llama:1"}]}}  # fmt: skip
+
+
+def test_the_webhook_is_called_only_for_the_pods_of_namespaces_holding_a_monitor(
+    operator: Cluster, ns: str
+) -> None:
+    """The namespace is labelled trainguard.io/monitored before its monitor is Ready; a pod of another
+    namespace, even one a monitor there would select, never reaches the operator (its admission count
+    stays); the label goes once the namespace holds no monitor."""
+    other = operator.namespace(f"e2e-{uuid.uuid4().hex[:8]}")
+
+    def admissions() -> float:
+        samples = exposition.samples_of(exposition.metric_families(operator.metrics_url()).values())
+        return exposition.value(samples, "trainguard_operator_webhook_duration_seconds_count") or 0.0
+
+    def labels(namespace: str) -> dict[str, str]:
+        return dict(operator.core.read_namespace(namespace).metadata.labels or {})
+
+    try:
+        operator.apply(quickstart(ns))
+        wait_for("monitor Ready", lambda: ready(operator, ns))
+        assert labels(ns).get(MONITORED) == "true", "labelled before the monitor was Ready"
+        assert MONITORED not in labels(other)
+        before = admissions()
+        operator.apply([bare_pod(other, "elsewhere")])
+        assert not operator.core.read_namespaced_pod("elsewhere", other).spec.init_containers
+        assert admissions() == before, "the apiserver did not call the webhook for it"
+        operator.apply([bare_pod(ns, "here")])
+        assert any(
+            c.name == "trainguard-exporter"
+            for c in operator.core.read_namespaced_pod("here", ns).spec.init_containers or []
+        )
+        assert admissions() == before + 1
+        operator.custom.delete_namespaced_custom_object(
+            "trainguard.io", "v1alpha1", ns, "trainingjobmonitors", "llama-pretrain"
+        )
+        wait_for(
+            "the label gone with the namespace's last monitor",
+            lambda: MONITORED not in labels(ns),
+            timeout=30,
+        )
+    finally:
+        operator.core.delete_namespace(other, propagation_policy="Background")
 
 
 def test_restart_leaves_no_duplicates_and_keeps_status(operator: Cluster, ns: str) -> None:

@@ -54,6 +54,17 @@ def test_pods_are_counted_and_written_only_when_the_count_changes() -> None:
     assert kube.status_writes == [{"podsMonitored": 3}]
 
 
+def test_the_leader_keeps_the_namespace_labels_at_the_pod_count_cadence() -> None:
+    clock, kube, sweeps = Clock(1000.0), fake(), []
+    for leader in (True, False):
+        p = Periodic(kube, kube, leader=lambda leader=leader: leader, reconcile=lambda ns, n: None, lock=LOCKS,
+                     resync_s=120, pods_s=15, clock=clock, label_namespaces=lambda: sweeps.append(clock.now))  # fmt: skip
+        for _ in range(3):
+            clock.now += 15
+            p.tick()
+    assert len(sweeps) == 3, "on every pod count of the leader, never on a standby"
+
+
 def test_a_standby_does_nothing() -> None:
     clock, kube, done = Clock(1000.0), fake(), []
     p = periodic(False, clock, kube, done)

@@ -23,6 +23,7 @@ ALL = (
     "rbac-webhook-configuration.yaml",
     "rbac-webhook-tls.yaml",
     "secret-write-policy.yaml",
+    "namespace-label-policy.yaml",
 )
 """deploy/ but the peering: what the chart copies into files/ and `kubectl apply` installs."""
 
@@ -145,6 +146,7 @@ SOURCES = [
     ),
     # clusters before 1.30
     (("rbac.secretWritePolicy=false",), (), without("secret-write-policy.yaml")),
+    (("rbac.namespaceLabelPolicy=false",), (), without("namespace-label-policy.yaml")),
     # reports without pod logs (--no-pod-logs)
     (("reports.podLogs=false",), (), without("rbac-pod-logs.yaml")),
 ]

@@ -30,6 +30,7 @@ from tests.kube.fakes import FakeKube
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog.events import fingerprint
 from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT, RESUME_FROM
+from trainguard.controller.admission import restart_of
 from trainguard.exporter.checkpoints import checkpoint_ref, newer, resume_pointer
 from trainguard.exporter.restarts import restart_word
 from trainguard.kube.objects import new_pods_placement, taints_with
@@ -101,6 +102,8 @@ class FakeCluster:
         """What `workload` answers: the owner resolved (no problem, no limit of its own by default)."""
         self.workloads: dict[tuple[str, str], dict[str, str]] = {}
         self.annotations_written: list[dict[str, str | None]] = []
+        self.admitted_pointer: Callable[[], str | None] = self.workload_pointer
+        """The resume-from pointer the webhook gives a pod created now."""
         self.generation = 0
         self.save_after_reads = save_after_reads
         self.unreachable: set[str] = set()
@@ -174,14 +177,20 @@ class FakeCluster:
                     pod["node"] = name
                     break
 
+    def workload_pointer(self) -> str | None:
+        """The workload's resume-from annotation: what an older operator's webhook gave a new pod."""
+        return self.workloads.get(self.owner_ref, {}).get(RESUME_FROM)
+
     def _recreate(self, index: int, job: str | None = None) -> None:
-        """The Job controller's replacement; the webhook gives its sidecar the workload's resume-from."""
+        """The Job controller's replacement; the webhook gives its sidecar the resume-from pointer
+        (`admitted_pointer`: by default the workload's annotation; Rig and loop_rig read the monitor's
+        status as the operator's webhook does)."""
         self.generation += 1
         name = f"job-{index}-r{self.generation}"
         self.pods[name] = {"node": "", "created": int(self.clock()), "terminating": False, "index": index}
         if job:
             self.pods[name]["job"] = job
-        pointer = self.workloads.get(self.owner_ref, {}).get(RESUME_FROM)
+        pointer = self.admitted_pointer()
         held = resume_pointer(pointer) if pointer else None
         pin = {k: v for k, v in held.items() if k not in ("generation", "record")} if held else None
         state = self._sidecar_state(None, pin)
@@ -614,6 +623,9 @@ class Rig:
         """What the executor is given as Prometheus's record of the jobs' alerts (FaultHistory)."""
         self.stopping: Callable[[], bool] = lambda: False
         self.last: Executor | None = None
+        self.cluster.admitted_pointer = lambda: status_pointer(
+            {"remediations": list(self.store.records.values())}, self.clock()
+        )
 
     def executor(self, owner: str = "") -> Executor:
         saver = self.store.saver()
@@ -641,6 +653,12 @@ class Rig:
         self.store.monitor = monitor
         self.store.put(sign(record, monitor) if signed else record)
         return self.executor().run(record, monitor)
+
+
+def status_pointer(status: Mapping[str, Any] | None, now: float) -> str | None:
+    """The pointer the operator's webhook gives a pod created now, from the monitor's status."""
+    restart = restart_of({"status": status or {}}, now)
+    return restart.pointer if restart is not None else None
 
 
 def sign(record: dict[str, Any], monitor: TrainingJobMonitor) -> dict[str, Any]:
@@ -671,6 +689,9 @@ def loop_rig(
     body["spec"]["workloadRef"] = {"kind": "Job", "name": "llama-pretrain"}
     body["spec"]["remediation"] = {"emergencyCheckpointTimeout": "30s"}
     kube = kube or FakeKube(body)
+    cluster.admitted_pointer = lambda: status_pointer(
+        (kube.get_monitor("ml", "llama-pretrain") or {}).get("status"), clock()
+    )
     locks: dict[tuple[str, str], threading.RLock] = {}
 
     def executor(c: Any, save: Any, token_for: Any, **kw: Any) -> Executor:

@@ -5,13 +5,23 @@ crash never touches the replacements, and a JobSet's gang restart deletes its ch
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from tests.clock import T0
-from tests.remediation.fakes import Crash, Rig, job_monitor, kinds_and_phases, p0_signal, step_done
+from tests.remediation.fakes import (
+    CKPT_STEP,
+    CKPT_TS,
+    Crash,
+    Rig,
+    job_monitor,
+    kinds_and_phases,
+    p0_signal,
+    step_done,
+)
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog.alerts import TRAINING_INTERRUPTED
 from trainguard.catalog.events import fingerprint
@@ -62,6 +72,10 @@ def test_a_gpu_fault_evicts_only_the_faulty_nodes_pod_after_deleting_its_child_j
     assert replaced["progress"] == {
         "count": 1,
         "uids": "job-0/job-0/llama-pretrain-node-0/llama-pretrain-node-0-uid",
+        # what the webhook gives the replacement (no rejoin here: no generation)
+        "resumeFrom": json.dumps(
+            {"kind": "full", "path": f"/ckpt/{CKPT_STEP}", "step": CKPT_STEP, "ts": CKPT_TS}, sort_keys=True
+        ),
     }
     assert "deleted child Job llama-pretrain-node-0" in replaced["detail"]
     assert "the JobSet recreates its child Job at once" in replaced["detail"]

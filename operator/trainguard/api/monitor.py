@@ -479,8 +479,9 @@ class StepProgress(Model):
     resume_from: str | None = Field(
         default=None,
         max_length=4096,
-        description="ReplacePod, when a rejoin follows: the checkpoint pointer (JSON {step, path, kind, ts}) the "
-        "replacement was given, which the healthy ranks then restart from.",
+        description="RestartGang and ReplacePod: the checkpoint pointer (JSON {step, path, kind, ts}, or null when "
+        "none was known) the new pods are given: the webhook reads it here, with ReplacePod's generation, until "
+        "ConfirmPlacement sees them placed. When a rejoin follows ReplacePod, the healthy ranks restart from it.",
     )
 
 

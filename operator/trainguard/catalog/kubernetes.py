@@ -1,5 +1,5 @@
 """The names trainguard writes on Kubernetes objects it does not own: node annotations and taints,
-the spare-node label and the workload's resume pointer. Users, dashboards and `trainguard uncordon`
+the spare-node label, the workload's resume pointer and the label of the namespaces holding a monitor. Users, dashboards and `trainguard uncordon`
 read them, so each is defined here once (docs/architecture.md, "Public contracts"). Also the labels of
 the objects it writes for itself, which its Secret-write policy checks."""
 
@@ -17,6 +17,11 @@ SPARE_LABEL = "trainguard.io/spare"
 """A warm spare node (`=true`); also the key of the NoSchedule taint that keeps other pods off it."""
 RESUME_FROM = "trainguard.io/resume-from"
 """On the workload: JSON {step, path, kind, ts} of the checkpoint a gang restart resumes from."""
+MONITORED = "trainguard.io/monitored"
+"""On a namespace that holds a TrainingJobMonitor (`=true`), kept by the operator: the sidecar-injection
+webhook's namespaceSelector, so the apiserver calls it for no pod of another namespace
+(deploy/namespace-label-policy.yaml lets the operator change this label of a namespace, nothing else)."""
+MONITORED_VALUE = "true"
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 """The label on every object the operator writes for itself, Secrets included, with the value

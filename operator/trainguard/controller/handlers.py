@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
@@ -19,7 +19,7 @@ import kopf
 from trainguard.api import GROUP, VERSION, InvalidInput, TrainingJobMonitor, parse_spec
 from trainguard.catalog.kubernetes import RESUME_FROM
 from trainguard.catalog.severity import GRADE
-from trainguard.controller.admission import admit
+from trainguard.controller.admission import Candidates, ParsedMonitors, admit
 from trainguard.controller.metrics import OperatorMetrics
 from trainguard.controller.reconcile import (
     NamespaceTerminating,
@@ -89,6 +89,7 @@ def reconcile(
     *,
     receiver: ReceiverSettings | None = None,
     metrics: OperatorMetrics | None = None,
+    label_namespace: Callable[[str], str] | None = None,
     severity_style: str = GRADE,
     object_labels: Mapping[str, str] | None = None,
 ) -> None:
@@ -100,7 +101,8 @@ def reconcile(
         started, status, result = time.monotonic(), None, None
         try:
             status = reconcile_monitor(kube, reads, fresh, announce=announcer(kube, fresh), receiver=receiver,
-                                       severity_style=severity_style, object_labels=object_labels)  # fmt: skip
+                                       label_namespace=label_namespace, severity_style=severity_style,
+                                       object_labels=object_labels)  # fmt: skip
         except NamespaceTerminating as exc:
             log.info("%s: nothing more is applied", exc)
             result = "skipped"
@@ -111,12 +113,13 @@ def reconcile(
 
 def register(registry: kopf.OperatorRegistry, *, receiver_url: str, sidecar_image: str) -> None:
     """Attach every handler of the operator to `registry`. The memo carries `kube`, `reads` (the watch
-    caches), `native_sidecar` and `severity_style` (set at startup). Injected sidecars run `sidecar_image`
-    unless their monitor overrides it."""
+    caches), `native_sidecar`, `severity_style` and `namespaces` (controller/namespace_labels.py; set at
+    startup). Injected sidecars run `sidecar_image` unless their monitor overrides it."""
 
     def _reconcile(memo: Any, namespace: str, name: str) -> None:
         reconcile(memo["kube"], memo["reads"], namespace, name, receiver=memo.get("receiver"),
-                  metrics=memo.get("metrics"), severity_style=memo.get("severity_style", GRADE),
+                  metrics=memo.get("metrics"), label_namespace=_labels(memo),
+                  severity_style=memo.get("severity_style", GRADE),
                   object_labels=memo.get("object_labels"))  # fmt: skip
 
     # ---- indices: what other handlers look up without an API call ----
@@ -154,16 +157,7 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str, sidecar_imag
         namespace = namespace or "default"
         users = users_of(namespace, name, monitors_by_policy)
         for monitor_name in users:
-            reconcile(
-                kube,
-                memo["reads"],
-                namespace,
-                monitor_name,
-                receiver=memo.get("receiver"),
-                metrics=memo.get("metrics"),
-                severity_style=memo.get("severity_style", GRADE),
-                object_labels=memo.get("object_labels"),
-            )
+            _reconcile(memo, namespace, monitor_name)
         try:
             parse_spec(_plain(body), f"{namespace}/{name}")
             outcome = Outcome(
@@ -197,41 +191,68 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str, sidecar_imag
 
     # ---- sidecar injection: every replica answers, standbys included ----
 
+    parsed = ParsedMonitors()
+
     @kopf.on.mutate("", "v1", "pods", id="inject-sidecar", operations=["CREATE"], registry=registry)
     def inject_sidecar(*, body: kopf.Body, patch: kopf.Patch, memo: Any, **_: Any) -> None:
-        kube: Kube = memo["kube"]
-        metrics: OperatorMetrics | None = memo.get("metrics")
-        started = time.monotonic()
-
-        def monitors_in(namespace: str) -> list[dict[str, Any]]:
-            try:
-                return list(memo["reads"].monitors_in(namespace, timeout=ADMISSION_CACHE_WAIT))
-            except NotSynced:  # a replica starting: its cache has not listed yet
-                # the apiserver waits 5s for the whole answer; a slow list admits the pod without the sidecar
-                return kube.list_monitors(namespace, timeout=ADMISSION_API_TIMEOUT)
-
-        changes = admit(
-            _plain(body),
-            monitors_in=monitors_in,
-            post_event=lambda obj, reason, msg, type_: kube.post_event(obj, reason, msg, type_, timeout=1.0),
-            receiver_url=receiver_url,
-            sidecar_image=sidecar_image,
-            native_sidecar=bool(memo.get("native_sidecar", True)),
-            resume_pointer=lambda m: resume_pointer(kube, m),
-            failed=metrics.injection_failed if metrics is not None else lambda: None,
+        answer_admission(
+            body, patch, memo, receiver_url=receiver_url, parsed=parsed, sidecar_image=sidecar_image
         )
-        if metrics is not None:
-            metrics.admitted(time.monotonic() - started)
-        if changes is None:
-            return
-        patch.metadata["annotations"] = changes["metadata"]["annotations"]
-        for key, value in changes["spec"].items():
-            patch.spec[key] = value
+
+
+def _labels(memo: Any) -> Callable[[str], str] | None:
+    namespaces = memo.get("namespaces")
+    return namespaces.ensure if namespaces is not None else None
+
+
+def answer_admission(
+    body: Mapping[str, Any],
+    patch: kopf.Patch,
+    memo: Any,
+    *,
+    receiver_url: str,
+    parsed: Candidates,
+    sidecar_image: str,
+) -> None:
+    """One sidecar-injection admission: the pod's changes into `patch`. Reads the monitor cache
+    (`memo["reads"]`); the API only while a starting replica's cache has not listed yet, and for a
+    restart an older operator began (its pointer is on the workload only). `parsed`: the monitors
+    that may select the pod (ParsedMonitors: parsed and indexed between requests)."""
+    kube: Kube = memo["kube"]
+    metrics: OperatorMetrics | None = memo.get("metrics")
+    started = time.monotonic()
+
+    def monitors_in(namespace: str) -> list[dict[str, Any]]:
+        try:
+            return list(memo["reads"].monitors_in(namespace, timeout=ADMISSION_CACHE_WAIT))
+        except NotSynced:  # a replica starting: its cache has not listed yet
+            # the apiserver waits 5s for the whole answer; a slow list admits the pod without the sidecar
+            return kube.list_monitors(namespace, timeout=ADMISSION_API_TIMEOUT)
+
+    changes = admit(
+        _plain(body),
+        monitors_in=monitors_in,
+        post_event=lambda obj, reason, msg, type_: kube.post_event(obj, reason, msg, type_, timeout=1.0),
+        receiver_url=receiver_url,
+        sidecar_image=sidecar_image,
+        native_sidecar=bool(memo.get("native_sidecar", True)),
+        parsed=parsed,
+        resume_pointer=lambda m: resume_pointer(kube, m),
+        failed=metrics.injection_failed if metrics is not None else lambda: None,
+    )
+    if metrics is not None:
+        metrics.admitted(time.monotonic() - started)
+    if changes is None:
+        return
+    patch.metadata["annotations"] = changes["metadata"]["annotations"]
+    for key, value in changes["spec"].items():
+        patch.spec[key] = value
 
 
 def resume_pointer(kube: Kube, monitor: TrainingJobMonitor) -> str | None:
-    """The checkpoint a gang restart left on the workload (trainguard.io/resume-from), for the new
-    sidecars; a failure to read it costs the pointer, never the injection."""
+    """The checkpoint a gang restart left on the workload (trainguard.io/resume-from), read from the
+    API: only for a restart step an operator before this one began, whose progress lacks the pointer.
+    A failure to read it costs the pointer, never the injection."""
     ref = monitor.spec.workload_ref
     if ref is None:
         return None

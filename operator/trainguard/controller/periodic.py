@@ -1,6 +1,7 @@
 """The operator's periodic work, on the leader only: a resync of every monitor (it repairs hand edits
-of owned objects) and the pod count in status, both read from the watch caches; and `Loop`, the
-thread each other feature's pass runs on.
+of owned objects), the pod count in status and the namespaces' trainguard.io/monitored label
+(controller/namespace_labels.py), all read from the watch caches; and `Loop`, the thread each other
+feature's pass runs on.
 
 kopf timers would do this per object, but kopf puts a finalizer on every object that has a timer: with
 the operator uninstalled first, monitors then hang in Terminating and block namespace deletion. One
@@ -42,6 +43,8 @@ class Periodic:
     pods_s: float = 15.0
     on_pass: Callable[[], object] | None = None
     """Also run on the leader at the pod-count cadence (the P0 loop resumes unfinished records)."""
+    label_namespaces: Callable[[], object] | None = None
+    """Run on the leader at the pod-count cadence: NamespaceLabels.sweep."""
     clock: Callable[[], float] = time.monotonic
     _next_resync: float = 0.0
     _next_pods: float = 0.0
@@ -68,6 +71,8 @@ class Periodic:
             self._next_pods = now + self.pods_s
             if self.on_pass is not None:
                 self._guarded("resume", "*", "*", self.on_pass)
+            if self.label_namespaces is not None:
+                self._guarded("namespace labels", "*", "*", self.label_namespaces)
             for m in monitors:
                 ns, name = _key(m)
                 self._guarded("pod count", ns, name, functools.partial(self._count_pods, ns, name, m))

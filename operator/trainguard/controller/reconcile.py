@@ -21,7 +21,7 @@ from trainguard.api import InvalidInput, PolicyProblem, TrainingJobMonitor, pars
 from trainguard.api.common import LabelSelector
 from trainguard.api.monitor import WorkloadRef
 from trainguard.catalog.severity import GRADE
-from trainguard.controller.status import WORKLOAD_UNRESOLVED, Outcome, monitor_status
+from trainguard.controller.status import NAMESPACE_LABEL_FAILED, WORKLOAD_UNRESOLVED, Outcome, monitor_status
 from trainguard.kube import (
     ApiError,
     MissingAPI,
@@ -107,6 +107,14 @@ def recorded_problem(body: dict[str, Any]) -> str | None:
     return ""
 
 
+def recorded_message(body: dict[str, Any]) -> str:
+    """The message of the monitor's Degraded condition now ("" when it is not Degraded)."""
+    for c in (body.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Degraded" and c.get("status") == "True":
+            return str(c.get("message") or "")
+    return ""
+
+
 def node_names(reads: ReconcileReads, selector: LabelSelector) -> list[str]:
     return sorted(str(n["metadata"]["name"]) for n in reads.nodes() if selector.matches(labels_of(n)))
 
@@ -151,13 +159,16 @@ def reconcile_monitor(
     now: Callable[[], str] = utcnow,
     announce: Callable[[str, str], None] = _no_announce,
     receiver: ReceiverSettings | None = None,
+    label_namespace: Callable[[str], str] | None = None,
     severity_style: str = GRADE,
     object_labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Reconcile one monitor body and write its status; returns the status written. With `receiver`,
     the monitor's credentials are derived and Alertmanager posts its P0 and P1 alerts to the operator.
-    The rules' severity label is in `severity_style`, the platform's (--severity-style); `object_labels`
-    go on every object applied (the platform's --object-labels)."""
+    `label_namespace` labels the monitor's namespace for the sidecar-injection webhook before anything
+    else (controller/namespace_labels.py), answering why it could not ("" when it is labelled). The
+    rules' severity label is in `severity_style`, the platform's (--severity-style); `object_labels` go
+    on every object applied (the platform's --object-labels)."""
     meta = body.get("metadata", {})
     ns, name = meta.get("namespace", "default"), meta.get("name", "?")
     outcome = Outcome(generation=meta.get("generation"))
@@ -168,6 +179,10 @@ def reconcile_monitor(
         return _write(kube, reads, body, outcome, now=now)
     assert isinstance(parsed_monitor, TrainingJobMonitor)
     monitor = parsed_monitor
+    if label_namespace is not None:
+        outcome.namespace_problem = label_namespace(ns)
+        if outcome.namespace_problem and outcome.namespace_problem != recorded_message(body):
+            announce(NAMESPACE_LABEL_FAILED, outcome.namespace_problem)  # once per distinct problem
     problem, recorded = workload_problem(reads, monitor), recorded_problem(body)
     outcome.workload_problem = (recorded or "") if problem is None else problem
     if outcome.workload_problem and outcome.workload_problem != recorded:

@@ -24,9 +24,14 @@ class Outcome:
     workload_problem: str = ""
     """Why spec.workloadRef does not resolve (kube/workloads.py): Degraded, reason WorkloadUnresolved,
     while the rules and routes are in place (Ready stays True: monitoring works, restarts do not)."""
+    namespace_problem: str = ""
+    """Why the monitor's namespace could not be labelled trainguard.io/monitored
+    (controller/namespace_labels.py): Degraded, reason NamespaceLabelFailed, said before the workload's,
+    while Ready stays True (the rules and routes are in place; new pods start without the exporter)."""
 
 
 WORKLOAD_UNRESOLVED = "WorkloadUnresolved"
+NAMESPACE_LABEL_FAILED = "NamespaceLabelFailed"
 
 
 def _condition(  # noqa: PLR0917 - one call site, read as a table
@@ -62,6 +67,18 @@ def monitor_status(previous: dict[str, Any] | None, outcome: Outcome, now: str) 
     prev_conditions = list((previous or {}).get("conditions") or [])
     g = outcome.generation
     failed = bool(outcome.error_reason)
+    reason, message = next(
+        (
+            (r, m)
+            for r, m, wrong in (
+                (outcome.error_reason, outcome.error_message, failed),
+                (NAMESPACE_LABEL_FAILED, outcome.namespace_problem, bool(outcome.namespace_problem)),
+                (WORKLOAD_UNRESOLVED, outcome.workload_problem, bool(outcome.workload_problem)),
+            )
+            if wrong
+        ),
+        ("", ""),
+    )
     rules_reason = "Applied" if outcome.rules_applied else (outcome.error_reason or "Pending")
     routes_reason = "Applied" if outcome.routes_applied else (outcome.error_reason or "Pending")
     conditions = [
@@ -77,16 +94,8 @@ def monitor_status(previous: dict[str, Any] | None, outcome: Outcome, now: str) 
         _condition(prev_conditions, "RulesApplied", outcome.rules_applied, rules_reason, "", now, g),
         _condition(prev_conditions, "RoutesApplied", outcome.routes_applied, routes_reason, "", now, g),
         # Degraded is True when something is wrong, so its "ok" is inverted; an error of the reconcile
-        # itself is said before the workload's
-        _condition(
-            prev_conditions,
-            "Degraded",
-            failed or bool(outcome.workload_problem),
-            outcome.error_reason or (WORKLOAD_UNRESOLVED if outcome.workload_problem else "AsExpected"),
-            outcome.error_message if failed else outcome.workload_problem,
-            now,
-            g,
-        ),
+        # itself is said before the namespace's, and that before the workload's
+        _condition(prev_conditions, "Degraded", bool(reason), reason or "AsExpected", message, now, g),
     ]
     status: dict[str, Any] = {"conditions": conditions, "observedGeneration": g}
     if outcome.pods is not None:

@@ -1,5 +1,5 @@
-"""The operator's watch caches: monitors, policies, pods, nodes, node Leases and Jobs, each listed once
-and then watched (kube/watch.py); and, started on the first read that needs them and only when the
+"""The operator's watch caches: monitors, policies, pods, nodes, node Leases, Jobs and the namespaces
+labelled trainguard.io/monitored, each listed once and then watched (kube/watch.py); and, started on the first read that needs them and only when the
 cluster serves them, JobSets, TrainJobs, PyTorchJobs and Kueue Workloads (a monitor's workload owner). The periodic passes, the planner and the admission webhook read
 these instead of listing: in steady state a P0 signal, an admission request and a P0 pass make no
 LIST call (e2e/test_watch_caches.py counts them at the apiserver).
@@ -24,6 +24,7 @@ from kubernetes import client
 from trainguard.api import GROUP, VERSION
 from trainguard.api.common import LabelSelector
 from trainguard.api.monitor import WorkloadRef
+from trainguard.catalog.kubernetes import MONITORED, MONITORED_VALUE
 from trainguard.kube.errors import ApiError, Stale
 from trainguard.kube.objects import Hearing, labels_of, slim, slim_node, slim_pod
 from trainguard.kube.watch import QUIET_S, Counts, Informer, Resource
@@ -39,6 +40,7 @@ PODS = Resource("", "v1", "pods")
 NODES = Resource("", "v1", "nodes")
 NODE_LEASES = Resource("coordination.k8s.io", "v1", "leases", "kube-node-lease")
 JOBS = Resource("batch", "v1", "jobs")
+NAMESPACES = Resource("", "v1", "namespaces")
 OWNER_PLURALS = {"Job": "jobs", "JobSet": "jobsets", "TrainJob": "trainjobs", "PyTorchJob": "pytorchjobs"}
 """The plural of each workload kind a monitor's workloadRef may name."""
 JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets")
@@ -86,6 +88,9 @@ class ClusterCache:
     nodes_informer: Informer = field(init=False)
     leases_informer: Informer = field(init=False)
     jobs_informer: Informer = field(init=False)
+    namespaces_informer: Informer = field(init=False)
+    """Only the namespaces labelled trainguard.io/monitored=true (a label selector): one that loses the
+    label leaves it."""
     _optional: dict[Resource, Informer] = field(init=False, default_factory=dict)
     """The caches of the kinds only some clusters serve, made on their first read."""
     _unserved: dict[Resource, float] = field(init=False, default_factory=dict)
@@ -99,6 +104,9 @@ class ClusterCache:
         self.nodes_informer = Informer(self.api, NODES, transform=slim_node)
         self.leases_informer = Informer(self.api, NODE_LEASES)
         self.jobs_informer = Informer(self.api, JOBS, transform=_slim_job)
+        self.namespaces_informer = Informer(
+            self.api, NAMESPACES, label_selector=f"{MONITORED}={MONITORED_VALUE}"
+        )
 
     @property
     def informers(self) -> dict[str, Informer]:
@@ -111,6 +119,7 @@ class ClusterCache:
             "nodes": self.nodes_informer,
             "leases": self.leases_informer,
             "jobs": self.jobs_informer,
+            "namespaces": self.namespaces_informer,
             **optional,
         }
 
@@ -170,6 +179,14 @@ class ClusterCache:
 
     def job(self, namespace: str, name: str) -> Obj | None:
         return self.jobs_informer.get(namespace, name, timeout=self.read_timeout_s)
+
+    # ---- namespaces ----
+
+    def labelled_namespaces(self, timeout: float | None = None) -> set[str]:
+        """The namespaces labelled trainguard.io/monitored=true now; a reconcile passes a short timeout
+        (it labels the namespace anyway when the cache has not listed: the patch is idempotent)."""
+        items = self.namespaces_informer.items(timeout=timeout or self.read_timeout_s)
+        return {str((n.get("metadata") or {}).get("name")) for n in items}
 
     # ---- nodes ----
 

@@ -331,6 +331,22 @@ class Kube:
             _request_timeout=self.timeout,
         )
 
+    def label_namespace(self, name: str, labels: dict[str, str | None]) -> bool:
+        """A merge patch of the namespace's labels (a None value removes the key); False when the
+        namespace is gone."""
+        try:
+            self.core.patch_namespace(
+                name,
+                {"metadata": {"labels": labels}},
+                _content_type=MERGE_PATCH,
+                _request_timeout=self.timeout,
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
     def patch_monitor(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         """A merge patch of a monitor (not its status): annotations, or spec.remediation.dryRun."""
         result = self.custom.patch_namespaced_custom_object(

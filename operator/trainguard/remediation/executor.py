@@ -19,9 +19,11 @@ Decisions taken here:
 - The checkpoint the gang resumes from (the pin, the resume-from pointer) is the newest one every rank
   that answered reports saved, never the highest step one rank has: a partial checkpoint (rank 0 at
   1100, rank 1 at 1000) gives 1000 (`gang_checkpoint`).
-- The resume-from pointer on the workload lives from the gang's deletion until its replacements are
-  placed (the webhook has read it by then): a pod recreated later for another reason must not start
-  pinned to an old checkpoint.
+- The resume-from pointer lives from the gang's deletion until its replacements are placed: on the
+  workload (for people, and for an older operator's webhook) and in the restart step's progress
+  (`resumeFrom`, saved before anything is deleted), from which the webhook gives it to the new pods
+  without an API call; once ConfirmPlacement saw them placed, neither is given: a pod recreated later
+  for another reason must not start pinned to an old checkpoint.
 - RestartInPlace restarts the trainers, not the pods, only where every live pod of the gang has a live
   `trainguard launch`; otherwise it is Skipped and the RestartGang after it restarts the gang by new
   pods, every pod of it: a gang is never half restarted in place. Once it succeeded, the RestartGang
@@ -1161,11 +1163,11 @@ class Executor:
                 live = [p for p in live if creation_seconds(p) < before]
             old, count = live, len(live)
             cut = max((creation_seconds(p) for p in old), default=0.0)
-            pointer, _ = self._resume_pointer(
+            pointer, chosen = self._resume_pointer(
                 monitor, _restart_avoid(record), since=unix(str(record.get("created", "")))
             )
             note(f"deleting {count} pod(s) created up to {cut:.0f}: {_names(_pod_names(old))}; {pointer}",
-                 {"count": count, "createdUpTo": int(cut)})  # fmt: skip
+                 {"count": count, "createdUpTo": int(cut), "resumeFrom": _checkpoint_json(chosen)})  # fmt: skip
         deleted = self.cluster.delete_pods(namespace, _pod_names(old))
         if progress.fields.get("createdUpTo") is not None:
             detail = f"deleted {count} pod(s) created up to {cut:.0f} ({len(deleted)} of them after the operator restarted)"
@@ -1216,12 +1218,12 @@ class Executor:
                 live = [p for p in live if creation_seconds(p) < before]
             cut = max((creation_seconds(p) for p in live), default=0.0)
             jobs = [j for j in workload.children if j.created <= cut]
-            pointer, _ = self._resume_pointer(
+            pointer, chosen = self._resume_pointer(
                 monitor, _restart_avoid(record), since=unix(str(record.get("created", "")))
             )
             note(f"deleting the JobSet {workload.jobset}'s child Job(s) {_names([j.name for j in jobs])} "
                  f"({len(live)} pod(s) created up to {cut:.0f}); {pointer}",
-                 {"count": len(live), "createdUpTo": int(cut)})  # fmt: skip
+                 {"count": len(live), "createdUpTo": int(cut), "resumeFrom": _checkpoint_json(chosen)})  # fmt: skip
         else:
             jobs = [j for j in workload.children if j.created <= cut]
         deleted = [
@@ -1279,10 +1281,10 @@ class Executor:
                 record_id=record["id"],
             )  # fmt: skip
             how = "force-deleting (node down)" if down else "evicting"
-            # the rejoin restarts the healthy ranks from the checkpoint the replacement was given
-            joins = {"generation": generation, "resumeFrom": _checkpoint_json(chosen)} if generation else {}
+            # the webhook gives the replacement this pointer; the rejoin restarts the healthy ranks from it
             note(f"{how} {_names([t.pod for t in targets])} on {node}; {pointer}",
-                 {"count": len(targets), "uids": _entries(targets), **joins})  # fmt: skip
+                 {"count": len(targets), "uids": _entries(targets), "resumeFrom": _checkpoint_json(chosen),
+                  "generation": generation})  # fmt: skip
         done: list[str] = []
         for target in targets:
             job = target.child_job
@@ -1323,7 +1325,8 @@ class Executor:
         """Write the checkpoint the gang resumes from on the workload as trainguard.io/resume-from
         ({step, path, kind, ts}) before its pods go (they take their sidecars' view with them): the
         webhook gives it to the new sidecars, which hold it as a pin, and its ts lets a later NaN pin
-        judge it. It is the newest checkpoint every rank has (`gang_checkpoint`: a sidecar that does not
+        judge it (the webhook reads it from the step's progress, which the caller saves with it). It is
+        the newest checkpoint every rank has (`gang_checkpoint`: a sidecar that does not
         answer leaves the choice to those that do); a rank holding a pin offers only its pin (newer
         checkpoints followed a NaN). The ranks on an avoided node (the faulty one) are replaced, and
         their replacements load their shards of the chosen checkpoint: so they count, with what they
@@ -1582,11 +1585,13 @@ def _replaced(record: Record) -> int:
     return 0
 
 
-def _checkpoint_json(pointer: dict[str, Any] | None) -> str | None:
-    """The checkpoint of a resume-from pointer, as ReplacePod keeps it in its progress (a string: the
-    progress schema holds scalars)."""
+def _checkpoint_json(pointer: dict[str, Any] | None) -> str:
+    """The checkpoint of a resume-from pointer, as RestartGang and ReplacePod keep it in their progress
+    (a string: the progress schema holds scalars), "null" when none was chosen. The webhook rebuilds the
+    new pods' pointer from it (controller/admission.py restart_of); a progress without it is an older
+    operator's, whose pointer is on the workload only."""
     if not pointer:
-        return None
+        return "null"
     return json.dumps({k: v for k, v in pointer.items() if k not in ("generation", "record")}, sort_keys=True)
 
 

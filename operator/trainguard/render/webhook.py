@@ -1,8 +1,11 @@
 """The MutatingWebhookConfiguration for sidecar injection.
 
 failurePolicy Ignore: a broken or absent operator never stops training pods from starting. The
-operator's own namespace and kube-system are never mutated, and a pod opts out with the label
-`trainguard.io/inject: disabled`.
+apiserver calls it only for the pods of namespaces labelled trainguard.io/monitored=true, which the
+operator keeps on every namespace that holds a TrainingJobMonitor (controller/namespace_labels.py):
+a pod elsewhere cannot concern a monitor (a monitor selects pods of its own namespace), and its
+creation does not wait on the operator. The operator's own namespace, kube-system and
+kube-node-lease are never mutated, and a pod opts out with the label `trainguard.io/inject: disabled`.
 """
 
 from __future__ import annotations
@@ -10,8 +13,15 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from trainguard.catalog.kubernetes import MONITORED, MONITORED_VALUE
+
 WEBHOOK_CONFIG_NAME = "trainguard-sidecar-injector"
 WEBHOOK_PATH = "/inject-sidecar"
+
+
+def excluded_namespaces(operator_namespace: str) -> list[str]:
+    """The namespaces never mutated, whatever they hold (the operator labels none of them)."""
+    return sorted({operator_namespace, "kube-system", "kube-node-lease"})
 
 
 def mutating_webhook_configuration(
@@ -56,13 +66,14 @@ def mutating_webhook_configuration(
                 "matchPolicy": "Equivalent",
                 "timeoutSeconds": timeout_seconds,
                 "namespaceSelector": {
+                    "matchLabels": {MONITORED: MONITORED_VALUE},
                     "matchExpressions": [
                         {
                             "key": "kubernetes.io/metadata.name",
                             "operator": "NotIn",
-                            "values": sorted({operator_namespace, "kube-system", "kube-node-lease"}),
+                            "values": excluded_namespaces(operator_namespace),
                         }
-                    ]
+                    ],
                 },
                 "objectSelector": {
                     "matchExpressions": [
