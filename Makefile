@@ -6,7 +6,9 @@ BIN := $(VENV)/bin
 .PHONY: help bootstrap demo test lint site unit e2e bench bench-pipeline crds chart helm victoria-metrics node-exporter docs dashboards check-generated image-lock image-lock-check controlplane controllers clean
 
 help:
-	@echo "make demo   - render the quickstart and check it with promtool and amtool"
+	@echo "make demo   - the quickstart's rules and routes on real Prometheus and Alertmanager (a minute); then, with the"
+	@echo "              control plane cached, the operator answering a node fault (under a minute more);"
+	@echo "              DEMO_ARGS=--with-operator builds the control plane first, --no-operator skips that act"
 	@echo "make test   - everything CI runs: lint, types, layer contracts, docs site, unit, integration and e2e tests"
 	@echo "make e2e    - the e2e suite on a local control plane built from Go modules (cached)"
 	@echo "make bench  - every benchmark, one after the other (about an hour on 2 cores): exporter cost, SDK overhead,"
@@ -23,8 +25,12 @@ help:
 bootstrap:
 	@scripts/bootstrap.sh
 
+# act 1 (the rules and routes, no cluster) always; act 2 (the operator answering a node fault on the local
+# control plane) when `make controlplane` has cached its binaries, or with DEMO_ARGS=--with-operator, which
+# builds them first (about 8 minutes on 2 cores, needs Go); DEMO_ARGS=--no-operator skips it
+DEMO_ARGS ?=
 demo: bootstrap
-	$(PY) scripts/demo.py
+	$(PY) scripts/demo.py $(DEMO_ARGS)
 
 lint: bootstrap
 	$(BIN)/ruff check operator tests e2e examples bench scripts

@@ -35,6 +35,7 @@ from e2e.monitors import ready
 from e2e.podprocesses import PodProcesses
 from e2e.receiver import records
 from tests.processes import free_port, http_json, wait_for
+from trainguard.render.sidecar import EXPORTER
 
 SCRAPE_SECONDS = 1
 EVAL_SECONDS = 1
@@ -388,7 +389,11 @@ def start(
     cluster, mon, sink = stack
     cluster.apply(objects(ns, sink, remediation, gpus, policy=policy, baseline=baseline))
     wait_for("monitor Ready", lambda: ready(cluster, ns), timeout=60)
-    cluster.apply([job(ns, completions, gpus)])
+    workload = job(ns, completions, gpus)
+    wait_for(
+        "the admission webhook injecting the exporter", lambda: injected(cluster, ns, workload), timeout=30
+    )
+    cluster.apply([workload])
     pods = PodProcesses(cluster.api, ns, SELECTOR, tmp, fastpath=fastpath).__enter__()
     try:
         wait_for(f"{completions} trainers past their first checkpoint", lambda: len(r := pods.running()) == completions
@@ -401,6 +406,18 @@ def start(
         pods.__exit__(None, None, None)
         raise AssertionError(diagnostics(cluster, mon, pods, ns)) from None
     return pods
+
+
+def injected(cluster: Cluster, ns: str, workload: dict[str, Any]) -> bool:
+    """A pod of the workload's template, created with dryRun, comes back with the exporter: the operator's
+    admission sees the monitor. Its Ready condition is not enough: the webhook reads the monitors from a
+    watch cache of its own, which can lag behind the handler that wrote Ready, and a pod admitted before
+    that cache has the monitor runs without the sidecar."""
+    template = workload["spec"]["template"]
+    probe = {"apiVersion": "v1", "kind": "Pod", "spec": template["spec"],
+             "metadata": {"generateName": f"{JOB}-admission-probe-", "labels": template["metadata"]["labels"]}}  # fmt: skip
+    pod = cluster.core.create_namespaced_pod(ns, probe, dry_run="All")
+    return any(c.name == EXPORTER for c in [*(pod.spec.init_containers or []), *pod.spec.containers])
 
 
 def diagnostics(

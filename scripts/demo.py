@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
-"""The local demo, on the embedded quickstart and no cluster: a real exporter (simulated GPUs) with
-a tiny trainer reporting through the SDK, scraped by a real Prometheus that evaluates the rules
-trainguard renders and notifies a real Alertmanager with trainguard's routes. Two faults are
-injected; you see each alert reach the receivers its severity routes to. It stops by itself.
+"""The local demo, in two acts. Act 1, on the embedded quickstart and no cluster: a real exporter
+(simulated GPUs) with a tiny trainer reporting through the SDK, scraped by a real Prometheus that
+evaluates the rules trainguard renders and notifies a real Alertmanager with trainguard's routes. Two
+faults are injected; you see each alert reach the receivers its severity routes to.
+
+Act 2, when the local Kubernetes control plane's binaries are cached (`make controlplane`) or with
+--with-operator (which builds them first): the operator on that control plane answers a node fault, the
+page, the checkpoint, the cordon and the gang resumed told as they happen, with `trainguard status`
+before and after (e2e/operator_act.py). It stops by itself and tears everything down.
 """
 
 from __future__ import annotations
@@ -90,10 +95,16 @@ def receiver(log: list[tuple[str, dict[str, Any]]]) -> ThreadingHTTPServer:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--keep", action="store_true", help="keep the work folder (configs and logs)")
+    p.add_argument("--keep", action="store_true", help="keep the work folders (configs and logs)")
     p.add_argument("--severity-style", choices=["grade", "mapped"], default="grade",
-                   help="the rules' severity label: grade (P0..P3) or mapped (critical, warning, none; "
+                   help="act 1's rules' severity label: grade (P0..P3) or mapped (critical, warning, none; "
                    "docs/severity.md); the routes match the priority label either way")  # fmt: skip
+    act = p.add_mutually_exclusive_group()
+    act.add_argument("--with-operator", dest="operator", action="store_const", const=True, default=None,
+                     help="run act 2, building the local control plane first if it is not cached "
+                     "(about 8 minutes on 2 cores, needs Go)")  # fmt: skip
+    act.add_argument("--no-operator", dest="operator", action="store_const", const=False,
+                     help="act 1 only, even with the control plane cached")  # fmt: skip
     args = p.parse_args()
     prometheus = shutil.which("prometheus")
     alertmanager = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
@@ -101,11 +112,55 @@ def main() -> int:
         say("prometheus and alertmanager are needed: apt-get install prometheus prometheus-alertmanager")
         return 1
     sys.path[:0] = [str(ROOT), str(ROOT / "operator")]
+    from e2e import operator_act  # noqa: PLC0415
+
+    choice = operator_act.choose(
+        asked=args.operator, cached=operator_act.binaries_cached(), go=shutil.which("go") is not None
+    )
+    if choice.failed:
+        say(choice.note)
+        return 1
+    try:
+        if choice.build:
+            say(choice.note)
+            operator_act.build(say)
+        rules_and_routes(args, prometheus, alertmanager)
+        if not choice.run:
+            say(choice.note)
+            return 0
+        say(choice.note)
+        work = Path(tempfile.mkdtemp(prefix="trainguard-demo-operator-"))
+        t0, keep = time.monotonic(), True
+        try:
+            outcome = operator_act.operator_act(say, work)
+            say(f"act 2 done in {time.monotonic() - t0:.0f}s; everything it started is stopped")
+            keep = args.keep or bool(outcome.missing)
+        except KeyboardInterrupt:
+            keep = args.keep
+            raise
+        finally:
+            if keep:
+                say(f"the operator act's logs are kept in {work}")
+            else:
+                shutil.rmtree(work, ignore_errors=True)
+        return 1 if outcome.missing else 0
+    except subprocess.CalledProcessError as exc:
+        say(f"{' '.join(map(str, exc.cmd))} failed with {exc.returncode} (its log is above)")
+        return 1
+    except KeyboardInterrupt:
+        say("interrupted: everything the demo started is stopped")
+        return 130
+
+
+def rules_and_routes(args: argparse.Namespace, prometheus: str, alertmanager: str) -> None:
+    """Act 1: the quickstart's rules and routes on real Prometheus and Alertmanager, no cluster."""
     from tests.processes import free_port, http_json, stop  # noqa: PLC0415
     from trainguard.api import load_documents  # noqa: PLC0415
     from trainguard.render import dump_yaml, render_prometheus  # noqa: PLC0415
 
     work = Path(tempfile.mkdtemp(prefix="trainguard-demo-"))
+    say("act 1: the quickstart's rules and routes on a real Prometheus and Alertmanager, no cluster")
+    t0 = time.monotonic()
     files = render_prometheus(
         load_documents([("quickstart", demo_documents())]), severity_style=args.severity_style
     )
@@ -186,7 +241,8 @@ def main() -> int:
                 args.keep = True
             http_json(f"http://127.0.0.1:{exp_port}/v1/faults", method="DELETE")
         time.sleep(2)
-        say(f"done: {len(notifications)} notifications; P1 went to 'im', P0 to 'phone' and 'im', as routed")
+        say(f"act 1 done in {time.monotonic() - t0:.0f}s: {len(notifications)} notifications; P1 went to 'im', "
+            "P0 to 'phone' and 'im', as routed")  # fmt: skip
     finally:
         stop(procs)
         server.shutdown()
@@ -194,7 +250,6 @@ def main() -> int:
             say(f"configs and logs kept in {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
-    return 0
 
 
 if __name__ == "__main__":

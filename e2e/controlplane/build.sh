@@ -32,7 +32,7 @@ TRAINING_OPERATOR_VERSION="${TRAINING_OPERATOR_VERSION:-1.9.3}"
 CACHE="${TRAINGUARD_E2E_CACHE:-$HOME/.cache/trainguard-e2e}"
 BIN="$CACHE/bin"
 WORK="$CACHE/build"
-mkdir -p "$BIN" "$WORK"
+[ "${1:-all}" = cached ] || mkdir -p "$BIN" "$WORK"  # `cached` only looks
 
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
 : "${GOMAXPROCS:=$(nproc)}"
@@ -279,8 +279,27 @@ build_prometheus_operator() {
   ln -sfn "$(basename "$dest")" "$CACHE/crds/current"  # the harness's stable name (e2e/controlplane/local.py)
 }
 
+all_cached() {  # every binary and CRD folder `all` builds is in the cache (the demo's operator act needs no
+  # build then); names what is missing on stderr. Needs neither Go nor the network.
+  local missing=() n
+  for n in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+    have "$n" "$K8S_VERSION" || missing+=("$n-$K8S_VERSION")
+  done
+  have etcd "$ETCD_VERSION" || missing+=("etcd-$ETCD_VERSION")
+  have helm "$HELM_VERSION" || missing+=("helm-$HELM_VERSION")
+  have prometheus "$PROMETHEUS_VERSION" || missing+=("prometheus-$PROMETHEUS_VERSION")
+  have prometheus-operator "$PROM_OPERATOR_VERSION" || missing+=("prometheus-operator-$PROM_OPERATOR_VERSION")
+  [ -d "$CACHE/crds/prometheus-operator-$PROM_OPERATOR_VERSION-$PROM_OPERATOR_KINDS_REV" ] ||
+    missing+=("crds/prometheus-operator-$PROM_OPERATOR_VERSION-$PROM_OPERATOR_KINDS_REV")
+  if [ "${#missing[@]}" -gt 0 ]; then
+    echo "not in $CACHE: ${missing[*]}" >&2
+    return 1
+  fi
+}
+
 what="${1:-all}"
 case "$what" in
+  cached) all_cached ;;  # builds nothing: exit 0 when `all` would find everything cached
   all)
     locked prometheus-operator build_prometheus_operator
     locked prometheus build_prometheus
@@ -307,6 +326,6 @@ case "$what" in
     locked trainer build_trainer
     locked training-operator build_training_operator
     ;;
-  *) echo "usage: $0 [all|kubernetes|etcd|helm|crds|prometheus-operator|prometheus|victoria-metrics|node-exporter|controllers|jobset|kueue|trainer|training-operator]" >&2
+  *) echo "usage: $0 [all|cached|kubernetes|etcd|helm|crds|prometheus-operator|prometheus|victoria-metrics|node-exporter|controllers|jobset|kueue|trainer|training-operator]" >&2
      exit 2 ;;
 esac

@@ -1,6 +1,7 @@
 """Start and stop a local Kubernetes control plane: etcd, kube-apiserver (admission webhooks on),
 kube-controller-manager (garbage collector, Job controller, ...), kube-scheduler and a fake kubelet
-for GPU nodes. Every process dies with the harness, even on Ctrl-C or a hard kill of the parent."""
+for GPU nodes. Every process dies with the harness, even on Ctrl-C or a hard kill of the parent; a Ctrl-C
+reaches the harness only, which stops them after what it runs on them."""
 
 from __future__ import annotations
 
@@ -118,6 +119,9 @@ class LocalControlPlane:
             stdout=out,
             stderr=subprocess.STDOUT,
             preexec_fn=die_with_parent,  # noqa: PLW1509 - the fork happens before any thread of ours starts
+            # a terminal's Ctrl-C reaches the harness alone, which stops everything in order: an apiserver
+            # that took the SIGINT itself would be gone while the harness still deletes what it applied
+            start_new_session=True,
             cwd=self.workdir,
             env=env,
         )
