@@ -34,7 +34,8 @@ wildcard listens into listens on the pod's IP, the loopback address the fake kub
 cluster DNS (a Service's name resolves nowhere; its ClusterIP is reachable where e2e/kubeproxy.py runs,
 the `kubernetes` Service's included); volumes are written once (no Secret update or token rotation
 reaches them); probes are not acted on (a failing liveness probe restarts nothing; the fake kubelet has
-marked the pod Ready).
+marked the pod Ready). A mount point missing on the host (/var/run/secrets/kubernetes.io/serviceaccount)
+is created there, empty, as e2e/controlplane/controllers.py does for its fixed paths.
 """
 
 from __future__ import annotations

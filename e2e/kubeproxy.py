@@ -10,7 +10,8 @@ random per connection; the `kubernetes` Service's is the apiserver itself (the e
 would publish, which the local plane turns off). Bytes pass through untouched: a TLS client checks the
 certificate of the Service's name, as it would in a cluster. TCP only; no session affinity, no
 Endpoints objects read (the apiserver refuses loopback addresses in them); the listeners follow the
-Services (`sync`, every second on a thread of its own)."""
+Services (`sync`, every second on a thread of its own). A Service port below 1024 (443) needs root to
+listen on, as the mount namespaces of e2e/kubelet.py do."""
 
 from __future__ import annotations
 
