@@ -10,7 +10,8 @@ A control plane of its own (about 8 s to start) rather than the session's: the s
 already holds deploy/rbac.yaml's objects under the same cluster-wide names, which a release cannot
 take over, and the release's uninstall must not take them from the other tests. It has no nodes, so
 the operator's pods stay Pending: this checks what the apiserver accepts and authorises, not the
-operator at work (the other e2e tests run it under the same RBAC)."""
+operator at work (the other e2e tests run it under the same RBAC, and e2e/test_kube_prometheus_stack.py
+runs the pods of a default release's Deployment)."""
 
 from __future__ import annotations
 

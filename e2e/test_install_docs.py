@@ -14,7 +14,6 @@ cluster holds already, and its operator must be the only one acting."""
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -25,6 +24,7 @@ import pytest
 
 from e2e.cluster import REPO, Cluster, load_all
 from e2e.controlplane.local import local_control_plane, prometheus_operator_crds
+from e2e.docpages import commands
 from e2e.monitors import ready
 from tests.processes import free_port, stop, wait_for
 
@@ -32,16 +32,6 @@ pytestmark = pytest.mark.e2e
 
 PAGE = REPO / "docs" / "install.md"
 SECTION = "## The operator without Helm"
-
-
-def commands(page: Path, section: str) -> list[str]:
-    """The shell commands of the section's first ```sh block, continuation lines joined, comments out."""
-    text = page.read_text()
-    start = text.index(section)
-    block = re.search(r"```sh\n(.*?)```", text[start:], re.S)
-    assert block, f"{page}: no sh block under {section!r}"
-    joined = block.group(1).replace("\\\n", " ")
-    return [ln.strip() for ln in joined.splitlines() if ln.strip() and not ln.strip().startswith("#")]
 
 
 def test_the_page_has_the_commands_this_test_follows() -> None:

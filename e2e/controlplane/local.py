@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import ipaddress
 import os
 import shutil
 import signal
@@ -91,6 +92,11 @@ class LocalControlPlane:
     pod_network: int = 1
     """Pod IPs are 127.<pod_network>.x.y: control planes running side by side (make e2e's processes)
     need different ones."""
+    service_cidr: str = SERVICE_CIDR
+    """ClusterIPs: by default a range nothing routes; a loopback range (127.<pod_network>.128.0/17) where
+    e2e/kubeproxy.py forwards each ClusterIP to its Service's endpoints, for a test that runs a
+    Deployment's pods with e2e/kubelet.py. The apiserver's certificate names its first address (the
+    `kubernetes` Service's)."""
     procs: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
     api_port: int = 0
 
@@ -150,7 +156,7 @@ class LocalControlPlane:
     def _certs(self) -> None:
         d = self.workdir
         make_ca(d)
-        sans = ["IP:127.0.0.1", "IP:10.96.0.1", "DNS:localhost", "DNS:kubernetes", "DNS:kubernetes.default",
+        sans = ["IP:127.0.0.1", f"IP:{ipaddress.ip_network(self.service_cidr)[1]}", "DNS:localhost", "DNS:kubernetes", "DNS:kubernetes.default",
                 "DNS:kubernetes.default.svc", "DNS:kubernetes.default.svc.cluster.local"]  # fmt: skip
         make_cert(d, "apiserver", "/CN=kube-apiserver", sans)
         make_cert(d, "admin", "/O=system:masters/CN=trainguard-e2e-admin", client=True)
@@ -222,7 +228,7 @@ class LocalControlPlane:
             f"--kubelet-certificate-authority={d / 'ca.crt'}", "--kubelet-preferred-address-types=InternalIP",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={d / 'sa.pub'}", f"--service-account-signing-key-file={d / 'sa.key'}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--service-cluster-ip-range={self.service_cidr}",
             "--authorization-mode=Node,RBAC",
             # OwnerReferencesPermissionEnforcement as on OpenShift: blockOwnerDeletion needs RBAC
             "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,DefaultStorageClass,ResourceQuota,"
@@ -245,7 +251,7 @@ class LocalControlPlane:
             f"--service-account-private-key-file={d / 'sa.key'}", f"--root-ca-file={d / 'ca.crt'}",
             f"--cluster-signing-cert-file={d / 'ca.crt'}", f"--cluster-signing-key-file={d / 'ca.key'}",
             "--controllers=*", "--use-service-account-credentials=false",
-            f"--service-cluster-ip-range={SERVICE_CIDR}", "--allocate-node-cidrs=false",
+            f"--service-cluster-ip-range={self.service_cidr}", "--allocate-node-cidrs=false",
             "--node-monitor-grace-period=40s", "--concurrent-gc-syncs=5",
         ])  # fmt: skip
         self._spawn("kube-scheduler", [
@@ -292,14 +298,16 @@ class LocalControlPlane:
 
 @contextlib.contextmanager
 def local_control_plane(
-    nodes: int = 3, keep: bool = False, pod_network: int = 1
+    nodes: int = 3, keep: bool = False, pod_network: int = 1, service_cidr: str = SERVICE_CIDR
 ) -> Iterator[LocalControlPlane]:
     """Build or reuse the binaries, start everything, and always tear it down."""
     t0 = time.monotonic()
     bin_dir = ensure_binaries()
     log(f"binaries ready in {time.monotonic() - t0:.1f}s")
     workdir = Path(tempfile.mkdtemp(prefix="trainguard-e2e-"))
-    plane = LocalControlPlane(workdir=workdir, bin=bin_dir, nodes=nodes, pod_network=pod_network)
+    plane = LocalControlPlane(
+        workdir=workdir, bin=bin_dir, nodes=nodes, pod_network=pod_network, service_cidr=service_cidr
+    )
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
