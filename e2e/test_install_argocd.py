@@ -23,6 +23,7 @@ A control plane of its own (about 8 s): the chart's cluster-wide objects have fi
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -109,18 +110,29 @@ class Synced:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
+def established(kubectl: Kubectl) -> None:
+    """Every CRD established (a CRD just created has no status yet, which `kubectl wait` fails on)."""
+    wait = ("wait", "--for", "condition=established", "--timeout", "30s", "crd", "--all")
+    wait_for("the CRDs established", lambda: kubectl.run(*wait, check=False).returncode == 0, timeout=60)
+
+
 def kind_name(obj: dict[str, Any]) -> str:
     ns = obj["metadata"].get("namespace")
     return f"{obj['kind']} {ns + '/' if ns else ''}{obj['metadata']['name']}"
 
 
+def create_namespace(kubectl: Kubectl, app: dict[str, Any]) -> None:
+    """The CreateNamespace=true sync option: the destination namespace, unless it exists."""
+    if "CreateNamespace=true" in app["spec"]["syncPolicy"].get("syncOptions", []):
+        ns = app["spec"]["destination"]["namespace"]
+        if kubectl.run("get", "namespace", ns, check=False).returncode != 0:
+            kubectl.run("create", "namespace", ns)
+
+
 def sync(s: Synced, app: dict[str, Any], objs: list[dict[str, Any]], overrides: argocd.LuaChecks) -> None:
     """CreateNamespace=true, then each wave applied and waited on until every object in it is Healthy (or
     has no health), as sync_context.go does before the next wave; Degraded fails the sync."""
-    if "CreateNamespace=true" in app["spec"]["syncPolicy"].get("syncOptions", []):
-        ns = app["spec"]["destination"]["namespace"]
-        if s.kubectl.run("get", "namespace", ns, check=False).returncode != 0:
-            s.kubectl.run("create", "namespace", ns)
+    create_namespace(s.kubectl, app)
     for number, wave in argocd.sync_waves(objs):
         argocd.apply(s.kubectl, wave)
 
@@ -180,7 +192,7 @@ def synced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synced]:
         kubectl.run(
             "apply", "--server-side", *(x for p in prometheus_operator_crds() for x in ("-f", str(p)))
         )
-        kubectl.run("wait", "--for", "condition=established", "--timeout", "60s", "crd", "--all")
+        established(kubectl)
         s = Synced(plane, kubectl, argocd.cluster_info(kubectl), steps)
         chart_app, monitors_app = steps.applications
         t0 = time.monotonic()
@@ -317,3 +329,72 @@ def test_after_the_apiservers_defaults_nothing_is_out_of_sync(synced: Synced) ->
         assert ("spec", "replicas") in list(argocd.differences(deploy, scaled))
     finally:
         argocd.apply(synced.kubectl, [deploy])  # selfHeal
+
+
+# ---- cert-manager mode -----------------------------------------------------------------------------
+
+
+def stand_in_crd(kind: str) -> dict[str, Any]:
+    """cert-manager.io/v1 served with any spec: enough for discovery (the chart's `auto`) and for the
+    apiserver to accept the chart's Issuers and Certificates; nothing issues them."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{kind.lower()}s.cert-manager.io"},
+        "spec": {
+            "group": "cert-manager.io",
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": f"{kind.lower()}s", "singular": kind.lower(), "listKind": f"{kind}List"},
+            "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
+        },
+    }  # fmt: skip
+
+
+def test_cert_manager_mode_renders_the_same_bytes_and_the_injected_ca_bundle_is_no_drift() -> None:
+    """On a cluster that serves cert-manager.io/v1, `auto` renders cert-manager's Issuers and Certificates
+    and the webhook configuration whose caBundle cainjector fills. The renders are byte-identical, and
+    after the cainjector's write (made here, as its field manager) the comparison shows nothing that
+    ignoreDifferences does not cover, and a re-sync leaves the caBundle in place. The waves are applied
+    without waiting on health: no cert-manager issues the Certificates, so they would stay Progressing."""
+    if os.environ.get("TRAINGUARD_E2E_KUBECONFIG"):
+        pytest.skip("a control plane of its own (cluster-wide names)")
+    chart_app = page_steps().applications[0]
+    with local_control_plane(nodes=0, pod_network=248) as plane:
+        kubectl = Kubectl(plane.bin / "kubectl", plane.kubeconfig)
+        kubectl.run(
+            "apply", "--server-side", *(x for p in prometheus_operator_crds() for x in ("-f", str(p)))
+        )
+        argocd.apply(kubectl, [stand_in_crd("Issuer"), stand_in_crd("Certificate")])
+        established(kubectl)
+        info = argocd.cluster_info(kubectl)
+        assert "cert-manager.io/v1/Certificate" in info.api_versions
+        renders = [argocd.render(plane.bin / "helm", chart_app, info)]
+        for _ in range(2):
+            time.sleep(1.1)
+            renders.append(argocd.render(plane.bin / "helm", chart_app, info))
+        assert renders[1] == renders[0] and renders[2] == renders[0]
+        objs = argocd.desired(chart_app, renders[0], info)
+        assert {"Issuer", "Certificate", "MutatingWebhookConfiguration"} <= {o["kind"] for o in objs}
+        create_namespace(kubectl, chart_app)
+        for number, wave in argocd.sync_waves(objs):
+            argocd.apply(kubectl, wave)
+            if number < 0:
+                established(kubectl)
+        (webhook,) = [o for o in objs if o["kind"] == "MutatingWebhookConfiguration"]
+        bundle = base64.b64encode((plane.workdir / "ca.crt").read_bytes()).decode()
+        kubectl.run("patch", "mutatingwebhookconfiguration", webhook["metadata"]["name"], "--type=json",
+                    "--field-manager", "cert-manager-cainjector", "-p",
+                    json.dumps([{"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": bundle}]))  # fmt: skip
+        patterns = argocd.ignore_patterns(chart_app, webhook)
+        assert argocd.ignored(("webhooks", 0, "clientConfig", "caBundle"), patterns)
+        for obj in objs:
+            current = argocd.live(kubectl, obj)
+            assert current is not None, kind_name(obj)
+            paths = [*argocd.server_side_diff(kubectl, obj), *argocd.differences(obj, current)]
+            drift = [p for p in paths if not argocd.ignored(p, argocd.ignore_patterns(chart_app, obj))]
+            assert not drift, (kind_name(obj), drift)
+        argocd.apply(kubectl, [webhook])  # a re-sync
+        after = argocd.live(kubectl, webhook)
+        assert after is not None
+        assert after["webhooks"][0]["clientConfig"]["caBundle"] == bundle
