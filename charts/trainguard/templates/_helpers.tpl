@@ -110,7 +110,7 @@ seccompProfile:
 {{- end -}}
 
 {{/*
-Argo CD sync waves: the CRDs (crds/, no annotation: wave 0) apply first, then RBAC (1), then the
+Argo CD sync waves: the CRDs (crds/, annotated -1 by `trainguard crds`) apply first, then RBAC (1), then the
 operator and what it needs (2), then the policies that use the CRDs (3). Helm ignores them.
 */}}
 {{- define "trainguard.syncWave" -}}
