@@ -26,7 +26,7 @@ from trainguard.certs.ca import WEBHOOK_CERT_SECRET, CertPolicy, serving_names
 from trainguard.certs.secret import SelfManagedCerts
 from trainguard.certs.tls import ReloadableTLS
 from trainguard.clients.prometheus import prometheus_client
-from trainguard.controller.handlers import LOCKS, reconcile, register
+from trainguard.controller.handlers import LOCKS, reconcile, register, resync
 from trainguard.controller.leadership import Leadership
 from trainguard.controller.metrics import DEFAULT_METRICS_ADDR, OperatorMetrics, serve
 from trainguard.controller.namespace_labels import NamespaceLabels
@@ -153,9 +153,10 @@ def run(opts: OperatorOptions) -> None:
     base = receiver_base(opts.receiver_url)
     register(registry, receiver_url=f"{base}/v1/events", sidecar_image=opts.sidecar_image)
     api = api_client(opts.kubeconfig, context=opts.context, pool=API_POOL, component="operator")
-    kube = Kube(api)
     # every replica keeps the watch caches (its webhook reads them; a standby must be warm when it leads)
     cache = ClusterCache(api).start()
+    # an apply compares with the owned objects' cache instead of reading each object by name
+    kube = Kube(api, live=cache.applied)
     priority = opts.priority if opts.priority is not None else random.randint(1, 2**31 - 1)
     # our own identity in kopf's peering, so the operator's loops can tell which replica leads
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
@@ -223,6 +224,16 @@ def run(opts: OperatorOptions) -> None:
             object_labels=opts.object_labels,
         ),
         lock=LOCKS,
+        resync=lambda body: resync(
+            kube,
+            cache,
+            body,
+            receiver=shared.get("receiver"),
+            metrics=metrics,
+            label_namespace=namespaces.ensure,
+            severity_style=opts.severity_style,
+            object_labels=opts.object_labels,
+        ),
         resync_s=opts.resync_seconds,
         pods_s=opts.pods_seconds,
         label_namespaces=namespaces.sweep,
