@@ -112,3 +112,13 @@ def test_a_policy_changed_in_its_cache_is_rendered_by_the_pass() -> None:
     api.requests.clear()
     resync_pass(kube, api, Clock(2000.0))
     assert api.requests == []
+
+
+def test_a_secret_due_to_be_written_again_is_written_alone() -> None:
+    """The operator cannot read Secrets, so kube.Kube writes each again after a while (or after a
+    restart, when it cannot know what it wrote): a blind write, with no read of the monitor."""
+    kube, api = cluster()
+    created(kube, api)
+    kube.written.clear()  # FakeKube's memory of this process's writes: as after a restart
+    resync_pass(kube, api, Clock(1000.0))
+    assert api.requests == ["apply Secret"]

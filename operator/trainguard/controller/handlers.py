@@ -136,6 +136,8 @@ def resync(
     status = reconcile_monitor(rehearsal, reads, body, receiver=receiver, label_namespace=label_namespace,
                                severity_style=severity_style, object_labels=object_labels)  # fmt: skip
     if not rehearsal.writes:
+        for secret in rehearsal.secrets:  # due to be written again, the same content
+            kube.apply(secret)
         if metrics is not None:
             metrics.reconciled(status, time.monotonic() - started)
         return False

@@ -86,12 +86,15 @@ class Rehearsal:
     """A ReconcileAPI that writes nothing: it answers an apply from `kube.unchanged` and records what a
     reconcile would write (`writes`), so the resync can tell from the watch caches alone that a monitor
     is in place. Policies are read from `policy` (the policy cache). Namespace labels are not its
-    business: the reconcile's `label_namespace` writes them itself, reading its cache first."""
+    business: the reconcile's `label_namespace` writes them itself, reading its cache first. A Secret due
+    to be written again (Kube.secret_rewrite_s) is kept apart in `secrets`: a blind write, which needs
+    no fresh read of the monitor."""
 
     def __init__(self, kube: ResyncAPI, policy: PolicyRead) -> None:
         self.kube = kube
         self.policy = policy
         self.writes: list[str] = []
+        self.secrets: list[Obj] = []
 
     def get_policy(self, namespace: str, name: str) -> Obj | None:
         return self.policy(namespace, name)
@@ -99,6 +102,9 @@ class Rehearsal:
     def apply(self, obj: Obj) -> bool | None:
         if self.kube.unchanged(obj):
             return False
+        if obj["kind"] == "Secret":
+            self.secrets.append(obj)
+            return None  # changed if the input did: a new input hash is a status write
         self.writes.append(
             f"apply {obj['kind']} {obj['metadata'].get('namespace')}/{obj['metadata']['name']}"
         )

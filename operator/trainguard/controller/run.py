@@ -34,6 +34,7 @@ from trainguard.controller.periodic import Loop, Periodic
 from trainguard.controller.reconcile import ReceiverSettings
 from trainguard.diagnosis.passes import DiagnosticReports, MorningReports
 from trainguard.kube import ClusterCache, Kube, api_client, credentials
+from trainguard.kube.client import SECRET_REWRITE_S
 from trainguard.remediation import tokens
 from trainguard.remediation.alert_history import AlertHistory
 from trainguard.remediation.breaker import RESET_CONFIGMAP, reset_time
@@ -107,7 +108,10 @@ class OperatorOptions:
     """Labels on every object applied for a monitor: what the platform's Prometheus selects rules and pod
     monitors by (a default kube-prometheus-stack release's `release: kube-prometheus-stack`)."""
     resync_seconds: float = 120.0
-    """How often every monitor is re-applied (repairs hand edits of the objects it owns)."""
+    """How often every monitor is compared with the watch caches and what differs applied (repairs hand
+    edits of the objects it owns)."""
+    secret_rewrite_seconds: float = SECRET_REWRITE_S
+    """How often a monitor's Secrets are written again although unchanged (kube.client.SECRET_REWRITE_S)."""
     pods_seconds: float = 15.0
     detect_seconds: float = 3.0
     """How often the leader looks for the faults no exporter reports (remediation/passes.py's WatchPass)."""
@@ -156,7 +160,7 @@ def run(opts: OperatorOptions) -> None:
     # every replica keeps the watch caches (its webhook reads them; a standby must be warm when it leads)
     cache = ClusterCache(api).start()
     # an apply compares with the owned objects' cache instead of reading each object by name
-    kube = Kube(api, live=cache.applied)
+    kube = Kube(api, live=cache.applied, secret_rewrite_s=opts.secret_rewrite_seconds)
     priority = opts.priority if opts.priority is not None else random.randint(1, 2**31 - 1)
     # our own identity in kopf's peering, so the operator's loops can tell which replica leads
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
