@@ -240,8 +240,11 @@ class Bench:
                 cordon = time.monotonic() - t0
                 break
             time.sleep(0.05)
-        record = wait_for("the remediation to finish", lambda: (r := records(self.cluster, ns))
-                          and r[0]["phase"] in ("Succeeded", "Failed") and r[0], timeout=180)  # fmt: skip
+        try:  # a remediation slow to finish on a loaded machine is a figure, not the end of the run
+            record = wait_for("the remediation to finish", lambda: (r := records(self.cluster, ns))
+                              and r[0]["phase"] in ("Succeeded", "Failed") and r[0], timeout=180)  # fmt: skip
+        except AssertionError:
+            record = {"phase": "unfinished after 180 s"}
         done = time.monotonic() - t0
         self.restore(node)
         return {"accepted_s": round(accepted, 3), "cordon_s": None if cordon is None else round(cordon, 3),

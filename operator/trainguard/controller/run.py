@@ -265,7 +265,9 @@ def run(opts: OperatorOptions) -> None:
             prefix="trainguard.io", key="last-handled-configuration"
         )
         settings.persistence.finalizer = "trainguard.io/finalizer"  # only to remove old ones
-        settings.posting.level = logging.INFO
+        # kopf's own Events only for its warnings and errors: its "Handler 'monitor' succeeded" and
+        # "Creation is processed" would be two more writes per monitor change (trainguard posts Applied)
+        settings.posting.level = logging.WARNING
         settings.watching.server_timeout = 300
         settings.networking.request_timeout = 60
         if opts.webhook_cert and opts.webhook_key:

@@ -255,7 +255,10 @@ class ClusterCache:
         NotSynced when no cache can say (a kind not cached, a cache not listed yet, a kind not served):
         the caller reads the object from the API. Never waits: the first read starts the cache."""
         resource = OWNED.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
-        informer = self._cache_of(resource) if resource is not None else None
+        try:
+            informer = self._cache_of(resource) if resource is not None else None
+        except Exception as exc:  # discovery failed: the apply reads by name, and says why it fails
+            raise NotSynced(f"no cache of {obj.get('kind')}: {exc}") from exc
         if informer is None:
             raise NotSynced(f"no cache of {obj.get('kind')} ({obj.get('apiVersion')})")
         meta = obj.get("metadata") or {}
