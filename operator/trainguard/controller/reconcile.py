@@ -100,15 +100,17 @@ class Rehearsal:
         return self.policy(namespace, name)
 
     def apply(self, obj: Obj) -> bool | None:
+        """Always "unchanged" to the reconcile, which then neither logs nor announces an apply it did not
+        make; what differs is in `writes` (or `secrets`)."""
         if self.kube.unchanged(obj):
             return False
         if obj["kind"] == "Secret":
             self.secrets.append(obj)
-            return None  # changed if the input did: a new input hash is a status write
-        self.writes.append(
-            f"apply {obj['kind']} {obj['metadata'].get('namespace')}/{obj['metadata']['name']}"
-        )
-        return True
+        else:
+            self.writes.append(
+                f"apply {obj['kind']} {obj['metadata'].get('namespace')}/{obj['metadata']['name']}"
+            )
+        return False
 
     def create_if_absent(self, obj: Obj) -> bool:
         self.writes.append(
