@@ -231,10 +231,9 @@ def reconcile_monitor(
     label_namespace: Callable[[str], str] | None = None,
     severity_style: str = GRADE,
     object_labels: Mapping[str, str] | None = None,
-    policy: PolicyRead | None = None,
 ) -> dict[str, Any]:
     """Reconcile one monitor body and write its status (unless it is the status the body holds); returns
-    the status. `policy` reads a policy by name (default: `kube.get_policy`, from the API). With `receiver`,
+    the status. With `receiver`,
     the monitor's credentials are derived and Alertmanager posts its P0 and P1 alerts to the operator.
     `label_namespace` labels the monitor's namespace for the sidecar-injection webhook before anything
     else (controller/namespace_labels.py), answering why it could not ("" when it is labelled). The
@@ -259,8 +258,9 @@ def reconcile_monitor(
     if outcome.workload_problem and outcome.workload_problem != recorded:
         announce(WORKLOAD_UNRESOLVED, outcome.workload_problem)  # once per distinct problem
 
-    try:  # by default read by name, not from the cache: a policy applied with the monitor may not be there yet
-        policies = policies_for(monitor, policy or kube.get_policy)
+    try:  # read by name, not from the cache: a policy applied with the monitor may not be there yet (the
+        # resync's Rehearsal reads the cache: a policy missing there makes it differ, then this reads it)
+        policies = policies_for(monitor, kube.get_policy)
     except PolicyProblem as exc:
         outcome.error_reason, outcome.error_message = exc.reason, exc.message
         return _write(kube, reads, body, outcome, now=now, monitor=monitor)
