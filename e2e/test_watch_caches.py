@@ -27,7 +27,10 @@ from trainguard.remediation import tokens
 
 pytestmark = pytest.mark.e2e
 OPERATOR_USER = "system:serviceaccount:trainguard-system:trainguard-operator"
-CACHES = ("jobs", "leases", "monitors", "nodes", "pods", "policies")
+CACHES = ("jobs", "leases", "monitors", "nodes", "pods", "policies",
+          # the owned objects' metadata, started by the monitor's first apply
+          "prometheusrules.monitoring.coreos.com", "alertmanagerconfigs.monitoring.coreos.com",
+          "podmonitors.monitoring.coreos.com")  # fmt: skip
 
 
 def operator_lists(audit_log: Path) -> list[dict[str, Any]]:
