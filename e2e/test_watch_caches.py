@@ -28,7 +28,7 @@ from trainguard.remediation import tokens
 pytestmark = pytest.mark.e2e
 OPERATOR_USER = "system:serviceaccount:trainguard-system:trainguard-operator"
 CACHES = ("jobs", "leases", "monitors", "nodes", "pods", "policies",
-          # the owned objects' metadata, started by the monitor's first apply
+          # the owned objects' metadata, started with the others where the cluster serves them
           "prometheusrules.monitoring.coreos.com", "alertmanagerconfigs.monitoring.coreos.com",
           "podmonitors.monitoring.coreos.com")  # fmt: skip
 

@@ -155,6 +155,13 @@ class ClusterCache:
         self._started = True
         for informer in self.informers.values():
             informer.start()
+        # the owned objects' caches too, where served: a standby that comes to lead (kopf then resumes every
+        # monitor) compares with them at once instead of reading each object by name
+        for resource in OWNED.values():
+            try:
+                self._cache_of(resource)
+            except Exception as exc:  # discovery failed: made on the first apply instead
+                log.warning("the cache of %s is not started yet: %s", resource, exc)
         return self
 
     def stop(self) -> None:
