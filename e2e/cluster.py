@@ -235,6 +235,7 @@ class Cluster:
              "--receiver-addr", "127.0.0.1", "--receiver-port", str(receiver_port),
              # short periods, so the e2e tests see a resync and a pod count within seconds
              "--resync-seconds", str(RESYNC_SECONDS), "--pods-seconds", "2",
+             "--secret-rewrite-seconds", str(RESYNC_SECONDS),
              # a metrics port of its own (the default :8081 is one per host; `extra` may name another)
              "--metrics-addr", f"127.0.0.1:{self.metrics_ports[name]}",
              *([] if manage_webhook else ["--no-manage-webhook"]), *extra],

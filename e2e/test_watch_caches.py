@@ -1,5 +1,7 @@
 """The operator reads pods, nodes, Leases, Jobs, monitors and policies from watch caches: once its caches
-have listed, an admission request, a P0 signal and the P0 loop's periodic pass make no LIST call.
+have listed, an admission request, a P0 signal and the P0 loop's periodic pass make no LIST call; and a
+steady resync pass, which compares each monitor with the caches (its objects watched as metadata), makes
+no request about a monitor at all.
 
 Counted by the apiserver itself: the local control plane audits the operator ServiceAccount's LIST
 requests (e2e/controlplane/local.py, AUDIT_POLICY), and the operator's Kubernetes client names itself
@@ -16,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Cluster
-from e2e.monitors import start_job
+from e2e.cluster import RESYNC_SECONDS, Cluster
+from e2e.monitors import quickstart, ready, start_job
 from e2e.receiver import alert_payload, monitor_token, post, records
 from tests.exposition import scrape
 from tests.processes import wait_for
@@ -25,7 +27,10 @@ from trainguard.remediation import tokens
 
 pytestmark = pytest.mark.e2e
 OPERATOR_USER = "system:serviceaccount:trainguard-system:trainguard-operator"
-CACHES = ("jobs", "leases", "monitors", "nodes", "pods", "policies")
+CACHES = ("jobs", "leases", "monitors", "nodes", "pods", "policies",
+          # the owned objects' metadata, started with the others where the cluster serves them
+          "prometheusrules.monitoring.coreos.com", "alertmanagerconfigs.monitoring.coreos.com",
+          "podmonitors.monitoring.coreos.com")  # fmt: skip
 
 
 def operator_lists(audit_log: Path) -> list[dict[str, Any]]:
@@ -98,3 +103,54 @@ def test_no_list_call_in_steady_state(operator: Cluster, ns: str, clean_nodes: N
     after = operator_lists(operator.audit_log)[before:]
     assert after == [], f"LIST calls in steady state:\n{described(after)}"
     assert cache_counts(metrics)["lists"] == lists_before, "no cache listed again"
+
+
+STEADY_ALLOWED = {
+    ("get", "configmaps"): "the circuit breaker's manual reset, read once per P0 pass",
+    ("get", "clusterkopfpeerings"): "which replica leads, read once per pass",
+    (
+        "patch",
+        "secrets",
+    ): "the token Secrets, written again every --secret-rewrite-seconds, here as short as the "
+    "resync (e2e/cluster.py) so that a hand edit's repair is seen within seconds",
+}
+"""Requests a steady operator makes that are not a monitor's reconcile, each with why."""
+
+
+def operator_requests(audit_log: Path, since: int) -> list[dict[str, Any]]:
+    """The operator's own requests (its client's user agent; kopf's left out) answered after line `since`."""
+    out = []
+    for line in audit_log.read_text().splitlines()[since:]:
+        event = json.loads(line)
+        if (event.get("user") or {}).get("username") == OPERATOR_USER and str(
+            event.get("userAgent", "")
+        ).startswith("trainguard/"):
+            out.append(event)
+    return out
+
+
+def reconciles(metrics_url: str) -> float:
+    return sum(v for _, v in scrape(metrics_url).get("trainguard_operator_reconcile_total", []))
+
+
+def test_a_steady_resync_pass_reads_nothing_by_name_and_applies_nothing(operator: Cluster, ns: str) -> None:
+    if operator.audit_log is None:
+        pytest.skip(
+            "the apiserver's audit log is the local control plane's (TRAINGUARD_E2E_KUBECONFIG has none)"
+        )
+    operator.apply(quickstart(ns))
+    wait_for("monitor Ready", lambda: ready(operator, ns))
+    metrics = operator.metrics_url()
+    time.sleep(RESYNC_SECONDS + 3)  # one resync pass after Ready: the owned objects' caches have listed
+    since = len(operator.audit_log.read_text().splitlines())
+    before = reconciles(metrics)
+    time.sleep(2 * RESYNC_SECONDS + 3)  # two more passes
+    assert reconciles(metrics) - before >= 2, "the resync passed over the monitor (counted as reconciles)"
+    seen = operator_requests(operator.audit_log, since)
+    about_monitors = [
+        e for e in seen
+        if (e["verb"], e["objectRef"].get("resource")) not in STEADY_ALLOWED or e["verb"] == "list"
+    ]  # fmt: skip
+    assert about_monitors == [], "requests in a steady resync pass:\n" + "\n".join(
+        f"  {e['verb']} {e.get('requestURI')}" for e in about_monitors
+    )

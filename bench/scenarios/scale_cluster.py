@@ -12,13 +12,15 @@ GPU request, created through the operator's admission webhook; the fake kubelet 
 P0 goes to a canary: a quickstart monitor with a 2-pod, 16-GPU Indexed Job (as in e2e/test_p0_loop.py),
 one per injection, so every injection starts from a clean job; its alert is posted to the operator's
 receiver with the monitor's token, and the cordon time is from the post to the node seen unschedulable
-(polled every 50 ms).
+(polled every 50 ms). The canary's pods run no sidecar, so the GPU fault's second witness is a stand-in
+Prometheus (`witness`, the operator's --prometheus-url) whose ALERTS show the job's rule fired.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import json
 import ssl
 import statistics
 import threading
@@ -27,6 +29,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +67,36 @@ def flow_schemas() -> list[dict[str, Any]]:
                              "nonResourceRules": [{"verbs": verbs, "nonResourceURLs": ["*"]}]}]}}
         for k, (kind, verbs) in enumerate(FLOW_SCHEMAS.items())
     ]  # fmt: skip
+
+
+@contextlib.contextmanager
+def witness() -> Iterator[str]:
+    """A stand-in Prometheus that answers the operator's ALERTS query (remediation/alert_history.py) with
+    one series, and every other query with none: the second witness the canary's GPU fault needs."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            found = "ALERTS%7B" in self.path or "ALERTS{" in self.path
+            result = [{"metric": {}, "value": [time.time(), "1"]}] if found else []
+            body = json.dumps(
+                {"status": "success", "data": {"resultType": "vector", "result": result}}
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def api_client(kubeconfig: Path, pool: int = 16) -> client.ApiClient:
@@ -240,8 +273,11 @@ class Bench:
                 cordon = time.monotonic() - t0
                 break
             time.sleep(0.05)
-        record = wait_for("the remediation to finish", lambda: (r := records(self.cluster, ns))
-                          and r[0]["phase"] in ("Succeeded", "Failed") and r[0], timeout=180)  # fmt: skip
+        try:  # a remediation slow to finish on a loaded machine is a figure, not the end of the run
+            record = wait_for("the remediation to finish", lambda: (r := records(self.cluster, ns))
+                              and r[0]["phase"] in ("Succeeded", "Failed") and r[0], timeout=180)  # fmt: skip
+        except AssertionError:
+            record = {"phase": "unfinished after 180 s"}
         done = time.monotonic() - t0
         self.restore(node)
         return {"accepted_s": round(accepted, 3), "cordon_s": None if cordon is None else round(cordon, 3),
@@ -337,6 +373,13 @@ def stage(bench: Bench, indices: list[int], total: int, steady_s: float) -> dict
 
 def run(plane: LocalControlPlane, workdir: Path, steps: list[int], *, nodes: int, pods_per_monitor: int,
         resync_s: float, pods_s: float, steady_s: float) -> dict[str, Any]:  # fmt: skip
+    with witness() as prometheus:
+        return _run(plane, workdir, steps, nodes=nodes, pods_per_monitor=pods_per_monitor, resync_s=resync_s,
+                    pods_s=pods_s, steady_s=steady_s, prometheus=prometheus)  # fmt: skip
+
+
+def _run(plane: LocalControlPlane, workdir: Path, steps: list[int], *, nodes: int, pods_per_monitor: int,
+         resync_s: float, pods_s: float, steady_s: float, prometheus: str) -> dict[str, Any]:  # fmt: skip
     from e2e.controlplane.local import prometheus_operator_crds  # noqa: PLC0415 - beside the plane it serves
 
     cluster = Cluster(plane.kubeconfig, workdir)
@@ -344,8 +387,12 @@ def run(plane: LocalControlPlane, workdir: Path, steps: list[int], *, nodes: int
     cluster.install(prometheus_operator_crds())
     cluster.apply(flow_schemas())
     port = free_port()
+    # node down judged only after 10 minutes: on a loaded machine 500 fake kubelets renew their Leases late,
+    # and the operator's own node-down detection would cordon and record faults that are the bench's
+    # (the cordons measured here are posted alerts)
     proc = cluster.start_operator(priority=100, extra=(
-        "--metrics-addr", f"127.0.0.1:{port}", "--resync-seconds", str(resync_s), "--pods-seconds", str(pods_s)))  # fmt: skip
+        "--metrics-addr", f"127.0.0.1:{port}", "--resync-seconds", str(resync_s), "--pods-seconds", str(pods_s),
+        "--node-lease-grace-seconds", "600", "--node-not-ready-seconds", "600", "--prometheus-url", prometheus))  # fmt: skip
     out: dict[str, Any] = {"setup_s": 0.0, "stages": []}
     try:
         bench = Bench(plane, cluster, proc.pid, f"http://127.0.0.1:{port}", nodes, pods_per_monitor)

@@ -80,6 +80,11 @@ rules:
     verbs: [patch, update]
     resources: [{group: "", resources: [nodes]}]
     users: ["system:serviceaccount:trainguard-system:trainguard-operator"]
+  # every other request of its by name (reads and writes): what a steady resync pass asks of the API
+  # (e2e/test_watch_caches.py)
+  - level: Metadata
+    verbs: [get, create, patch, update, delete]
+    users: ["system:serviceaccount:trainguard-system:trainguard-operator"]
   - level: None
 """
 

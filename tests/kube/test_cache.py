@@ -11,13 +11,14 @@ import pytest
 from tests.kube.owners import child_job, job, job_pod, jobset, jobset_pod, kueue_workload, pod
 from trainguard.api.common import LabelSelector
 from trainguard.api.monitor import WorkloadRef
-from trainguard.kube import ClusterCache, NotSynced, Stale
+from trainguard.kube import FIELD_MANAGER, HASH_ANNOTATION, ApiError, ClusterCache, NotSynced, Stale
 from trainguard.kube.cache import (
     JOBSETS,
     KUEUE_WORKLOADS,
     LEASES_QUIET_S,
     MONITORS_QUIET_S,
     UNSERVED_RECHECK_S,
+    applied_meta,
 )
 from trainguard.kube.watch import Resource
 
@@ -123,3 +124,55 @@ def test_a_job_owner_is_read_from_the_jobs_cache_and_a_missing_one_is_not_found(
     assert (
         missing.problem == "spec.workloadRef: Job ml/gone not found: create it, or fix spec.workloadRef.name"
     )
+
+
+def test_an_owned_objects_cache_keeps_its_version_hash_and_the_other_field_managers() -> None:
+    rule = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {
+            "name": "trainguard-llama", "namespace": "ml", "resourceVersion": "7",
+            "annotations": {HASH_ANNOTATION: "abc", "other": "x"},
+            "managedFields": [
+                {"manager": FIELD_MANAGER, "operation": "Apply"},
+                {"manager": "prometheus-operator", "operation": "Update", "subresource": "status"},
+                {"manager": "kubectl-edit", "operation": "Update"},
+            ],
+        },
+        "spec": {"groups": [{"name": "g", "rules": []}]},
+    }  # fmt: skip
+    kept = applied_meta(rule)
+    assert kept == {
+        "metadata": {"name": "trainguard-llama", "namespace": "ml", "resourceVersion": "7",
+                     "annotations": {HASH_ANNOTATION: "abc"}},
+        "otherManagers": ["kubectl-edit"],
+    }, "a status writer is not a hand edit; the rules themselves are not kept"  # fmt: skip
+
+
+def test_an_owned_kind_is_read_from_its_cache_once_listed_and_not_before() -> None:
+    cache = ClusterCache(api=None, served=lambda resource: True)  # type: ignore[arg-type]
+    rule = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+            "metadata": {"name": "trainguard-llama", "namespace": "ml"}}  # fmt: skip
+    with pytest.raises(NotSynced):
+        cache.applied(rule)  # made on this read, not listed yet: the apply reads by name
+    informer = cache.informers["prometheusrules.monitoring.coreos.com"]
+    assert informer.metadata_only and informer.label_selector == "app.kubernetes.io/managed-by=trainguard"
+    informer._apply(
+        {"type": "ADDED", "object": {**rule, "metadata": {**rule["metadata"], "resourceVersion": "3"}}}
+    )
+    informer._synced.set()
+    assert cache.applied(rule) == {"metadata": {"name": "trainguard-llama", "namespace": "ml",
+                                                "resourceVersion": "3", "annotations": {}}, "otherManagers": []}  # fmt: skip
+    with pytest.raises(NotSynced):
+        cache.applied({**rule, "kind": "Secret", "apiVersion": "v1"})  # never cached: write-only
+
+
+def test_a_failed_discovery_of_an_owned_kind_is_no_failure_of_the_apply() -> None:
+    def fails(resource: Resource) -> bool:
+        raise ApiError(status=503, reason="Service Unavailable")
+
+    cache = ClusterCache(api=None, served=fails)  # type: ignore[arg-type]
+    with pytest.raises(NotSynced):
+        cache.applied(
+            {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor", "metadata": {"name": "x"}}
+        )

@@ -52,7 +52,7 @@ class Apiserver:
             def do_GET(self) -> None:
                 url = urllib.parse.urlsplit(self.path)
                 query = dict(urllib.parse.parse_qsl(url.query))
-                server.requests.append({"path": url.path, **query})
+                server.requests.append({"path": url.path, "accept": self.headers.get("Accept", ""), **query})
                 if query.get("watch") == "true":
                     self._watch()
                 else:
@@ -223,5 +223,25 @@ def test_a_watch_that_brings_nothing_for_too_long_is_watched_again_without_a_lis
         )
         assert again[0]["resourceVersion"] == "10"
         assert informer.counts.quiet >= 1 and informer.counts.lists == 2 and informer.counts.errors == 0
+    finally:
+        informer.stop()
+
+
+def test_a_metadata_only_cache_asks_for_partial_object_metadata(
+    apiserver: tuple[Apiserver, client.ApiClient],
+) -> None:
+    """The owned objects' caches (kube/cache.py OWNED) keep no rule: the apiserver is asked for the
+    objects' metadata alone, a PartialObjectMetadataList to list and PartialObjectMetadata to watch."""
+    fake, api = apiserver
+    informer = Informer(api, Resource("monitoring.coreos.com", "v1", "prometheusrules"), metadata_only=True,
+                        label_selector="app.kubernetes.io/managed-by=trainguard").start()  # fmt: skip
+    try:
+        watch = wait_for(
+            "the watch", lambda: next((r for r in fake.requests if r.get("watch")), None), 10, 0.02
+        )
+        listed = next(r for r in fake.requests if not r.get("watch"))
+        assert "as=PartialObjectMetadataList;g=meta.k8s.io;v=v1" in listed["accept"]
+        assert "as=PartialObjectMetadata;g=meta.k8s.io;v=v1" in watch["accept"]
+        assert listed["labelSelector"] == watch["labelSelector"] == "app.kubernetes.io/managed-by=trainguard"
     finally:
         informer.stop()

@@ -257,7 +257,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "--resync-seconds",
         type=float,
         default=120.0,
-        help="re-apply every monitor's objects this often (repairs hand edits); the leader only",
+        help="compare every monitor's objects with the watch caches this often and apply what differs "
+        "(repairs hand edits); the leader only",
+    )
+    op.add_argument(
+        "--secret-rewrite-seconds",
+        type=float,
+        help="write each monitor's token Secrets again this often although unchanged: the operator cannot read "
+        "Secrets, so this is what repairs a hand edit of one (default 3600: kube/client.py SECRET_REWRITE_S)",
     )
     op.add_argument(
         "--pods-seconds", type=float, default=15.0, help="refresh status.podsMonitored this often"
@@ -349,6 +356,9 @@ def cmd_operator(args: argparse.Namespace) -> int:
             metrics_addr=args.metrics_addr,
             object_labels=args.object_labels,
             resync_seconds=args.resync_seconds,
+            **(
+                {"secret_rewrite_seconds": args.secret_rewrite_seconds} if args.secret_rewrite_seconds else {}
+            ),
             pods_seconds=args.pods_seconds,
             detect_seconds=args.detect_seconds,
             node_down=NodeDownSettings(

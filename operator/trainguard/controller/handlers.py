@@ -25,6 +25,9 @@ from trainguard.controller.reconcile import (
     NamespaceTerminating,
     ReceiverSettings,
     ReconcileReads,
+    Rehearsal,
+    ResyncReads,
+    cached_policy,
     reconcile_monitor,
     utcnow,
 )
@@ -109,6 +112,39 @@ def reconcile(
         finally:
             if metrics is not None:  # a reconcile that raised leaves status None: an error
                 metrics.reconciled(status, time.monotonic() - started, result)
+
+
+def resync(
+    kube: Kube,
+    reads: ResyncReads,
+    body: dict[str, Any],
+    *,
+    receiver: ReceiverSettings | None = None,
+    metrics: OperatorMetrics | None = None,
+    label_namespace: Callable[[str], str] | None = None,
+    severity_style: str = GRADE,
+    object_labels: Mapping[str, str] | None = None,
+) -> bool:
+    """One monitor of the periodic resync, decided from the watch caches: the monitor as its cache holds
+    it, its policies from theirs, its objects compared with the owned objects' cache (Kube.unchanged).
+    When everything is in place and the status says so, it makes no request at all; otherwise the
+    reconcile (the monitor read by name, under its lock) applies what differs. Returns whether it did."""
+    meta = body.get("metadata") or {}
+    namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "?")
+    started = time.monotonic()
+    rehearsal = Rehearsal(kube, cached_policy(reads, kube))
+    status = reconcile_monitor(rehearsal, reads, body, receiver=receiver, label_namespace=label_namespace,
+                               severity_style=severity_style, object_labels=object_labels)  # fmt: skip
+    if not rehearsal.writes:
+        for secret in rehearsal.secrets:  # due to be written again, the same content
+            kube.apply(secret)
+        if metrics is not None:
+            metrics.reconciled(status, time.monotonic() - started)
+        return False
+    log.debug("%s/%s: the resync finds %s to write", namespace, name, ", ".join(rehearsal.writes))
+    reconcile(kube, reads, namespace, name, receiver=receiver, metrics=metrics, label_namespace=label_namespace,
+              severity_style=severity_style, object_labels=object_labels)  # fmt: skip
+    return True
 
 
 def register(registry: kopf.OperatorRegistry, *, receiver_url: str, sidecar_image: str) -> None:

@@ -39,6 +39,9 @@ class Periodic:
     leader: Callable[[], bool]
     reconcile: Callable[[str, str], None]
     lock: Callable[[str, str], Any]
+    resync: Callable[[dict[str, Any]], object] | None = None
+    """The resync of one monitor from the body its cache holds (handlers.resync: it writes only what
+    differs); without it the resync reconciles each by name."""
     resync_s: float = 120.0
     pods_s: float = 15.0
     on_pass: Callable[[], object] | None = None
@@ -66,7 +69,12 @@ class Periodic:
             self._next_resync = now + self.resync_s
             for m in monitors:
                 ns, name = _key(m)
-                self._guarded("resync", ns, name, functools.partial(self.reconcile, ns, name))
+                one = (
+                    functools.partial(self.resync, m)
+                    if self.resync
+                    else functools.partial(self.reconcile, ns, name)
+                )
+                self._guarded("resync", ns, name, one)
         if pods:
             self._next_pods = now + self.pods_s
             if self.on_pass is not None:

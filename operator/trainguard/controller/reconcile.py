@@ -58,6 +58,9 @@ def _no_announce(reason: str, message: str) -> None:
     return None
 
 
+PolicyRead = Callable[[str, str], dict[str, Any] | None]
+
+
 Obj = dict[str, Any]
 
 
@@ -73,6 +76,52 @@ class ReconcileAPI(Protocol):
     def patch_status(self, plural: str, namespace: str, name: str, status: Obj) -> None: ...
 
 
+class ResyncAPI(ReconcileAPI, Protocol):
+    def unchanged(self, obj: Obj) -> bool:
+        """Whether an apply of `obj` would write nothing, asked of the watch cache (kube.Kube.unchanged)."""
+        ...
+
+
+class Rehearsal:
+    """A ReconcileAPI that writes nothing: it answers an apply from `kube.unchanged` and records what a
+    reconcile would write (`writes`), so the resync can tell from the watch caches alone that a monitor
+    is in place. Policies are read from `policy` (the policy cache). Namespace labels are not its
+    business: the reconcile's `label_namespace` writes them itself, reading its cache first. A Secret due
+    to be written again (Kube.secret_rewrite_s) is kept apart in `secrets`: a blind write, which needs
+    no fresh read of the monitor."""
+
+    def __init__(self, kube: ResyncAPI, policy: PolicyRead) -> None:
+        self.kube = kube
+        self.policy = policy
+        self.writes: list[str] = []
+        self.secrets: list[Obj] = []
+
+    def get_policy(self, namespace: str, name: str) -> Obj | None:
+        return self.policy(namespace, name)
+
+    def apply(self, obj: Obj) -> bool | None:
+        """Always "unchanged" to the reconcile, which then neither logs nor announces an apply it did not
+        make; what differs is in `writes` (or `secrets`)."""
+        if self.kube.unchanged(obj):
+            return False
+        if obj["kind"] == "Secret":
+            self.secrets.append(obj)
+        else:
+            self.writes.append(
+                f"apply {obj['kind']} {obj['metadata'].get('namespace')}/{obj['metadata']['name']}"
+            )
+        return False
+
+    def create_if_absent(self, obj: Obj) -> bool:
+        self.writes.append(
+            f"create {obj['kind']} {obj['metadata'].get('namespace')}/{obj['metadata']['name']}"
+        )
+        return False
+
+    def patch_status(self, plural: str, namespace: str, name: str, status: Obj) -> None:
+        self.writes.append(f"status {plural} {namespace}/{name}")
+
+
 class ReconcileReads(Protocol):
     """The watch caches a reconcile reads (kube.ClusterCache)."""
 
@@ -81,6 +130,26 @@ class ReconcileReads(Protocol):
     def pods(self, namespace: str, selector: LabelSelector) -> list[Obj]: ...
 
     def workload(self, namespace: str, ref: WorkloadRef, selector: LabelSelector) -> Workload: ...
+
+
+class ResyncReads(ReconcileReads, Protocol):
+    """The watch caches the resync reads besides a reconcile's: the policies (kube.ClusterCache)."""
+
+    def policy(self, namespace: str, name: str) -> Obj | None: ...
+
+
+def cached_policy(reads: ResyncReads, kube: ReconcileAPI) -> PolicyRead:
+    """A policy from the policy cache; from the API only while that cache has not listed. A policy the
+    cache does not hold yet makes the rehearsal differ from the status, and the reconcile that follows
+    reads it by name."""
+
+    def read(namespace: str, name: str) -> Obj | None:
+        try:
+            return reads.policy(namespace, name)
+        except NotSynced:
+            return kube.get_policy(namespace, name)
+
+    return read
 
 
 def workload_problem(reads: ReconcileReads, monitor: TrainingJobMonitor) -> str | None:
@@ -163,7 +232,8 @@ def reconcile_monitor(
     severity_style: str = GRADE,
     object_labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Reconcile one monitor body and write its status; returns the status written. With `receiver`,
+    """Reconcile one monitor body and write its status (unless it is the status the body holds); returns
+    the status. With `receiver`,
     the monitor's credentials are derived and Alertmanager posts its P0 and P1 alerts to the operator.
     `label_namespace` labels the monitor's namespace for the sidecar-injection webhook before anything
     else (controller/namespace_labels.py), answering why it could not ("" when it is labelled). The
@@ -188,7 +258,8 @@ def reconcile_monitor(
     if outcome.workload_problem and outcome.workload_problem != recorded:
         announce(WORKLOAD_UNRESOLVED, outcome.workload_problem)  # once per distinct problem
 
-    try:  # read by name, not from the cache: a policy applied with the monitor may not be there yet
+    try:  # read by name, not from the cache: a policy applied with the monitor may not be there yet (the
+        # resync's Rehearsal reads the cache: a policy missing there makes it differ, then this reads it)
         policies = policies_for(monitor, kube.get_policy)
     except PolicyProblem as exc:
         outcome.error_reason, outcome.error_message = exc.reason, exc.message
@@ -326,5 +397,6 @@ def _write(
     status = monitor_status(previous, outcome, now())
     if not outcome.input_hash and previous.get("inputHash"):
         status["inputHash"] = previous["inputHash"]
-    kube.patch_status("trainingjobmonitors", meta["namespace"], meta["name"], status)
+    if any(previous.get(k) != v for k, v in status.items()):  # a merge patch of the same is no write
+        kube.patch_status("trainingjobmonitors", meta["namespace"], meta["name"], status)
     return status

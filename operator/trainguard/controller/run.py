@@ -26,7 +26,7 @@ from trainguard.certs.ca import WEBHOOK_CERT_SECRET, CertPolicy, serving_names
 from trainguard.certs.secret import SelfManagedCerts
 from trainguard.certs.tls import ReloadableTLS
 from trainguard.clients.prometheus import prometheus_client
-from trainguard.controller.handlers import LOCKS, reconcile, register
+from trainguard.controller.handlers import LOCKS, reconcile, register, resync
 from trainguard.controller.leadership import Leadership
 from trainguard.controller.metrics import DEFAULT_METRICS_ADDR, OperatorMetrics, serve
 from trainguard.controller.namespace_labels import NamespaceLabels
@@ -34,6 +34,7 @@ from trainguard.controller.periodic import Loop, Periodic
 from trainguard.controller.reconcile import ReceiverSettings
 from trainguard.diagnosis.passes import DiagnosticReports, MorningReports
 from trainguard.kube import ClusterCache, Kube, api_client, credentials
+from trainguard.kube.client import SECRET_REWRITE_S
 from trainguard.remediation import tokens
 from trainguard.remediation.alert_history import AlertHistory
 from trainguard.remediation.breaker import RESET_CONFIGMAP, reset_time
@@ -107,7 +108,10 @@ class OperatorOptions:
     """Labels on every object applied for a monitor: what the platform's Prometheus selects rules and pod
     monitors by (a default kube-prometheus-stack release's `release: kube-prometheus-stack`)."""
     resync_seconds: float = 120.0
-    """How often every monitor is re-applied (repairs hand edits of the objects it owns)."""
+    """How often every monitor is compared with the watch caches and what differs applied (repairs hand
+    edits of the objects it owns)."""
+    secret_rewrite_seconds: float = SECRET_REWRITE_S
+    """How often a monitor's Secrets are written again although unchanged (kube.client.SECRET_REWRITE_S)."""
     pods_seconds: float = 15.0
     detect_seconds: float = 3.0
     """How often the leader looks for the faults no exporter reports (remediation/passes.py's WatchPass)."""
@@ -153,9 +157,10 @@ def run(opts: OperatorOptions) -> None:
     base = receiver_base(opts.receiver_url)
     register(registry, receiver_url=f"{base}/v1/events", sidecar_image=opts.sidecar_image)
     api = api_client(opts.kubeconfig, context=opts.context, pool=API_POOL, component="operator")
-    kube = Kube(api)
     # every replica keeps the watch caches (its webhook reads them; a standby must be warm when it leads)
     cache = ClusterCache(api).start()
+    # an apply compares with the owned objects' cache instead of reading each object by name
+    kube = Kube(api, live=cache.applied, secret_rewrite_s=opts.secret_rewrite_seconds)
     priority = opts.priority if opts.priority is not None else random.randint(1, 2**31 - 1)
     # our own identity in kopf's peering, so the operator's loops can tell which replica leads
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
@@ -223,6 +228,16 @@ def run(opts: OperatorOptions) -> None:
             object_labels=opts.object_labels,
         ),
         lock=LOCKS,
+        resync=lambda body: resync(
+            kube,
+            cache,
+            body,
+            receiver=shared.get("receiver"),
+            metrics=metrics,
+            label_namespace=namespaces.ensure,
+            severity_style=opts.severity_style,
+            object_labels=opts.object_labels,
+        ),
         resync_s=opts.resync_seconds,
         pods_s=opts.pods_seconds,
         label_namespaces=namespaces.sweep,
@@ -250,7 +265,9 @@ def run(opts: OperatorOptions) -> None:
             prefix="trainguard.io", key="last-handled-configuration"
         )
         settings.persistence.finalizer = "trainguard.io/finalizer"  # only to remove old ones
-        settings.posting.level = logging.INFO
+        # kopf's own Events only for its warnings and errors: its "Handler 'monitor' succeeded" and
+        # "Creation is processed" would be two more writes per monitor change (trainguard posts Applied)
+        settings.posting.level = logging.WARNING
         settings.watching.server_timeout = 300
         settings.networking.request_timeout = 60
         if opts.webhook_cert and opts.webhook_key:

@@ -24,8 +24,9 @@ from kubernetes import client
 from trainguard.api import GROUP, VERSION
 from trainguard.api.common import LabelSelector
 from trainguard.api.monitor import WorkloadRef
-from trainguard.catalog.kubernetes import MONITORED, MONITORED_VALUE
-from trainguard.kube.errors import ApiError, Stale
+from trainguard.catalog.kubernetes import MANAGED_BY, MANAGED_BY_VALUE, MONITORED, MONITORED_VALUE
+from trainguard.kube.client import FIELD_MANAGER, HASH_ANNOTATION
+from trainguard.kube.errors import ApiError, NotSynced, Stale
 from trainguard.kube.objects import Hearing, labels_of, slim, slim_node, slim_pod
 from trainguard.kube.watch import QUIET_S, Counts, Informer, Resource
 from trainguard.kube.workloads import KUEUE_JOB_UID, KUEUE_QUEUE, OwnerRead, Workload, resolve
@@ -49,6 +50,18 @@ KUEUE_WORKLOADS = (
     Resource("kueue.x-k8s.io", "v1beta1", "workloads"),
 )
 """Kueue's Workloads: v1beta2 is the storage version since Kueue 0.15; v1beta1 where only it is served."""
+OWNED = {
+    ("monitoring.coreos.com/v1", "PrometheusRule"): Resource(
+        "monitoring.coreos.com", "v1", "prometheusrules"
+    ),
+    ("monitoring.coreos.com/v1alpha1", "AlertmanagerConfig"): Resource(
+        "monitoring.coreos.com", "v1alpha1", "alertmanagerconfigs"
+    ),
+    ("monitoring.coreos.com/v1", "PodMonitor"): Resource("monitoring.coreos.com", "v1", "podmonitors"),
+}
+"""The kinds trainguard applies for a monitor and may read (not Secrets): watched as metadata alone, only
+those labelled managed-by=trainguard, so the resync compares what it renders with what is there without
+a GET (Kube.apply)."""
 UNSERVED_RECHECK_S = 30.0
 """How long a kind found not served is taken as such before discovery is asked again (a CRD installed
 after the monitor)."""
@@ -65,6 +78,21 @@ LEASES_WAIT_S = 5.0
 LEASES_QUIET_S = 30.0
 """Every node's kubelet renews its Lease every 10 s: a Lease cache that has heard nothing for this long
 while it holds Leases has lost its watch, and its Leases would all look expired."""
+
+
+def applied_meta(obj: Obj) -> Obj:
+    """What an owned object's cache keeps: its name, version and content hash (the annotation trainguard
+    stamps it with), and the field managers other than trainguard's that have written it (a hand edit,
+    another controller): with none, the object is as trainguard last applied it."""
+    meta = obj.get("metadata") or {}
+    digest = (meta.get("annotations") or {}).get(HASH_ANNOTATION)
+    others = sorted({
+        str(f.get("manager") or "") for f in meta.get("managedFields") or []
+        if f.get("manager") != FIELD_MANAGER and not f.get("subresource")
+    })  # fmt: skip
+    kept = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta}
+    kept["annotations"] = {HASH_ANNOTATION: digest} if digest else {}
+    return {"metadata": kept, "otherManagers": others}
 
 
 def _slim_job(job: Obj) -> Obj:
@@ -127,6 +155,13 @@ class ClusterCache:
         self._started = True
         for informer in self.informers.values():
             informer.start()
+        # the owned objects' caches too, where served: a standby that comes to lead (kopf then resumes every
+        # monitor) compares with them at once instead of reading each object by name
+        for resource in OWNED.values():
+            try:
+                self._cache_of(resource)
+            except Exception as exc:  # discovery failed: made on the first apply instead
+                log.warning("the cache of %s is not started yet: %s", resource, exc)
         return self
 
     def stop(self) -> None:
@@ -220,6 +255,22 @@ class ClusterCache:
             breaks=breaks,
         )
 
+    # ---- the objects trainguard applies ----
+
+    def applied(self, obj: Obj) -> Obj | None:
+        """What the cache of an owned kind holds of `obj` (applied_meta), None when there is no such object.
+        NotSynced when no cache can say (a kind not cached, a cache not listed yet, a kind not served):
+        the caller reads the object from the API. Never waits: the first read starts the cache."""
+        resource = OWNED.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
+        try:
+            informer = self._cache_of(resource) if resource is not None else None
+        except Exception as exc:  # discovery failed: the apply reads by name, and says why it fails
+            raise NotSynced(f"no cache of {obj.get('kind')}: {exc}") from exc
+        if informer is None:
+            raise NotSynced(f"no cache of {obj.get('kind')} ({obj.get('apiVersion')})")
+        meta = obj.get("metadata") or {}
+        return informer.get(meta.get("namespace"), str(meta.get("name")), timeout=0.0)
+
     # ---- a monitor's workload owner ----
 
     def jobs(self, namespace: str) -> list[Obj]:
@@ -286,11 +337,17 @@ class ClusterCache:
         with self._guard:
             informer = self._optional.get(resource)
             if informer is None:
-                informer = self._optional[resource] = Informer(self.api, resource)
+                informer = self._optional[resource] = self._informer(resource)
                 self._unserved.pop(resource, None)
                 if self._started:
                     informer.start()
             return informer
+
+    def _informer(self, resource: Resource) -> Informer:
+        if resource in OWNED.values():
+            return Informer(self.api, resource, transform=applied_meta, metadata_only=True,
+                            label_selector=f"{MANAGED_BY}={MANAGED_BY_VALUE}")  # fmt: skip
+        return Informer(self.api, resource)
 
     def _discovered(self, resource: Resource) -> bool:
         """Whether the API's discovery of the group and version lists the plural (a 404: not served)."""

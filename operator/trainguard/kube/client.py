@@ -10,6 +10,8 @@ import datetime as dt
 import hashlib
 import json
 import secrets
+import time
+from collections.abc import Callable
 from typing import Any, cast
 
 import urllib3
@@ -20,12 +22,16 @@ from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
 from trainguard.api import GROUP, VERSION
 from trainguard.catalog.kubernetes import MANAGED_LABELS
-from trainguard.kube.errors import MissingAPI, is_conflict
+from trainguard.kube.errors import MissingAPI, NotSynced, is_conflict
 
 FIELD_MANAGER = "trainguard-operator"
 HASH_ANNOTATION = "trainguard.io/input-hash"
 PEERING = ("kopf.dev", "v1", "clusterkopfpeerings")
 MERGE_PATCH = "application/merge-patch+json"
+SECRET_REWRITE_S = 3600.0
+"""How long a Secret this process wrote stands before an apply writes it again although its content is
+the same: the operator cannot read Secrets, so a hand edit of one shows nowhere; it is repaired within
+this time (or at once when its content changes: a new key, a new uid, a new CA)."""
 WORKLOAD_PLURALS = {"Job": "jobs", "JobSet": "jobsets", "TrainJob": "trainjobs", "PyTorchJob": "pytorchjobs"}
 """The workload kinds a monitor's workloadRef may name, by plural."""
 
@@ -49,17 +55,36 @@ def with_hash(obj: dict[str, Any]) -> tuple[dict[str, Any], str]:
     return {**obj, "metadata": meta}, digest
 
 
+Live = Callable[[dict[str, Any]], dict[str, Any] | None]
+"""What a watch cache holds of an object trainguard applies (kube.ClusterCache.applied: its metadata and
+`otherManagers`), None when absent; raises NotSynced when no cache can say."""
+
+
 class Kube:
-    def __init__(self, api: client.ApiClient, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        timeout: float = 30.0,
+        *,
+        live: Live | None = None,
+        secret_rewrite_s: float = SECRET_REWRITE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.api = api
         self.timeout = timeout
         """Seconds any one API call may take: a hung call must not hold a handler thread forever."""
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self._dynamic: DynamicClient | None = None
+        self.live = live
+        """The owned objects' watch cache; without it (or before it has listed) an apply reads by name."""
+        self.secret_rewrite_s = secret_rewrite_s
+        self.clock = clock
         self._applied: dict[tuple[str, str, str], tuple[str, str]] = {}
         """(resourceVersion, content hash) of what this process last applied, per object: while the live
         object is still at that version and the desired content the same, there is nothing to repair."""
+        self._written_at: dict[tuple[str, str, str], float] = {}
+        """When this process last wrote each Secret (SECRET_REWRITE_S)."""
 
     @property
     def dynamic(self) -> DynamicClient:
@@ -80,16 +105,17 @@ class Kube:
                     f"{obj['kind']} ({obj['apiVersion']}) is not served by this cluster"
                 ) from None
 
-    def _live_version(self, obj: dict[str, Any]) -> str | None:
-        """The live object's resourceVersion; Secrets are write-only for the operator (no get), so for
-        them the version this process last wrote stands in."""
+    def _live(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """The live object's metadata, from the watch cache when it holds the kind, else read by name
+        (then without its field managers: only this process's memory of its version tells it untouched)."""
+        if self.live is not None:
+            try:
+                return self.live(obj)
+            except NotSynced:
+                pass
         meta = obj["metadata"]
-        key = (obj["kind"], meta.get("namespace") or "", meta["name"])
-        if obj["kind"] == "Secret":
-            applied = self._applied.get(key)
-            return applied[0] if applied else None
         try:
-            live = self.dynamic.get(
+            found = self.dynamic.get(
                 self._resource(obj),
                 name=meta["name"],
                 namespace=meta.get("namespace"),
@@ -97,23 +123,51 @@ class Kube:
             )
         except NotFoundError:
             return None
-        return str(live.metadata.resourceVersion)
+        return {"metadata": {"resourceVersion": str(found.metadata.resourceVersion)}, "otherManagers": None}
+
+    def _state(self, obj: dict[str, Any]) -> tuple[str | None, bool]:
+        """(the version the object is at, None when absent or unknown; whether it is in place as rendered).
+        In place: untouched since this process applied the same content (its version has not moved), or,
+        for an object this process has not applied (a new leader, a restart), stamped with the same content
+        hash and written by no other field manager. A Secret, which the operator cannot read, is in place
+        while this process wrote the same content less than `secret_rewrite_s` ago."""
+        meta = obj["metadata"]
+        key = (obj["kind"], meta.get("namespace") or "", meta["name"])
+        # a reconciled object carries its content's hash already (with_hash); others are hashed here
+        digest = (meta.get("annotations") or {}).get(HASH_ANNOTATION) or content_hash(obj)
+        applied = self._applied.get(key)
+        if obj["kind"] == "Secret":
+            at = self._written_at.get(key)
+            fresh = at is not None and self.clock() - at < self.secret_rewrite_s
+            return (applied[0] if applied else None), bool(applied and applied[1] == digest and fresh)
+        live = self._live(obj)
+        if live is None:
+            return None, False
+        version = str((live.get("metadata") or {}).get("resourceVersion") or "")
+        stamped = ((live.get("metadata") or {}).get("annotations") or {}).get(HASH_ANNOTATION)
+        others = live.get("otherManagers")
+        untouched = applied == (version, digest) or (stamped == digest and others == [])
+        return version, untouched
+
+    def unchanged(self, obj: dict[str, Any]) -> bool:
+        """Whether an apply of `obj` would write nothing (see _state); reads only the watch cache when it
+        holds the kind."""
+        return self._state(obj)[1]
 
     def apply(self, obj: dict[str, Any]) -> bool | None:
         """Server-side apply, taking ownership of the fields trainguard renders. Returns whether the
         object changed: an unchanged object is not written again, so its resourceVersion tells. None for
         a Secret this process has not written before (the operator cannot read Secrets, so it cannot
-        tell). The apply is skipped when the live object is still at the version this process last
-        applied and the content is the same: nobody has touched it since, so there is nothing to repair
-        (a hand edit, a deletion or a restart of the operator makes it apply again). Secrets, which it
-        cannot read, are applied every time."""
+        tell). The apply is skipped when the object is in place as rendered (_state): the owned kinds are
+        compared with their watch cache, with no request; a hand edit, a deletion, or another manager's
+        write makes it apply again. A Secret is written when its content changes, and again every
+        `secret_rewrite_s`."""
         meta = obj["metadata"]
         key = (obj["kind"], meta.get("namespace") or "", meta["name"])
-        before = self._live_version(obj)
-        # a reconciled object carries its content's hash already (with_hash); others are hashed here
-        digest = (meta.get("annotations") or {}).get(HASH_ANNOTATION) or content_hash(obj)
-        if obj["kind"] != "Secret" and before is not None and self._applied.get(key) == (before, digest):
+        before, in_place = self._state(obj)
+        if in_place:
             return False
+        digest = (meta.get("annotations") or {}).get(HASH_ANNOTATION) or content_hash(obj)
         result = self.dynamic.server_side_apply(
             self._resource(obj),
             body=obj,
@@ -125,8 +179,10 @@ class Kube:
         )
         after = str(result.metadata.resourceVersion)
         self._applied[key] = (after, digest)
-        if before is None and obj["kind"] == "Secret":
-            return None
+        if obj["kind"] == "Secret":
+            self._written_at[key] = self.clock()
+            if before is None:
+                return None
         return before != after
 
     def create_if_absent(self, obj: dict[str, Any]) -> bool:

@@ -88,6 +88,9 @@ class Informer:
     transform: Callable[[Obj], Obj] = slim
     """What is kept of each object (slim drops managedFields; pods and nodes drop more)."""
     label_selector: str | None = None
+    metadata_only: bool = False
+    """Ask for PartialObjectMetadata: the objects' metadata alone (the owned objects' caches keep their
+    version, hash annotation and field managers, never the rules themselves)."""
     watch_timeout_s: int = WATCH_TIMEOUT_S
     quiet_s: float = QUIET_S
     request_timeout_s: float = 30.0
@@ -195,11 +198,15 @@ class Informer:
                 log.warning("watch of %s failed (%s); again in %.1fs", self.resource, _short(exc), delay)
                 self.sleep(delay)
 
-    def _request(self, query: dict[str, str], read_timeout: float) -> Any:
+    def _request(self, query: dict[str, str], read_timeout: float, *, listing: bool) -> Any:
         url_query = [(k, v) for k, v in query.items()]
+        accept = "application/json"
+        if self.metadata_only:
+            kind = "PartialObjectMetadataList" if listing else "PartialObjectMetadata"
+            accept = f"application/json;as={kind};g=meta.k8s.io;v=v1,application/json"
         method, url, headers, body, _ = self.api.param_serialize(
             "GET", self.resource.path, query_params=url_query,
-            header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
+            header_params={"Accept": accept}, auth_settings=["BearerToken"],
         )  # fmt: skip
         response = self.api.call_api(
             method, url, header_params=headers, body=body, _request_timeout=(10.0, read_timeout)
@@ -222,7 +229,7 @@ class Informer:
             if self.label_selector:
                 query["labelSelector"] = self.label_selector
             self.counts.lists += 1
-            page = json.loads(self._request(query, self.request_timeout_s).read())
+            page = json.loads(self._request(query, self.request_timeout_s, listing=True).read())
             for item in page.get("items") or []:
                 kept = self.transform(item)
                 objects[_key(kept)] = kept
@@ -252,7 +259,7 @@ class Informer:
         if self.label_selector:
             query["labelSelector"] = self.label_selector
         self.counts.watches += 1
-        response = self._request(query, min(self.quiet_s, self.watch_timeout_s + 30.0))
+        response = self._request(query, min(self.quiet_s, self.watch_timeout_s + 30.0), listing=False)
         self._response = response
         self._heard = time.monotonic()
         try:

@@ -1,0 +1,124 @@
+"""The periodic resync decides from the watch caches: a monitor whose objects and status are in place
+costs no request, and one that differs gets the reconcile, which writes only the difference.
+
+The API edge is tests/kube/fakes.py's in-memory FakeKube, serving the caches' reads as it is, and its
+API calls through `Counted`, a fake that records each request a kube.Kube would make (reads by name,
+lists, applies, creates, status patches, Events, namespace labels): these tests are about which requests
+the resync makes, not about how the apiserver answers them. e2e/test_watch_caches.py counts the real
+apiserver's requests from the operator during a steady pass.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from tests.clock import Clock
+from tests.conftest import MONITOR, POLICY, monitor_body
+from tests.kube.fakes import FakeKube, pod
+from trainguard.controller.handlers import LOCKS, reconcile, resync
+from trainguard.controller.periodic import Periodic
+from trainguard.controller.reconcile import ReceiverSettings
+
+SELECTED = MONITOR["spec"]["selector"]["matchLabels"]
+RECEIVER = ReceiverSettings(key=b"k" * 32, url="https://trainguard-operator:8443", ca="CA")
+REQUESTS = ("get_monitor", "get_policy", "list_monitors", "apply", "create_if_absent", "patch_status",
+            "post_event", "label_namespace")  # fmt: skip
+"""kube.Kube's calls that are requests to the API; the rest of FakeKube is the watch caches."""
+
+
+class Counted:
+    """FakeKube's API calls, each recorded by name (and the kind, for an apply) before it is served; an
+    apply of an object in place is no request (kube.Kube.apply answers it from the watch cache)."""
+
+    def __init__(self, kube: FakeKube) -> None:
+        self.kube = kube
+        self.requests: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self.kube, name)
+        if name not in REQUESTS:
+            return found
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            if name != "apply":
+                self.requests.append(name)
+            elif not self.kube.unchanged(args[0]):  # kube.Kube answers one in place from its cache
+                self.requests.append(f"apply {args[0]['kind']}")
+            return found(*args, **kwargs)
+
+        return counted
+
+
+def cluster() -> tuple[FakeKube, Counted]:
+    pods = [pod("ml", f"llama-{i}", SELECTED, "trainer", "trainguard-exporter") for i in range(2)]
+    kube = FakeKube(monitor_body(), POLICY, *pods)
+    return kube, Counted(kube)
+
+
+def created(kube: FakeKube, api: Counted) -> None:
+    """The monitor's first reconcile (kopf's create handler), after which the pass is steady."""
+    reconcile(api, kube, "ml", "llama-pretrain", receiver=RECEIVER)  # type: ignore[arg-type]
+    assert api.requests.count("patch_status") == 1 and "apply PrometheusRule" in api.requests
+    api.requests.clear()
+
+
+def resync_pass(kube: FakeKube, api: Counted, clock: Clock) -> None:
+    """One resync pass of the leader's periodic loop, as controller/run.py wires it."""
+    p = Periodic(api, kube, leader=lambda: True, lock=LOCKS, resync_s=60, pods_s=3600, clock=clock,  # type: ignore[arg-type]
+                 reconcile=lambda ns, n: reconcile(api, kube, ns, n, receiver=RECEIVER),  # type: ignore[arg-type]
+                 resync=lambda body: resync(api, kube, body, receiver=RECEIVER))  # type: ignore[arg-type]  # fmt: skip
+    clock.now += 60
+    p.tick()
+
+
+def test_a_steady_resync_pass_makes_no_request() -> None:
+    kube, api = cluster()
+    created(kube, api)
+    clock = Clock(1000.0)
+    for _ in range(3):
+        resync_pass(kube, api, clock)
+    assert api.requests == [], "no read by name, no list, no apply, no status patch, no Event"
+
+
+def test_a_hand_edit_is_applied_alone_by_the_next_pass() -> None:
+    kube, api = cluster()
+    created(kube, api)
+    rule = next(o for k, o in kube.objects.items() if k[0] == "PrometheusRule")
+    edited = copy.deepcopy(rule)
+    edited["spec"]["groups"] = edited["spec"]["groups"][:1]
+    kube.put(edited)
+    kube.applies.clear()
+    resync_pass(kube, api, Clock(1000.0))
+    assert kube.applies == ["PrometheusRule"], "only the edited object is written"
+    assert kube.objects[("PrometheusRule", "ml", rule["metadata"]["name"])] == rule
+    assert [r for r in api.requests if r.startswith("apply")] == ["apply PrometheusRule"]
+    assert "patch_status" not in api.requests, "the status already said Ready at this input"
+    api.requests.clear()
+    resync_pass(kube, api, Clock(2000.0))
+    assert api.requests == []
+
+
+def test_a_policy_changed_in_its_cache_is_rendered_by_the_pass() -> None:
+    kube, api = cluster()
+    created(kube, api)
+    changed = copy.deepcopy(POLICY)
+    changed["spec"]["receivers"][1]["url"] = "http://127.0.0.1:9102/im"
+    kube.put(changed)
+    kube.applies.clear()
+    resync_pass(kube, api, Clock(1000.0))
+    assert kube.applies, "the new policy's objects are applied"
+    assert "patch_status" in api.requests, "a new input hash"
+    api.requests.clear()
+    resync_pass(kube, api, Clock(2000.0))
+    assert api.requests == []
+
+
+def test_a_secret_due_to_be_written_again_is_written_alone() -> None:
+    """The operator cannot read Secrets, so kube.Kube writes each again after a while (or after a
+    restart, when it cannot know what it wrote): a blind write, with no read of the monitor."""
+    kube, api = cluster()
+    created(kube, api)
+    kube.written.clear()  # FakeKube's memory of this process's writes: as after a restart
+    resync_pass(kube, api, Clock(1000.0))
+    assert api.requests == ["apply Secret"]
