@@ -1,6 +1,7 @@
 """`trainguard uncordon` on a real apiserver (with the node lifecycle controller adding its own taints):
 a node trainguard cordoned and tainted returns to service, signed and with a Node Event; a node a person
-cordoned is refused and left as it is. The fake GPU nodes are shared, so every test restores them."""
+cordoned is refused and left as it is; a lemon (its third fault in the window) is refused naming its faults
+and returned only with --force. The fake GPU nodes are shared, so every test restores them."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ import pytest
 from e2e.cluster import Cluster
 from e2e.nodes import OTHER_TAINT
 from tests.processes import wait_for
-from trainguard.catalog.kubernetes import CORDONED_AT, CORDONED_BY, FAULTY_TAINT
+from trainguard.catalog.kubernetes import CORDONED_AT, CORDONED_BY, FAULT_HISTORY, FAULTY_TAINT, LEMON_LABEL
 from trainguard.kube import ClusterCache, Kube
 from trainguard.remediation.cluster import Cluster as Edge
+from trainguard.remediation.lemon import Fault, LemonPolicy, encode, parse_history
 from trainguard.remediation.uncordon import UNCORDON_REASON, UNCORDONED_AT, UNCORDONED_BY
 
 pytestmark = pytest.mark.e2e
@@ -115,3 +117,33 @@ def test_uncordon_refuses_a_node_a_person_cordoned(cluster: Cluster, node: str) 
     assert _spec(cluster).unschedulable is True
     assert UNCORDONED_BY not in _annotations(cluster)
     assert len(cluster.events("default", node, "Uncordoned")) == events_before
+
+
+def test_uncordon_refuses_a_lemon_until_forced(cluster: Cluster, node: str) -> None:
+    now = time.time()
+    earlier = [
+        Fault(now - 5 * 86400, "GPULost", "rec-e2e-a"),
+        Fault(now - 86400, "GPUCriticalXid", "rec-e2e-b"),
+    ]
+    cluster.core.patch_node(
+        node, {"metadata": {"annotations": {FAULT_HISTORY: encode(earlier)}}},
+        _content_type="application/merge-patch+json",
+    )  # fmt: skip
+    edge = Edge(Kube(cluster.api, timeout=10), reads=None, lemons=LemonPolicy(faults=3))  # type: ignore[arg-type]
+    assert edge.cordon(node, "GPUCriticalXid", "rec-e2e-c").startswith("cordoned (a lemon now")
+    live = _live(cluster)
+    assert (live.metadata.labels or {}).get(LEMON_LABEL) == "true"
+    assert [f.record for f in parse_history(live.metadata.annotations[FAULT_HISTORY])] == [
+        "rec-e2e-a", "rec-e2e-b", "rec-e2e-c"]  # fmt: skip
+
+    refused = _uncordon(cluster, node, "--by", "alice@ops")
+    assert refused.returncode == 1
+    assert f"node {node} is a lemon" in refused.stderr and "rec-e2e-a" in refused.stderr
+    assert "--force" in refused.stderr
+    assert _spec(cluster).unschedulable is True
+
+    forced = _uncordon(cluster, node, "--by", "alice@ops", "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert "forced: it is a lemon" in forced.stdout
+    assert not _spec(cluster).unschedulable
+    assert (_live(cluster).metadata.labels or {}).get(LEMON_LABEL) == "true", "still out of the spare pool"

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from trainguard.cli import build_parser
-from trainguard.controller.command import guardrails_of
+from trainguard.controller.command import guardrails_of, lemons_of
 from trainguard.remediation.guardrails import BreakerConfig, Guardrails, Limit
+from trainguard.remediation.lemon import LemonPolicy
 
 
 def parse(*flags: str) -> Guardrails:
@@ -41,6 +42,9 @@ def test_every_flag_is_read() -> None:
         ("--breaker-min-down", "0", "1 or more"),
         ("--breaker-rearm", "soon", "soon"),
         ("--cordon-window", "0s", "longer than zero"),
+        ("--lemon-faults", "21", "0 (off) to 20"),
+        ("--lemon-faults", "three", "not a number of faults"),
+        ("--lemon-window", "0d", "longer than zero"),
     ],
 )
 def test_a_wrong_value_is_refused_naming_the_flag(
@@ -51,6 +55,13 @@ def test_a_wrong_value_is_refused_naming_the_flag(
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert f"argument {flag}:" in err and says in err, err
+
+
+def test_the_lemon_threshold_is_the_platforms_flags() -> None:
+    assert lemons_of(build_parser().parse_args(["operator"])) == LemonPolicy(faults=3, window_s=30 * 86400.0)
+    got = lemons_of(build_parser().parse_args(["operator", "--lemon-faults", "5", "--lemon-window", "7d"]))
+    assert got == LemonPolicy(faults=5, window_s=7 * 86400.0)
+    assert lemons_of(build_parser().parse_args(["operator", "--lemon-faults", "0"])).faults == 0
 
 
 def test_guardrails_reset_is_a_verb() -> None:

@@ -6,6 +6,7 @@ of tests/controller (the real one is e2e/test_operator_metrics.py); the receiver
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import socket
 from collections.abc import Iterator
@@ -30,10 +31,14 @@ from tests.remediation.intake import (
     post,
     xid,
 )
+from trainguard.catalog.kubernetes import FAULT_HISTORY
 from trainguard.controller import handlers
 from trainguard.controller.admission import admit
 from trainguard.controller.metrics import OperatorMetrics, parse_addr, reconcile_result, serve
+from trainguard.kube.errors import NotSynced
 from trainguard.kube.watch import Counts
+from trainguard.remediation import lemon
+from trainguard.remediation.lemon import LemonPolicy
 from trainguard.remediation.receiver import Receiver, ReceiverConfig
 
 FAMILIES = {
@@ -287,3 +292,27 @@ def test_the_watch_caches_counts_are_read_at_each_scrape() -> None:
     counts["pods"].lists += 1  # it listed again
     assert value(metrics, "trainguard_operator_watch_cache_lists_total", resource="pods") == 2
     assert value(metrics, "trainguard_operator_watch_cache_watches_total", resource="nodes") == 2
+
+
+def test_the_nodes_fault_scores_are_read_from_the_node_cache_at_each_scrape() -> None:
+    """A state-free collector: the history lives on the nodes, each scrape scores them as they are."""
+    day = 86400
+    history = [{"ts": int(NOW) - age * day, "cause": "GPULost", "record": f"r{age}"} for age in (1, 2, 40)]
+    nodes = [
+        {"metadata": {"name": "gpu-a", "annotations": {FAULT_HISTORY: json.dumps(history)}}},
+        {"metadata": {"name": "gpu-b"}},
+    ]
+    policy = [LemonPolicy(faults=2)]
+    metrics = OperatorMetrics(CollectorRegistry(), node_faults=lambda: lemon.scores(nodes, NOW, policy[0]))
+    assert value(metrics, "trainguard_node_faults", node="gpu-a") == 2, "the one 40 days old aged out"
+    assert value(metrics, "trainguard_node_lemon", node="gpu-a") == 1
+    assert metrics.registry.get_sample_value("trainguard_node_faults", {"node": "gpu-b"}) is None
+    policy[0] = LemonPolicy(faults=3)
+    assert value(metrics, "trainguard_node_lemon", node="gpu-a") == 0
+
+    def unsynced() -> list[Any]:
+        raise NotSynced("nodes")
+
+    quiet = OperatorMetrics(CollectorRegistry(), node_faults=unsynced)
+    assert quiet.registry.get_sample_value("trainguard_node_faults", {"node": "gpu-a"}) is None
+    assert quiet.registry.get_sample_value("trainguard_operator_leader") is not None, "the rest still scraped"

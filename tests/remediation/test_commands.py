@@ -18,7 +18,15 @@ import pytest
 from tests.kube.fakes import merge_patch
 from tests.processes import alertmanager, free_port, http_json
 from tests.remediation.escalation_inputs import ON, posted
-from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT
+from trainguard.catalog.kubernetes import (
+    CORDON_REASON,
+    CORDONED_AT,
+    CORDONED_BY,
+    FAULT_HISTORY,
+    FAULTY_TAINT,
+    LEMON_LABEL,
+    LEMON_REASON,
+)
 from trainguard.cli import main
 from trainguard.remediation.escalation import due, escalated, parse_time
 from trainguard.remediation.uncordon import UNCORDON_REASON, UNCORDONED_AT, UNCORDONED_BY
@@ -193,6 +201,11 @@ class FakeApiserver:
 
             def do_GET(self) -> None:
                 server.requests.append(("GET", self.path, "", None))
+                if self.path.split("?")[0] == "/api/v1/nodes":
+                    self._send(
+                        200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": [server.node]}
+                    )
+                    return
                 name = server.node["metadata"]["name"]
                 if self.path.split("?")[0] != f"/api/v1/nodes/{name}":
                     self._send(404, {"kind": "Status", "code": 404, "reason": "NotFound"})
@@ -321,3 +334,50 @@ def test_uncordon_of_a_missing_node_exits_1(
         main(["uncordon", "gpu-z", "--kubeconfig", str(kubeconfig(tmp_path, apiserver.url))])
     assert exc.value.code == 1
     assert "node gpu-z does not exist" in capsys.readouterr().err
+
+
+LEMON_HISTORY = json.dumps([
+    {"ts": 1699000000, "cause": "GPULost", "record": "rec-a"},
+    {"ts": 1699500000, "cause": "GPUCriticalXid", "record": "rec-b"},
+    {"ts": 1700000000, "cause": "GPUCriticalXid", "record": "rec-1"},
+])  # fmt: skip
+
+
+def test_uncordon_refuses_a_lemon_without_force_and_lists_it_for_repair(
+    apiserver: FakeApiserver, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    meta = apiserver.node["metadata"]
+    meta["labels"] = {LEMON_LABEL: "true"}
+    meta["annotations"] |= {FAULT_HISTORY: LEMON_HISTORY, LEMON_REASON: "3 fault(s) in the last 30d"}
+    config = ["--kubeconfig", str(kubeconfig(tmp_path, apiserver.url))]
+    with pytest.raises(SystemExit) as exc:
+        main(["uncordon", "gpu-a", *config, "--by", "alice"])
+    assert exc.value.code == 1
+    err = capsys.readouterr().err
+    assert "refused: node gpu-a is a lemon (3 fault(s) in the last 30d)" in err
+    assert "rec-a" in err and "--force" in err
+    assert apiserver.methods() == ["GET"] and apiserver.node["spec"]["unschedulable"] is True
+
+    assert main(["nodes", "--lemons", *config]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("gpu-a  LEMON  cordoned  3 fault(s) recorded: 3 fault(s) in the last 30d")
+    assert "2023-11-14T22:13:20Z  GPUCriticalXid  (record rec-1)" in out
+    assert main(["nodes", *config, "-o", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["nodes"]
+    assert [(n["node"], n["lemon"], len(n["faults"])) for n in listed] == [("gpu-a", True, 3)]
+
+    assert main(["uncordon", "gpu-a", *config, "--by", "alice", "--force"]) == 0
+    assert "forced: it is a lemon" in capsys.readouterr().out
+    assert "unschedulable" not in apiserver.node["spec"]
+    assert apiserver.node["metadata"]["labels"] == {LEMON_LABEL: "true"}, "still a lemon, out of the spares"
+    assert apiserver.node["metadata"]["annotations"][FAULT_HISTORY] == LEMON_HISTORY
+
+
+def test_nodes_says_when_nothing_is_to_repair(
+    apiserver: FakeApiserver, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = ["--kubeconfig", str(kubeconfig(tmp_path, apiserver.url))]
+    assert main(["nodes", "--lemons", *config]) == 0
+    assert capsys.readouterr().out == "no lemon: no node to repair\n"
+    assert main(["nodes", *config]) == 0  # its current cordon is a fault of its history
+    assert capsys.readouterr().out.startswith("gpu-a  ok  cordoned  1 fault(s) recorded\n")

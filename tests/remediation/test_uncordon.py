@@ -8,7 +8,16 @@ from typing import Any
 
 import pytest
 
-from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT
+from trainguard.catalog.kubernetes import (
+    CORDON_REASON,
+    CORDONED_AT,
+    CORDONED_BY,
+    FAULT_HISTORY,
+    FAULTY_TAINT,
+    LEMON_LABEL,
+    LEMON_REASON,
+)
+from trainguard.remediation.lemon import Fault, encode
 from trainguard.remediation.uncordon import (
     UNCORDON_REASON,
     UNCORDONED_AT,
@@ -25,7 +34,10 @@ OTHER = {"key": "example.com/maintenance", "value": "planned", "effect": "Prefer
 
 
 def node(
-    annotations: dict[str, str] | None = None, unschedulable: bool = False, taints: list[Any] | None = None
+    annotations: dict[str, str] | None = None,
+    unschedulable: bool = False,
+    taints: list[Any] | None = None,
+    labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {"unschedulable": True} if unschedulable else {}
     if taints:
@@ -36,6 +48,7 @@ def node(
             "uid": "u-1",
             "resourceVersion": "42",
             "annotations": annotations or {},
+            "labels": labels or {},
         },
         "spec": spec,
     }
@@ -53,6 +66,8 @@ def test_a_node_trainguard_cordoned_is_uncordoned_untainted_and_signed() -> None
                 UNCORDONED_BY: "alice@laptop",
                 UNCORDONED_AT: "1700000000",
                 UNCORDON_REASON: "PSU replaced",
+                # a cordon made before the history: its fault is kept when the cordon's annotations go
+                FAULT_HISTORY: encode([Fault(1699990000, "GPUCriticalXid", "rec-ml-llama-1")]),
             },
         },
         "spec": {"unschedulable": None, "taints": [OTHER]},
@@ -108,3 +123,27 @@ def test_the_event_is_about_the_node_and_names_who() -> None:
     assert (e["reason"], e["type"], e["message"]) == ("Uncordoned", "Normal", "returned")
     assert e["reportingInstance"] == "alice@laptop"
     assert e["firstTimestamp"] == e["lastTimestamp"] == "2023-11-14T22:13:20Z"
+
+
+HISTORY = [Fault(1699000000, "GPULost", "rec-a"), Fault(1699500000, "GPUCriticalXid", "rec-b"),
+           Fault(1699990000, "GPUCriticalXid", "rec-ml-llama-1")]  # fmt: skip
+LEMON = {**OURS, FAULT_HISTORY: encode(HISTORY), LEMON_REASON: "3 fault(s) in the last 30d"}
+
+
+def test_a_lemon_is_refused_naming_its_faults_and_the_way_to_force_it() -> None:
+    with pytest.raises(Refused) as refused:
+        decide(node(LEMON, True, [FAULTY], labels={LEMON_LABEL: "true"}), "alice", NOW)
+    text = str(refused.value)
+    assert "gpu-a is a lemon (3 fault(s) in the last 30d)" in text
+    assert "rec-a" in text and "rec-b" in text and "2023-11-03T08:26:40Z GPULost" in text
+    assert "trainguard nodes --lemons" in text and "trainguard uncordon gpu-a --force" in text
+    # the same node, history and all, without the leader's label: returned as any other
+    assert decide(node(LEMON, True, [FAULTY]), "alice", NOW).patch is not None
+
+
+def test_a_forced_lemon_is_returned_says_so_and_keeps_its_history() -> None:
+    d = decide(node(LEMON, True, [FAULTY], labels={LEMON_LABEL: "true"}), "alice", NOW, force=True)
+    assert d.patch is not None and d.patch["spec"]["unschedulable"] is None
+    assert FAULT_HISTORY not in d.patch["metadata"]["annotations"], "the history already holds this cordon"
+    assert "labels" not in d.patch["metadata"], "the label is the leader's: it stays"
+    assert "forced: it is a lemon (3 fault(s) in the last 30d)" in d.message

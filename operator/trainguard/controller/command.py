@@ -7,8 +7,10 @@ import os
 
 from trainguard import IMAGE
 from trainguard.args import api_client, duration, fail, kube_flags, need, who
+from trainguard.catalog.kubernetes import LEMON_LABEL
 from trainguard.catalog.severity import GRADE, MAPPED_SEVERITY, STYLES
 from trainguard.remediation import guardrails as guard
+from trainguard.remediation.lemon import HISTORY_MAX, LemonPolicy
 
 SIDECAR_IMAGE_ENV = "TRAINGUARD_SIDECAR_IMAGE"
 
@@ -133,6 +135,37 @@ def add_guardrails(op: argparse.ArgumentParser) -> None:
         help="re-arm a breaker once its pool has looked up this long; `trainguard guardrails reset` re-arms at "
         "once (default: 10m)",
     )
+    g.add_argument(
+        "--lemon-faults",
+        type=lemon_faults,
+        default=3,
+        metavar="N",
+        help="a node with this many faults trainguard acted on within --lemon-window is a lemon: labelled "
+        f"{LEMON_LABEL}=true, never a spare, refused by `trainguard uncordon` without --force, listed for "
+        f"repair; 0 turns it off (default: 3, at most {HISTORY_MAX})",
+    )
+    g.add_argument(
+        "--lemon-window",
+        type=duration,
+        default=30 * 86400.0,
+        help="the window --lemon-faults counts over (default: 30d)",
+    )
+
+
+def lemon_faults(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= HISTORY_MAX:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of faults from 0 (off) to {HISTORY_MAX} (the faults a node's history keeps)"
+        )
+    return value
+
+
+def lemons_of(args: argparse.Namespace) -> LemonPolicy:
+    return LemonPolicy(faults=args.lemon_faults, window_s=args.lemon_window)
 
 
 def guardrails_of(args: argparse.Namespace) -> guard.Guardrails:
@@ -366,6 +399,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
             ),
             self_managed_certs=args.self_managed_certs,
             guardrails=guardrails_of(args),
+            lemons=lemons_of(args),
             severity_style=args.severity_style,
             cert_policy=CertPolicy(
                 serving_lifetime=dt.timedelta(seconds=args.cert_duration),

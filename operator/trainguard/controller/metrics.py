@@ -1,4 +1,5 @@
-"""The operator's own metrics (`trainguard_operator_*`), served on their own port for Prometheus.
+"""The operator's own metrics (`trainguard_operator_*`) and the nodes' fault scores (`trainguard_node_*`),
+served on their own port for Prometheus.
 
 The registry is passed in, so tests read a fresh one and two operators in one process never share
 counters. Nothing here decides anything: the handlers, the admission webhook, the P0 loop and the
@@ -8,12 +9,12 @@ receiver report what happened through these methods, at their edges.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 log = logging.getLogger("trainguard.metrics")
@@ -94,6 +95,47 @@ class WatchCacheCollector(Collector):
             yield family
 
 
+class NodeFaults(Protocol):
+    """remediation/lemon.py's Verdict: a node's faults in the platform's window, and whether it is a lemon."""
+
+    @property
+    def faults(self) -> int: ...
+
+    @property
+    def lemon(self) -> bool: ...
+
+
+class NodeFaultsCollector(Collector):
+    """Each node's faults in the platform's window and its lemon verdict, read from the node cache at each
+    scrape (state-free: the history lives on the nodes, so every replica exports the same)."""
+
+    def __init__(self, scores: Callable[[], Iterable[tuple[str, NodeFaults]]]) -> None:
+        self.scores = scores
+
+    def collect(self) -> Iterator[Metric]:
+        faults = GaugeMetricFamily(
+            "trainguard_node_faults",
+            "Faults trainguard acted on per node within the platform's lemon window (--lemon-window)",
+            labels=["node"],
+        )
+        lemon = GaugeMetricFamily(
+            "trainguard_node_lemon",
+            "1 when the node's faults in the window reach the platform's threshold (--lemon-faults): it is "
+            "never a spare and is listed for repair",
+            labels=["node"],
+        )
+        try:
+            current = list(self.scores())
+        except Exception as exc:  # a cache not synced yet costs these series this scrape, never the rest
+            log.debug("node fault scores not read: %s", exc)
+            current = []
+        for node, verdict in current:
+            faults.add_metric([node], float(verdict.faults))
+            lemon.add_metric([node], 1.0 if verdict.lemon else 0.0)
+        yield faults
+        yield lemon
+
+
 class OperatorMetrics:
     """Every family the operator exports, registered in `registry`."""
 
@@ -102,10 +144,13 @@ class OperatorMetrics:
         registry: CollectorRegistry,
         leader: Callable[[], bool] | None = None,
         caches: Callable[[], Mapping[str, CacheCounts]] | None = None,
+        node_faults: Callable[[], Iterable[tuple[str, NodeFaults]]] | None = None,
     ) -> None:
         self.registry = registry
         if caches is not None:
             registry.register(WatchCacheCollector(caches))
+        if node_faults is not None:
+            registry.register(NodeFaultsCollector(node_faults))
         self.reconciles = Counter(
             "trainguard_operator_reconcile",
             "Monitor reconciles by result: success, rejected (the monitor's input is invalid), error, "

@@ -12,6 +12,7 @@ import random
 import secrets
 import socket
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,12 +36,14 @@ from trainguard.controller.reconcile import ReceiverSettings
 from trainguard.diagnosis.passes import DiagnosticReports, MorningReports
 from trainguard.kube import ClusterCache, Kube, api_client, credentials
 from trainguard.kube.client import SECRET_REWRITE_S
-from trainguard.remediation import tokens
+from trainguard.remediation import lemon, tokens
 from trainguard.remediation.alert_history import AlertHistory
 from trainguard.remediation.breaker import RESET_CONFIGMAP, reset_time
 from trainguard.remediation.cluster import Cluster
 from trainguard.remediation.detect import NodeDownSettings
 from trainguard.remediation.guardrails import Guardrails
+from trainguard.remediation.lemon import LemonPolicy
+from trainguard.remediation.lemon_labels import LemonLabels
 from trainguard.remediation.loop import RemediationLoop
 from trainguard.remediation.model import Signal
 from trainguard.remediation.receiver import MonitorUids, Receiver, ReceiverConfig, SenderCheck
@@ -123,6 +126,8 @@ class OperatorOptions:
     guardrails: Guardrails = field(default_factory=Guardrails)
     """The platform's limits on remediation and the operator-wide mode (--remediation-mode and the
     guardrail flags)."""
+    lemons: LemonPolicy = field(default_factory=LemonPolicy)
+    """The platform's lemon threshold (--lemon-faults in --lemon-window)."""
     severity_style: str = GRADE
     """The platform's style of the `severity` label of the rules rendered and the alerts posted
     (catalog/severity.py, --severity-style); the grade is in `priority` either way."""
@@ -167,8 +172,13 @@ def run(opts: OperatorOptions) -> None:
     leader = Leadership(
         None if opts.standalone else (lambda: kube.get_peering(opts.peering)), identity, priority
     )
-    cluster = Cluster(kube, cache)
-    metrics = OperatorMetrics(CollectorRegistry(), leader=leader, caches=cache.counts)
+    cluster = Cluster(kube, cache, lemons=opts.lemons)
+    metrics = OperatorMetrics(
+        CollectorRegistry(),
+        leader=leader,
+        caches=cache.counts,
+        node_faults=lambda: lemon.scores(cache.nodes(), time.time(), opts.lemons),
+    )
     prometheus_url = opts.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV) or None
     prometheus = prometheus_client(prometheus_url) if prometheus_url else None
     # a GPU fault's second witness: short, bounded queries (an executor waits on them)
@@ -203,10 +213,11 @@ def run(opts: OperatorOptions) -> None:
     )
     diagnostics = DiagnosticReports(kube, cache, leader=leader, prometheus=prometheus, pod_logs=opts.pod_logs)
 
-    # four threads, so that none holds another back: the resync and pod counts, the P0 loop's passes,
-    # its detection (at a shorter period: node down is timed by it) and the reports
+    # five threads, so that none holds another back: the resync and pod counts, the P0 loop's passes,
+    # its detection (at a shorter period: node down is timed by it), the lemon labels and the reports
     p0_loop = Loop("p0", opts.pods_seconds, remediation.passes, leader)
     detect_loop = Loop("detect", opts.detect_seconds, remediation.detect, leader)
+    lemon_loop = Loop("lemons", opts.pods_seconds, LemonLabels(cache, kube, opts.lemons, leader).run, leader)
     report_loop = Loop(
         "reports", opts.pods_seconds, functools.partial(report_pass, reports, diagnostics), leader
     )
@@ -304,6 +315,7 @@ def run(opts: OperatorOptions) -> None:
         periodic.start()
         p0_loop.start()
         detect_loop.start()
+        lemon_loop.start()
         report_loop.start()
         freeze_startup_objects()
 
@@ -312,6 +324,7 @@ def run(opts: OperatorOptions) -> None:
         periodic.stop()
         p0_loop.stop()
         detect_loop.stop()
+        lemon_loop.stop()
         report_loop.stop()
         if certs is not None:
             certs.stop()

@@ -24,6 +24,8 @@ from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_AT, CORDONED_B
 from trainguard.kube.errors import ApiError, is_conflict, on_conflict
 from trainguard.kube.objects import gpus, is_ready, label_value, new_pods_placement, taints_with
 from trainguard.kube.workloads import DISRUPTION_TARGET, Workload, controlled_by
+from trainguard.remediation import lemon
+from trainguard.remediation.lemon import LemonPolicy
 from trainguard.remediation.ops import Refused, Sidecar, callable_sidecars
 from trainguard.remediation.sidecars import SidecarControl
 
@@ -121,13 +123,14 @@ def gpu_node_count(nodes: list[dict[str, Any]]) -> int:
 
 
 def spares(nodes: list[dict[str, Any]]) -> list[str]:
-    """Spare nodes a pod could be placed on now: labelled, Ready and not cordoned."""
+    """Spare nodes a pod could be placed on now: labelled, Ready, not cordoned and not a lemon."""
     return sorted(
         str(n["metadata"]["name"])
         for n in nodes
         if ((n.get("metadata") or {}).get("labels") or {}).get(SPARE_LABEL) == "true"
         and not (n.get("spec") or {}).get("unschedulable")
         and is_ready(n)
+        and not lemon.is_lemon(n)
     )
 
 
@@ -155,8 +158,11 @@ class Cluster:
         reads: ClusterReads,
         control: SidecarControl | None = None,
         clock: Callable[[], float] = time.time,
+        lemons: LemonPolicy | None = None,
     ) -> None:
         self.kube = kube
+        self.lemons = lemons or LemonPolicy()
+        """The platform's lemon threshold: a cordon that reaches it labels the node at once."""
         self.reads = reads
         self.control_client = control or SidecarControl()
         self.clock = clock
@@ -167,7 +173,8 @@ class Cluster:
         """Unschedulable, annotated with when, by which record and why. Idempotent: a node this record
         (or another trainguard record) already cordoned keeps its first annotations, so a redo does not
         move cordoned-at and the storm guard counts it once. A node someone else cordoned is left as
-        it is: that cordon is theirs, and `trainguard uncordon` must not undo it. Read and written with
+        it is: that cordon is theirs, and `trainguard uncordon` must not undo it. The fault joins the
+        node's history (remediation/lemon.py) in the same write, once per record. Read and written with
         the resourceVersion read (a fresh GET, not the cache: the write is conditional on it)."""
 
         def attempt() -> str:
@@ -177,23 +184,26 @@ class Cluster:
             cordoned = bool((live.get("spec") or {}).get("unschedulable"))
             if cordoned and CORDONED_BY in annotations:
                 return f"already cordoned by {annotations[CORDONED_BY]}"
+            now = self.clock()
+            faults = lemon.cordon_fields(live, lemon.Fault(now, reason, record_id), now, self.lemons)
             if cordoned:
+                if faults:  # the fault is the node's all the same: its history keeps it
+                    version = {"resourceVersion": meta.get("resourceVersion")}
+                    self.kube.patch_node(node, {"metadata": {**version, **faults}})
                 return "already cordoned, not by trainguard: left as is"
-            self.kube.patch_node(
-                node,
-                {
-                    "metadata": {
-                        "resourceVersion": meta.get("resourceVersion"),
-                        "annotations": {
-                            CORDONED_AT: str(int(self.clock())),
-                            CORDONED_BY: record_id,
-                            CORDON_REASON: reason[:1024],
-                        },
-                    },
-                    "spec": {"unschedulable": True},
-                },
-            )
-            return "cordoned"
+            annotations_patch = {
+                CORDONED_AT: str(int(now)),
+                CORDONED_BY: record_id,
+                CORDON_REASON: reason[:1024],
+            }
+            metadata: dict[str, Any] = {
+                "resourceVersion": meta.get("resourceVersion"),
+                "annotations": {**annotations_patch, **faults.get("annotations", {})},
+            }
+            if "labels" in faults:
+                metadata["labels"] = faults["labels"]
+            self.kube.patch_node(node, {"metadata": metadata, "spec": {"unschedulable": True}})
+            return "cordoned" + (" (a lemon now: it is listed for repair)" if "labels" in faults else "")
 
         return on_conflict(attempt)
 

@@ -129,7 +129,7 @@ class ClusterState:
     records: tuple[dict[str, Any], ...] = ()
     """This monitor's remediation records (status.remediations), oldest first."""
     spares: tuple[str, ...] = ()
-    """Schedulable nodes labelled trainguard.io/spare=true."""
+    """Schedulable nodes labelled trainguard.io/spare=true, lemons left out (remediation/lemon.py)."""
     job_nodes: frozenset[str] = frozenset()
     """Nodes that host a live pod of the monitor's job, read from the pod cache (never from a label): a
     node fault names one of these or is not acted on."""

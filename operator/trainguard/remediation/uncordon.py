@@ -2,7 +2,8 @@
 
 Only trainguard's own cordons are undone: the node must carry the annotations `Cluster.cordon` writes
 (trainguard.io/cordoned-by and the rest). A node a person cordoned is theirs, and is refused with why,
-the same rule the operator follows when it finds a node already cordoned. `decide` is the pure part
+the same rule the operator follows when it finds a node already cordoned. A node the leader labelled a
+lemon (remediation/lemon.py) is refused too, naming its faults, unless forced. `decide` is the pure part
 (node in, merge patch out); `uncordon` reads, patches with the read resourceVersion (a taint another
 writer added meanwhile is a 409 and a fresh read, never a lost taint) and posts a core/v1 Event.
 
@@ -19,8 +20,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT
+from trainguard.catalog.kubernetes import (
+    CORDON_REASON,
+    CORDONED_AT,
+    CORDONED_BY,
+    FAULT_HISTORY,
+    FAULTY_TAINT,
+    LEMON_LABEL,
+    LEMON_REASON,
+)
 from trainguard.kube.errors import ApiError, is_not_found, on_conflict
+from trainguard.remediation import lemon
 
 UNCORDONED_BY = "trainguard.io/uncordoned-by"
 UNCORDONED_AT = "trainguard.io/uncordoned-at"
@@ -49,10 +59,11 @@ def _when(seconds: str | None) -> str:
         return str(seconds or "an unknown time")
 
 
-def decide(node: dict[str, Any], by: str, now: float, reason: str = "") -> Decision:
+def decide(node: dict[str, Any], by: str, now: float, reason: str = "", *, force: bool = False) -> Decision:
     """What to patch on `node` (the API's JSON) to return it to service; Refused when trainguard did not
-    cordon it. Returning it drops the cordon annotations with the cordon, so a later cordon by a
-    person is not mistaken for trainguard's, and the storm guard no longer counts it."""
+    cordon it, or when the leader labelled it a lemon and the caller did not `force` it. Returning it
+    drops the cordon annotations with the cordon, so a later cordon by a person is not mistaken for
+    trainguard's, and the storm guard no longer counts it; the fault stays in the node's history."""
     meta = node.get("metadata") or {}
     name = str(meta.get("name", "?"))
     annotations: dict[str, str] = meta.get("annotations") or {}
@@ -82,6 +93,13 @@ def decide(node: dict[str, Any], by: str, now: float, reason: str = "") -> Decis
         raise Refused(f"node {name} is not cordoned by trainguard: nothing to return")
 
     record = annotations[CORDONED_BY]
+    history = lemon.history_of(node)
+    if lemon.is_lemon(node) and not force:
+        raise Refused(
+            f"node {name} is a lemon ({annotations.get(LEMON_REASON) or 'labelled ' + LEMON_LABEL + '=true'}): "
+            f"its faults: {lemon.describe(history)}. It is listed for repair (`trainguard nodes --lemons`); "
+            f"repair it, or return it anyway with `trainguard uncordon {name} --force`"
+        )
     was = f"cordoned by trainguard ({record}) at {_when(annotations.get(CORDONED_AT))}"
     if annotations.get(CORDON_REASON):
         was += f" for {annotations[CORDON_REASON]}"
@@ -93,6 +111,8 @@ def decide(node: dict[str, Any], by: str, now: float, reason: str = "") -> Decis
         UNCORDONED_AT: str(int(now)),
         UNCORDON_REASON: reason[:1024] if reason else None,
     }
+    if history != lemon.recorded(node):  # a cordon made before the history: its fault is kept
+        new_annotations[FAULT_HISTORY] = lemon.encode(history)
     patch: dict[str, Any] = {
         "metadata": {"resourceVersion": meta.get("resourceVersion"), "annotations": new_annotations},
         "spec": {"unschedulable": None},
@@ -103,6 +123,11 @@ def decide(node: dict[str, Any], by: str, now: float, reason: str = "") -> Decis
         patch["spec"]["taints"] = kept or None
         actions.append(f"removed the {FAULTY_TAINT} taint")
     message = f"node {name} returned to service by {by}: {', '.join(actions)}; it was {was}"
+    if lemon.is_lemon(node):
+        message += (
+            f"; forced: it is a lemon ({annotations.get(LEMON_REASON) or LEMON_LABEL}), and stays labelled, out"
+            " of the spare pool and listed for repair until its faults age out"
+        )
     if reason:
         message += f"; reason: {reason}"
     return Decision(patch, message)
@@ -153,10 +178,12 @@ def uncordon(
     by: str,
     *,
     reason: str = "",
+    force: bool = False,
     clock: Callable[[], float] = time.time,
 ) -> Result:
     """Return `node` to service if trainguard cordoned it; raises Refused otherwise (or when it does not
-    exist). Idempotent: a node already returned reports so and changes nothing."""
+    exist, or is a lemon and not `force`d). Idempotent: a node already returned reports so and changes
+    nothing."""
 
     def attempt() -> tuple[Decision, dict[str, Any], float]:
         try:
@@ -166,7 +193,7 @@ def uncordon(
                 raise Refused(f"node {node} does not exist") from None
             raise
         now = clock()
-        decision = decide(live, by, now, reason)
+        decision = decide(live, by, now, reason, force=force)
         if decision.patch is not None:
             kube.patch_node(node, decision.patch)  # conditional on the version read: a 409 reads again
         return decision, live, now
