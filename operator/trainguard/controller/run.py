@@ -163,7 +163,9 @@ def run(opts: OperatorOptions) -> None:
         None if opts.standalone else (lambda: kube.get_peering(opts.peering)), identity, priority
     )
     cluster = Cluster(kube, cache)
-    metrics = OperatorMetrics(CollectorRegistry(), leader=leader, caches=cache.counts)
+    metrics = OperatorMetrics(
+        CollectorRegistry(), leader=leader, caches=cache.counts, monitors=lambda: cache.monitors(timeout=2.0)
+    )
     prometheus_url = opts.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV) or None
     prometheus = prometheus_client(prometheus_url) if prometheus_url else None
     # a GPU fault's second witness: short, bounded queries (an executor waits on them)
