@@ -17,6 +17,7 @@ from tests.remediation.fakes import KEY
 from trainguard.remediation import records
 from trainguard.remediation.model import Phase, Plan, Step, StepKind
 from trainguard.remediation.store import RecordStore
+from trainguard.times import rfc3339
 
 NS, JOB = MONITOR["metadata"]["namespace"], MONITOR["metadata"]["name"]
 UID = monitor_body()["metadata"]["uid"]
@@ -134,3 +135,26 @@ def test_a_save_of_a_record_someone_else_moved_before_it_read_is_refused_without
     with pytest.raises(records.Superseded):
         saver(records.mark(record, 0, Phase.IN_PROGRESS, "", T0 + 2))
     assert len(kube.status_writes) == writes and kube.conflicts == 0
+
+
+def test_records_pruned_from_the_status_leave_their_goodput_counts() -> None:
+    kube = FakeKube(monitor_body())
+    body = kube.get_monitor(NS, JOB)
+    assert body is not None
+    body["metadata"]["creationTimestamp"] = rfc3339(T0 - 86400)
+    paused = [{"id": f"old-{i}", "phase": "Succeeded", "created": rfc3339(T0 - 80000 + 100 * i),
+               "updated": rfc3339(T0 - 80000 + 100 * i + 10), "steps": [{"kind": "Pause", "phase": "Succeeded"}]}
+              for i in range(records.RECORD_LIMIT)]  # fmt: skip
+    kube.put(merge_patch(body, {"status": {"remediations": paused}}))
+    locks: dict[tuple[str, str], threading.RLock] = {}
+    store = RecordStore(kube, lambda ns, n: locks.setdefault((ns, n), threading.RLock()), key=lambda: KEY,
+                        clock=lambda: T0)  # fmt: skip
+    fresh = kube.get_monitor(NS, JOB)
+    assert fresh is not None
+    store.create(fresh, new())
+    kept = kube.get_monitor(NS, JOB)
+    assert kept is not None
+    carried = kept["status"]["goodput"]
+    assert carried["restartSeconds"] == records.RECORD_LIMIT * 10, "every pruned and kept record's stop, once"
+    assert carried["until"] == rfc3339(T0 - 60)
+    assert kube.records(NS, JOB)[0]["id"] == "old-1"

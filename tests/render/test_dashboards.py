@@ -17,6 +17,7 @@ from tests.render.test_rule_inputs_exist import EXTERNAL as RULE_EXTERNAL
 from trainguard.api.monitor import COST_LABELS_RESERVED
 from trainguard.catalog import METRICS, SEVERITIES
 from trainguard.catalog.kubernetes import FAULTY_TAINT
+from trainguard.catalog.metrics import GOODPUT_METRICS
 from trainguard.cli import main
 from trainguard.render.dashboards import (
     COST_LABELS,
@@ -69,7 +70,8 @@ def all_queries() -> list[tuple[str, str, str]]:
 @pytest.mark.parametrize(("board", "panel", "expr"), all_queries(), ids=lambda x: str(x)[:60])
 def test_every_query_parses_and_reads_only_produced_series(board: str, panel: str, expr: str) -> None:
     names = selected_names(substituted(expr))
-    exported = {m.name for m in METRICS} | {f"{m.name}_bucket" for m in METRICS if m.type == "histogram"}
+    exported = {m.name for m in (*METRICS, *GOODPUT_METRICS)}
+    exported |= {f"{m.name}_bucket" for m in METRICS if m.type == "histogram"}
     unknown = names - exported - recorded_series() - set(EXTERNAL_SERIES)
     assert not unknown, f"{board} / {panel} reads series nothing produces: {unknown}"
     assert names, f"{board} / {panel} selects no series at all"
@@ -186,3 +188,10 @@ def test_the_cost_dashboard_charges_gpu_hours_and_peak_memory_over_its_range() -
     offered = var["query"].split(",")
     assert offered == list(COST_LABELS) and not set(offered) & set(COST_LABELS_RESERVED), var
     assert board["time"]["from"] == "now-30d"
+
+
+def test_the_job_dashboard_shows_its_goodput_from_the_operators_series() -> None:
+    queries = dict(panel_queries(boards()["training-job.json"]))
+    assert "trainguard_job_ettr_ratio{" in queries["ETTR (last 24 h)"]
+    lost = queries["Time lost by cause (per hour)"]
+    assert lost.startswith("sum by (cause) (increase(trainguard_job_lost_seconds_total{")

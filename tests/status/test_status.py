@@ -7,14 +7,16 @@ import io
 import re
 from typing import Any
 
+import pytest
 from rich.console import Console
 
 from tests.kube.fakes import FakeKube
 from trainguard.cli import build_parser
+from trainguard.remediation.goodput import LAG_S, monitor_goodput
 from trainguard.status.command import status_notes
 from trainguard.status.fetch import Sources, fetch
 from trainguard.status.model import JobStatus, Redo, Series, alerts_of, health, job_status, time_lost
-from trainguard.status.render import duration, render_live, render_plain
+from trainguard.status.render import duration, job_data, render_live, render_plain
 from trainguard.times import rfc3339
 
 NOW = 1_800_000_000.0
@@ -282,3 +284,36 @@ def test_a_prometheus_that_does_not_answer_leaves_the_series_blank_and_says_so()
     (got,) = fetch(sources, None, None, NOW)
     assert got.health == "Healthy" and got.series == Series()
     assert sources.errors == ["Prometheus: connection refused"]
+
+
+def test_each_job_shows_its_goodput_and_top_cause_as_the_operator_exports_them() -> None:
+    created = NOW - 2 * 86400
+    restart = record("r1", NOW - 7200, NOW - 7200 + 432, ["Pause", "RestartInPlace"])
+    body = {**monitor(records=[restart]), "metadata": {"namespace": "ml", "name": "llama",
+                                                       "creationTimestamp": rfc3339(created)}}  # fmt: skip
+    s = job_status(body, [], SERIES, {}, NOW + LAG_S)
+    assert s.goodput == monitor_goodput(body, NOW + LAG_S), "the function the metrics read"
+    text = render_plain([s])
+    line = next(ln for ln in text.splitlines() if ln.startswith("  goodput: "))
+    assert (
+        line
+        == "  goodput: 99.5% over 1d00h, most lost to restart (7m12s), redone work of 1 restart(s) unknown"
+    )
+    plain = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", _live([s]))
+    assert "  goodput     99.5% over 1d00h, most lost to restart (7m12s)" in plain
+    data = job_data(s)["goodput"]
+    assert data["ettr"] == pytest.approx(0.995) and data["topCause"] == "restart"
+    assert data["lostSeconds"] == {"restart": 432.0, "redone_work": 0.0} and data["restartsRedoUnknown"] == 1
+
+
+def test_a_monitor_without_a_creation_time_shows_no_goodput() -> None:
+    s = job_status(monitor(), [], SERIES, {}, NOW)
+    assert s.goodput is None and "goodput" not in render_plain([s]) and job_data(s)["goodput"] is None
+
+
+def _live(statuses: list[JobStatus]) -> str:
+    out = io.StringIO()
+    Console(file=out, force_terminal=True, width=160, markup=False, highlight=False).print(
+        render_live(statuses, now_text="2027-01-15 08:00:00", every_s=None)
+    )
+    return out.getvalue()

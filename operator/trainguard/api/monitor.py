@@ -569,6 +569,23 @@ class PendingSignal(Model):
     received: str = Field(max_length=40, description="RFC 3339: when the receiver took it in.")
 
 
+class GoodputCarried(Model):
+    """Training time lost that remediation records pruned from the status had counted, so the goodput
+    counters (remediation/goodput.py) go on from there."""
+
+    restart_seconds: float = Field(
+        default=0.0, ge=0, description="Seconds lost to remediations that stop training."
+    )
+    redone_work_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        description="Seconds spent again on work done since the checkpoint a restart resumed from.",
+    )
+    until: str = Field(
+        default="", max_length=40, description="RFC 3339: the records kept count only the time after it."
+    )
+
+
 class TrainingJobMonitorStatus(Model):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list, max_length=16)
@@ -585,6 +602,10 @@ class TrainingJobMonitorStatus(Model):
         max_length=PENDING_SIGNALS_MAX,
         description="Signals answered 200 and not decided yet, oldest first, one per fault; the planner "
         "removes each as it decides it.",
+    )
+    goodput: GoodputCarried | None = Field(
+        default=None,
+        description="Time lost that pruned remediation records had counted (written as they are pruned).",
     )
 
 

@@ -304,3 +304,37 @@ METRICS: tuple[Metric, ...] = (
 """Every family the exporter sidecar emits (a test scrapes it and compares), with its help text."""
 
 METRICS_BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
+
+GOODPUT_METRICS: tuple[Metric, ...] = (
+    Metric(
+        "trainguard_job_lost_seconds_total",
+        _C,
+        "Training time lost per job by cause, from its remediation records: restart (a remediation that stops "
+        "training, from the alert to its last step) and redone_work (the work since the checkpoint a restart "
+        "resumed from, done again); an instant lost to both counts once, as restart. Counted a minute behind.",
+        ("cause",),
+    ),
+    Metric(
+        "trainguard_job_productive_seconds_total",
+        _C,
+        "Time since the monitor's creation not lost to a cause the records tell (a stall before its alert, "
+        "checkpoint writes and slow ranks are not seen). Counted a minute behind.",
+    ),
+    Metric(
+        "trainguard_job_ettr_ratio",
+        _G,
+        "Effective training time ratio over the last 24 hours (or since the monitor's creation): productive "
+        "over wall time.",
+    ),
+    Metric(
+        "trainguard_job_restarts_redo_unknown",
+        _G,
+        "Restarts among the records kept whose redone work is not counted (no checkpoint named, as in a "
+        "restart in place): the time lost is a lower bound while this is above 0.",
+    ),
+)
+"""The operator's goodput families (controller/metrics.py, GoodputCollector; docs/diagnosis.md,
+"Goodput"), exported by the leader with the labels namespace and training_job (not COMMON_LABELS: they
+are per job, not per pod) and those in `labels`."""
+
+GOODPUT_METRICS_BY_NAME: dict[str, Metric] = {m.name: m for m in GOODPUT_METRICS}

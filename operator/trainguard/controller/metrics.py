@@ -9,6 +9,7 @@ receiver report what happened through these methods, at their edges.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 from wsgiref.simple_server import WSGIServer
@@ -16,6 +17,9 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from trainguard.catalog.metrics import GOODPUT_METRICS_BY_NAME
+from trainguard.remediation.goodput import CAUSES, monitor_goodput
 
 log = logging.getLogger("trainguard.metrics")
 
@@ -136,6 +140,58 @@ class NodeFaultsCollector(Collector):
         yield lemon
 
 
+class GoodputCollector(Collector):
+    """Each monitored job's goodput (remediation/goodput.py), read from the monitors at each scrape:
+    state-free, the records and status.goodput in the API keep the numbers, so the counters go on
+    across operator restarts. Only the leader exports them: a standby's cache may lag, and with every
+    replica exporting, a sum over the replicas would count each second twice. When the leader changes,
+    the series move to the new leader's target (another `pod` label): `sum by (namespace,
+    training_job, cause) (increase(...))` over a window is right across the change, since increase()
+    counts from each series' first sample."""
+
+    def __init__(
+        self,
+        monitors: Callable[[], Iterable[Mapping[str, Any]]],
+        leader: Callable[[], bool],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.monitors = monitors
+        self.leader = leader
+        self.clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        if not self.leader():
+            return
+        try:
+            bodies = list(self.monitors())
+        except Exception as exc:  # the cache not synced yet: this scrape has no goodput, the next one will
+            log.warning("goodput not exported this scrape: the monitors could not be read: %s", exc)
+            return
+        job = ["namespace", "training_job"]
+        lost = CounterMetricFamily(*_named("trainguard_job_lost_seconds"), labels=[*job, "cause"])
+        productive = CounterMetricFamily(*_named("trainguard_job_productive_seconds"), labels=job)
+        ettr = GaugeMetricFamily(*_named("trainguard_job_ettr_ratio"), labels=job)
+        unknown = GaugeMetricFamily(*_named("trainguard_job_restarts_redo_unknown"), labels=job)
+        now = self.clock()
+        for body in sorted(bodies, key=lambda b: (b["metadata"]["namespace"], b["metadata"]["name"])):
+            key = [str(body["metadata"]["namespace"]), str(body["metadata"]["name"])]
+            account = monitor_goodput(body, now)
+            for cause in CAUSES:
+                lost.add_metric([*key, cause], account.lost[cause])
+            productive.add_metric(key, account.productive)
+            if account.ettr is not None:
+                ettr.add_metric(key, account.ettr)
+            unknown.add_metric(key, float(account.redo_unknown))
+        yield from (lost, productive, ettr, unknown)
+
+
+def _named(name: str) -> tuple[str, str]:
+    """A goodput family's name (a counter's without `_total`, which prometheus_client adds) and its help,
+    from the catalogue."""
+    metric = GOODPUT_METRICS_BY_NAME.get(f"{name}_total") or GOODPUT_METRICS_BY_NAME[name]
+    return name, metric.help
+
+
 class OperatorMetrics:
     """Every family the operator exports, registered in `registry`."""
 
@@ -145,12 +201,16 @@ class OperatorMetrics:
         leader: Callable[[], bool] | None = None,
         caches: Callable[[], Mapping[str, CacheCounts]] | None = None,
         node_faults: Callable[[], Iterable[tuple[str, NodeFaults]]] | None = None,
+        monitors: Callable[[], Iterable[Mapping[str, Any]]] | None = None,
     ) -> None:
+        """`monitors` (the watch cache's) gives each job's goodput, exported while `leader` says so."""
         self.registry = registry
         if caches is not None:
             registry.register(WatchCacheCollector(caches))
         if node_faults is not None:
             registry.register(NodeFaultsCollector(node_faults))
+        if monitors is not None:
+            registry.register(GoodputCollector(monitors, leader or (lambda: True)))
         self.reconciles = Counter(
             "trainguard_operator_reconcile",
             "Monitor reconciles by result: success, rejected (the monitor's input is invalid), error, "

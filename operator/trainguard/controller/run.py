@@ -178,6 +178,7 @@ def run(opts: OperatorOptions) -> None:
         leader=leader,
         caches=cache.counts,
         node_faults=lambda: lemon.scores(cache.nodes(), time.time(), opts.lemons),
+        monitors=lambda: cache.monitors(timeout=2.0),
     )
     prometheus_url = opts.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV) or None
     prometheus = prometheus_client(prometheus_url) if prometheus_url else None

@@ -173,8 +173,9 @@ class ClusterCache:
 
     # ---- monitors and policies ----
 
-    def monitors(self) -> list[Obj]:
-        return self.monitors_informer.items(timeout=self.read_timeout_s)
+    def monitors(self, timeout: float | None = None) -> list[Obj]:
+        """Every monitor; the metrics' scrape passes a short timeout (it must answer)."""
+        return self.monitors_informer.items(timeout=timeout or self.read_timeout_s)
 
     def monitors_in(self, namespace: str, timeout: float | None = None) -> list[Obj]:
         """The namespace's monitors; admission passes a short timeout (it has 5 seconds in all)."""

@@ -70,7 +70,7 @@ class RemediationLoop:
         # pages on their own threads: executors block up to emergencyCheckpointTimeout, and a new P0's
         # page must not wait behind running remediations
         self.paging = ThreadPoolExecutor(max_workers=PAGING_WORKERS, thread_name_prefix="trainguard-paging")
-        self.store = RecordStore(api, lock, on_step, key=key)
+        self.store = RecordStore(api, lock, on_step, key=key, clock=clock)
         pager = Pager(alertmanager_url, clock, severity_style=style) if alertmanager_url else None
         self.intake = Intake(self.paging, pager, store=self.store, monitors=reads, clock=clock)
         self.dispatcher = Dispatcher(self.store, cluster, self.pool, key=key, leader=leader, mode=mode,

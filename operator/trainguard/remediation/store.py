@@ -12,13 +12,15 @@ where that executor last saw it; otherwise it raises records.Superseded."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from trainguard.api import TrainingJobMonitor, monitor_of
 from trainguard.kube.errors import is_conflict
-from trainguard.remediation import records
+from trainguard.remediation import goodput, records
 from trainguard.remediation.records import Superseded
+from trainguard.times import unix
 
 log = logging.getLogger("trainguard.remediation")
 
@@ -93,8 +95,11 @@ class RecordStore:
         on_step: Callable[[str, str], None] = lambda kind, phase: None,
         *,
         key: Callable[[], bytes | None],
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.api = api
+        self.clock = clock
+        """When records pruned from the status leave their goodput counts in it."""
         self.lock = lock
         """The monitor's lock (controller.handlers.LOCKS): its reconcile writes the same status."""
         self.on_step = on_step
@@ -114,8 +119,13 @@ class RecordStore:
         conflict when the monitor was written since `body` was read."""
         meta = body["metadata"]
         before = next((r for r in records_of(body) if r.get("id") == record.get("id")), None)
-        updated = records.with_record(records_of(body), record)
+        kept = records_of(body)
+        updated = records.with_record(kept, record)
         status = {"remediations": updated, **(also or {})}
+        if {r.get("id") for r in kept} - {r.get("id") for r in updated}:  # pruned: their counts stay
+            since = unix(str(meta.get("creationTimestamp") or ""))
+            carried = goodput.carried_of(body.get("status"))
+            status["goodput"] = goodput.carried_status(goodput.carry(kept, carried, since, self.clock()))
         self.api.patch_status("trainingjobmonitors", meta["namespace"], meta["name"],
                               status, resource_version=_version(body))  # fmt: skip
         body.setdefault("status", {}).update(status)

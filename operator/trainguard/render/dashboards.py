@@ -31,6 +31,7 @@ from trainguard.api.common import duration_seconds
 from trainguard.api.monitor import Baseline
 from trainguard.catalog import METRICS, SEVERITIES, MetricType
 from trainguard.catalog.kubernetes import FAULTY_TAINT
+from trainguard.catalog.metrics import GOODPUT_METRICS
 from trainguard.render.longterm import GPU_HOURS, PEAK_MEMORY, WINDOW, aggregate_names
 from trainguard.render.prometheus import Context, recording_rules
 
@@ -72,7 +73,7 @@ def recorded_series() -> frozenset[str]:
 @cache
 def allowed_series() -> frozenset[str]:
     """Every series name a dashboard query may select."""
-    exported = {m.name for m in METRICS}
+    exported = {m.name for m in (*METRICS, *GOODPUT_METRICS)}
     exported |= {
         f"{m.name}{suffix}"
         for m in METRICS
@@ -417,6 +418,32 @@ def training_job() -> dash.Dashboard:
     )
     job_nodes = f"group by (node) (present_over_time({job('up')}[1d]))"
     taint = series("kube_node_spec_taint", 'key="' + FAULTY_TAINT + '"')
+    lost = job("trainguard_job_lost_seconds_total")
+    d = (
+        d.with_row(dash.Row("Goodput"))
+        .with_panel(
+            _stat(
+                "ETTR (last 24 h)",
+                "Productive over wall time over the last day, from the operator's remediation records "
+                "(trainguard_job_ettr_ratio, exported by the leader): time lost to remediations that stop "
+                "training and to work redone after a restart. A stall before its alert, checkpoint writes and "
+                "slow ranks are not counted (docs/diagnosis.md, Goodput).",
+                "percentunit",
+                f"max({job('trainguard_job_ettr_ratio')})",
+            ).span(6)
+        )
+        .with_panel(
+            _graph(
+                "Time lost by cause (per hour)",
+                "Seconds lost per hour by cause: restart (a remediation that stops training, from the alert "
+                "to its last step) and redone_work (the work since the checkpoint a restart resumed from). "
+                "Summed over the operator's replicas: only the leader exports, and a leader change moves "
+                "the series to another target.",
+                "s",
+                (f"sum by (cause) (increase({lost}[1h]))", "{{cause}}"),
+            ).span(18)
+        )
+    )
     return (
         d.with_row(dash.Row("Remediation and alerts"))
         .with_panel(

@@ -24,6 +24,7 @@ from typing import Any
 
 from trainguard.catalog import SEVERITY_ORDER
 from trainguard.catalog.severity import grade_of
+from trainguard.remediation.goodput import Goodput, monitor_goodput
 from trainguard.times import unix
 
 THROUGHPUT = "trainguard:train_tokens_per_second_per_gpu:avg"
@@ -100,6 +101,8 @@ class JobStatus:
     lost_partial: bool
     """A redo could not be told: `lost_s` is a lower bound."""
     remediations: int = 0
+    goodput: Goodput | None = None
+    """What the operator's goodput metrics export (remediation/goodput.py); None without a creation time."""
 
     @property
     def by_severity(self) -> dict[str, int]:
@@ -213,4 +216,5 @@ def job_status(
         lost_s=lost,
         lost_partial=partial,
         remediations=len(records),
+        goodput=monitor_goodput(body, now) if meta.get("creationTimestamp") else None,
     )

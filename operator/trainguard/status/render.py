@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from trainguard.output import no_colour
+from trainguard.remediation.goodput import WINDOW_S
 from trainguard.status.model import JobStatus, Remediation
 from trainguard.times import rfc3339
 
@@ -59,6 +60,18 @@ def lost_text(s: JobStatus) -> str:
     return duration(s.lost_s) + ("+?" if s.lost_partial else "")
 
 
+def goodput_text(s: JobStatus) -> str:
+    """`86.0% over 1d, most lost to redone_work (1h40m)`: the ETTR the operator exports and its top cause."""
+    g = s.goodput
+    if g is None or g.ettr is None:
+        return "-"
+    window = duration(min(g.window_wall, WINDOW_S))
+    cause = g.top_cause
+    lost = f"most lost to {cause} ({duration(g.lost[cause])})" if cause else "nothing lost"
+    unknown = f", redone work of {g.redo_unknown} restart(s) unknown" if g.redo_unknown else ""
+    return f"{g.ettr * 100:.1f}% over {window}, {lost}{unknown}"
+
+
 def remediation_text(r: Remediation | None, now: float) -> str:
     if r is None:
         return "none"
@@ -89,6 +102,8 @@ def _details(s: JobStatus) -> list[str]:
              for a in s.alerts]  # fmt: skip
     if s.health == "NotReady":
         lines.append(f"  monitor not Ready: {s.ready_reason}")
+    if s.goodput is not None:
+        lines.append(f"  goodput: {goodput_text(s)}")
     lines.append(f"  last remediation: {remediation_text(s.last_remediation, s.now)}")
     return lines
 
@@ -144,7 +159,16 @@ def job_data(s: JobStatus) -> dict[str, Any]:
         "lastRemediation": _remediation_data(s.last_remediation),
         "remediations": s.remediations,
         "timeLost": {"seconds": s.lost_s, "lowerBound": s.lost_partial},
+        "goodput": _goodput_data(s),
     }
+
+
+def _goodput_data(s: JobStatus) -> dict[str, Any] | None:
+    g = s.goodput
+    if g is None:
+        return None
+    return {"ettr": g.ettr, "windowSeconds": g.window_wall, "productiveSeconds": g.productive,
+            "lostSeconds": dict(g.lost), "topCause": g.top_cause, "restartsRedoUnknown": g.redo_unknown}  # fmt: skip
 
 
 def status_data(statuses: Sequence[JobStatus], now: float) -> dict[str, Any]:
@@ -185,6 +209,8 @@ def _job(s: JobStatus) -> RenderableType:
     if s.health == "NotReady":
         lost.append(f"  (monitor: {s.ready_reason})", "dim")
     grid.add_row("time lost", lost)
+    if s.goodput is not None:
+        grid.add_row("goodput", Text(goodput_text(s)))
     head = Text.assemble((f"{s.namespace}/{s.name}", "bold"), "  ", (s.health, STYLES.get(s.health, "")))
     return Group(head, Padding(grid, (0, 0, 0, 2), expand=False), Text(""))
 
