@@ -36,7 +36,9 @@ names the rack instead of one more node."""
 TIMING: dict[str, dict[str, str]] = {
     # group_interval: a P0 that fires again on a node, after its first resolved, joins the group that
     # still holds it (Alertmanager removes an empty group up to 30 s after its last notification) and
-    # waits for the group's next tick, so the interval bounds how late the repeat pages
+    # waits for the group's next tick, so the interval bounds how late the repeat pages; shorter than
+    # the evaluation interval, a tick falls between the resolving evaluation and the firing one, or the
+    # tick finds the alert firing as last notified and the repeat waits for repeat_interval
     "P0": {"group_wait": "5s", "group_interval": "10s", "repeat_interval": "30m"},
     "P1": {"group_wait": "30s", "group_interval": "5m", "repeat_interval": "2h"},
     "P2": {"group_wait": "1m", "group_interval": "10m", "repeat_interval": "12h"},
