@@ -118,6 +118,7 @@ bench: bootstrap node-exporter
 	$(PY) bench/sdk_overhead.py
 	$(PY) bench/noise.py
 	$(PY) bench/detection.py
+	$(PY) bench/repeat_page.py
 	$(PY) bench/scale.py
 	$(PY) bench/pipeline.py --injections 4 --per-class 3
 	$(PY) bench/restart_in_place.py --runs 3

@@ -25,6 +25,8 @@ normal events (nothing should fire):
   planned-restart      the exporter is gone for 40 s (the Node stays Ready), training resumes from
                        the checkpoint (the step goes back), an XID 43 from the killed process for
                        30 s, a loss and gradient spike on resume
+  kubelet-restart      the Node is NotReady for 5 s (a kubelet or container runtime restart reports
+                       it), its pods and exporter keep running
 
 The catalogue rules are those `trainguard render --format prometheus` produces for one monitor per
 trace at default settings (scrape and evaluation every 15 s, the catalogue's `for`, thresholds and
@@ -82,7 +84,15 @@ FAULTS: dict[str, tuple[str, set[str], set[str]]] = {
     ),
     "packet-loss": ("P1", {"NetworkPacketLossHigh", "NetworkPacketLoss"}, {"StaticPacketLoss"}),
 }
-NORMAL = ("lr-warmup", "eval-pause", "checkpoint-pause", "epoch-boundary", "planned-restart")
+NORMAL = (
+    "lr-warmup",
+    "eval-pause",
+    "checkpoint-pause",
+    "epoch-boundary",
+    "planned-restart",
+    "kubelet-restart",
+)
+KUBELET_BLIP_S = 5.0
 
 STATIC_RULES: list[tuple[str, str, str]] = [
     # name, severity, expression: what a hand-written rule file without baselines or `for` does
@@ -127,7 +137,11 @@ class Trace:
         return t - self.onset
 
     def ready(self, t: float) -> bool:
-        return not (self.kind == "node-down" and self.phase(t) >= 0)
+        p = self.phase(t)
+        return not (
+            (self.kind == "node-down" and p >= 0)
+            or (self.kind == "kubelet-restart" and 0 <= p < KUBELET_BLIP_S)
+        )
 
     def exporter_up(self, t: float) -> bool:
         p = self.phase(t)
@@ -386,6 +400,7 @@ def main() -> None:
             "false_positive": "any P0-P2 alert firing on a trace that is not one of its class's detecting "
             "alerts after onset",
             "cpus": os.cpu_count(),
+            "load_average_1_5_15m_at_end": [round(x, 2) for x in os.getloadavg()],
             "machine": platform.platform(),
             "python": platform.python_version(),
         },

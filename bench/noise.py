@@ -15,7 +15,8 @@ synthetic scrape targets (bench/scenarios/live.py; one target per node, plus kub
 Two stacks scrape the same targets in the same run:
 - trainguard: the rules and routes `trainguard render --format prometheus` produces;
 - naive:      the same rule expressions with `for: 0s`, Alertmanager's group_by ['...'] on every route,
-              no inhibit_rules, no quiet hours and no maintenance windows.
+              send_resolved on every receiver (Alertmanager's default), no inhibit_rules, no quiet
+              hours and no maintenance windows.
 
 Time is compressed by --scale (default 12): every `for`, every group_wait/group_interval/
 repeat_interval and the stall threshold are divided by it; scrape and evaluation run every second.
@@ -205,6 +206,8 @@ def documents(sink: Sink, scen: list[Scenario], scale: float, naive: bool) -> st
         spec: dict[str, Any] = {
             "receivers": [
                 {"name": r, "type": "webhook", "roles": ROLES[r], "url": sink.receiver_url(r)}
+                # naive: Alertmanager's default, every receiver told of every resolution
+                | ({"sendResolved": True} if naive else {})
                 for r in RECEIVERS
             ],
             "routes": [
@@ -412,11 +415,12 @@ def main() -> None:
         "incidents": {s.name: f"{s.job}: {len(s.nodes)} nodes x 8 GPUs" for s in scen},
         "trainguard": "rules and routes from trainguard render --format prometheus; every for, group_wait, "
         "group_interval, repeat_interval and the stall threshold divided by time_scale",
-        "naive": "the same expressions with for: 0s; group_by ['...'] on every route; no inhibit_rules, "
-        "quiet hours or maintenance windows",
+        "naive": "the same expressions with for: 0s; group_by ['...'] on every route; send_resolved on every "
+        "receiver; no inhibit_rules, quiet hours or maintenance windows",
         "normal_gpu_memory_ratio": 0.75,
         "failed_scrapes_of_healthy_targets": failed,
         "cpus": os.cpu_count(),
+        "load_average_1_5_15m_at_end": [round(x, 2) for x in os.getloadavg()],
         "machine": platform.platform(),
         "python": platform.python_version(),
     }

@@ -12,7 +12,8 @@ CONTRACT_ALERTS = {
     # name: (severity, for)
     "TrainingLossNonFinite": ("P0", "0s"),
     "TrainingJobStalled": ("P0", "0s"),
-    "GPUNodeDown": ("P0", "30s"),  # docs/architecture.md (1m before issue 8's loop acted on it)
+    # docs/architecture.md (1m before issue 8's loop acted on it, 30s before issue 25's 30 s for a P0)
+    "GPUNodeDown": ("P0", "0s"),
     "GPUDoubleBitECCError": ("P0", "0s"),
     "GPUCriticalXid": ("P0", "0s"),
     "GPULost": ("P0", "0s"),  # added by review (issue 7): trainguard_gpu_lost was read by nothing

@@ -147,6 +147,19 @@ CASES: dict[str, list[Case]] = {
             ],
             [p("P0", JOB | {"node": "gpu-node-1"})],
         ),
+        Case(
+            "Node NotReady fires at the first evaluation that sees it: a P0 within 30 s",
+            "2m",
+            [
+                series("up", POD, "1x10"),
+                series(
+                    "kube_node_status_condition",
+                    {"node": "gpu-node-1", "condition": "Ready", "status": "true"},
+                    "1 1 0 0 0 0 0",
+                ),
+            ],
+            [p("P0", JOB | {"node": "gpu-node-1"})],
+        ),
         Case("one failed scrape is not a node down", "3m", [series("up", POD, "1 1 0 1 1 1")]),
         Case(
             "another node NotReady",

@@ -21,6 +21,8 @@ class Notification:
     """The notification's status: firing or resolved."""
     alerts: tuple[dict[str, Any], ...]
     """Alertmanager's alerts as posted: status, labels, annotations, startsAt, endsAt."""
+    at: float = 0.0
+    """When the post arrived (time.time())."""
 
 
 @dataclass
@@ -64,7 +66,10 @@ def serve() -> Iterator[Sink]:
             with sink._lock:
                 sink.got.append(
                     Notification(
-                        self.path.strip("/"), str(body.get("status", "")), tuple(body.get("alerts") or ())
+                        self.path.strip("/"),
+                        str(body.get("status", "")),
+                        tuple(body.get("alerts") or ()),
+                        time.time(),
                     )
                 )
             self.send_response(200)

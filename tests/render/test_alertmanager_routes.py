@@ -83,9 +83,13 @@ JOB = {"namespace": "ml", "training_job": "llama-pretrain"}
     [
         (
             JOB | {**grade_labels("P0"), "alertname": "GPUNodeDown", "node": "n1"},
-            [R + "oncall-phone", R + "im"],
+            # IM is told when a page resolves, and of nothing else resolving: its second receiver
+            [R + "oncall-phone", R + "im+resolved"],
         ),
-        (JOB | {**grade_labels("P0"), "alertname": "TrainingLossNonFinite"}, [R + "oncall-phone", R + "im"]),
+        (
+            JOB | {**grade_labels("P0"), "alertname": "TrainingLossNonFinite"},
+            [R + "oncall-phone", R + "im+resolved"],
+        ),
         (JOB | {**grade_labels("P1"), "alertname": "GPUThermalThrottling"}, [R + "im"]),
         (JOB | {**grade_labels("P2"), "alertname": "DataLoaderSlow"}, [R + "email", R + "ticket"]),
         (JOB | {**grade_labels("P3"), "alertname": "GPUMemoryHigh"}, ["trainguard-dashboard"]),
@@ -130,14 +134,14 @@ def test_quiet_hours_add_night_routes_with_time_intervals(amtool: str, tmp_path:
         amtool,
         config,
         JOB | {**grade_labels("P0"), "alertname": "GPUNodeDown"},
-        [R + "oncall-phone"] * 2 + [R + "im"] * 2,
+        [R + "oncall-phone"] * 2 + [R + "im+resolved"] * 2,
     )
     # a non-allowlisted P0 has only its day routes: at night it waits for the morning report
     routes_test(
         amtool,
         config,
         JOB | {**grade_labels("P0"), "alertname": "TrainingJobStalled"},
-        [R + "oncall-phone", R + "im"],
+        [R + "oncall-phone", R + "im+resolved"],
     )
     result = subprocess.run(
         [amtool, "check-config", str(config)], capture_output=True, text=True, check=False
@@ -173,10 +177,20 @@ def test_alertmanager_config_resource_uses_local_names() -> None:
     assert spec["route"]["matchers"] == [
         {"name": "training_job", "matchType": "=", "value": "llama-pretrain"}
     ]
-    assert [r["name"] for r in spec["receivers"]] == ["dashboard", "email", "im", "oncall-phone", "ticket"]
+    assert [r["name"] for r in spec["receivers"]] == [
+        "dashboard", "email", "im", "im+resolved", "oncall-phone", "ticket"
+    ]  # fmt: skip
+    resolved = {r["name"]: r["webhookConfigs"][0]["sendResolved"] for r in spec["receivers"][1:]}
+    assert resolved == {
+        "email": False,
+        "im": False,
+        "im+resolved": True,
+        "oncall-phone": False,
+        "ticket": False,
+    }
     p0 = spec["route"]["routes"][0]
     assert p0["groupWait"] == "5s"
-    assert [r["receiver"] for r in p0["routes"]] == ["oncall-phone", "im"]
+    assert [r["receiver"] for r in p0["routes"]] == ["oncall-phone", "im+resolved"]
     assert all(r["continue"] for r in p0["routes"])
 
 

@@ -72,11 +72,14 @@ def test_the_crd_defaults_the_allowlist_to_the_models_default() -> None:
         # the defaults: a day route and a night route for the phone and IM
         (
             {"alertname": TRAINING_INTERRUPTED, **grade_labels("P0")},
-            ["oncall-phone", "oncall-phone", "im", "im"],
+            ["oncall-phone", "oncall-phone", "im+resolved", "im+resolved"],
         ),
-        ({"alertname": "GPUOutOfMemory", **grade_labels("P0")}, ["oncall-phone", "oncall-phone", "im", "im"]),
+        (
+            {"alertname": "GPUOutOfMemory", **grade_labels("P0")},
+            ["oncall-phone", "oncall-phone", "im+resolved", "im+resolved"],
+        ),
         # not allowlisted by default: the day routes only
-        ({"alertname": WITHHELD, **grade_labels("P0")}, ["oncall-phone", "im"]),
+        ({"alertname": WITHHELD, **grade_labels("P0")}, ["oncall-phone", "im+resolved"]),
         ({"alertname": NODE_CORDONED, **grade_labels("P2")}, ["email", "ticket"]),
     ],
 )

@@ -30,7 +30,7 @@ from trainguard.diagnosis.morning import SEVERITY as REPORT_SEVERITY
 from trainguard.render import dump_yaml
 from trainguard.render.alertmanager import plain_route
 from trainguard.render.policy import effective_policy
-from trainguard.render.receivers import plain_receiver
+from trainguard.render.receivers import plain_receivers
 from trainguard.render.routing import GROUP_BY, MORNING_REPORT, Names, monitor_route
 from trainguard.render.time_intervals import time_intervals
 
@@ -81,8 +81,8 @@ QUIET = {"spec.quietHours": {"enabled": True, "timezone": "Europe/Berlin", "star
     ("severity", "alertname", "expected"),
     [
         # a receiver listed twice has its day route and its night route
-        ("P0", ALLOWLISTED["P0"], ["oncall-phone", "oncall-phone", "im", "im"]),
-        ("P0", OTHER["P0"], ["oncall-phone", "im"]),
+        ("P0", ALLOWLISTED["P0"], ["oncall-phone", "oncall-phone", "im+resolved", "im+resolved"]),
+        ("P0", OTHER["P0"], ["oncall-phone", "im+resolved"]),
         ("P1", ALLOWLISTED["P1"], ["im", "im", "oncall-phone"]),
         ("P1", OTHER["P1"], ["im"]),
         ("P2", ALLOWLISTED["P2"], ["email", "ticket", "oncall-phone"]),
@@ -178,7 +178,8 @@ def config(sink: Sink, now: dt.datetime) -> dict[str, Any]:
         m = monitor(**{"metadata.name": job, "spec.policyRefs": [{"name": job}]})
         p = effective_policy(m, [_policy(job, sink, now, night)])
         for r in p.receivers:
-            receivers.setdefault(r.key, plain_receiver(r.key, r.receiver))
+            for receiver in plain_receivers(r.key, r.receiver):
+                receivers.setdefault(receiver["name"], receiver)
         routes.append(_fast(plain_route(monitor_route(m, p, names))))
         intervals += time_intervals(m, p, names.interval, with_location=True)
     return {

@@ -157,7 +157,12 @@ class Receiver(Model):
     corp_id: str | None = Field(default=None, max_length=256, description="WeCom corporation id.")
     agent_id: str | None = Field(default=None, max_length=256, description="WeCom agent id.")
     api_secret_secret_ref: SecretKeyRef | None = Field(default=None, description="WeCom API secret.")
-    send_resolved: bool = True
+    send_resolved: bool | None = Field(
+        default=None,
+        description="Send a message when an alert resolves. Unset: where it helps, by role and type: "
+        "an im receiver when a page (P0) resolves, a pagerduty receiver always (it closes the incident), "
+        "a receiver without a role always; phone, sms, email and ticket never.",
+    )
 
     @model_validator(mode="after")
     def _fields_for_type(self) -> Receiver:

@@ -153,7 +153,11 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "GPUNodeDown",
         "P0",
-        "30s",
+        # no hold of its own: the Ready condition is held already (the node controller turns it Unknown
+        # only after its grace period, 40 s, without a heartbeat), and a hold of one more evaluation
+        # (15 s) put the median over the 30 s of a P0 (bench/detection.py). A kubelet's own NotReady
+        # that one scrape of kube-state-metrics catches pages too; the operator waits 12 s on it.
+        "0s",
         Layer.HARDWARE,
         Scope.NODE,
         "the Node of one of the job's pods is NotReady (node state, never an unreachable exporter alone)",

@@ -17,7 +17,7 @@ from typing import Any
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.render.inhibition import NODE_DOWN_INHIBIT, InhibitRule, inhibit_rules
 from trainguard.render.policy import EffectivePolicy
-from trainguard.render.receivers import amc_receiver, plain_receiver
+from trainguard.render.receivers import amc_receivers, plain_receivers
 from trainguard.render.routing import GROUP_BY, TIMING, Names, Route, monitor_route
 from trainguard.render.time_intervals import time_intervals
 
@@ -47,7 +47,8 @@ def alertmanager_yml(
     intervals: list[dict[str, Any]] = []
     for monitor, policy in monitors:
         for r in policy.receivers:
-            receivers.setdefault(r.key, plain_receiver(r.key, r.receiver))
+            for receiver in plain_receivers(r.key, r.receiver):
+                receivers.setdefault(receiver["name"], receiver)
         nodes = (resolved_nodes or {}).get((monitor.namespace, monitor.name), {})
         routes.append(monitor_route(monitor, policy, names, nodes))
         if policy.inhibition.node_down and NODE_DOWN_INHIBIT not in inhibits:
@@ -147,7 +148,7 @@ def alertmanager_config_spec(
     for r in reversed(policy.receivers):
         if r.receiver.name not in seen:
             seen.add(r.receiver.name)
-            receivers.append(amc_receiver(r.receiver.name, r.receiver, inline_secret))
+            receivers += amc_receivers(r.receiver.name, r.receiver, inline_secret)
     spec: dict[str, Any] = {
         "route": _amc_route(route),
         "receivers": receivers[:1] + sorted(receivers[1:], key=lambda x: x["name"]),

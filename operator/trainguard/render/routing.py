@@ -15,16 +15,31 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainguard.api.monitor import TrainingJobMonitor
-from trainguard.catalog import SEVERITIES
+from trainguard.catalog import ALERTS, SEVERITIES
+from trainguard.catalog.alerts import Scope
 from trainguard.catalog.severity import PRIORITY
 from trainguard.render.matchers import eq, one_of
 from trainguard.render.policy import PAGING_ROLES, EffectivePolicy, PolicyReceiver
+from trainguard.render.receivers import receiver_name
 from trainguard.render.time_intervals import quiet_hours_name, window_name
 
 GROUP_BY = ["namespace", "training_job", "alertname", "node"]
+JOB_GROUP_BY = ["namespace", "training_job", "alertname"]
+"""How P2 and P3 reach people: one mail or ticket per alert of a job, listing its nodes, where one per
+node and alert told the same story several times (a slow data loader on every pod of the job)."""
+RACK_GROUP_BY = ["namespace", "training_job"]
+"""How a rack-level alert and the per-node alerts it supersedes reach people: in one group of the job.
+The rack alert carries a rack and no node, its detail a node and no rack, so only the job's labels are
+shared; while it fires it inhibits them (render/inhibition.py), and the group's next notification
+names the rack instead of one more node."""
 
 TIMING: dict[str, dict[str, str]] = {
-    "P0": {"group_wait": "5s", "group_interval": "1m", "repeat_interval": "30m"},
+    # group_interval: a P0 that fires again on a node, after its first resolved, joins the group that
+    # still holds it (Alertmanager removes an empty group up to 30 s after its last notification) and
+    # waits for the group's next tick, so the interval bounds how late the repeat pages; shorter than
+    # the evaluation interval, a tick falls between the resolving evaluation and the firing one, or the
+    # tick finds the alert firing as last notified and the repeat waits for repeat_interval
+    "P0": {"group_wait": "5s", "group_interval": "10s", "repeat_interval": "30m"},
     "P1": {"group_wait": "30s", "group_interval": "5m", "repeat_interval": "2h"},
     "P2": {"group_wait": "1m", "group_interval": "10m", "repeat_interval": "12h"},
     "P3": {"group_wait": "5m", "group_interval": "30m", "repeat_interval": "24h"},
@@ -107,7 +122,7 @@ def _delivery(
     night_only = [p for p in paging_receivers(policy) if p.key not in {r.key for r in own}] if quiet else []
     out: list[Route] = []
     for r in own:
-        base: Route = {"receiver": names.receiver(r)}
+        base: Route = {"receiver": _name(names, r, severity)}
         if mutes:
             base["mute_time_intervals"] = list(mutes)
         base["continue"] = True
@@ -116,17 +131,34 @@ def _delivery(
             continue
         # by day: as usual
         out.append(base | {"mute_time_intervals": [*mutes, quiet_name]})
-        out.append(_night(r, policy, names, mutes, quiet_name))
+        out.append(_night(r, severity, policy=policy, names=names, mutes=mutes, quiet_name=quiet_name))
     # at night the allowlist rings the phone whatever its severity
-    out += [_night(p, policy, names, mutes, quiet_name) for p in night_only]
+    out += [
+        _night(p, severity, policy=policy, names=names, mutes=mutes, quiet_name=quiet_name)
+        for p in night_only
+    ]
     return out
 
 
+def _name(names: Names, r: PolicyReceiver, severity: str) -> str:
+    """The receiver's name in a route of `severity`: its variant told of resolutions where it has one."""
+    return receiver_name(names.receiver(r), r.receiver, severity)
+
+
 def _night(
-    r: PolicyReceiver, policy: EffectivePolicy, names: Names, mutes: Sequence[str], quiet_name: str
+    r: PolicyReceiver,
+    severity: str,
+    *,
+    policy: EffectivePolicy,
+    names: Names,
+    mutes: Sequence[str],
+    quiet_name: str,
 ) -> Route:
     return (
-        {"receiver": names.receiver(r), "matchers": [one_of("alertname", policy.quiet_hours.allowlist)]}
+        {
+            "receiver": _name(names, r, severity),
+            "matchers": [one_of("alertname", policy.quiet_hours.allowlist)],
+        }
         | ({"mute_time_intervals": list(mutes)} if mutes else {})
         | {"active_time_intervals": [quiet_name], "continue": True}
     )
@@ -172,22 +204,56 @@ def _severity_route(
                 timing[key] = value
     route: Route = {"receiver": names.dashboard, "matchers": [eq(PRIORITY, severity)], **timing}
     children: list[Route] = []
-    # nodes under maintenance: the same delivery, muted during their windows
+    if names.operator and severity in OPERATOR_SEVERITIES:
+        # the operator acts on each node's alerts as they come: its groups stay per node and alert
+        children.append({"receiver": names.operator, "continue": True})
+    people = _maintenance(severity, monitor, policy, names, node_windows)
+    delivery = _delivery(severity, monitor, policy, names, [])
+    if delivery:
+        # after the nodes under maintenance, which mute the per-node alerts of a family there: the
+        # rack alert has no node, and copying the maintenance routes into the family doubled them
+        people += [
+            {"receiver": names.dashboard, "matchers": [one_of("alertname", family)],
+             "group_by": list(RACK_GROUP_BY), "routes": delivery}
+            for family in rack_families(policy, severity)
+        ]  # fmt: skip
+        people += delivery
+    if severity not in OPERATOR_SEVERITIES:
+        people = [r if "group_by" in r else r | {"group_by": list(JOB_GROUP_BY)} for r in people]
+    children += people
+    if children:
+        route["routes"] = children
+    return route
+
+
+def rack_families(policy: EffectivePolicy, severity: str) -> list[list[str]]:
+    """Each enabled rack-scope alert of `severity` with the alerts of that severity it supersedes: one
+    event, one group (an alert a policy moved to another severity is routed, and grouped, there)."""
+    graded = {a.alert.name for a in policy.enabled_alerts() if a.severity == severity}
+    return [
+        [a.name, *(t for t in a.supersedes if t in graded)]
+        for a in ALERTS
+        if a.scope is Scope.RACK and a.name in graded
+    ]
+
+
+def _maintenance(
+    severity: str,
+    monitor: TrainingJobMonitor,
+    policy: EffectivePolicy,
+    names: Names,
+    node_windows: dict[str, list[str]],
+) -> list[Route]:
+    """The nodes under maintenance: the severity's delivery, muted during their windows."""
+    out: list[Route] = []
     by_windows: dict[tuple[str, ...], list[str]] = {}
     for node, covering in sorted(node_windows.items()):
         by_windows.setdefault(tuple(covering), []).append(node)
     for windows, nodes in by_windows.items():
         delivery = _delivery(severity, monitor, policy, names, [names.interval(w) for w in windows])
         if delivery:
-            children.append(
-                {"receiver": names.dashboard, "matchers": [one_of("node", nodes)], "routes": delivery}
-            )
-    children += _delivery(severity, monitor, policy, names, [])
-    if names.operator and severity in OPERATOR_SEVERITIES:
-        children.insert(0, {"receiver": names.operator, "continue": True})
-    if children:
-        route["routes"] = children
-    return route
+            out.append({"receiver": names.dashboard, "matchers": [one_of("node", nodes)], "routes": delivery})
+    return out
 
 
 def _node_windows(
