@@ -69,7 +69,7 @@ def test_prometheus_and_the_operator_name_the_same_configmap(
     assert by_monitor, f"{alertname} has no must-fire case"
     for i, (changes, cases) in enumerate(by_monitor.items()):
         tests = [
-            {"name": c.why, "interval": "1m", "input_series": c.input, "alert_rule_test": [{
+            {"name": c.why, "interval": c.interval, "input_series": c.input, "alert_rule_test": [{
                 "eval_time": c.at, "alertname": alertname,
                 "exp_alerts": [{"exp_labels": labels, "exp_annotations": _expected(alertname, labels)}
                                for labels in c.fires]}]}

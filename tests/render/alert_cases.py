@@ -12,6 +12,9 @@ from typing import Any
 
 from trainguard.catalog.severity import GRADE, grade_labels
 
+SCRAPE = "15s"
+"""The test monitor's scrape interval (tests/conftest.py), so the interval of real samples."""
+
 JOB = {"namespace": "ml", "training_job": "llama-pretrain"}
 POD = JOB | {"pod": "llama-0", "node": "gpu-node-1"}
 GPU = POD | {"gpu": "0", "UUID": "GPU-0000", "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "gpu-node-1"}
@@ -37,6 +40,10 @@ class Case:
     """Expected label sets of the alert at `at` (alertname aside); empty means it must not fire."""
     monitor: dict[str, Any] = field(default_factory=dict)
     """Changes to the test monitor, as dotted paths (see tests/conftest.py)."""
+    interval: str = "1m"
+    """The series' sample interval. A rule over the monitor's rate window (4 scrapes, at least 1m) needs
+    samples at its scrape interval, SCRAPE: since Prometheus 3 a range leaves out the sample at its
+    start, so a 1m range over 1m samples holds one and `increase` has nothing to say."""
 
 
 def mem(used: float, free: float, labels: dict[str, str] = GPU, n: int = 20) -> list[dict[str, str]]:
@@ -61,28 +68,50 @@ CASES: dict[str, list[Case]] = {
         Case(
             "counter went up by one",
             "3m",
-            [series("trainguard_train_nonfinite_loss_total", POD, "0 0 0 1 1 1")],
+            [series("trainguard_train_nonfinite_loss_total", POD, "0x11 1x12")],
             [p("P0", POD)],
+            interval=SCRAPE,
         ),
-        Case("counter stays at zero", "5m", [series("trainguard_train_nonfinite_loss_total", POD, "0x10")]),
+        Case(
+            "and still 30 s later: the step is in the 1m range for three evaluations (four before Prometheus 3)",
+            "3m30s",
+            [series("trainguard_train_nonfinite_loss_total", POD, "0x11 1x12")],
+            [p("P0", POD)],
+            interval=SCRAPE,
+        ),
+        Case(
+            "but not once the range has passed it",
+            "4m",
+            [series("trainguard_train_nonfinite_loss_total", POD, "0x11 1x12")],
+            interval=SCRAPE,
+        ),
+        Case(
+            "counter stays at zero",
+            "5m",
+            [series("trainguard_train_nonfinite_loss_total", POD, "0x40")],
+            interval=SCRAPE,
+        ),
         Case(
             "an old increase is not repeated",
             "8m",
-            [series("trainguard_train_nonfinite_loss_total", POD, "0 1 1 1 1 1 1 1 1 1")],
+            [series("trainguard_train_nonfinite_loss_total", POD, "0x3 1x40")],
+            interval=SCRAPE,
         ),
     ],
     "GPUOutOfMemory": [
         Case(
             "one OOM reported",
             "3m",
-            [series("trainguard_train_oom_total", POD, "0 0 0 1 1 1")],
+            [series("trainguard_train_oom_total", POD, "0x11 1x12")],
             [p("P0", POD)],
+            interval=SCRAPE,
         ),
-        Case("no OOM", "5m", [series("trainguard_train_oom_total", POD, "0x10")]),
+        Case("no OOM", "5m", [series("trainguard_train_oom_total", POD, "0x40")], interval=SCRAPE),
         Case(
             "an OOM long ago is not repeated",
             "8m",
-            [series("trainguard_train_oom_total", POD, "0 1 1 1 1 1 1 1 1 1")],
+            [series("trainguard_train_oom_total", POD, "0x3 1x40")],
+            interval=SCRAPE,
         ),
     ],
     "TrainingJobStalled": [
@@ -172,10 +201,16 @@ CASES: dict[str, list[Case]] = {
         Case(
             "DBE counter increased",
             "3m",
-            [series("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", GPU, "0 0 0 2 2 2")],
+            [series("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", GPU, "0x11 2x12")],
             [p("P0", GPU)],
+            interval=SCRAPE,
         ),
-        Case("old DBE errors that do not grow", "5m", [series("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", GPU, "5x10")]),
+        Case(
+            "old DBE errors that do not grow",
+            "5m",
+            [series("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", GPU, "5x40")],
+            interval=SCRAPE,
+        ),
     ],
     "GPUCriticalXid": [
         Case(

@@ -40,7 +40,7 @@ def promtool_test(
     tests = [
         {
             "name": case.why,
-            "interval": "1m",
+            "interval": case.interval,
             "input_series": case.input,
             "alert_rule_test": [
                 {
