@@ -16,7 +16,7 @@ PROM_OPERATOR_VERSION="${PROM_OPERATOR_VERSION:-0.93.1}"
 # cannot start without; the operator skips the other kinds it finds missing
 PROM_OPERATOR_KINDS="prometheusrules alertmanagerconfigs podmonitors servicemonitors probes prometheuses alertmanagers"
 PROM_OPERATOR_KINDS_REV=r5  # a new list needs a new revision: a cached folder holds the old one
-# e2e's Prometheus: the release Debian ships (the unit and integration tests run Debian's), built from its
+# e2e's Prometheus: the release Debian ships (the integration tests run Debian's), built from its
 # module because Debian's leaves Kubernetes service discovery out, which prometheus-operator's scrape
 # configurations use
 PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-2.42.0}"
