@@ -112,6 +112,12 @@ def amtool(toolchain: str) -> str:
     return toolchain_tool(toolchain, "amtool")
 
 
+@pytest.fixture(scope="session")
+def am_binary(toolchain: str) -> str:
+    """The toolchain's Alertmanager, for the tests that route through a real one."""
+    return toolchain_tool(toolchain, "alertmanager")
+
+
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A CA and a serving certificate for 127.0.0.1 it signed, for the operator's receiver over real TLS

@@ -34,11 +34,8 @@ def upstream_dir() -> Path:
 
 def find_tool(toolchain: str, name: str) -> str | None:
     """The binary `name` (promtool, amtool, prometheus, alertmanager) of `toolchain`, if it is there."""
-    if toolchain == "debian":
-        # Debian names its Alertmanager prometheus-alertmanager
-        return shutil.which(name) or (
-            shutil.which("prometheus-alertmanager") if name == "alertmanager" else None
-        )
+    if toolchain == "debian":  # Debian names its Alertmanager prometheus-alertmanager
+        return shutil.which("prometheus-alertmanager" if name == "alertmanager" else name)
     built = upstream_dir() / name
     return str(built) if built.is_file() and os.access(built, os.X_OK) else None
 
