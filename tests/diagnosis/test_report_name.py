@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import monitor, policy
-from tests.render.alert_cases import CASES, Case
+from tests.render.alert_cases import CASES, Case, only_alert
 from trainguard.catalog import ALERTS_BY_NAME, Scope
 from trainguard.diagnosis.configmap import REPORT_SEVERITY, report_name
 from trainguard.render import dump_yaml
@@ -77,7 +77,7 @@ def test_prometheus_and_the_operator_name_the_same_configmap(
         ]  # fmt: skip
         d = tmp_path / str(i)
         d.mkdir()
-        _promtool(promtool, d, _report_rules(json.loads(changes)), tests)
+        _promtool(promtool, d, only_alert(_report_rules(json.loads(changes)), alertname), tests)
 
 
 ODD: list[dict[str, str]] = [

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import monitor, policy
-from tests.render.alert_cases import CASES, ESCALATION_CASES, GPU, Case, p, series
+from tests.render.alert_cases import CASES, ESCALATION_CASES, GPU, Case, only_alert, p, series
 from trainguard.catalog import ALERT_NAMES, ALERTS_BY_NAME, SEVERITIES
 from trainguard.catalog.severity import GRADE, MAPPED, SEVERITY, grade_of, severity_label
 from trainguard.render import dump_yaml
@@ -31,20 +31,6 @@ def rules(
     for rule in group["rules"]:
         rule.pop("annotations", None)
     return {"groups": [group]}
-
-
-def only_alert(rule_file: dict[str, Any], alertname: str) -> dict[str, Any]:
-    """The recording rules and the one alert under test: promtool evaluates every rule at every step,
-    and no rule reads another alert (ALERTS), so the others only cost time (half of it; the tests run
-    on two toolchains)."""
-    groups = []
-    for group in rule_file["groups"]:
-        assert not [r for r in group["rules"] if "ALERTS" in r["expr"]], (
-            "a rule reads ALERTS: keep every alert"
-        )
-        kept = [r for r in group["rules"] if "record" in r or r["alert"] == alertname]
-        groups.append(group | {"rules": kept})
-    return rule_file | {"groups": groups}
 
 
 def promtool_test(
