@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 
-.PHONY: help bootstrap demo test lint site unit e2e bench bench-pipeline crds chart helm victoria-metrics node-exporter docs dashboards check-generated image-lock image-lock-check controlplane controllers clean
+.PHONY: help bootstrap demo test lint site unit e2e bench bench-pipeline crds chart helm victoria-metrics node-exporter docs dashboards check-generated upstream-tools image-lock image-lock-check controlplane controllers clean
 
 help:
 	@echo "make demo   - the quickstart's rules and routes on real Prometheus and Alertmanager (a minute); then, with the"
@@ -47,7 +47,7 @@ site: bootstrap
 # the unit and integration tests in $(TEST_WORKERS) processes (pytest-xdist), a test file per process so
 # that module fixtures (a Prometheus, a VictoriaMetrics) start once; TEST_WORKERS=0 runs them in this one
 TEST_WORKERS ?= 4
-unit: bootstrap helm victoria-metrics
+unit: bootstrap helm victoria-metrics upstream-tools
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --cov=trainguard.render --cov=trainguard.catalog --cov=trainguard.api --cov-report=term
 
 # e2e in $(E2E_WORKERS) processes, a test file each at a time, each with a local control plane of its own
@@ -88,6 +88,13 @@ node-exporter:
 victoria-metrics:
 	@if command -v go >/dev/null 2>&1; then e2e/controlplane/build.sh victoria-metrics; \
 	else echo "go is not installed: no victoria-metrics, the long-term storage test will not run"; fi
+
+# Prometheus 3 and Alertmanager 0.35 with promtool and amtool, built the same way (cached by version): the
+# rule and routing tests run on them as well as on Debian's 2.42 and 0.25 (tests/toolchains.py); without Go
+# those runs skip (or fail under TRAINGUARD_REQUIRE_TOOLS=1, as in CI)
+upstream-tools:
+	@if command -v go >/dev/null 2>&1; then e2e/controlplane/build.sh upstream; \
+	else echo "go is not installed: no Prometheus 3 or Alertmanager 0.35, the rule and routing tests run on Debian's only"; fi
 
 docs: bootstrap
 	$(BIN)/trainguard docs --out-dir docs

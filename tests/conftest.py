@@ -1,5 +1,6 @@
-"""Shared fixtures: small valid objects, the real promtool/amtool binaries when installed, and the
-certificates of the operator's receiver."""
+"""Shared fixtures: small valid objects, the real promtool/amtool binaries when installed (each test
+that runs them runs once per toolchain: Debian's and upstream's current releases), and the certificates
+of the operator's receiver."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from typing import Any
 import pytest
 
 from tests.remediation.intake import make_certs
+from tests.toolchains import TOOLCHAINS
+from tests.toolchains import required_tool as toolchain_tool
 from trainguard.api import AlertPolicy, TrainingJobMonitor, parse_object
 
 MONITOR: dict[str, Any] = {
@@ -91,14 +94,28 @@ def required_tool(name: str) -> str:
     return path
 
 
-@pytest.fixture(scope="session")
-def promtool() -> str:
-    return required_tool("promtool")
+@pytest.fixture(scope="session", params=TOOLCHAINS)
+def toolchain(request: pytest.FixtureRequest) -> str:
+    """Each test that runs promtool or amtool runs on Debian's releases and on upstream's current ones
+    (tests/toolchains.py): a rule or a route must mean the same on both."""
+    name: str = request.param
+    return name
 
 
 @pytest.fixture(scope="session")
-def amtool() -> str:
-    return required_tool("amtool")
+def promtool(toolchain: str) -> str:
+    return toolchain_tool(toolchain, "promtool")
+
+
+@pytest.fixture(scope="session")
+def amtool(toolchain: str) -> str:
+    return toolchain_tool(toolchain, "amtool")
+
+
+@pytest.fixture(scope="session")
+def am_binary(toolchain: str) -> str:
+    """The toolchain's Alertmanager, for the tests that route through a real one."""
+    return toolchain_tool(toolchain, "alertmanager")
 
 
 @pytest.fixture(scope="module")

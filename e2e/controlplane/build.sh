@@ -16,10 +16,14 @@ PROM_OPERATOR_VERSION="${PROM_OPERATOR_VERSION:-0.93.1}"
 # cannot start without; the operator skips the other kinds it finds missing
 PROM_OPERATOR_KINDS="prometheusrules alertmanagerconfigs podmonitors servicemonitors probes prometheuses alertmanagers"
 PROM_OPERATOR_KINDS_REV=r5  # a new list needs a new revision: a cached folder holds the old one
-# e2e's Prometheus: the release Debian ships (the unit and integration tests run Debian's), built from its
+# e2e's Prometheus: the release Debian ships (the integration tests run Debian's), built from its
 # module because Debian's leaves Kubernetes service discovery out, which prometheus-operator's scrape
 # configurations use
 PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-2.42.0}"
+# the "upstream" toolchain that the rule and routing tests run on beside Debian's 2.42 and 0.25 (`build.sh
+# upstream`): the Prometheus 3 and Alertmanager that users run today, each with its command-line tool
+PROMETHEUS3_VERSION="${PROMETHEUS3_VERSION:-3.16.0}"
+ALERTMANAGER_VERSION="${ALERTMANAGER_VERSION:-0.35.0}"
 # the newest release whose module Go 1.26 accepts (later ones need a newer Go)
 VICTORIA_METRICS_VERSION="${VICTORIA_METRICS_VERSION:-1.151.0}"
 NODE_EXPORTER_VERSION="${NODE_EXPORTER_VERSION:-1.12.1}"
@@ -244,6 +248,66 @@ build_prometheus() {
   link_current prometheus "$v"
 }
 
+link_upstream() {  # the upstream toolchain's stable names: toolchains/upstream/<name> -> ../../bin/<name>-<version>
+  mkdir -p "$CACHE/toolchains/upstream"
+  ln -sfn "../../bin/$1-$2" "$CACHE/toolchains/upstream/$1"
+}
+
+build_prometheus3() {
+  # Prometheus 3.x is module v0.3xx (3.16.0 is v0.316.0). Its service discoveries are build tags now
+  # (plugins/plugin_*.go): remove_all_sd leaves the file and HTTP ones, all that promtool's rule tests and
+  # a test's Prometheus use. No web UI assets (builtinassets off): the API serves.
+  local v="$PROMETHEUS3_VERSION" minor patch
+  minor="${v#3.}"; patch="${minor#*.}"; minor="${minor%%.*}"
+  if have prometheus "$v" && have promtool "$v"; then log "prometheus v$v: cached"; else
+    local start=$SECONDS dir="$WORK/prometheus-$v" src
+    log "prometheus v$v: downloading its module (v0.$((300 + minor)).$patch)"
+    src=$(go mod download -json "github.com/prometheus/prometheus@v0.$((300 + minor)).$patch" |
+      sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+    rm -rf "$dir" && cp -r "$src" "$dir" && chmod -R u+w "$dir"
+    (
+      cd "$dir"
+      export GOWORK=off  # the module's go.work names folders its zip leaves out
+      log "prometheus v$v: compiling prometheus and promtool (file and HTTP service discovery only)"
+      go build -trimpath -tags netgo,remove_all_sd \
+        -ldflags "-s -w -X github.com/prometheus/common/version.Version=$v" -o "$dir/out/" \
+        ./cmd/prometheus ./cmd/promtool
+      mv out/promtool "$BIN/promtool-$v" && mv out/prometheus "$BIN/prometheus-$v"
+    )
+    rm -rf "$dir"
+    log "prometheus v$v: built in $((SECONDS - start))s"
+  fi
+  link_upstream prometheus "$v"
+  link_upstream promtool "$v"
+}
+
+build_alertmanager() {
+  # Alertmanager and amtool from their module. The web UI it embeds (ui/app/dist) is built by npm and not
+  # in the module: an empty page stands in for it, the API serves.
+  local v="$ALERTMANAGER_VERSION"
+  if have alertmanager "$v" && have amtool "$v"; then log "alertmanager v$v: cached"; else
+    local start=$SECONDS dir="$WORK/alertmanager-$v" src ui
+    log "alertmanager v$v: downloading its module"
+    src=$(go mod download -json "github.com/prometheus/alertmanager@v$v" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+    rm -rf "$dir" && cp -r "$src" "$dir" && chmod -R u+w "$dir"
+    (
+      cd "$dir"
+      for ui in elm mantine; do
+        mkdir -p "ui/app/dist/$ui" && printf '<!doctype html><title>Alertmanager</title>\n' > "ui/app/dist/$ui/index.html"
+      done
+      log "alertmanager v$v: compiling alertmanager and amtool"
+      go build -trimpath -tags netgo \
+        -ldflags "-s -w -X github.com/prometheus/common/version.Version=$v" -o "$dir/out/" \
+        ./cmd/alertmanager ./cmd/amtool
+      mv out/amtool "$BIN/amtool-$v" && mv out/alertmanager "$BIN/alertmanager-$v"
+    )
+    rm -rf "$dir"
+    log "alertmanager v$v: built in $((SECONDS - start))s"
+  fi
+  link_upstream alertmanager "$v"
+  link_upstream amtool "$v"
+}
+
 build_prometheus_operator() {
   # prometheus-operator itself (e2e runs the real one: e2e/prometheus_operator.py) and the CRDs it ships,
   # both from its root module. The proxy serves that module at v0.93.1 (the version kube-prometheus-stack
@@ -312,6 +376,12 @@ case "$what" in
   helm) locked helm build_helm ;;
   crds|prometheus-operator) locked prometheus-operator build_prometheus_operator ;;
   prometheus) locked prometheus build_prometheus ;;
+  prometheus3) locked "prometheus-$PROMETHEUS3_VERSION" build_prometheus3 ;;
+  alertmanager) locked "alertmanager-$ALERTMANAGER_VERSION" build_alertmanager ;;
+  upstream)  # the rule and routing tests' second toolchain (tests/toolchains.py), not in all: make unit asks for it
+    locked "prometheus-$PROMETHEUS3_VERSION" build_prometheus3
+    locked "alertmanager-$ALERTMANAGER_VERSION" build_alertmanager
+    ;;
   victoria-metrics) locked victoria-metrics build_victoria_metrics ;;
   node-exporter) locked node_exporter build_node_exporter ;;
   jobset) locked jobset build_jobset ;;
@@ -326,6 +396,6 @@ case "$what" in
     locked trainer build_trainer
     locked training-operator build_training_operator
     ;;
-  *) echo "usage: $0 [all|cached|kubernetes|etcd|helm|crds|prometheus-operator|prometheus|victoria-metrics|node-exporter|controllers|jobset|kueue|trainer|training-operator]" >&2
+  *) echo "usage: $0 [all|cached|kubernetes|etcd|helm|crds|prometheus-operator|prometheus|prometheus3|alertmanager|upstream|victoria-metrics|node-exporter|controllers|jobset|kueue|trainer|training-operator]" >&2
      exit 2 ;;
 esac

@@ -22,6 +22,8 @@ def with_label(name: str) -> dict[str, object]:
 
 GOOD = ["team", "owner_2", "_private"]
 BAD = ["a-b", "1st", "__name__", "with space", "é"]
+UTF8_ONLY = {"a-b", "1st"}
+"""Label names Prometheus 3 reads (UTF-8 names) and 2 refuses: refused, the cluster's may be a 2."""
 
 
 @pytest.mark.parametrize("name", GOOD)
@@ -38,9 +40,10 @@ def test_other_label_names_are_refused_naming_the_field(name: str) -> None:
 
 @pytest.mark.tools
 @pytest.mark.parametrize("name", [*GOOD, *BAD[:3]])
-def test_promtool_agrees(name: str, promtool: str, tmp_path: Path) -> None:
+def test_promtool_agrees(name: str, promtool: str, toolchain: str, tmp_path: Path) -> None:
     group = {"name": "g", "rules": [{"alert": "Mine", "expr": "up == 0", "labels": {name: "v"}}]}
     (tmp_path / "rules.yml").write_text(dump_yaml({"groups": [group]}))
     result = subprocess.run([promtool, "check", "rules", "rules.yml"], cwd=tmp_path, capture_output=True,
                             text=True, check=False)  # fmt: skip
-    assert (result.returncode == 0) == (name in GOOD), result.stdout + result.stderr
+    loads = name in GOOD or (toolchain == "upstream" and name in UTF8_ONLY)
+    assert (result.returncode == 0) == loads, result.stdout + result.stderr

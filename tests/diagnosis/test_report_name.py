@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import monitor, policy
-from tests.render.alert_cases import CASES, Case
+from tests.render.alert_cases import CASES, Case, only_alert
 from trainguard.catalog import ALERTS_BY_NAME, Scope
 from trainguard.diagnosis.configmap import REPORT_SEVERITY, report_name
 from trainguard.render import dump_yaml
@@ -69,7 +69,7 @@ def test_prometheus_and_the_operator_name_the_same_configmap(
     assert by_monitor, f"{alertname} has no must-fire case"
     for i, (changes, cases) in enumerate(by_monitor.items()):
         tests = [
-            {"name": c.why, "interval": "1m", "input_series": c.input, "alert_rule_test": [{
+            {"name": c.why, "interval": c.interval, "input_series": c.input, "alert_rule_test": [{
                 "eval_time": c.at, "alertname": alertname,
                 "exp_alerts": [{"exp_labels": labels, "exp_annotations": _expected(alertname, labels)}
                                for labels in c.fires]}]}
@@ -77,7 +77,7 @@ def test_prometheus_and_the_operator_name_the_same_configmap(
         ]  # fmt: skip
         d = tmp_path / str(i)
         d.mkdir()
-        _promtool(promtool, d, _report_rules(json.loads(changes)), tests)
+        _promtool(promtool, d, only_alert(_report_rules(json.loads(changes)), alertname), tests)
 
 
 ODD: list[dict[str, str]] = [

@@ -1,4 +1,5 @@
-"""Must-fire and must-not-fire cases for every catalogue alert, as promtool unit-test data.
+"""Must-fire and must-not-fire cases for every catalogue alert, as promtool unit-test data (and
+`only_alert`, the part of the rule file a case needs).
 
 Written by hand from docs/architecture.md's alert catalogue, not derived from the renderer, so that a wrong
 expression or threshold in the rules fails here. Series use promtool's expanding notation at a one
@@ -11,6 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainguard.catalog.severity import GRADE, grade_labels
+
+SCRAPE = "15s"
+"""The test monitor's scrape interval (tests/conftest.py), so the interval of real samples."""
 
 JOB = {"namespace": "ml", "training_job": "llama-pretrain"}
 POD = JOB | {"pod": "llama-0", "node": "gpu-node-1"}
@@ -37,6 +41,10 @@ class Case:
     """Expected label sets of the alert at `at` (alertname aside); empty means it must not fire."""
     monitor: dict[str, Any] = field(default_factory=dict)
     """Changes to the test monitor, as dotted paths (see tests/conftest.py)."""
+    interval: str = "1m"
+    """The series' sample interval. A rule over the monitor's rate window (4 scrapes, at least 1m) needs
+    samples at its scrape interval, SCRAPE: since Prometheus 3 a range leaves out the sample at its
+    start, so a 1m range over 1m samples holds one and `increase` has nothing to say."""
 
 
 def mem(used: float, free: float, labels: dict[str, str] = GPU, n: int = 20) -> list[dict[str, str]]:
@@ -61,28 +69,50 @@ CASES: dict[str, list[Case]] = {
         Case(
             "counter went up by one",
             "3m",
-            [series("trainguard_train_nonfinite_loss_total", POD, "0 0 0 1 1 1")],
+            [series("trainguard_train_nonfinite_loss_total", POD, "0x11 1x12")],
             [p("P0", POD)],
+            interval=SCRAPE,
         ),
-        Case("counter stays at zero", "5m", [series("trainguard_train_nonfinite_loss_total", POD, "0x10")]),
+        Case(
+            "and still 30 s later: the step is in the 1m range for three evaluations (four before Prometheus 3)",
+            "3m30s",
+            [series("trainguard_train_nonfinite_loss_total", POD, "0x11 1x12")],
+            [p("P0", POD)],
+            interval=SCRAPE,
+        ),
+        Case(
+            "but not once the range has passed it",
+            "4m",
+            [series("trainguard_train_nonfinite_loss_total", POD, "0x11 1x12")],
+            interval=SCRAPE,
+        ),
+        Case(
+            "counter stays at zero",
+            "5m",
+            [series("trainguard_train_nonfinite_loss_total", POD, "0x40")],
+            interval=SCRAPE,
+        ),
         Case(
             "an old increase is not repeated",
             "8m",
-            [series("trainguard_train_nonfinite_loss_total", POD, "0 1 1 1 1 1 1 1 1 1")],
+            [series("trainguard_train_nonfinite_loss_total", POD, "0x3 1x40")],
+            interval=SCRAPE,
         ),
     ],
     "GPUOutOfMemory": [
         Case(
             "one OOM reported",
             "3m",
-            [series("trainguard_train_oom_total", POD, "0 0 0 1 1 1")],
+            [series("trainguard_train_oom_total", POD, "0x11 1x12")],
             [p("P0", POD)],
+            interval=SCRAPE,
         ),
-        Case("no OOM", "5m", [series("trainguard_train_oom_total", POD, "0x10")]),
+        Case("no OOM", "5m", [series("trainguard_train_oom_total", POD, "0x40")], interval=SCRAPE),
         Case(
             "an OOM long ago is not repeated",
             "8m",
-            [series("trainguard_train_oom_total", POD, "0 1 1 1 1 1 1 1 1 1")],
+            [series("trainguard_train_oom_total", POD, "0x3 1x40")],
+            interval=SCRAPE,
         ),
     ],
     "TrainingJobStalled": [
@@ -185,10 +215,16 @@ CASES: dict[str, list[Case]] = {
         Case(
             "DBE counter increased",
             "3m",
-            [series("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", GPU, "0 0 0 2 2 2")],
+            [series("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", GPU, "0x11 2x12")],
             [p("P0", GPU)],
+            interval=SCRAPE,
         ),
-        Case("old DBE errors that do not grow", "5m", [series("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", GPU, "5x10")]),
+        Case(
+            "old DBE errors that do not grow",
+            "5m",
+            [series("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", GPU, "5x40")],
+            interval=SCRAPE,
+        ),
     ],
     "GPUCriticalXid": [
         Case(
@@ -960,3 +996,17 @@ ESCALATION_CASES: list[Case] = [
         [p("P1", GPU)],
     ),
 ]
+
+
+def only_alert(rule_file: dict[str, Any], alertname: str) -> dict[str, Any]:
+    """The recording rules and the one alert under test: promtool evaluates every rule at every step,
+    and no rule reads another alert (ALERTS), so the others only cost time (two thirds of it; the tests
+    run on two toolchains)."""
+    groups = []
+    for group in rule_file["groups"]:
+        assert not [r for r in group["rules"] if "ALERTS" in r["expr"]], (
+            "a rule reads ALERTS: keep every alert"
+        )
+        kept = [r for r in group["rules"] if "record" in r or r["alert"] == alertname]
+        groups.append(group | {"rules": kept})
+    return rule_file | {"groups": groups}

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import monitor, policy
-from tests.render.alert_cases import CASES, ESCALATION_CASES, GPU, Case, p, series
+from tests.render.alert_cases import CASES, ESCALATION_CASES, GPU, Case, only_alert, p, series
 from trainguard.catalog import ALERT_NAMES, ALERTS_BY_NAME, SEVERITIES
 from trainguard.catalog.severity import GRADE, MAPPED, SEVERITY, grade_of, severity_label
 from trainguard.render import dump_yaml
@@ -36,11 +36,11 @@ def rules(
 def promtool_test(
     promtool: str, tmp: Path, rule_file: dict[str, Any], alertname: str, cases: list[Case]
 ) -> None:
-    (tmp / "rules.yml").write_text(dump_yaml(rule_file))
+    (tmp / "rules.yml").write_text(dump_yaml(only_alert(rule_file, alertname)))
     tests = [
         {
             "name": case.why,
-            "interval": "1m",
+            "interval": case.interval,
             "input_series": case.input,
             "alert_rule_test": [
                 {

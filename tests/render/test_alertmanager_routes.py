@@ -171,6 +171,28 @@ def test_maintenance_window_mutes_the_named_nodes_only(amtool: str, tmp_path: Pa
     )
 
 
+def test_matchers_parse_without_the_classic_fallback(amtool: str, tmp_path: Path) -> None:
+    """A regex matcher's escaped dot (a maintenance window's node `gpu.4`, an allowlisted alertname)
+    is valid to Alertmanager's matchers parser since 0.27, not just to the classic one it falls back
+    to with a warning: a bare `\\.` inside the quotes failed here on Alertmanager 0.35, and would fail
+    the whole configuration once the fallback goes (utf8-strict-mode)."""
+    window = {"name": "psu", "start": "2026-12-01T22:00:00Z", "end": "2026-12-02T03:30:00Z",
+              "nodes": ["gpu-3", "gpu.4"]}  # fmt: skip
+    config = write_config(tmp_path, **{"spec.maintenanceWindows": [window]})
+    if amtool_version(amtool) >= (0, 27):  # older ones have the classic parser only
+        strict = subprocess.run(
+            [amtool, "--enable-feature=utf8-strict-mode", "check-config", str(config)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert strict.returncode == 0, strict.stdout + strict.stderr
+    labels = JOB | {**grade_labels("P2"), "node": "gpu.4"}
+    result = subprocess.run(
+        [amtool, "config", "routes", "test", f"--config.file={config}", *(f"{k}={v}" for k, v in labels.items())],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0 and "classic matchers parser" not in result.stderr, result.stderr
+
+
 def test_alertmanager_config_resource_uses_local_names() -> None:
     m = monitor()
     spec = alertmanager_config_spec(m, effective_policy(m, [policy()]), "trainguard-llama-pretrain-receivers")

@@ -3,7 +3,6 @@ rendered rules inhibit."""
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 
@@ -29,14 +28,6 @@ def key(a: dict[str, object]) -> tuple[str, ...]:
     labels = a["labels"]
     assert isinstance(labels, dict)
     return tuple(str(labels.get(k, "")) for k in ("alertname", "training_job", "node", "gpu"))
-
-
-@pytest.fixture(scope="module")
-def am_binary() -> str:
-    path = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
-    if path is None:
-        pytest.skip("Alertmanager is not installed (.ci/run installs prometheus-alertmanager)")
-    return path
 
 
 @pytest.mark.parametrize("style", STYLES)

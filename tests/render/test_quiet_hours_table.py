@@ -12,7 +12,6 @@ table is tested twice:
 from __future__ import annotations
 
 import datetime as dt
-import shutil
 import subprocess
 import time
 import zoneinfo
@@ -117,14 +116,6 @@ def test_without_quiet_hours_there_is_no_report_route_and_no_night_route(amtool:
 # ---- a real Alertmanager: the time intervals -------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def am_binary() -> str:
-    path = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
-    if path is None:
-        pytest.skip("Alertmanager is not installed (.ci/run installs prometheus-alertmanager)")
-    return path
-
-
 BERLIN = zoneinfo.ZoneInfo("Europe/Berlin")
 
 
@@ -219,13 +210,13 @@ def expected_table() -> dict[Case, set[str]]:
     return out
 
 
-def test_quiet_hours_table_on_a_real_alertmanager(am_binary: str, tmp_path: Path) -> None:
+def test_quiet_hours_table_on_a_real_alertmanager(am_binary: str, amtool: str, tmp_path: Path) -> None:
     expected = expected_table()
     now = dt.datetime.now(dt.UTC)
     with serve() as sink:
         path = tmp_path / "alertmanager.yml"
         path.write_text(dump_yaml(config(sink, now)))
-        check = subprocess.run([shutil.which("amtool") or "amtool", "check-config", str(path)],
+        check = subprocess.run([amtool, "check-config", str(path)],
                                capture_output=True, text=True, check=False)  # fmt: skip
         assert check.returncode == 0, check.stdout + check.stderr
         with alertmanager(am_binary, path, tmp_path) as url:

@@ -19,9 +19,12 @@ class Matcher:
     value: str
 
     def text(self) -> str:
-        """alertmanager.yml's form, `name="value"`. The value is written as is: label values here
-        (names of jobs, nodes, alerts, severities) hold no quotes."""
-        return f'{self.name}{self.op}"{self.value}"'
+        r"""alertmanager.yml's form, `name="value"`, the value escaped as a double-quoted string (`\\`,
+        `\"`, `\n`): Alertmanager's matchers parser since 0.27 rejects any other escape, such as a
+        regex's `\.` left bare (0.27 to 0.35 fall back to the old parser with a warning, a strict one
+        fails the configuration), and the old parser reads these three escapes the same way."""
+        value = self.value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        return f'{self.name}{self.op}"{value}"'
 
     def resource(self) -> dict[str, str]:
         """An AlertmanagerConfig's form."""
