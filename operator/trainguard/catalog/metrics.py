@@ -304,3 +304,41 @@ METRICS: tuple[Metric, ...] = (
 """Every family the exporter sidecar emits (a test scrapes it and compares), with its help text."""
 
 METRICS_BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
+
+MONITOR_NAMESPACE_LABEL = "monitor_namespace"
+"""The monitor's namespace on the series below: the scrape of the operator sets `namespace` to its own."""
+MONITOR_ALERT_THRESHOLD = "trainguard_monitor_alert_threshold"
+MONITOR_ALERT_ENABLED = "trainguard_monitor_alert_enabled"
+MONITOR_SETTING = "trainguard_monitor_setting"
+MONITOR_SETTINGS_PUBLISHED = "trainguard_monitor_settings_published"
+
+RULE_SETTINGS_METRICS: tuple[Metric, ...] = (
+    Metric(
+        MONITOR_ALERT_THRESHOLD,
+        _G,
+        "A param of a monitor's alert, after its mode and AlertPolicies (the shared rules compare with it).",
+        (MONITOR_NAMESPACE_LABEL, "training_job", "alertname", "param"),
+    ),
+    Metric(
+        MONITOR_ALERT_ENABLED,
+        _G,
+        "1 when the alert is enabled for the monitor, 0 when its mode or an AlertPolicy turns it off.",
+        (MONITOR_NAMESPACE_LABEL, "training_job", "alertname"),
+    ),
+    Metric(
+        MONITOR_SETTING,
+        _G,
+        "A number of the monitor's spec the shared rules read (sigma, min_stddev_ratio, warmup_steps, "
+        "checkpoint_timeout_seconds, checkpoint_full_every_steps, inference); own_group is 1 for a monitor "
+        "whose rules are a group of its own.",
+        (MONITOR_NAMESPACE_LABEL, "training_job", "setting"),
+    ),
+    Metric(
+        MONITOR_SETTINGS_PUBLISHED,
+        _G,
+        "Monitors the operator publishes settings for; present while it publishes (the shared rules keep "
+        "the last values while it is absent).",
+    ),
+)
+"""What the operator serves for the shared rule group (render/shared.py, controller/rule_settings.py),
+with --rule-form shared; not the sidecar's (METRICS)."""
