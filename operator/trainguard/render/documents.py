@@ -14,10 +14,8 @@ from trainguard.render.kubernetes import monitor_objects
 from trainguard.render.longterm import DEFAULT_INTERVAL, aggregate_group, remote_write
 from trainguard.render.policy import effective_policy
 from trainguard.render.prometheus import rule_group
-from trainguard.render.shared import exposition, monitor_groups, shared_group
+from trainguard.render.shared import PER_MONITOR, SHARED, exposition, monitor_groups, shared_group
 
-PER_MONITOR, SHARED = "per-monitor", "shared"
-RULE_FORMS = (PER_MONITOR, SHARED)
 SETTINGS_FILE = "monitor-settings.prom"
 
 

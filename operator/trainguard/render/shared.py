@@ -51,7 +51,12 @@ from trainguard.render.prometheus import (
     rule_group,
 )
 
+PER_MONITOR, SHARED = "per-monitor", "shared"
+RULE_FORMS = (PER_MONITOR, SHARED)
+"""--rule-form: a group per monitor, or the shared group (and the groups of the monitors it cannot judge)."""
 SHARED_GROUP = "trainguard.shared"
+SHARED_RULE_NAME = "trainguard-shared-rules"
+"""The PrometheusRule the operator applies in its own namespace with --rule-form shared."""
 SETTINGS_MISSING = "TrainguardMonitorSettingsMissing"
 SETTINGS_MISSING_FOR = "10m"
 OWN_GROUP = "own_group"
