@@ -111,6 +111,7 @@ def _form(monitor_changes: dict[str, Any], **policy_changes: Any) -> list[str]:
 def test_a_default_monitor_and_its_thresholds_are_shared() -> None:
     assert _form({}) == []
     assert _form({"spec.mode": "inference", "spec.baseline.sigma": 4}, **THRESHOLD_80) == []
+    assert _form({"spec.baseline.window": "60m"}, **{"spec.alerts": [{"name": "GPULost", "for": "0m"}]}) == []
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from trainguard.api.common import duration_seconds
 from trainguard.api.load import parse_object
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog import ALERTS_BY_NAME
@@ -110,11 +111,16 @@ class RuleForm:
         return list(self.reasons) + extra
 
 
+def _differ(duration: str, other: str) -> bool:
+    """Two durations that are not the same time ("1h" and "60m" are)."""
+    return duration_seconds(duration) != duration_seconds(other)
+
+
 def rule_form(monitor: TrainingJobMonitor, policy: EffectivePolicy) -> RuleForm:
     """Whether the shared group can judge this monitor, and if not, why (what no series can carry)."""
     reasons: list[str] = []
     spec, default = monitor.spec, DEFAULT_MONITOR.spec
-    if spec.exporter.scrape_interval != default.exporter.scrape_interval:
+    if _differ(spec.exporter.scrape_interval, default.exporter.scrape_interval):
         reasons.append(
             f"spec.exporter.scrapeInterval {spec.exporter.scrape_interval}: the shared group evaluates "
             f"every {default.exporter.scrape_interval}, its rate windows made for that"
@@ -127,14 +133,14 @@ def rule_form(monitor: TrainingJobMonitor, policy: EffectivePolicy) -> RuleForm:
         ("window", spec.baseline.window, default.baseline.window),
         ("offset", spec.baseline.offset, default.baseline.offset),
     ):
-        if value != default_value:
+        if _differ(value, default_value):
             reasons.append(f"spec.baseline.{field} {value}: a range, which PromQL takes only as a literal")
     if spec.topology.rack_label != default.topology.rack_label:
         reasons.append(f"spec.topology.rackLabel {spec.topology.rack_label}: a label name, not a number")
     if policy.runbook_base_url != DEFAULT_POLICY.runbook_base_url:
         reasons.append("runbookBaseURL: an annotation of the rules")
     for a in policy.enabled_alerts():
-        if a.for_ != a.alert.for_:
+        if _differ(a.for_, a.alert.for_):
             reasons.append(f"{a.name}: for {a.for_} instead of the catalogue's {a.alert.for_}")
         if a.severity != a.alert.severity:
             reasons.append(f"{a.name}: severity {a.severity} instead of the catalogue's {a.alert.severity}")
