@@ -42,12 +42,17 @@ def test_the_operator_target_serves_what_the_shared_group_reads() -> None:
     """The bench's shared variant is the real one: its operator target serves each monitor's series."""
     families = {f.name: f for f in text_string_to_metric_families(published(3))}
     assert families["trainguard_monitor_settings_published"].samples[0].value == 3
-    thermal = [
+    own_group = [
         s.labels["training_job"]
-        for s in families["trainguard_monitor_alert_threshold"].samples
-        if s.labels["alertname"] == "GPUThermalThrottling"
+        for s in families["trainguard_monitor_setting"].samples
+        if s.labels["setting"] == "own_group" and s.value == 0
     ]
-    assert thermal == ["job-0000", "job-0001", "job-0002"]
+    assert own_group == ["job-0000", "job-0001", "job-0002"]
+    # the quickstart's monitor keeps the defaults: only its mode's disabled alerts besides
+    assert {s.labels["alertname"] for s in families["trainguard_monitor_alert_enabled"].samples} == {
+        "InferenceLatencyHigh",
+        "InferenceQueueDepthHigh",
+    }
     for rule in shared_group()["rules"]:
         promql_parser.parse(rule["expr"])
 

@@ -205,7 +205,7 @@ def test_render_shared_rule_form_writes_the_shared_group_and_its_series(
     assert [g["name"] for g in rules["groups"]] == ["trainguard.shared"]
     settings = (tmp_path / "monitor-settings.prom").read_text()
     assert (
-        'trainguard_monitor_setting{monitor_namespace="ml",training_job="llama-pretrain",setting="sigma"} 3'
+        'trainguard_monitor_setting{monitor_namespace="ml",training_job="llama-pretrain",setting="own_group"} 0'
         in settings
     )
     result = subprocess.run(

@@ -316,21 +316,22 @@ RULE_SETTINGS_METRICS: tuple[Metric, ...] = (
     Metric(
         MONITOR_ALERT_THRESHOLD,
         _G,
-        "A param of a monitor's alert, after its mode and AlertPolicies (the shared rules compare with it).",
+        "A param of a monitor's enabled alert, after its mode and AlertPolicies, where it differs from the "
+        "catalogue's default (which the shared rules use without it).",
         (MONITOR_NAMESPACE_LABEL, "training_job", "alertname", "param"),
     ),
     Metric(
         MONITOR_ALERT_ENABLED,
         _G,
-        "1 when the alert is enabled for the monitor, 0 when its mode or an AlertPolicy turns it off.",
+        "0: the monitor's mode or an AlertPolicy turns the alert off (an alert without the series is on).",
         (MONITOR_NAMESPACE_LABEL, "training_job", "alertname"),
     ),
     Metric(
         MONITOR_SETTING,
         _G,
         "A number of the monitor's spec the shared rules read (sigma, min_stddev_ratio, warmup_steps, "
-        "checkpoint_timeout_seconds, checkpoint_full_every_steps, inference); own_group is 1 for a monitor "
-        "whose rules are a group of its own.",
+        "checkpoint_timeout_seconds, checkpoint_full_every_steps, inference) where it differs from a default "
+        "monitor's; own_group, for every monitor: 1 when its rules are a group of its own, else 0.",
         (MONITOR_NAMESPACE_LABEL, "training_job", "setting"),
     ),
     Metric(

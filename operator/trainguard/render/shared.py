@@ -91,6 +91,9 @@ def _default_monitor() -> TrainingJobMonitor:
 DEFAULT_MONITOR = _default_monitor()
 """A monitor with every default: the shared group's ranges, interval and fallback numbers are its."""
 DEFAULT_POLICY = effective_policy(DEFAULT_MONITOR, [])
+_DEFAULT_SETTINGS = monitor_settings(DEFAULT_MONITOR)
+_FALLBACK_PARAMS = {a.name: a.params for a in DEFAULT_POLICY.alerts}
+"""The numbers the shared group uses for a job without a series of its own."""
 
 
 @dataclass(frozen=True)
@@ -157,21 +160,29 @@ Sample = tuple[str, dict[str, str], float]
 
 
 def published_series(monitor: TrainingJobMonitor, policy: EffectivePolicy) -> list[Sample]:
-    """The series that tell the shared group about one monitor: its alerts' params and on/off, and its
-    settings; for a monitor on its own group, only that. The monitor's namespace is `monitor_namespace`:
-    the scrape of the operator sets `namespace` to the operator's own."""
+    """The series that tell the shared group about one monitor: what differs from the numbers the group
+    falls back to (the catalogue's, a default monitor's) and the alerts its mode or policies turn off,
+    and `own_group`, which every monitor has (0: the shared group judges it; 1: a group of its own, and
+    nothing else is published). Most monitors keep most defaults, so a few series each. The monitor's
+    namespace is `monitor_namespace`: the scrape of the operator sets `namespace` to the operator's own."""
     job = {MONITOR_NAMESPACE_LABEL: monitor.namespace, "training_job": monitor.name}
     if not rule_form(monitor, policy).shared:
         return [(MONITOR_SETTING, job | {"setting": OWN_GROUP}, 1.0)]
     out: list[Sample] = [(MONITOR_SETTING, job | {"setting": OWN_GROUP}, 0.0)]
-    out += [(MONITOR_SETTING, job | {"setting": k}, v) for k, v in monitor_settings(monitor).items()]
+    out += [
+        (MONITOR_SETTING, job | {"setting": k}, v)
+        for k, v in monitor_settings(monitor).items()
+        if v != _DEFAULT_SETTINGS[k]
+    ]
     for a in policy.alerts:
-        out.append((MONITOR_ALERT_ENABLED, job | {"alertname": a.name}, 1.0 if a.enabled else 0.0))
-        if a.enabled:
-            out += [
-                (MONITOR_ALERT_THRESHOLD, job | {"alertname": a.name, "param": k}, float(v))
-                for k, v in a.params.items()
-            ]
+        if not a.enabled:
+            out.append((MONITOR_ALERT_ENABLED, job | {"alertname": a.name}, 0.0))
+            continue
+        out += [
+            (MONITOR_ALERT_THRESHOLD, job | {"alertname": a.name, "param": k}, float(v))
+            for k, v in a.params.items()
+            if v != _FALLBACK_PARAMS[a.name][k]
+        ]
     return out
 
 
@@ -215,9 +226,6 @@ def input_rules() -> list[Rule]:
 def _with_default(series: str, default: float) -> str:
     """A per-job number: its series, or for a job with none (never published) the catalogue's default."""
     return f"({series} or on({JOB}) (0 * {JOBS} + {_num(default)}))"
-
-
-_DEFAULT_SETTINGS = monitor_settings(DEFAULT_MONITOR)
 
 
 @dataclass(frozen=True)
