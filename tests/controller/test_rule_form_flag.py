@@ -9,9 +9,10 @@ from tests.conftest import POLICY, monitor, monitor_body, policy
 from tests.kube.fakes import FakeKube
 from trainguard.cli import build_parser
 from trainguard.controller.reconcile import reconcile_monitor
+from trainguard.controller.run import OperatorOptions, apply_shared_rules
 from trainguard.render.kubernetes import prometheus_rule, shared_prometheus_rule
 from trainguard.render.policy import effective_policy
-from trainguard.render.shared import RULE_FORMS, SHARED_GROUP
+from trainguard.render.shared import RULE_FORMS, SHARED_GROUP, SHARED_RULE_NAME
 
 
 def test_per_monitor_is_the_default_and_both_forms_are_taken() -> None:
@@ -54,3 +55,11 @@ def test_reconcile_applies_the_shared_forms_rule() -> None:
     reconcile_monitor(kube, kube, monitor_body(), rule_form="shared")  # type: ignore[arg-type]
     applied = kube.objects[("PrometheusRule", "ml", "trainguard-llama-pretrain")]
     assert [g["name"] for g in applied["spec"]["groups"]] == ["trainguard.ml.llama-pretrain.longterm"]
+
+
+def test_the_operator_applies_the_shared_rule_in_its_namespace() -> None:
+    kube = FakeKube()
+    apply_shared_rules(kube, OperatorOptions(namespace="tg", rule_form="shared"))  # type: ignore[arg-type]
+    rule = kube.objects[("PrometheusRule", "tg", SHARED_RULE_NAME)]
+    assert [g["name"] for g in rule["spec"]["groups"]] == [SHARED_GROUP]
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"  # the default object labels
