@@ -7,13 +7,10 @@ every monitor of the benchmark has the same spec, so the CLI renders three of th
 and the other groups are that output with the namespace and job name substituted; `groups()` checks
 the substitution reproduces the two rendered groups it did not start from, byte for byte.
 
-The shared variant is derived from the same rendered group, mechanically: the
-`namespace="..",training_job=".."` matchers become `training_job!=""` (every rule already aggregates
-or joins by namespace and training_job), and each alert of the form `<vector> <op> <number>` compares against
-`trainguard_alert_threshold{alertname=...}` joined on (namespace, training_job) instead, a series the
-synthetic target serves per job (where the operator would publish each monitor's thresholds). Alerts
-that are not of that form (XID lists, `a > x and b < y`) keep their literal numbers, which a real
-migration would also have to turn into series when policies differ per job.
+The shared variant is the real one (render/shared.py, `--rule-form shared`): one group for every job,
+whose every per-monitor number is a series joined on (namespace, training_job), and one more target,
+standing for the operator, that serves those series for all N monitors as the operator's collector does
+(controller/rule_settings.py).
 """
 
 from __future__ import annotations
@@ -38,6 +35,9 @@ from bench.scenarios.live import Targets, line, prometheus_cmd, scrape_config, s
 
 from tests.exposition import scrape
 from tests.processes import free_port, start, stop, wait_http
+from trainguard.api import load_documents
+from trainguard.render.policy import effective_policy
+from trainguard.render.shared import exposition, shared_group
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"
@@ -45,7 +45,6 @@ TEMPLATE_NS, TEMPLATE_JOB = "scale-000", "job-0000"
 MONITORS_PER_NAMESPACE = 10
 GPU_PREFIXES = ("DCGM_", "trainguard_gpu_")
 NODE_SERIES = ("kube_node_status_condition", "kube_node_labels")
-COMPARISON = re.compile(r"^(?P<lhs>.+?)\s*(?P<op>>=|<=|>|<)\s*(?P<num>-?\d+(?:\.\d+)?(?:e[+-]?\d+)?)$", re.S)
 
 
 def log(message: str) -> None:
@@ -99,36 +98,10 @@ def groups(n: int, workdir: Path) -> list[dict[str, Any]]:
     return [json.loads(_substitute(template, i)) for i in range(n)]
 
 
-def shared_group(template: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:
-    """One group for every job, and the per-alert thresholds it reads as series."""
-    job = f'namespace="{TEMPLATE_NS}",training_job="{TEMPLATE_JOB}"'
-    ns_only = re.compile(rf'namespace="{TEMPLATE_NS}",?')
-    thresholds: dict[str, float] = {}
-    rules = []
-    for original in template["rules"]:
-        # annotations and labels: the job's own names become templates over the alert's labels
-        rule = json.loads(
-            json.dumps({k: v for k, v in original.items() if k != "expr"})
-            .replace(f"{TEMPLATE_NS}/{TEMPLATE_JOB}", "{{ $labels.namespace }}/{{ $labels.training_job }}")
-            .replace(TEMPLATE_JOB, "{{ $labels.training_job }}")
-            .replace(TEMPLATE_NS, "{{ $labels.namespace }}")
-        )
-        # every trainguard series, and only those: a bare `up` would also select other scrape jobs
-        expr = ns_only.sub("", original["expr"].replace(job, 'training_job!=""'))
-        alert = rule.get("alert")
-        m = COMPARISON.match(expr.strip())
-        if alert and m and not re.search(r"\b(and|or|unless)\b", m["lhs"]):
-            thresholds[alert] = float(m["num"])
-            expr = (
-                f"{m['lhs']} {m['op']} on(namespace, training_job) group_left() "
-                f'trainguard_alert_threshold{{alertname="{alert}"}}'
-            )
-        rules.append({**rule, "expr": expr})
-    return {
-        "name": "trainguard.shared",
-        "interval": template.get("interval", "15s"),
-        "rules": rules,
-    }, thresholds
+def published(n: int) -> str:
+    """What the operator serves for N monitors (render/shared.py's series), as one scrape."""
+    docs = load_documents([("monitors.yaml", yaml.safe_dump_all(monitor_documents(list(range(n)))))])
+    return exposition([(m, effective_policy(m, docs.policies_for(m))) for m in docs.monitors])
 
 
 def metric_names(group: dict[str, Any]) -> list[str]:
@@ -139,9 +112,7 @@ def metric_names(group: dict[str, Any]) -> list[str]:
     return sorted(n for n in names if ":" not in n and n not in ("up", "ALERTS", "by", "on"))
 
 
-def job_exposition(
-    i: int, names: list[str], *, pods: int, gpus: int, nodes: int, thresholds: dict[str, float]
-) -> str:
+def job_exposition(i: int, names: list[str], *, pods: int, gpus: int, nodes: int) -> str:
     """What the exporters of job i's pods would expose, as one scrape: healthy, constant values."""
     ns, job = identity(i)
     now = time.time()
@@ -177,8 +148,6 @@ def job_exposition(
                 out += [line(name, {**base, "kind": k}, v) for k in ("full", "incremental")]
             else:
                 out.append(line(name, base, v))
-    out += [line("trainguard_alert_threshold", {"namespace": ns, "training_job": job, "alertname": a}, v)
-            for a, v in sorted(thresholds.items())]  # fmt: skip
     return "".join(out)
 
 
@@ -241,8 +210,9 @@ def prometheus(rule_groups: list[dict[str, Any]], render: dict[str, Callable[[fl
     (workdir / "rules.yml").write_text(json.dumps({"groups": rule_groups}))
     targets = Targets(render=render)
     with serve_targets(targets):
-        identities = {k: ({"namespace": identity(int(k))[0], "training_job": identity(int(k))[1]} if k.isdigit() else {})
-                      for k in render}  # fmt: skip
+        # kube-state-metrics and the operator: an `up` of their own each, with no training_job
+        identities = {k: ({"namespace": identity(int(k))[0], "training_job": identity(int(k))[1]} if k.isdigit()
+                          else {"component": k}) for k in render}  # fmt: skip
         config = {"global": {"scrape_interval": interval, "evaluation_interval": interval},
                   "rule_files": [str(workdir / "rules.yml")], "scrape_configs": [scrape_config(targets, identities, interval)]}  # fmt: skip
         port = free_port()
@@ -296,31 +266,32 @@ def run(points: list[int], *, pods: int, gpus: int, nodes: int, rounds: int) -> 
         d = Path(tmp)
         log(f"rules: rendering (CLI) and expanding {max(points)} monitors' groups")
         all_groups = groups(max(points), d)
-        shared, thresholds = shared_group(all_groups[0])
+        shared = shared_group()
         interval = all_groups[0].get("interval", "15s")
         interval_s = float(interval.rstrip("s"))
         names = metric_names(all_groups[0])
         out: dict[str, Any] = {
             "interval": interval, "rules_per_monitor_group": len(all_groups[0]["rules"]),
-            "thresholds_as_series": sorted(thresholds), "metric_names": len(names), "points": [],
+            "rules_in_shared_group": len(shared["rules"]), "metric_names": len(names), "points": [],
         }  # fmt: skip
         for n in points:
             row: dict[str, Any] = {"monitors": n}
             for variant in ("per-monitor", "shared"):
-                th = thresholds if variant == "shared" else {}
                 bodies = {
-                    str(i): job_exposition(i, names, pods=pods, gpus=gpus, nodes=nodes, thresholds=th)
-                    for i in range(n)
+                    str(i): job_exposition(i, names, pods=pods, gpus=gpus, nodes=nodes) for i in range(n)
                 }
                 render: dict[str, Callable[[float], str]] = {
                     k: (lambda _t, b=b: b) for k, b in bodies.items()
                 }
                 ksm = cluster_exposition(n, pods, nodes)
                 render["ksm"] = lambda _t, body=ksm: body
+                if variant == "shared":
+                    operator = published(n)
+                    render["operator"] = lambda _t, body=operator: body
                 rule_groups = all_groups[:n] if variant == "per-monitor" else [shared]
                 log(f"rules: {n} monitors, {variant}: {len(rule_groups)} groups, starting Prometheus")
                 with prometheus(rule_groups, render, d / f"{variant}-{n}", interval) as (url, load_s):
-                    reading = measure(url, load_s, n + 1, interval_s, rounds)
+                    reading = measure(url, load_s, len(render), interval_s, rounds)
                     recorded = _query(url, 'count({__name__=~"trainguard:.+"})')
                     alerts = _query(url, "count(ALERTS)")
                 row[variant] = {

@@ -1,5 +1,5 @@
-"""bench/scale.py's pure parts: the per-monitor groups it expands from the CLI's output, the shared group
-it derives from them, the synthetic series, and how it counts requests around a P0."""
+"""bench/scale.py's pure parts: the per-monitor groups it expands from the CLI's output, the series its
+operator target serves for the shared group, the synthetic series, and how it counts requests around a P0."""
 
 from __future__ import annotations
 
@@ -11,16 +11,16 @@ import pytest
 from bench.scale import per_monitor_growth
 from bench.scenarios.scale_cluster import Counters
 from bench.scenarios.scale_rules import (
-    TEMPLATE_JOB,
-    TEMPLATE_NS,
     groups,
     identity,
     job_exposition,
     metric_names,
-    shared_group,
+    published,
 )
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
+
+from trainguard.render.shared import shared_group
 
 
 @pytest.fixture(scope="module")
@@ -38,28 +38,28 @@ def test_each_expanded_group_selects_only_its_own_job(twelve: list[dict]) -> Non
             assert set(re.findall(r'namespace="([^"]+)"', rule["expr"])) <= {ns}
 
 
-def test_the_shared_group_drops_job_matchers_and_reads_thresholds_as_series(twelve: list[dict]) -> None:
-    shared, thresholds = shared_group(twelve[0])
-    assert len(shared["rules"]) == len(twelve[0]["rules"])
-    by_name = {r.get("alert") or r["record"]: r for r in shared["rules"]}
-    for rule in shared["rules"]:
-        promql_parser.parse(rule["expr"])  # still valid PromQL
-        assert TEMPLATE_NS not in str(rule) and TEMPLATE_JOB not in str(rule)
-    # GPUThermalThrottling is `DCGM_FI_DEV_GPU_TEMP{...} > 85` in the catalogue: a threshold series now
-    assert thresholds["GPUThermalThrottling"] == 85
-    assert by_name["GPUThermalThrottling"]["expr"] == (
-        'DCGM_FI_DEV_GPU_TEMP{training_job!=""} > on(namespace, training_job) group_left() '
-        'trainguard_alert_threshold{alertname="GPUThermalThrottling"}'
-    )
-    # a compound condition keeps its numbers
-    assert "GPUMemoryHang" not in thresholds
-    assert "0.9" in by_name["GPUMemoryHang"]["expr"]
-    assert "{{ $labels.training_job }}" in str(by_name["GPUThermalThrottling"].get("annotations"))
+def test_the_operator_target_serves_what_the_shared_group_reads() -> None:
+    """The bench's shared variant is the real one: its operator target serves each monitor's series."""
+    families = {f.name: f for f in text_string_to_metric_families(published(3))}
+    assert families["trainguard_monitor_settings_published"].samples[0].value == 3
+    own_group = [
+        s.labels["training_job"]
+        for s in families["trainguard_monitor_setting"].samples
+        if s.labels["setting"] == "own_group" and s.value == 0
+    ]
+    assert own_group == ["job-0000", "job-0001", "job-0002"]
+    # the quickstart's monitor keeps the defaults: only its mode's disabled alerts besides
+    assert {s.labels["alertname"] for s in families["trainguard_monitor_alert_enabled"].samples} == {
+        "InferenceLatencyHigh",
+        "InferenceQueueDepthHigh",
+    }
+    for rule in shared_group()["rules"]:
+        promql_parser.parse(rule["expr"])
 
 
 def test_the_synthetic_job_series_cover_what_the_rules_read(twelve: list[dict]) -> None:
     names = metric_names(twelve[0])
-    text = job_exposition(3, names, pods=8, gpus=2, nodes=500, thresholds={"GPUThermalThrottling": 85.0})
+    text = job_exposition(3, names, pods=8, gpus=2, nodes=500)
     samples: dict[str, list[Sample]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -68,7 +68,6 @@ def test_the_synthetic_job_series_cover_what_the_rules_read(twelve: list[dict]) 
     assert len(temp) == 16  # 8 pods x 2 GPUs
     assert {s.labels["training_job"] for s in temp} == {"job-0003"}
     assert len(samples["trainguard_train_step"]) == 8
-    assert [s.value for s in samples["trainguard_alert_threshold"]] == [85.0]
     assert not [n for n in names if n.startswith("kube_") and n in samples]  # kube-state-metrics serves those
 
 

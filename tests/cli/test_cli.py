@@ -194,3 +194,28 @@ def test_the_sidecar_image_defaults_to_this_versions_image_or_the_environments(
         ["operator", "--sidecar-image", "registry.example/trainguard@sha256:" + "a" * 64]
     )
     assert given.sidecar_image.endswith("a" * 64), "the flag wins over the environment"
+
+
+def test_render_shared_rule_form_writes_the_shared_group_and_its_series(
+    promtool: str, tmp_path: Path
+) -> None:
+    args = ["render", "-f", QUICKSTART, "--format", "prometheus", "--rule-form", "shared"]
+    assert main([*args, "--out-dir", str(tmp_path)]) == 0
+    rules = yaml.safe_load((tmp_path / "rules.yml").read_text())
+    assert [g["name"] for g in rules["groups"]] == ["trainguard.shared"]
+    settings = (tmp_path / "monitor-settings.prom").read_text()
+    assert (
+        'trainguard_monitor_setting{monitor_namespace="ml",training_job="llama-pretrain",setting="own_group"} 0'
+        in settings
+    )
+    result = subprocess.run(
+        [promtool, "check", "rules", "rules.yml"], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_shared_rule_form_is_for_the_prometheus_format(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["render", "-f", QUICKSTART, "--rule-form", "shared"])
+    assert exc.value.code == 2
+    assert "--format prometheus" in capsys.readouterr().err

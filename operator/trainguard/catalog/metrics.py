@@ -338,3 +338,42 @@ GOODPUT_METRICS: tuple[Metric, ...] = (
 are per job, not per pod) and those in `labels`."""
 
 GOODPUT_METRICS_BY_NAME: dict[str, Metric] = {m.name: m for m in GOODPUT_METRICS}
+
+MONITOR_NAMESPACE_LABEL = "monitor_namespace"
+"""The monitor's namespace on the series below: the scrape of the operator sets `namespace` to its own."""
+MONITOR_ALERT_THRESHOLD = "trainguard_monitor_alert_threshold"
+MONITOR_ALERT_ENABLED = "trainguard_monitor_alert_enabled"
+MONITOR_SETTING = "trainguard_monitor_setting"
+MONITOR_SETTINGS_PUBLISHED = "trainguard_monitor_settings_published"
+
+RULE_SETTINGS_METRICS: tuple[Metric, ...] = (
+    Metric(
+        MONITOR_ALERT_THRESHOLD,
+        _G,
+        "A param of a monitor's enabled alert, after its mode and AlertPolicies, where it differs from the "
+        "catalogue's default (which the shared rules use without it).",
+        (MONITOR_NAMESPACE_LABEL, "training_job", "alertname", "param"),
+    ),
+    Metric(
+        MONITOR_ALERT_ENABLED,
+        _G,
+        "0: the monitor's mode or an AlertPolicy turns the alert off (an alert without the series is on).",
+        (MONITOR_NAMESPACE_LABEL, "training_job", "alertname"),
+    ),
+    Metric(
+        MONITOR_SETTING,
+        _G,
+        "A number of the monitor's spec the shared rules read (sigma, min_stddev_ratio, warmup_steps, "
+        "checkpoint_timeout_seconds, checkpoint_full_every_steps, inference) where it differs from a default "
+        "monitor's; own_group, for every monitor: 1 when its rules are a group of its own, else 0.",
+        (MONITOR_NAMESPACE_LABEL, "training_job", "setting"),
+    ),
+    Metric(
+        MONITOR_SETTINGS_PUBLISHED,
+        _G,
+        "Monitors the operator publishes settings for; present while it publishes (the shared rules keep "
+        "the last values while it is absent).",
+    ),
+)
+"""What the operator serves for the shared rule group (render/shared.py, controller/rule_settings.py),
+with --rule-form shared; not the sidecar's (METRICS)."""

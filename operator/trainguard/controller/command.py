@@ -330,6 +330,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         + ") for an Alertmanager that routes on those; the grade is in the priority label either way, "
         "which trainguard's own routes match (docs/severity.md)",
     )
+    op.add_argument(
+        "--rule-form",
+        choices=("per-monitor", "shared"),  # render/shared.py's RULE_FORMS: --help loads no renderer
+        default="per-monitor",
+        help="per-monitor: a rule group per monitor (default); shared: one PrometheusRule for every job, "
+        "with each monitor's thresholds served as series on the metrics port (docs/rendering.md)",
+    )
     op.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_guardrails(op)
     op.set_defaults(func=cmd_operator)
@@ -401,6 +408,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
             guardrails=guardrails_of(args),
             lemons=lemons_of(args),
             severity_style=args.severity_style,
+            rule_form=args.rule_form,
             cert_policy=CertPolicy(
                 serving_lifetime=dt.timedelta(seconds=args.cert_duration),
                 renew_before=dt.timedelta(seconds=args.cert_renew_before),

@@ -33,6 +33,7 @@ from trainguard.controller.reconcile import (
 )
 from trainguard.controller.status import Outcome, monitor_status
 from trainguard.kube import Kube, NotSynced, namespace_terminating
+from trainguard.render.shared import PER_MONITOR
 
 log = logging.getLogger("trainguard.handlers")
 
@@ -95,6 +96,7 @@ def reconcile(
     label_namespace: Callable[[str], str] | None = None,
     severity_style: str = GRADE,
     object_labels: Mapping[str, str] | None = None,
+    rule_form: str = PER_MONITOR,
 ) -> None:
     with LOCKS(namespace, name):
         fresh = kube.get_monitor(namespace, name)
@@ -105,7 +107,7 @@ def reconcile(
         try:
             status = reconcile_monitor(kube, reads, fresh, announce=announcer(kube, fresh), receiver=receiver,
                                        label_namespace=label_namespace, severity_style=severity_style,
-                                       object_labels=object_labels)  # fmt: skip
+                                       object_labels=object_labels, rule_form=rule_form)  # fmt: skip
         except NamespaceTerminating as exc:
             log.info("%s: nothing more is applied", exc)
             result = "skipped"
@@ -156,7 +158,8 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str, sidecar_imag
         reconcile(memo["kube"], memo["reads"], namespace, name, receiver=memo.get("receiver"),
                   metrics=memo.get("metrics"), label_namespace=_labels(memo),
                   severity_style=memo.get("severity_style", GRADE),
-                  object_labels=memo.get("object_labels"))  # fmt: skip
+                  object_labels=memo.get("object_labels"),
+                  rule_form=memo.get("rule_form", PER_MONITOR))  # fmt: skip
 
     # ---- indices: what other handlers look up without an API call ----
 

@@ -45,6 +45,7 @@ from trainguard.render.kubernetes import (
     with_labels,
 )
 from trainguard.render.policy import effective_policy
+from trainguard.render.shared import PER_MONITOR
 from trainguard.render.sidecar import carries_exporter
 
 log = logging.getLogger("trainguard.reconcile")
@@ -231,6 +232,7 @@ def reconcile_monitor(
     label_namespace: Callable[[str], str] | None = None,
     severity_style: str = GRADE,
     object_labels: Mapping[str, str] | None = None,
+    rule_form: str = PER_MONITOR,
 ) -> dict[str, Any]:
     """Reconcile one monitor body and write its status (unless it is the status the body holds); returns
     the status. With `receiver`,
@@ -238,7 +240,8 @@ def reconcile_monitor(
     `label_namespace` labels the monitor's namespace for the sidecar-injection webhook before anything
     else (controller/namespace_labels.py), answering why it could not ("" when it is labelled). The
     rules' severity label is in `severity_style`, the platform's (--severity-style); `object_labels` go
-    on every object applied (the platform's --object-labels)."""
+    on every object applied (the platform's --object-labels); with `rule_form` shared its PrometheusRule
+    holds only what the shared group cannot judge (render/shared.py)."""
     meta = body.get("metadata", {})
     ns, name = meta.get("namespace", "default"), meta.get("name", "?")
     outcome = Outcome(generation=meta.get("generation"))
@@ -283,11 +286,17 @@ def reconcile_monitor(
                 operator,
                 severity_style=severity_style,
                 object_labels=object_labels,
+                rule_form=rule_form,
             ),
         ]
     else:
         desired = monitor_objects(
-            monitor, effective, windows, severity_style=severity_style, object_labels=object_labels
+            monitor,
+            effective,
+            windows,
+            severity_style=severity_style,
+            object_labels=object_labels,
+            rule_form=rule_form,
         )
     outcome.input_hash = content_hash({"objects": desired})
     label = ""

@@ -33,6 +33,7 @@ from trainguard.controller.metrics import DEFAULT_METRICS_ADDR, OperatorMetrics,
 from trainguard.controller.namespace_labels import NamespaceLabels
 from trainguard.controller.periodic import Loop, Periodic
 from trainguard.controller.reconcile import ReceiverSettings
+from trainguard.controller.rule_settings import RuleSettingsCollector, from_cache
 from trainguard.diagnosis.passes import DiagnosticReports, MorningReports
 from trainguard.kube import ClusterCache, Kube, api_client, credentials
 from trainguard.kube.client import SECRET_REWRITE_S
@@ -48,7 +49,8 @@ from trainguard.remediation.loop import RemediationLoop
 from trainguard.remediation.model import Signal
 from trainguard.remediation.receiver import MonitorUids, Receiver, ReceiverConfig, SenderCheck
 from trainguard.remediation.senders import Senders
-from trainguard.render.kubernetes import KUBE_PROMETHEUS_STACK_LABELS
+from trainguard.render.kubernetes import KUBE_PROMETHEUS_STACK_LABELS, shared_prometheus_rule
+from trainguard.render.shared import PER_MONITOR, SHARED
 from trainguard.render.sidecar import supports_native_sidecar
 from trainguard.render.webhook import WEBHOOK_CONFIG_NAME, excluded_namespaces, mutating_webhook_configuration
 
@@ -131,6 +133,9 @@ class OperatorOptions:
     severity_style: str = GRADE
     """The platform's style of the `severity` label of the rules rendered and the alerts posted
     (catalog/severity.py, --severity-style); the grade is in `priority` either way."""
+    rule_form: str = PER_MONITOR
+    """--rule-form: a rule group per monitor, or the shared group with the monitors' numbers published as
+    series on the metrics port (render/shared.py, controller/rule_settings.py)."""
     cert_dir: str | None = None
     """Where the self-managed certificate files are written for the servers (default: a private tmp dir)."""
 
@@ -180,6 +185,8 @@ def run(opts: OperatorOptions) -> None:
         node_faults=lambda: lemon.scores(cache.nodes(), time.time(), opts.lemons),
         monitors=lambda: cache.monitors(timeout=2.0),
     )
+    if opts.rule_form == SHARED:
+        metrics.registry.register(RuleSettingsCollector(from_cache(cache)))
     prometheus_url = opts.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV) or None
     prometheus = prometheus_client(prometheus_url) if prometheus_url else None
     # a GPU fault's second witness: short, bounded queries (an executor waits on them)
@@ -238,6 +245,7 @@ def run(opts: OperatorOptions) -> None:
             label_namespace=namespaces.ensure,
             severity_style=opts.severity_style,
             object_labels=opts.object_labels,
+            rule_form=opts.rule_form,
         ),
         lock=LOCKS,
         resync=lambda body: resync(
@@ -268,6 +276,9 @@ def run(opts: OperatorOptions) -> None:
         memo["native_sidecar"] = native_sidecar(kube)
         memo["severity_style"] = opts.severity_style
         memo["object_labels"] = opts.object_labels
+        memo["rule_form"] = opts.rule_form
+        if opts.rule_form == SHARED:
+            apply_shared_rules(kube, opts)
         shared["memo"] = memo
         if certs is not None:
             opts = start_self_managed_certs(certs, opts)
@@ -361,6 +372,16 @@ def _run_kopf(registry: kopf.OperatorRegistry, opts: OperatorOptions, identity: 
             liveness_endpoint=opts.liveness,
         )
     )
+
+
+def apply_shared_rules(kube: Kube, opts: OperatorOptions) -> None:
+    """The shared group's PrometheusRule, once at startup: its content depends on the catalogue and the
+    severity style only, so monitors never change it. A failure is logged: the monitors' own groups are
+    then what Prometheus has, and TrainguardMonitorSettingsMissing cannot fire either, so say it loudly."""
+    try:
+        kube.apply(shared_prometheus_rule(opts.namespace, opts.severity_style, opts.object_labels))
+    except Exception:
+        log.exception("could not apply the shared rule group (--rule-form shared): no shared alerts fire")
 
 
 def freeze_startup_objects() -> None:

@@ -53,6 +53,11 @@ def cmd_render(args: argparse.Namespace) -> int:
     if not docs.monitors:
         fail("no TrainingJobMonitor in the input: rules and routes are rendered per monitor")
     if args.format == "kubernetes":
+        if args.rule_form != "per-monitor":
+            fail(
+                "--rule-form shared is for --format prometheus; the operator applies it (--rule-form)",
+                EXIT_USAGE,
+            )
         objs = render_kubernetes(docs, args.aggregate_interval, args.severity_style)
         if args.out_dir:
             out = Path(args.out_dir)
@@ -75,13 +80,14 @@ def cmd_render(args: argparse.Namespace) -> int:
         args.remote_write_url,
         args.remote_write_events_url,
         severity_style=args.severity_style,
+        rule_form=args.rule_form,
     )
     if not args.out_dir:
         fail("--format prometheus writes several files: give a directory with --out-dir DIR", EXIT_USAGE)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for name, content in files.items():
-        (out / name).write_text(dump_yaml(content), encoding="utf-8")
+        (out / name).write_text(content if isinstance(content, str) else dump_yaml(content), encoding="utf-8")
         print(f"wrote {out / name}", file=sys.stderr)
     return 0
 
@@ -203,6 +209,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         + ", ".join(f"{g}={w}" for g, w in MAPPED_SEVERITY.items())
         + ", for an Alertmanager that routes on those); the grade is in the priority label either way, "
         "and the rendered routes match it; use the operator's --severity-style (docs/severity.md)",
+    )
+    render.add_argument(
+        "--rule-form",
+        choices=("per-monitor", "shared"),
+        default="per-monitor",
+        help="--format prometheus: one rule group per monitor (default), or one shared group whose "
+        "thresholds are series, written to monitor-settings.prom (docs/rendering.md)",
     )
     render.add_argument(
         "--remote-write-url",

@@ -14,6 +14,9 @@ from trainguard.render.kubernetes import monitor_objects
 from trainguard.render.longterm import DEFAULT_INTERVAL, aggregate_group, remote_write
 from trainguard.render.policy import effective_policy
 from trainguard.render.prometheus import rule_group
+from trainguard.render.shared import PER_MONITOR, SHARED, exposition, monitor_groups, shared_group
+
+SETTINGS_FILE = "monitor-settings.prom"
 
 
 def _sorted_monitors(docs: Documents) -> list[Any]:
@@ -40,19 +43,32 @@ def render_prometheus(
     aggregate_interval: str = DEFAULT_INTERVAL,
     remote_write_url: str | None = None,
     remote_write_events_url: str | None = None,
+    *,
     severity_style: str = GRADE,
-) -> dict[str, dict[str, Any]]:
+    rule_form: str = PER_MONITOR,
+) -> dict[str, Any]:
     """`rules.yml` and `alertmanager.yml` for a plain Prometheus and Alertmanager, `aggregates.yml`
     (a second rule file: the long-term aggregates) and, given a URL, `remote_write.yml`: the
     remote_write section for prometheus.yml that ships only the aggregates and the alert history
     (the history to `remote_write_events_url` instead, when given, for a store that keeps it longer).
-    The rules' `severity` is in `severity_style`; alertmanager.yml routes on `priority`, in any style."""
+    The rules' `severity` is in `severity_style`; alertmanager.yml routes on `priority`, in any style.
+    With `rule_form` shared, rules.yml holds the shared group and the groups of the monitors it cannot
+    judge (render/shared.py), and monitor-settings.prom the series it reads, for the operator to serve
+    or any static endpoint."""
     pairs = [(m, effective_policy(m, docs.policies_for(m))) for m in _sorted_monitors(docs)]
-    files = {
-        "rules.yml": {"groups": [rule_group(m, p, severity_style) for m, p in pairs]},
+    if rule_form == SHARED:
+        groups = [shared_group(severity_style)] + [
+            g for m, p in pairs for g in monitor_groups(m, p, severity_style)
+        ]
+    else:
+        groups = [rule_group(m, p, severity_style) for m, p in pairs]
+    files: dict[str, Any] = {
+        "rules.yml": {"groups": groups},
         "aggregates.yml": {"groups": [aggregate_group(m, aggregate_interval) for m, _ in pairs]},
         "alertmanager.yml": alertmanager_yml(pairs),
     }
+    if rule_form == SHARED:
+        files[SETTINGS_FILE] = exposition(pairs)
     if remote_write_url:
         files["remote_write.yml"] = remote_write(remote_write_url, remote_write_events_url)
     return files

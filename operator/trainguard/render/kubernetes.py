@@ -15,6 +15,7 @@ from trainguard.render.longterm import DEFAULT_INTERVAL, aggregate_group
 from trainguard.render.policy import EffectivePolicy
 from trainguard.render.prometheus import rule_group
 from trainguard.render.receivers import inline_secret_data
+from trainguard.render.shared import PER_MONITOR, SHARED, SHARED_RULE_NAME, monitor_groups, shared_group
 
 METRICS_PORT_NAME = "tg-metrics"
 """Name of the sidecar's container port; the PodMonitor scrapes it by name."""
@@ -49,16 +50,44 @@ def prometheus_rule(
     policy: EffectivePolicy,
     aggregate_interval: str = DEFAULT_INTERVAL,
     severity_style: str = GRADE,
+    rule_form: str = PER_MONITOR,
 ) -> Obj:
     """The monitor's alerting group and its long-term aggregate group (render.longterm), so that what the
-    operator applies and what `trainguard render` prints are the same object."""
-    groups = [rule_group(monitor, policy, severity_style), aggregate_group(monitor, aggregate_interval)]
+    operator applies and what `trainguard render` prints are the same object. With `rule_form` shared,
+    only what the shared group cannot judge (render/shared.py's monitor_groups) besides the aggregates."""
+    alerting = (
+        monitor_groups(monitor, policy, severity_style)
+        if rule_form == SHARED
+        else [rule_group(monitor, policy, severity_style)]
+    )
+    groups = [*alerting, aggregate_group(monitor, aggregate_interval)]
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
         "metadata": _metadata(monitor),
         "spec": {"groups": groups},
     }
+
+
+def shared_prometheus_rule(
+    namespace: str, severity_style: str = GRADE, object_labels: Mapping[str, str] | None = None
+) -> Obj:
+    """The shared group (render/shared.py), once for the cluster, in the operator's namespace."""
+    return with_labels(
+        [
+            {
+                "apiVersion": "monitoring.coreos.com/v1",
+                "kind": "PrometheusRule",
+                "metadata": {
+                    "name": SHARED_RULE_NAME,
+                    "namespace": namespace,
+                    "labels": dict(MANAGED_LABELS),
+                },
+                "spec": {"groups": [shared_group(severity_style)]},
+            }
+        ],
+        object_labels or {},
+    )[0]
 
 
 def receiver_secret_name(monitor: TrainingJobMonitor) -> str:
@@ -208,12 +237,13 @@ def monitor_objects(
     *,
     severity_style: str = GRADE,
     object_labels: Mapping[str, str] | None = None,
+    rule_form: str = PER_MONITOR,
 ) -> list[Obj]:
     """Everything one monitor owns, in apply order (the Secret before the config that reads it). With
     `operator`, Alertmanager also posts the job's P0 and P1 alerts to the operator's receiver. The
     rules' `severity` is in `severity_style`; the routes match `priority`, the same in every style. With
     `object_labels`, each object carries them too (with_labels)."""
-    objs = [prometheus_rule(monitor, policy, aggregate_interval, severity_style)]
+    objs = [prometheus_rule(monitor, policy, aggregate_interval, severity_style, rule_form)]
     secret = receiver_secret(monitor, policy)
     if secret is not None:
         objs.append(secret)

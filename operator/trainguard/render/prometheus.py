@@ -19,6 +19,22 @@ from trainguard.render.policy import EffectiveAlert, EffectivePolicy
 
 JOB = "namespace, training_job"
 Rule = dict[str, Any]
+Operand = float | str
+"""A number a rule compares with or scales by: a literal in a monitor's own group, a per-job vector joined
+on (namespace, training_job) in the shared form (render/shared.py)."""
+
+
+def monitor_settings(monitor: TrainingJobMonitor) -> dict[str, float]:
+    """The monitor's numbers its rules use beyond the alerts' params (the shared form reads them as series)."""
+    spec = monitor.spec
+    return {
+        "sigma": spec.baseline.sigma,
+        "min_stddev_ratio": spec.baseline.min_stddev_ratio,
+        "warmup_steps": float(spec.warmup_steps()),
+        "checkpoint_timeout_seconds": duration_seconds(spec.checkpoint.timeout),
+        "checkpoint_full_every_steps": float(spec.checkpoint.full_every_steps),
+        "inference": 1.0 if spec.mode == "inference" else 0.0,
+    }
 
 
 @dataclass(frozen=True)
@@ -50,11 +66,69 @@ class Context:
 
     @property
     def warmed_up(self) -> str:
-        return f"on({JOB}) {self.m('trainguard:train_step:max')} > {self.monitor.spec.warmup_steps()}"
+        return (
+            f"on({JOB}) {self.m('trainguard:train_step:max')} {self.cmp('>', self.setting('warmup_steps'))}"
+        )
 
     @property
-    def sigma(self) -> float:
-        return self.monitor.spec.baseline.sigma
+    def sigma(self) -> Operand:
+        return self.setting("sigma")
+
+    @property
+    def namespace_matcher(self) -> str:
+        """The monitor's namespace as a matcher for series that carry no training_job (kube-state-metrics)."""
+        return f'namespace="{self.monitor.namespace}",'
+
+    @property
+    def pod_selector(self) -> str:
+        """The job's pods as a kubectl label selector ("" when the pods are named one by one instead)."""
+        return ",".join(f"{k}={v}" for k, v in sorted(self.monitor.spec.selector.match_labels.items()))
+
+    def trainer(self) -> str:
+        """The series a pod's trainer reports through the SDK: steps, or latency in inference mode."""
+        inference = self.monitor.spec.mode == "inference"
+        return self.m("trainguard_inference_latency_seconds" if inference else "trainguard_train_step")
+
+    def describe(self, a: EffectiveAlert) -> str:
+        """The alert's numbers for its description."""
+        params = ", ".join(f"{k}={_num(v)}" for k, v in a.params.items())
+        return f" ({params})" if params else ""
+
+    # numbers: literals here; SharedContext (render/shared.py) reads them as per-job series instead
+
+    def p(self, a: EffectiveAlert, name: str) -> Operand:
+        return a.p(name)
+
+    def setting(self, name: str) -> Operand:
+        return monitor_settings(self.monitor)[name]
+
+    def cmp(self, op: str, x: Operand) -> str:
+        """`<op> x`, to follow a vector."""
+        return f"{op} {_num(x)}" if isinstance(x, float | int) else f"{op} on({JOB}) group_left() {x}"
+
+    def scale(self, x: Operand, vector: str) -> str:
+        """x * vector, labelled as vector."""
+        return f"{_num(x)} * {vector}" if isinstance(x, float | int) else f"{x} * on({JOB}) {vector}"
+
+    def per(self, x: Operand, vector: str) -> str:
+        """x / vector, labelled as vector."""
+        return f"{_num(x)} / {vector}" if isinstance(x, float | int) else f"{x} / on({JOB}) {vector}"
+
+    @staticmethod
+    def product(x: Operand, y: Operand) -> Operand:
+        if isinstance(x, float | int) and isinstance(y, float | int):
+            return x * y
+        return f"({_operand(x)} * on({JOB}) {_operand(y)})"
+
+    @staticmethod
+    def larger(x: Operand, y: Operand) -> Operand:
+        if isinstance(x, float | int) and isinstance(y, float | int):
+            return max(x, y)
+        return f"({_operand(x)} > on({JOB}) {_operand(y)} or on({JOB}) {_operand(y)})"
+
+    @staticmethod
+    def plus(n: float, x: Operand) -> Operand:
+        return n + x if isinstance(x, float | int) else f"({_num(n)} + {x})"
 
 
 def _num(value: float) -> str:
@@ -62,12 +136,16 @@ def _num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
+def _operand(x: Operand) -> str:
+    return _num(x) if isinstance(x, float | int) else x
+
+
 # ---- recording rules ----------------------------------------------------------------------------
 
 
 def recording_rules(ctx: Context) -> list[Rule]:
     b = ctx.monitor.spec.baseline
-    win, off, floor = b.window, b.offset, _num(b.min_stddev_ratio)
+    win, off, floor = b.window, b.offset, ctx.setting("min_stddev_ratio")
     rules: list[Rule] = []
     if ctx.monitor.spec.exporter.gpu_backend == "dcgm":
         rules += _dcgm_join_rules(ctx)
@@ -122,8 +200,8 @@ def recording_rules(ctx: Context) -> list[Rule]:
     rec(f"{p99}:baseline_stddev", f"stddev_over_time({ctx.m(p99)}[{win}] offset {off})")
     rec(
         f"{p99}:upper_bound",
-        f"{ctx.m(f'{p99}:baseline_mean')} + {_num(ctx.sigma)} * "
-        f"({_floored(ctx, f'{p99}:baseline_stddev', f'{p99}:baseline_mean', floor)})",
+        f"{ctx.m(f'{p99}:baseline_mean')} + "
+        + ctx.scale(ctx.sigma, f"({_floored(ctx, f'{p99}:baseline_stddev', f'{p99}:baseline_mean', floor)})"),
     )
     # the checkpoint filesystem as the fullest of the pods' views (they share it, or each has its own)
     rec(
@@ -132,15 +210,15 @@ def recording_rules(ctx: Context) -> list[Rule]:
     )
     rec(
         "trainguard:train_grad_norm:max:upper_bound",
-        f"{ctx.m('trainguard:train_grad_norm:max:baseline_mean')} + {_num(ctx.sigma)} * "
-        f"{ctx.m('trainguard:train_grad_norm:max:baseline_stddev_floored')}",
+        f"{ctx.m('trainguard:train_grad_norm:max:baseline_mean')} + "
+        + ctx.scale(ctx.sigma, ctx.m("trainguard:train_grad_norm:max:baseline_stddev_floored")),
     )
     return rules
 
 
-def _floored(ctx: Context, stddev: str, mean: str, ratio: str) -> str:
+def _floored(ctx: Context, stddev: str, mean: str, ratio: Operand) -> str:
     """max(stddev, ratio x |mean|): a flat signal gets a deviation floor instead of zero."""
-    floor = f"({ratio} * abs({ctx.m(mean)}))"
+    floor = f"({ctx.scale(ratio, f'abs({ctx.m(mean)})')})"
     return f"({ctx.m(stddev)} > on({JOB}) {floor}) or on({JOB}) {floor}"
 
 
@@ -182,24 +260,25 @@ def _since_start(ctx: Context, last: str) -> str:
     return f"(max by ({JOB}) ({last}) or max by ({JOB}) ({start}))"
 
 
-def _stall_seconds(ctx: Context, a: EffectiveAlert) -> float:
+def _stall_seconds(ctx: Context, a: EffectiveAlert) -> Operand:
     # a checkpoint pauses steps, so a stall is only judged past the longest a checkpoint may take
-    return max(a.p("seconds"), duration_seconds(ctx.monitor.spec.checkpoint.timeout))
+    return ctx.larger(ctx.p(a, "seconds"), ctx.setting("checkpoint_timeout_seconds"))
 
 
-def _band(ctx: Context, ratio: float) -> str:
+def _band(ctx: Context, ratio: Operand) -> str:
     """How far throughput may stray from its baseline mean: sigma x stddev, never less than ratio x mean."""
     mean = ctx.m("trainguard:train_tokens_per_second_per_gpu:avg:baseline_mean")
     stddev = ctx.m("trainguard:train_tokens_per_second_per_gpu:avg:baseline_stddev")
-    floor = f"({_num(ratio)} * {mean})"
-    return f"(({_num(ctx.sigma)} * {stddev}) > on({JOB}) {floor} or on({JOB}) {floor})"
+    floor = f"({ctx.scale(ratio, mean)})"
+    return f"(({ctx.scale(ctx.sigma, stddev)}) > on({JOB}) {floor} or on({JOB}) {floor})"
 
 
 def _checkpoint_storage(ctx: Context, a: EffectiveAlert) -> str:
     """Free space at the next full checkpoint, extrapolated with predict_linear (now) plus the slope times
     the seconds until then (fullEverySteps / the step rate), against the size of one full checkpoint."""
     avail = f"{ctx.m('trainguard:checkpoint_filesystem_avail_bytes:min')}[30m]"
-    interval = f"({_num(ctx.monitor.spec.checkpoint.full_every_steps)} / ({ctx.m('trainguard:train_step:rate')} > 0))"
+    rate = f"({ctx.m('trainguard:train_step:rate')} > 0)"
+    interval = f"({ctx.per(ctx.setting('checkpoint_full_every_steps'), rate)})"
     size = f"max by ({JOB}) ({ctx.m('trainguard_checkpoint_last_size_bytes', _FULL)})"
     predicted = f"predict_linear({avail}, 0) + on({JOB}) deriv({avail}) * on({JOB}) {interval}"
     return f"{predicted} < on({JOB}) ({size} or on({JOB}) 0 * {ctx.m('trainguard:checkpoint_filesystem_avail_bytes:min')})"
@@ -208,23 +287,23 @@ def _checkpoint_storage(ctx: Context, a: EffectiveAlert) -> str:
 def _loss_diverging_early(ctx: Context, a: EffectiveAlert) -> str:
     loss = ctx.m("trainguard:train_loss:avg")
     step = ctx.m("trainguard:train_step:max")
-    above_min = f"{loss} > on({JOB}) {_num(1 + a.p('rise'))} * min_over_time({loss}[1h])"
-    cv = f"stddev_over_time({loss}[5m]) / abs(avg_over_time({loss}[5m])) > {_num(a.p('cv'))}"
+    above_min = f"{loss} > on({JOB}) {ctx.scale(ctx.plus(1, ctx.p(a, 'rise')), f'min_over_time({loss}[1h])')}"
+    cv = f"stddev_over_time({loss}[5m]) / abs(avg_over_time({loss}[5m])) {ctx.cmp('>', ctx.p(a, 'cv'))}"
     return (
-        f"({above_min} or on({JOB}) {cv}) and on({JOB}) {step} > {_num(a.p('min_steps'))} "
-        f"unless on({JOB}) {step} > {ctx.monitor.spec.warmup_steps()}"
+        f"({above_min} or on({JOB}) {cv}) and on({JOB}) {step} {ctx.cmp('>', ctx.p(a, 'min_steps'))} "
+        f"unless on({JOB}) {step} {ctx.cmp('>', ctx.setting('warmup_steps'))}"
     )
 
 
 def _rack_heat(ctx: Context, a: EffectiveAlert) -> str:
     label = ctx.monitor.spec.topology.ksm_label()
     hot = (
-        f"label_replace(({ctx.gpu('DCGM_FI_DEV_GPU_TEMP')} > {_num(a.p('celsius'))}) * on(node) "
+        f"label_replace(({ctx.gpu('DCGM_FI_DEV_GPU_TEMP')} {ctx.cmp('>', ctx.p(a, 'celsius'))}) * on(node) "
         f'group_left({label}) kube_node_labels, "rack", "$1", "{label}", "(.+)")'
     )
     by_rack = f"{JOB}, rack"
     return (
-        f"count by ({by_rack}) ({hot}) >= {_num(a.p('gpus'))} and on({by_rack}) "
+        f"count by ({by_rack}) ({hot}) {ctx.cmp('>=', ctx.p(a, 'gpus'))} and on({by_rack}) "
         f"count by ({by_rack}) (count by ({by_rack}, node) ({hot})) >= 2"
     )
 
@@ -234,8 +313,7 @@ def _monitoring_missing(ctx: Context, a: EffectiveAlert) -> str:
     has GPUs but no GPU series; or a pod's target vanished while kube-state-metrics says it still runs."""
     pod = f"{JOB}, pod, node"
     up = ctx.m("up")
-    inference = ctx.monitor.spec.mode == "inference"
-    trainer = ctx.m("trainguard_inference_latency_seconds" if inference else "trainguard_train_step")
+    trainer = ctx.trainer()
     parts = [f"group by ({pod}) ({up} == 1) unless on({JOB}, pod) group by ({JOB}, pod) ({trainer})"]
     if ctx.monitor.spec.exporter.gpu_backend == "dcgm":
         if ctx.monitor.spec.gpus_per_pod > 0:
@@ -248,7 +326,7 @@ def _monitoring_missing(ctx: Context, a: EffectiveAlert) -> str:
             f"group by ({pod}) ({ctx.m('trainguard_exporter_gpus_assigned')} > 0) unless on({JOB}, pod) "
             f"group by ({JOB}, pod) ({ctx.gpu('DCGM_FI_DEV_GPU_UTIL')})"
         )
-    running = f'kube_pod_status_phase{{namespace="{ctx.monitor.namespace}",phase="Running"}} == 1'
+    running = f'kube_pod_status_phase{{{ctx.namespace_matcher}phase="Running"}} == 1'
     parts.append(
         f"group by ({pod}) (present_over_time({up}[1h])) unless on(namespace, pod) {up} "
         f"and on(namespace, pod) ({running})"
@@ -263,7 +341,7 @@ EXPRESSIONS: dict[str, Callable[[Context, EffectiveAlert], str]] = {
     "GPUOutOfMemory": lambda c, a: f"increase({c.m('trainguard_train_oom_total')}[{c.rate_window}]) > 0",
     "TrainingJobStalled": lambda c, a: (
         f"time() - {_since_start(c, c.m('trainguard_train_last_step_timestamp_seconds'))} "
-        f"> {_num(_stall_seconds(c, a))}"
+        f"{c.cmp('>', _stall_seconds(c, a))}"
     ),
     # node state only: an unreachable sidecar is TrainguardExporterDown, and the operator acts on this
     "GPUNodeDown": lambda c, a: (
@@ -281,16 +359,16 @@ EXPRESSIONS: dict[str, Callable[[Context, EffectiveAlert], str]] = {
     "TrainingThroughputDrop": lambda c, a: (
         f"{c.m('trainguard:train_tokens_per_second_per_gpu:avg')} < on({JOB}) "
         f"({c.m('trainguard:train_tokens_per_second_per_gpu:avg:baseline_mean')} - on({JOB}) "
-        f"{_band(c, a.p('ratio'))}) and {c.warmed_up}"
+        f"{_band(c, c.p(a, 'ratio'))}) and {c.warmed_up}"
     ),
-    "GPUMemoryCritical": lambda c, a: f"{_mem(c)} >= {_num(a.p('ratio'))}",
+    "GPUMemoryCritical": lambda c, a: f"{_mem(c)} {c.cmp('>=', c.p(a, 'ratio'))}",
     "GPUMemoryHang": lambda c, a: (
-        f"{_mem(c)} > {_num(a.p('ratio'))} and on({JOB}, pod, gpu) "
-        f"{c.gpu('DCGM_FI_DEV_GPU_UTIL')} < {_num(a.p('utilization'))}"
+        f"{_mem(c)} {c.cmp('>', c.p(a, 'ratio'))} and on({JOB}, pod, gpu) "
+        f"{c.gpu('DCGM_FI_DEV_GPU_UTIL')} {c.cmp('<', c.p(a, 'utilization'))}"
     ),
-    "GPUThermalThrottling": lambda c, a: f"{c.gpu('DCGM_FI_DEV_GPU_TEMP')} > {_num(a.p('celsius'))}",
+    "GPUThermalThrottling": lambda c, a: f"{c.gpu('DCGM_FI_DEV_GPU_TEMP')} {c.cmp('>', c.p(a, 'celsius'))}",
     "NetworkPacketLossHigh": lambda c, a: (
-        f"{c.m('trainguard_network_packet_loss_ratio')} > {_num(a.p('ratio'))}"
+        f"{c.m('trainguard_network_packet_loss_ratio')} {c.cmp('>', c.p(a, 'ratio'))}"
     ),
     "GradientExplosion": lambda c, a: (
         f"{c.m('trainguard:train_grad_norm:max')} > on({JOB}) "
@@ -298,54 +376,63 @@ EXPRESSIONS: dict[str, Callable[[Context, EffectiveAlert], str]] = {
     ),
     "CheckpointStale": lambda c, a: (
         f"time() - {_since_start(c, c.m('trainguard_checkpoint_last_success_timestamp_seconds', _FULL))} "
-        f"> on({JOB}) {_num(a.p('factor') * c.monitor.spec.checkpoint.full_every_steps)} / "
-        f"({c.m('trainguard:train_step:rate')} > 0)"
+        f"> on({JOB}) "
+        + c.per(
+            c.product(c.p(a, "factor"), c.setting("checkpoint_full_every_steps")),
+            f"({c.m('trainguard:train_step:rate')} > 0)",
+        )
     ),
     "InferenceLatencyHigh": lambda c, a: (
-        f"{c.m('trainguard_inference_latency_seconds')} > {_num(a.p('seconds'))} and on({JOB}, pod) "
-        f"max by ({JOB}, pod) ({_mem(c)}) > {_num(a.p('memory_ratio'))}"
+        f"{c.m('trainguard_inference_latency_seconds')} {c.cmp('>', c.p(a, 'seconds'))} and on({JOB}, pod) "
+        f"max by ({JOB}, pod) ({_mem(c)}) {c.cmp('>', c.p(a, 'memory_ratio'))}"
     ),
-    "GPUMemoryPressure": lambda c, a: f"{_mem(c)} >= {_num(a.p('ratio'))}",
+    "GPUMemoryPressure": lambda c, a: f"{_mem(c)} {c.cmp('>=', c.p(a, 'ratio'))}",
     "GPUMemoryFragmentationHigh": lambda c, a: (
-        f"{c.m('trainguard_gpu_memory_fragmentation_ratio')} > {_num(a.p('ratio'))}"
+        f"{c.m('trainguard_gpu_memory_fragmentation_ratio')} {c.cmp('>', c.p(a, 'ratio'))}"
     ),
     "TrainingThroughputDeviation": lambda c, a: (
         f"abs({c.m('trainguard:train_tokens_per_second_per_gpu:avg')} - on({JOB}) "
         f"{c.m('trainguard:train_tokens_per_second_per_gpu:avg:baseline_mean')}) > on({JOB}) "
-        f"{_band(c, a.p('ratio'))} and {c.warmed_up}"
+        f"{_band(c, c.p(a, 'ratio'))} and {c.warmed_up}"
     ),
     "TrainingLossOscillation": lambda c, a: (
         f"{c.m('trainguard:train_loss:stddev_5m')} > on({JOB}) "
-        f"{_num(c.sigma)} * {c.m('trainguard:train_loss:stddev_5m:baseline_floored')} and {c.warmed_up}"
+        f"{c.scale(c.sigma, c.m('trainguard:train_loss:stddev_5m:baseline_floored'))} and {c.warmed_up}"
     ),
     "GradientVanishing": lambda c, a: (
-        f"{c.m('trainguard:train_grad_norm:max')} < {_num(a.p('floor'))} and {c.warmed_up}"
+        f"{c.m('trainguard:train_grad_norm:max')} {c.cmp('<', c.p(a, 'floor'))} and {c.warmed_up}"
     ),
     "LossScaleUnstable": lambda c, a: (
         f"max by ({JOB}) (increase({c.m('trainguard_train_loss_scale_updates_total')}[10m])) "
-        f"> {_num(a.p('changes'))}"
+        f"{c.cmp('>', c.p(a, 'changes'))}"
     ),
     "AllReduceTimeRatioHigh": lambda c, a: (
-        f"{c.m('trainguard_train_allreduce_time_ratio')} > {_num(a.p('ratio'))}"
+        f"{c.m('trainguard_train_allreduce_time_ratio')} {c.cmp('>', c.p(a, 'ratio'))}"
     ),
-    "DataLoaderSlow": lambda c, a: f"{c.m('trainguard_train_dataloader_wait_ratio')} > {_num(a.p('ratio'))}",
+    "DataLoaderSlow": lambda c, a: (
+        f"{c.m('trainguard_train_dataloader_wait_ratio')} {c.cmp('>', c.p(a, 'ratio'))}"
+    ),
     "HostSwapPressure": lambda c, a: (
-        f"{c.m('trainguard_host_kswapd_cpu_ratio')} > {_num(a.p('kswapd_ratio'))} and on({JOB}, pod) "
-        f"{c.m('trainguard_host_memory_used_ratio')} > {_num(a.p('memory_ratio'))}"
+        f"{c.m('trainguard_host_kswapd_cpu_ratio')} {c.cmp('>', c.p(a, 'kswapd_ratio'))} and on({JOB}, pod) "
+        f"{c.m('trainguard_host_memory_used_ratio')} {c.cmp('>', c.p(a, 'memory_ratio'))}"
     ),
     "DiskWriteLatencyHigh": lambda c, a: (
-        f"{c.m('trainguard_host_disk_write_latency_seconds')} > {_num(a.p('seconds'))}"
+        f"{c.m('trainguard_host_disk_write_latency_seconds')} {c.cmp('>', c.p(a, 'seconds'))}"
     ),
-    "NetworkPacketLoss": lambda c, a: f"{c.m('trainguard_network_packet_loss_ratio')} > {_num(a.p('ratio'))}",
+    "NetworkPacketLoss": lambda c, a: (
+        f"{c.m('trainguard_network_packet_loss_ratio')} {c.cmp('>', c.p(a, 'ratio'))}"
+    ),
     "NetworkBandwidthSaturation": lambda c, a: (
-        f"{c.m('trainguard_network_bandwidth_utilization_ratio')} > {_num(a.p('ratio'))}"
+        f"{c.m('trainguard_network_bandwidth_utilization_ratio')} {c.cmp('>', c.p(a, 'ratio'))}"
     ),
     "GPUSingleBitECCErrorsHigh": lambda c, a: (
-        f"increase({c.gpu('DCGM_FI_DEV_ECC_SBE_VOL_TOTAL')}[1d]) > {_num(a.p('errors'))}"
+        f"increase({c.gpu('DCGM_FI_DEV_ECC_SBE_VOL_TOTAL')}[1d]) {c.cmp('>', c.p(a, 'errors'))}"
     ),
-    "GPUMemoryHigh": lambda c, a: f"{_mem(c)} >= {_num(a.p('ratio'))}",
-    "GPUMemorySustainedHigh": lambda c, a: f"{_mem(c)} > {_num(a.p('ratio'))}",
-    "GPUMemoryTemperatureHigh": lambda c, a: f"{c.gpu('DCGM_FI_DEV_MEMORY_TEMP')} > {_num(a.p('celsius'))}",
+    "GPUMemoryHigh": lambda c, a: f"{_mem(c)} {c.cmp('>=', c.p(a, 'ratio'))}",
+    "GPUMemorySustainedHigh": lambda c, a: f"{_mem(c)} {c.cmp('>', c.p(a, 'ratio'))}",
+    "GPUMemoryTemperatureHigh": lambda c, a: (
+        f"{c.gpu('DCGM_FI_DEV_MEMORY_TEMP')} {c.cmp('>', c.p(a, 'celsius'))}"
+    ),
     "GPURowRemapPending": lambda c, a: f"{c.gpu('DCGM_FI_DEV_ROW_REMAP_PENDING')} > 0",
     "GPURowRemapFailure": lambda c, a: f"{c.gpu('DCGM_FI_DEV_ROW_REMAP_FAILURE')} > 0",
     "GPURetiredPagesPending": lambda c, a: f"{c.gpu('DCGM_FI_DEV_RETIRED_PENDING')} > 0",
@@ -354,31 +441,32 @@ EXPRESSIONS: dict[str, Callable[[Context, EffectiveAlert], str]] = {
     "RackThermalEvent": _rack_heat,
     "MonitoringDataMissing": _monitoring_missing,
     "InferenceQueueDepthHigh": lambda c, a: (
-        f"{c.m('trainguard_inference_queue_depth')} > {_num(a.p('requests'))}"
+        f"{c.m('trainguard_inference_queue_depth')} {c.cmp('>', c.p(a, 'requests'))}"
     ),
     "GPUMemoryGrowthPredicted": lambda c, a: (
-        f"predict_linear({_mem(c)}[30m], {_num(a.p('horizon_seconds'))}) >= 1 and {_mem(c)} >= {_num(a.p('ratio'))}"
+        f"predict_linear({_mem(c)}[30m], {_num(a.p('horizon_seconds'))}) >= 1 and {_mem(c)} {c.cmp('>=', c.p(a, 'ratio'))}"
     ),
     "CollectiveLatencyHigh": lambda c, a: (
         f"{c.m('trainguard:train_collective_seconds:p99')} > on({JOB}) "
         f"{c.m('trainguard:train_collective_seconds:p99:upper_bound')} and on({JOB}) "
-        f"{c.m('trainguard:train_collective_seconds:p99')} > on({JOB}) {_num(a.p('ratio'))} * "
-        f"{c.m('trainguard:train_collective_seconds:p99:baseline_mean')} and {c.warmed_up}"
+        f"{c.m('trainguard:train_collective_seconds:p99')} > on({JOB}) "
+        f"{c.scale(c.p(a, 'ratio'), c.m('trainguard:train_collective_seconds:p99:baseline_mean'))} "
+        f"and {c.warmed_up}"
     ),
     "NetworkCongestion": lambda c, a: (
         f"rate({c.m('trainguard_network_ecn_marked_packets_total')}[{c.rate_window}]) "
-        f"> {_num(a.p('packets_per_second'))}"
+        f"{c.cmp('>', c.p(a, 'packets_per_second'))}"
     ),
     "NVLinkCRCErrors": lambda c, a: (
-        f"increase({c.gpu('DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL')}[10m]) > {_num(a.p('errors'))}"
+        f"increase({c.gpu('DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL')}[10m]) {c.cmp('>', c.p(a, 'errors'))}"
     ),
     "CheckpointRestoreSlow": lambda c, a: (
-        f"{c.m('trainguard_checkpoint_restore_read_bytes_per_second')} < {_num(a.p('bytes_per_second'))} "
+        f"{c.m('trainguard_checkpoint_restore_read_bytes_per_second')} {c.cmp('<', c.p(a, 'bytes_per_second'))} "
         f"and on({JOB}, pod) {c.m('trainguard_checkpoint_restoring')} == 1"
     ),
     "GPUPowerCapped": lambda c, a: (
         f"{c.gpu('DCGM_FI_DEV_POWER_USAGE')} / "
-        f"{c.gpu('DCGM_FI_DEV_ENFORCED_POWER_LIMIT')} >= {_num(a.p('ratio'))}"
+        f"{c.gpu('DCGM_FI_DEV_ENFORCED_POWER_LIMIT')} {c.cmp('>=', c.p(a, 'ratio'))}"
     ),
 }
 
@@ -442,7 +530,7 @@ def _correlation(ctx: Context, a: EffectiveAlert) -> dict[str, str]:
             "{{ range $i, $s := . }}{{ if $i }}|{{ end }}{{ $s.Labels.pod }}{{ end }}",
         )
         out["log_query"] = f'{{namespace="{{{{ $labels.namespace }}}}",pod=~"{pods}"}}'
-        selector = ",".join(f"{k}={v}" for k, v in sorted(ctx.monitor.spec.selector.match_labels.items()))
+        selector = ctx.pod_selector
         target = f"-l '{selector}' --prefix" if selector else f"{pods}"
         if not bound:
             out["nodes"] = _query(
@@ -457,11 +545,10 @@ def _correlation(ctx: Context, a: EffectiveAlert) -> dict[str, str]:
     return out
 
 
-def _alert_rule(ctx: Context, a: EffectiveAlert, policy: EffectivePolicy) -> Rule:
-    params = ", ".join(f"{k}={_num(v)}" for k, v in a.params.items())
+def alert_rule(ctx: Context, a: EffectiveAlert, policy: EffectivePolicy) -> Rule:
     description = (
         f"{{{{ $labels.namespace }}}}/{{{{ $labels.training_job }}}}{_WHERE[a.alert.scope]}: "
-        f"{a.alert.condition}{f' ({params})' if params else ''}. Value: {{{{ $value | humanize }}}}."
+        f"{a.alert.condition}{ctx.describe(a)}. Value: {{{{ $value | humanize }}}}."
     )
     return {
         "alert": a.name,
@@ -529,26 +616,30 @@ def alerting_rules(ctx: Context, policy: EffectivePolicy) -> list[Rule]:
             continue
         # no escalation copies: the operator escalates a P1 only while Alertmanager shows it neither
         # silenced (acknowledged) nor inhibited (remediation/escalation.py); a copied rule could not tell
-        rules.append(_alert_rule(ctx, a, policy))
-    for custom in policy.custom_rules:
-        rules.append(
-            {
-                "alert": custom.name,
-                "expr": custom.expr.replace("$selector", ctx.sel),
-                "for": custom.for_,
-                "labels": dict(sorted(custom.labels.items()))
-                | grade_labels(custom.severity, ctx.severity_style)
-                | {
-                    "namespace": ctx.monitor.namespace,
-                    "training_job": ctx.monitor.name,
-                },
-                "annotations": {
-                    "summary": custom.summary or custom.name,
-                    "description": custom.description or custom.summary or custom.name,
-                },
-            }
-        )
-    return rules
+        rules.append(alert_rule(ctx, a, policy))
+    return rules + custom_rules(ctx, policy)
+
+
+def custom_rules(ctx: Context, policy: EffectivePolicy) -> list[Rule]:
+    """The policies' own rules, `$selector` replaced with the monitor's job."""
+    return [
+        {
+            "alert": custom.name,
+            "expr": custom.expr.replace("$selector", ctx.sel),
+            "for": custom.for_,
+            "labels": dict(sorted(custom.labels.items()))
+            | grade_labels(custom.severity, ctx.severity_style)
+            | {
+                "namespace": ctx.monitor.namespace,
+                "training_job": ctx.monitor.name,
+            },
+            "annotations": {
+                "summary": custom.summary or custom.name,
+                "description": custom.description or custom.summary or custom.name,
+            },
+        }
+        for custom in policy.custom_rules
+    ]
 
 
 def rule_group(

@@ -1,0 +1,65 @@
+"""--rule-form: per-monitor by default; with shared, a monitor's PrometheusRule keeps only what the shared
+group cannot judge, and the shared group is one object in the operator's namespace."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import POLICY, monitor, monitor_body, policy
+from tests.kube.fakes import FakeKube
+from trainguard.cli import build_parser
+from trainguard.controller.reconcile import reconcile_monitor
+from trainguard.controller.run import OperatorOptions, apply_shared_rules
+from trainguard.render.kubernetes import prometheus_rule, shared_prometheus_rule
+from trainguard.render.policy import effective_policy
+from trainguard.render.shared import RULE_FORMS, SHARED_GROUP, SHARED_RULE_NAME
+
+
+def test_per_monitor_is_the_default_and_both_forms_are_taken() -> None:
+    assert build_parser().parse_args(["operator"]).rule_form == "per-monitor"
+    for form in RULE_FORMS:
+        assert build_parser().parse_args(["operator", "--rule-form", form]).rule_form == form
+
+
+def test_another_value_is_refused_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["operator", "--rule-form", "both"])
+    assert "--rule-form" in capsys.readouterr().err
+
+
+def _groups(form: str, **monitor_changes: str) -> list[str]:
+    m = monitor(**monitor_changes)
+    rule = prometheus_rule(m, effective_policy(m, [policy()]), rule_form=form)
+    return [g["name"] for g in rule["spec"]["groups"]]
+
+
+def test_a_shared_monitors_rule_holds_only_its_aggregates() -> None:
+    assert _groups("per-monitor") == [
+        "trainguard.ml.llama-pretrain",
+        "trainguard.ml.llama-pretrain.longterm",
+    ]
+    assert _groups("shared") == ["trainguard.ml.llama-pretrain.longterm"]
+    slow = {"spec.exporter.scrapeInterval": "1m"}
+    assert _groups("shared", **slow) == _groups("per-monitor", **slow)
+
+
+def test_the_shared_rule_is_one_object_in_the_operators_namespace() -> None:
+    rule = shared_prometheus_rule("trainguard-system", object_labels={"release": "kube-prometheus-stack"})
+    assert rule["metadata"]["namespace"] == "trainguard-system"
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert [g["name"] for g in rule["spec"]["groups"]] == [SHARED_GROUP]
+
+
+def test_reconcile_applies_the_shared_forms_rule() -> None:
+    kube = FakeKube(POLICY)
+    reconcile_monitor(kube, kube, monitor_body(), rule_form="shared")  # type: ignore[arg-type]
+    applied = kube.objects[("PrometheusRule", "ml", "trainguard-llama-pretrain")]
+    assert [g["name"] for g in applied["spec"]["groups"]] == ["trainguard.ml.llama-pretrain.longterm"]
+
+
+def test_the_operator_applies_the_shared_rule_in_its_namespace() -> None:
+    kube = FakeKube()
+    apply_shared_rules(kube, OperatorOptions(namespace="tg", rule_form="shared"))  # type: ignore[arg-type]
+    rule = kube.objects[("PrometheusRule", "tg", SHARED_RULE_NAME)]
+    assert [g["name"] for g in rule["spec"]["groups"]] == [SHARED_GROUP]
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"  # the default object labels
