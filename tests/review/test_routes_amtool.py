@@ -78,7 +78,7 @@ def test_the_route_walk_agrees_with_amtool(amtool: str, tmp_path: Path) -> None:
         assert receivers(config, labels) == expected, labels
         seen.add(tuple(expected))
     # the cases do tell receivers apart: paging, IM only, e-mail and tickets, the night, the dashboard
-    assert ("ml/default/oncall-phone", "ml/default/im") in seen
+    assert ("ml/default/oncall-phone", "ml/default/im+resolved") in seen
     assert ("trainguard-dashboard",) in seen
     assert ("vision/default/email", "vision/default/ticket", "vision/default/oncall-phone") in seen  # night
     assert ("vision/default/im", "vision/default/email") in seen  # the morning report

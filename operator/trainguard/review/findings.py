@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from trainguard.catalog.severity import with_priority
+from trainguard.render.receivers import RESOLVED_VARIANT
 from trainguard.review.history import Episode
 
 CO_FIRING = 0.5
@@ -218,7 +219,8 @@ Router = Callable[[dict[str, str]], Sequence[str]]
 
 def by_receiver(episodes: Sequence[Episode], router: Router | None, top: int) -> list[ReceiverCount]:
     """Per receiver, its `top` most frequent alerts by episodes; receivers by total, busiest first.
-    Without a router every episode counts under "-"."""
+    Without a router every episode counts under "-". A receiver's variant that is told of resolutions
+    (`<name>+resolved`) is the same channel: it counts under its name."""
     counts: dict[str, dict[str, int]] = {}
     cache: dict[frozenset[tuple[str, str]], Sequence[str]] = {}
     for e in episodes:
@@ -226,7 +228,7 @@ def by_receiver(episodes: Sequence[Episode], router: Router | None, top: int) ->
         if key not in cache:
             # an alert of a rule older than `priority` is routed as its successor would be
             cache[key] = router(with_priority(e.labels)) if router else ["-"]
-        for receiver in dict.fromkeys(cache[key]):
+        for receiver in dict.fromkeys(r.removesuffix(RESOLVED_VARIANT) for r in cache[key]):
             own = counts.setdefault(receiver, {})
             own[e.alertname] = own.get(e.alertname, 0) + 1
     rows = [
