@@ -6,7 +6,8 @@ examples/train_tiny.py through the SDK; pod llama-1 on gpu-node-2 is a mixed-pre
 from this test through the SDK's Reporter, because train_tiny (pure Python, fp64) has no loss scale and
 no allocator to report. kube-state-metrics needs an apiserver, so a stand-in serves the series it
 exports for two Ready nodes, one of which carries the operator's cordon taint (what the cluster shows
-after a remediation; the operator itself is not run here).
+after a remediation; the operator itself is not run here: its goodput series, which the job dashboard
+reads too, are served from its own collector (controller/metrics.py) over the job's monitor).
 
 Each panel's query is sent as Grafana sends it (template variables substituted with the values the
 dashboard's own variable queries return) and must return at least one series: first with no fault,
@@ -28,10 +29,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from tests.processes import free_port, http_json, serve_text, start, stop, wait_http
 from trainguard.api import load_documents
 from trainguard.catalog.kubernetes import FAULTY_TAINT
+from trainguard.controller.metrics import GoodputCollector
 from trainguard.exporter.faults import KINDS
 from trainguard.render import dump_yaml, render_prometheus
 from trainguard.render.dashboards import panel_queries, render_dashboards, variable_queries
@@ -79,6 +82,20 @@ NEEDS_A_FAULT: dict[str, tuple[str, str]] = {
     "P0 alerts (what the operator acts on)": ("oom", "a P0 needs a P0 fault: oom fires GPUOutOfMemory"),
 }
 """Panels that are empty on a healthy job, the fault that fills each, and why."""
+
+
+def operator_goodput() -> str:
+    """What the leader's GoodputCollector exports for the job's monitor, created an hour ago, no records."""
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 3600))
+    body = {
+        "metadata": {"namespace": "ml", "name": "llama-pretrain", "creationTimestamp": created},
+        "status": {},
+    }
+    registry = CollectorRegistry()
+    registry.register(GoodputCollector(lambda: [body], leader=lambda: True))
+    return generate_latest(registry).decode()
+
+
 FAULTS = sorted({fault for fault, _ in NEEDS_A_FAULT.values()})
 
 
@@ -108,6 +125,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         (d / name).write_text(dump_yaml(files[name]))
     served = contextlib.ExitStack()
     ksm = served.enter_context(serve_text(KSM))
+    operator = served.enter_context(serve_text(operator_goodput()))
     ports = {node: free_port() for node in NODES}
     prom_port = free_port()
     targets = [
@@ -126,6 +144,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             # kube-state-metrics labels the objects it reports (their namespace, node): honoured, as dcgm-exporter's
             {"job_name": "kube-state-metrics", "honor_labels": True,
              "static_configs": [{"targets": [ksm]}]},
+            # the operator's goodput: its ServiceMonitor honours their labels (namespace is the job's)
+            {"job_name": "trainguard-operator", "honor_labels": True, "static_configs": [{"targets": [operator]}]},
         ],
     }))  # fmt: skip
     procs = [
