@@ -19,6 +19,7 @@ from tests.kube.fakes import FakeKube, pod
 from trainguard.controller.handlers import LOCKS, reconcile, resync
 from trainguard.controller.periodic import Periodic
 from trainguard.controller.reconcile import ReceiverSettings
+from trainguard.render.shared import SHARED
 
 SELECTED = MONITOR["spec"]["selector"]["matchLabels"]
 RECEIVER = ReceiverSettings(key=b"k" * 32, url="https://trainguard-operator:8443", ca="CA")
@@ -122,3 +123,19 @@ def test_a_secret_due_to_be_written_again_is_written_alone() -> None:
     kube.written.clear()  # FakeKube's memory of this process's writes: as after a restart
     resync_pass(kube, api, Clock(1000.0))
     assert api.requests == ["apply Secret"]
+
+
+def test_a_steady_resync_pass_of_a_shared_monitor_keeps_its_shared_form() -> None:
+    """The resync renders the monitor in the operator's rule form: rendered per monitor instead, it would
+    find the PrometheusRule different and put the whole per-monitor group back on every pass."""
+    kube, api = cluster()
+    reconcile(api, kube, "ml", "llama-pretrain", receiver=RECEIVER, rule_form=SHARED)  # type: ignore[arg-type]
+    api.requests.clear()
+    clock = Clock(1000.0)
+    p = Periodic(api, kube, leader=lambda: True, lock=LOCKS, resync_s=60, pods_s=3600, clock=clock,  # type: ignore[arg-type]
+                 reconcile=lambda ns, n: reconcile(api, kube, ns, n, receiver=RECEIVER, rule_form=SHARED),  # type: ignore[arg-type]
+                 resync=lambda body: resync(api, kube, body, receiver=RECEIVER, rule_form=SHARED))  # type: ignore[arg-type]  # fmt: skip
+    for _ in range(2):
+        clock.now += 60
+        p.tick()
+    assert api.requests == []

@@ -126,6 +126,7 @@ def resync(
     label_namespace: Callable[[str], str] | None = None,
     severity_style: str = GRADE,
     object_labels: Mapping[str, str] | None = None,
+    rule_form: str = PER_MONITOR,
 ) -> bool:
     """One monitor of the periodic resync, decided from the watch caches: the monitor as its cache holds
     it, its policies from theirs, its objects compared with the owned objects' cache (Kube.unchanged).
@@ -136,7 +137,8 @@ def resync(
     started = time.monotonic()
     rehearsal = Rehearsal(kube, cached_policy(reads, kube))
     status = reconcile_monitor(rehearsal, reads, body, receiver=receiver, label_namespace=label_namespace,
-                               severity_style=severity_style, object_labels=object_labels)  # fmt: skip
+                               severity_style=severity_style, object_labels=object_labels,
+                               rule_form=rule_form)  # fmt: skip
     if not rehearsal.writes:
         for secret in rehearsal.secrets:  # due to be written again, the same content
             kube.apply(secret)
@@ -145,7 +147,7 @@ def resync(
         return False
     log.debug("%s/%s: the resync finds %s to write", namespace, name, ", ".join(rehearsal.writes))
     reconcile(kube, reads, namespace, name, receiver=receiver, metrics=metrics, label_namespace=label_namespace,
-              severity_style=severity_style, object_labels=object_labels)  # fmt: skip
+              severity_style=severity_style, object_labels=object_labels, rule_form=rule_form)  # fmt: skip
     return True
 
 

@@ -257,6 +257,7 @@ def run(opts: OperatorOptions) -> None:
             label_namespace=namespaces.ensure,
             severity_style=opts.severity_style,
             object_labels=opts.object_labels,
+            rule_form=opts.rule_form,
         ),
         resync_s=opts.resync_seconds,
         pods_s=opts.pods_seconds,
