@@ -52,7 +52,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kubernetes import client
@@ -106,6 +106,16 @@ def trainguard_image() -> Image:
 
 
 IMAGES: dict[str, Callable[[], Image]] = {"ghcr.io/trainguard/trainguard": trainguard_image}
+
+
+def image_roots() -> list[PurePosixPath]:
+    """What the trainguard image stands for on this machine: the checkout (the code under test) and the
+    venv, where it is not inside the checkout."""
+    checkout, venv = Path(__file__).resolve().parents[1], Path(sys.prefix).resolve()
+    roots = [checkout] if checkout in venv.parents else [checkout, venv]
+    return [PurePosixPath(r) for r in roots]
+
+
 """Image repositories (no tag or digest) this runner can run, and what each stands for."""
 
 
@@ -301,6 +311,13 @@ class Kubelet:
             argv[0] = str(found)
         script = ["set -e", f"hostname {shlex.quote(pod['spec'].get('hostname') or pod['metadata']['name'])}",
                   f"cd {shlex.quote(str(d / 'volumes'))}"]  # fmt: skip
+        # the image's files are this machine's checkout and venv: a mount over one of their parents (an
+        # emptyDir at /tmp, when the checkout is under /tmp) would hide them, so they are bound aside first
+        # and put back over the mounts at the end
+        mounts = [PurePosixPath(m["mountPath"]) for m in c.get("volumeMounts") or []]
+        covered = [r for r in image_roots() if any(r == t or t in r.parents for t in mounts)]
+        for i, root in enumerate(covered):
+            script += [f"mkdir -p .image-{i}", f"mount --bind {shlex.quote(str(root))} .image-{i}"]
         # parents first; each source named relative to the volumes folder, which stays reachable as the
         # working directory once a mount (/tmp, say) covers the path it has on the host
         for m in sorted(c.get("volumeMounts") or [], key=lambda m: m["mountPath"]):
@@ -319,6 +336,11 @@ class Kubelet:
             script.append(f"mount --bind {rel} {target}")
             if m.get("readOnly"):
                 script.append(f"mount -o remount,bind,ro {target}")
+        for i, root in enumerate(covered):
+            script += [
+                f"mkdir -p {shlex.quote(str(root))}",
+                f"mount --bind .image-{i} {shlex.quote(str(root))}",
+            ]
         script.append(f"cd {shlex.quote(c.get('workingDir') or image.workdir)}")
         script.append('exec "$@"')
         log = d / f"{c['name']}.log"

@@ -245,8 +245,9 @@ MUST_NOT: list[dict[str, str]] = [
         "resource": "prometheusrules",
         "namespace": WORKLOAD_NS,
     },
+    # it lists and watches its rendered objects' metadata (kube/cache.py), and never deletes them
     {
-        "verb": "list",
+        "verb": "delete",
         "group": "monitoring.coreos.com",
         "resource": "alertmanagerconfigs",
         "namespace": WORKLOAD_NS,

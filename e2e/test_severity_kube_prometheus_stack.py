@@ -43,6 +43,7 @@ from trainguard.render.alertmanager import OPERATOR_RECEIVER
 from trainguard.render.kubernetes import alertmanager_config, fastpath_secret, operator_receiver
 from trainguard.render.policy import effective_policy
 from trainguard.render.prometheus import rule_group
+from trainguard.render.receivers import RESOLVED_VARIANT
 
 pytestmark = pytest.mark.e2e
 
@@ -56,12 +57,13 @@ SAMPLE = {
     "P3": "GPUMemoryHigh",
 }
 TRAINGUARD = {
-    "P0": [OURS + OPERATOR_RECEIVER, OURS + "oncall-phone", OURS + "im"],
+    "P0": [OURS + OPERATOR_RECEIVER, OURS + "oncall-phone", OURS + "im" + RESOLVED_VARIANT],
     "P1": [OURS + OPERATOR_RECEIVER, OURS + "im"],
     "P2": [OURS + "email", OURS + "ticket"],
     "P3": [OURS + "dashboard"],
 }
-"""docs/architecture.md, "Routing defaults", with the operator's receiver first for P0 and P1."""
+"""docs/architecture.md, "Routing defaults", with the operator's receiver first for P0 and P1; a P0 reaches
+the IM channel through its variant that is told of resolutions (render/receivers.py)."""
 PLATFORM = {
     GRADE: {"P0": [], "P1": [], "P2": [], "P3": []},
     MAPPED: {"P0": [PAGER], "P1": [CHAT], "P2": [CHAT], "P3": []},
