@@ -110,6 +110,13 @@ class Synced:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
+def workload_resolved(kubectl: Kubectl) -> dict[str, Any]:
+    """The quickstart monitor's WorkloadResolved condition ({} before the operator wrote one)."""
+    monitor = kubectl.json("get", "trainingjobmonitors.trainguard.io", "llama-pretrain", "-n", "ml")
+    conditions = (monitor.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == "WorkloadResolved"), {})
+
+
 def established(kubectl: Kubectl) -> None:
     """Every CRD established (a CRD just created has no status yet, which `kubectl wait` fails on)."""
     wait = ("wait", "--for", "condition=established", "--timeout", "30s", "crd", "--all")
@@ -207,10 +214,7 @@ def synced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synced]:
         s.seconds["sync trainguard"] = time.monotonic() - t0
         with operator_from_deployment(s, workdir) as proc:
             t0 = time.monotonic()
-            # the Job the quickstart's monitor watches, which the user's pipeline submits outside Argo CD
-            # (without it the monitor is Degraded, WorkloadUnresolved, and the sync fails)
             Cluster(plane.kubeconfig, workdir).namespace("ml")
-            kubectl.run("apply", "-f", "-", stdin=json.dumps(indexed_job("ml")))
             # the monitors' CRDs came with trainguard: discovery now serves them
             s.info = argocd.cluster_info(kubectl)
             s.objects["trainguard-monitors"] = argocd.desired(
@@ -222,6 +226,13 @@ def synced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synced]:
                 tail = (workdir / "operator.log").read_text(errors="replace")[-4000:]
                 raise AssertionError(f"{exc}\noperator exited: {proc.poll()}\n{tail}") from None
             s.seconds["sync trainguard-monitors"] = time.monotonic() - t0
+            # synced before the Job it watches, which the user's pipeline submits later, outside Argo CD:
+            # the monitor waits for it (WorkloadResolved False, WorkloadNotFound), Healthy, not Degraded
+            resolved = workload_resolved(kubectl)
+            assert (resolved.get("status"), resolved.get("reason")) == ("False", "WorkloadNotFound"), resolved
+            kubectl.run("apply", "-f", "-", stdin=json.dumps(indexed_job("ml")))
+            wait_for("the monitor's Job found", lambda: workload_resolved(kubectl).get("status") == "True",
+                     timeout=60)  # fmt: skip
             yield s
 
 

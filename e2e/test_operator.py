@@ -41,10 +41,12 @@ def test_quickstart_renders_owned_objects_and_becomes_ready(operator: Cluster, n
     assert condition(obj, "RulesApplied")["status"] == "True"
     assert condition(obj, "RoutesApplied")["status"] == "True"
     # the quickstart's Job is not created here: its workloadRef does not resolve, which holds back the
-    # restarts only, not the rules and routes (Ready above), and says so
-    degraded = condition(obj, "Degraded")
-    assert (degraded["status"], degraded["reason"]) == ("True", "WorkloadUnresolved"), degraded
-    assert degraded["message"].startswith(f"spec.workloadRef: Job {ns}/llama-pretrain not found"), degraded
+    # restarts only, not the rules and routes (Ready above), and says so; a job not there yet is waited
+    # for, not Degraded
+    waiting = condition(obj, "WorkloadResolved")
+    assert (waiting["status"], waiting["reason"]) == ("False", "WorkloadNotFound"), waiting
+    assert waiting["message"].startswith(f"spec.workloadRef: Job {ns}/llama-pretrain not found"), waiting
+    assert condition(obj, "Degraded")["status"] == "False", condition(obj, "Degraded")
     # the live objects carry exactly what `trainguard render` produces for the same input
     text = QUICKSTART.read_text().replace("namespace: ml", f"namespace: {ns}")
     docs = load_documents([("quickstart", text)])

@@ -92,6 +92,10 @@ def degraded(cluster: Cluster, ns: str) -> dict[str, Any]:
     return condition(cluster.get(*MON, ns, JOB), "Degraded") or {}
 
 
+def resolved(cluster: Cluster, ns: str) -> dict[str, Any]:
+    return condition(cluster.get(*MON, ns, JOB), "WorkloadResolved") or {}
+
+
 def gang(cluster: Cluster, ns: str, attempt: int = 0, count: int = 2) -> list[client.V1Pod]:
     """The JobSet's `count` pods of restart attempt `attempt`, Running, once they are."""
 
@@ -225,20 +229,21 @@ class TestJobSet:
         # a dry run: the JobSet's own restart below is left to the JobSet alone
         monitor_on(operator, ns, {"kind": "JobSet", "name": JOB}, dryRun=True)
         missing = wait_for(
-            "Degraded: the JobSet not found",
-            lambda: (d := degraded(operator, ns)).get("status") == "True" and d,
+            "WorkloadResolved False: the JobSet not found",
+            lambda: (d := resolved(operator, ns)).get("status") == "False" and d,
         )
         assert (missing["reason"], missing["message"]) == (
-            "WorkloadUnresolved",
+            "WorkloadNotFound",
             f"spec.workloadRef: JobSet {ns}/{JOB} not found: create it, or fix spec.workloadRef.name",
         )
+        assert degraded(operator, ns).get("status") == "False", "waiting for its JobSet, not Degraded"
         operator.custom.create_namespaced_custom_object(
             *JOBSET_API[:2], ns, JOBSET_API[2], training_jobset(max_restarts=2)
         )
         first = gang(operator, ns)
         wait_for(
-            "Degraded cleared by the leader's next pass",
-            lambda: degraded(operator, ns).get("status") == "False",
+            "WorkloadResolved by the leader's next pass",
+            lambda: resolved(operator, ns).get("status") == "True",
             timeout=30,
         )
 
@@ -284,7 +289,7 @@ class TestJobSet:
         faulty, healthy = gang(operator, ns)
         node = faulty.spec.node_name
         jobs_before = child_jobs(operator, ns)
-        wait_for("the owner resolved", lambda: degraded(operator, ns).get("status") == "False", timeout=30)
+        wait_for("the owner resolved", lambda: resolved(operator, ns).get("status") == "True", timeout=30)
 
         token = monitor_token(operator, tokens.EVENTS, ns, JOB)
         event = {"source": "sidecar", "labels": alert_payload(ns, node)["alerts"][0]["labels"],
@@ -401,7 +406,7 @@ class TestTrainJob:
                         "trainer": {"numNodes": 2, "image": "busybox:1.36", "command": ["sh", "-c", "sleep 600"]}}}  # fmt: skip
         operator.custom.create_namespaced_custom_object(*TRAINJOB_API[:2], ns, TRAINJOB_API[2], job)
         pods = gang(operator, ns)
-        wait_for("the owner resolved", lambda: degraded(operator, ns).get("status") == "False", timeout=30)
+        wait_for("the owner resolved", lambda: resolved(operator, ns).get("status") == "True", timeout=30)
 
         cache = ClusterCache(operator.api).start()
         try:

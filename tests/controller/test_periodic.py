@@ -152,7 +152,7 @@ def test_a_loop_acts_on_the_leader_only_and_survives_a_failed_pass() -> None:
 
 def test_a_monitor_whose_workload_appears_or_goes_is_reconciled_at_the_next_pod_count() -> None:
     body = merged(MONITOR, **{"spec.workloadRef": {"kind": "JobSet", "name": "llama-pretrain"}})
-    body["status"] = {"conditions": [{"type": "Degraded", "status": "True", "reason": "WorkloadUnresolved",
+    body["status"] = {"conditions": [{"type": "WorkloadResolved", "status": "False", "reason": "WorkloadNotFound",
                                       "message": "spec.workloadRef: JobSet ml/llama-pretrain not found: create it, "
                                       "or fix spec.workloadRef.name"}]}  # fmt: skip
     clock, kube, done = Clock(1000.0), fake(body), []

@@ -303,24 +303,41 @@ def with_ref(kind: str = "JobSet", name: str = "llama-pretrain") -> dict[str, An
     return monitor_body(workloadRef={"kind": kind, "name": name})
 
 
-def test_a_workload_ref_to_a_missing_object_is_degraded_naming_the_field_while_rules_stay_ready() -> None:
+def test_a_workload_ref_to_a_missing_object_waits_naming_the_field_and_is_not_degraded() -> None:
+    """A monitor applied before its job (a GitOps sync, a pipeline that submits the job later) is
+    waiting, not broken: WorkloadResolved says why, Degraded stays False (Argo CD's health stays Healthy)."""
     kube = fake(POLICY)
     events: list[tuple[str, str]] = []
     reconcile_monitor(kube, kube, with_ref("Job"), announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
-    c = cond(kube, "Degraded")
-    assert (c["status"], c["reason"]) == ("True", "WorkloadUnresolved")
+    c = cond(kube, "WorkloadResolved")
+    assert (c["status"], c["reason"]) == ("False", "WorkloadNotFound")
     assert (
         c["message"]
         == "spec.workloadRef: Job ml/llama-pretrain not found: create it, or fix spec.workloadRef.name"
     )
+    assert cond(kube, "Degraded")["status"] == "False"
     assert cond(kube, "Ready")["status"] == "True", "the rules and routes work: only restarts do not"
     assert kube.applies == ["PrometheusRule", "AlertmanagerConfig", "PodMonitor"]
-    assert ("WorkloadUnresolved", c["message"]) in events
+    assert ("WorkloadNotFound", c["message"]) in events
     body = with_ref("Job")
     body["status"] = kube.status
     events.clear()
     reconcile_monitor(kube, kube, body, announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
-    assert [e for e in events if e[0] == "WorkloadUnresolved"] == [], "announced once per distinct problem"
+    assert [e for e in events if e[0] == "WorkloadNotFound"] == [], "announced once per distinct problem"
+
+
+def test_a_status_written_before_workload_resolved_moves_to_it_and_says_so_once() -> None:
+    """An operator upgraded in place reads the workload problem an older one wrote into Degraded."""
+    kube = fake(POLICY)
+    body = with_ref("Job")
+    message = "spec.workloadRef: Job ml/llama-pretrain not found: create it, or fix spec.workloadRef.name"
+    body["status"] = {"conditions": [{"type": "Degraded", "status": "True", "reason": "WorkloadUnresolved",
+                                      "message": message, "lastTransitionTime": "2026-01-01T00:00:00Z"}]}  # fmt: skip
+    events: list[tuple[str, str]] = []
+    reconcile_monitor(kube, kube, body, announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
+    assert ("WorkloadNotFound", message) in events, "now known as a missing object: said once, as such"
+    assert cond(kube, "Degraded")["status"] == "False"
+    assert cond(kube, "WorkloadResolved")["reason"] == "WorkloadNotFound"
 
 
 def test_a_workload_kind_whose_crd_is_not_installed_is_degraded_and_a_found_one_is_not() -> None:
@@ -334,6 +351,10 @@ def test_a_workload_kind_whose_crd_is_not_installed_is_degraded_and_a_found_one_
     found = FakeKube(*NODES, POLICY, jobset(name="llama-pretrain"))
     reconcile_monitor(found, found, with_ref("JobSet"))  # type: ignore[arg-type]
     assert (cond(found, "Degraded")["status"], cond(found, "Degraded")["reason"]) == ("False", "AsExpected")
+    assert (cond(found, "WorkloadResolved")["status"], cond(found, "WorkloadResolved")["reason"]) == (
+        "True",
+        "Resolved",
+    )
     strangers = fake(POLICY, jobset(name="llama-pretrain"))  # the selector's pods are not the JobSet's
     reconcile_monitor(strangers, strangers, with_ref("JobSet"))  # type: ignore[arg-type]
     assert cond(strangers, "Degraded")["message"].startswith(

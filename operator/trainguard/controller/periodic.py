@@ -98,8 +98,8 @@ class Periodic:
         monitor = monitor_of(body)
         if monitor is None or monitor.spec.selector.is_empty():
             return  # the monitor's own reconcile reports it as Degraded
-        problem, recorded = workload_problem(self.reads, monitor), recorded_problem(body)
-        if problem is not None and recorded is not None and problem != recorded:
+        found, recorded = workload_problem(self.reads, monitor), recorded_problem(body)
+        if found is not None and recorded is not None and found != recorded:
             self.reconcile(ns, name)
             return
         count = monitored_pods(self.reads, monitor)

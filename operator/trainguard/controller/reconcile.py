@@ -1,9 +1,10 @@
 """One reconcile of a monitor: render what it should own, apply what changed, report status.
 
 Never raises for a bad object: problems end in the Degraded condition with a message that says
-what to fix. A workloadRef that does not resolve (a kind the cluster does not serve, an object that does
-not exist, one run elsewhere) is Degraded with reason WorkloadUnresolved, naming the field, while Ready
-stays True: the rules and routes work, and the P0 response turns a restart into a notice. An apply the API refuses (a 422, an admission webhook or policy, a 403) is Degraded with
+what to fix. A workloadRef that does not resolve (a kind the cluster does not serve, one run elsewhere)
+is Degraded with reason WorkloadUnresolved, naming the field, while Ready stays True: the rules and
+routes work, and the P0 response turns a restart into a notice. One whose object does not exist yet is
+not Degraded: WorkloadResolved says so (WorkloadNotFound), as a monitor applied before its job waits. An apply the API refuses (a 422, an admission webhook or policy, a 403) is Degraded with
 reason ApplyFailed, naming the object and the API's message; a transient failure (5xx, 429, no answer)
 is reported the same way and raised, so kopf retries with backoff.
 """
@@ -21,7 +22,14 @@ from trainguard.api import InvalidInput, PolicyProblem, TrainingJobMonitor, pars
 from trainguard.api.common import LabelSelector
 from trainguard.api.monitor import WorkloadRef
 from trainguard.catalog.severity import GRADE
-from trainguard.controller.status import NAMESPACE_LABEL_FAILED, WORKLOAD_UNRESOLVED, Outcome, monitor_status
+from trainguard.controller.status import (
+    NAMESPACE_LABEL_FAILED,
+    WORKLOAD_NOT_FOUND,
+    WORKLOAD_RESOLVED,
+    WORKLOAD_UNRESOLVED,
+    Outcome,
+    monitor_status,
+)
 from trainguard.kube import (
     ApiError,
     MissingAPI,
@@ -153,28 +161,37 @@ def cached_policy(reads: ResyncReads, kube: ReconcileAPI) -> PolicyRead:
     return read
 
 
-def workload_problem(reads: ReconcileReads, monitor: TrainingJobMonitor) -> str | None:
-    """Why the monitor's workloadRef does not resolve ("" when it does or there is none); None when the
-    caches cannot tell now (not listed yet, the API unreachable): the condition is left as it was."""
+def workload_problem(reads: ReconcileReads, monitor: TrainingJobMonitor) -> tuple[str, bool] | None:
+    """Why the monitor's workloadRef does not resolve ("" when it does or there is none), and whether only
+    because the object does not exist (yet); None when the caches cannot tell now (not listed yet, the
+    API unreachable): the conditions are left as they were."""
     ref = monitor.spec.workload_ref
     if ref is None:
-        return ""
+        return "", False
     try:
-        return reads.workload(monitor.namespace, ref, monitor.spec.selector).problem
+        found = reads.workload(monitor.namespace, ref, monitor.spec.selector)
     except (NotSynced, ApiError) as exc:
         log.warning("%s/%s: the workload %s %s cannot be read now: %s", monitor.namespace, monitor.name,
                     ref.kind, ref.name, exc)  # fmt: skip
         return None
+    return found.problem, found.missing
 
 
-def recorded_problem(body: dict[str, Any]) -> str | None:
-    """The WorkloadUnresolved message the monitor's status holds ("" when it holds none); None when it
-    is Degraded for another reason, which is said first and hides the workload's."""
-    for c in (body.get("status") or {}).get("conditions") or []:
+def recorded_problem(body: dict[str, Any]) -> tuple[str, bool] | None:
+    """The workload problem the monitor's status holds, as `workload_problem` gives it ("" when it holds
+    none): from WorkloadResolved, or, written by an operator before that condition, from Degraded
+    (None when Degraded for another reason, which is said first and hid the workload's)."""
+    conditions = (body.get("status") or {}).get("conditions") or []
+    for c in conditions:
+        if c.get("type") == WORKLOAD_RESOLVED:
+            if c.get("status") == "True":
+                return "", False
+            return str(c.get("message") or ""), c.get("reason") == WORKLOAD_NOT_FOUND
+    for c in conditions:
         if c.get("type") != "Degraded" or c.get("status") != "True":
             continue
-        return str(c.get("message") or "") if c.get("reason") == WORKLOAD_UNRESOLVED else None
-    return ""
+        return (str(c.get("message") or ""), False) if c.get("reason") == WORKLOAD_UNRESOLVED else None
+    return "", False
 
 
 def recorded_message(body: dict[str, Any]) -> str:
@@ -256,10 +273,14 @@ def reconcile_monitor(
         outcome.namespace_problem = label_namespace(ns)
         if outcome.namespace_problem and outcome.namespace_problem != recorded_message(body):
             announce(NAMESPACE_LABEL_FAILED, outcome.namespace_problem)  # once per distinct problem
-    problem, recorded = workload_problem(reads, monitor), recorded_problem(body)
-    outcome.workload_problem = (recorded or "") if problem is None else problem
-    if outcome.workload_problem and outcome.workload_problem != recorded:
-        announce(WORKLOAD_UNRESOLVED, outcome.workload_problem)  # once per distinct problem
+    found, recorded = workload_problem(reads, monitor), recorded_problem(body)
+    outcome.workload_problem, outcome.workload_missing = found or recorded or ("", False)
+    outcome.workload_checked = True
+    if outcome.workload_problem and (outcome.workload_problem, outcome.workload_missing) != recorded:
+        # once per distinct problem
+        announce(
+            WORKLOAD_NOT_FOUND if outcome.workload_missing else WORKLOAD_UNRESOLVED, outcome.workload_problem
+        )
 
     try:  # read by name, not from the cache: a policy applied with the monitor may not be there yet (the
         # resync's Rehearsal reads the cache: a policy missing there makes it differ, then this reads it)

@@ -22,8 +22,15 @@ class Outcome:
     receiver_secret: str | None = None
     """The receiver Secret holding inline values now ("" once emptied); None: as before."""
     workload_problem: str = ""
-    """Why spec.workloadRef does not resolve (kube/workloads.py): Degraded, reason WorkloadUnresolved,
-    while the rules and routes are in place (Ready stays True: monitoring works, restarts do not)."""
+    """Why spec.workloadRef does not resolve (kube/workloads.py): WorkloadResolved False and, unless the
+    object only does not exist yet (`workload_missing`), Degraded with reason WorkloadUnresolved, while
+    the rules and routes are in place (Ready stays True: monitoring works, restarts do not)."""
+    workload_missing: bool = False
+    """The workload's only problem is that it does not exist (yet): WorkloadResolved False with reason
+    WorkloadNotFound, not Degraded. A monitor applied before its job (a GitOps sync, a pipeline that
+    submits the job later) is waiting; Degraded would fail Argo CD's health and page nobody usefully."""
+    workload_checked: bool = False
+    """The reconcile got as far as the workload; when not (an invalid spec), WorkloadResolved is kept."""
     namespace_problem: str = ""
     """Why the monitor's namespace could not be labelled trainguard.io/monitored
     (controller/namespace_labels.py): Degraded, reason NamespaceLabelFailed, said before the workload's,
@@ -31,6 +38,8 @@ class Outcome:
 
 
 WORKLOAD_UNRESOLVED = "WorkloadUnresolved"
+WORKLOAD_NOT_FOUND = "WorkloadNotFound"
+WORKLOAD_RESOLVED = "WorkloadResolved"
 NAMESPACE_LABEL_FAILED = "NamespaceLabelFailed"
 
 
@@ -73,7 +82,11 @@ def monitor_status(previous: dict[str, Any] | None, outcome: Outcome, now: str) 
             for r, m, wrong in (
                 (outcome.error_reason, outcome.error_message, failed),
                 (NAMESPACE_LABEL_FAILED, outcome.namespace_problem, bool(outcome.namespace_problem)),
-                (WORKLOAD_UNRESOLVED, outcome.workload_problem, bool(outcome.workload_problem)),
+                (
+                    WORKLOAD_UNRESOLVED,
+                    outcome.workload_problem,
+                    bool(outcome.workload_problem) and not outcome.workload_missing,
+                ),
             )
             if wrong
         ),
@@ -97,6 +110,9 @@ def monitor_status(previous: dict[str, Any] | None, outcome: Outcome, now: str) 
         # itself is said before the namespace's, and that before the workload's
         _condition(prev_conditions, "Degraded", bool(reason), reason or "AsExpected", message, now, g),
     ]
+    workload = _workload_condition(prev_conditions, outcome, now)
+    if workload is not None:
+        conditions.append(workload)
     status: dict[str, Any] = {"conditions": conditions, "observedGeneration": g}
     if outcome.pods is not None:
         status["podsMonitored"] = outcome.pods
@@ -105,3 +121,17 @@ def monitor_status(previous: dict[str, Any] | None, outcome: Outcome, now: str) 
     if outcome.receiver_secret is not None:
         status["receiverSecret"] = outcome.receiver_secret
     return status
+
+
+def _workload_condition(previous: list[dict[str, Any]], outcome: Outcome, now: str) -> dict[str, Any] | None:
+    """WorkloadResolved: True when spec.workloadRef resolves (or there is none), False with reason
+    WorkloadNotFound or WorkloadUnresolved and the message naming the field. Kept as it was when this
+    reconcile did not get as far as the workload; absent until one did."""
+    if not outcome.workload_checked:
+        return next((c for c in previous if c.get("type") == WORKLOAD_RESOLVED), None)
+    problem = outcome.workload_problem
+    if not problem:
+        reason = "Resolved"
+    else:
+        reason = WORKLOAD_NOT_FOUND if outcome.workload_missing else WORKLOAD_UNRESOLVED
+    return _condition(previous, WORKLOAD_RESOLVED, not problem, reason, problem, now, outcome.generation)

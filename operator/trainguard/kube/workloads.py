@@ -119,8 +119,11 @@ class Workload:
     kind: str
     name: str
     problem: str = ""
-    """Why the workloadRef cannot be resolved (the monitor is Degraded, reason WorkloadUnresolved, and a
+    """Why the workloadRef cannot be resolved (the monitor's WorkloadResolved condition is False, and a
     restart becomes a notice), naming the field; "" when it resolves."""
+    missing: bool = False
+    """The problem is only that the object does not exist (yet): a monitor applied before its job, as a
+    GitOps sync or a pipeline does, is waiting, not Degraded."""
     pods: tuple[Obj, ...] = ()
     """The gang: the owner's pods the monitor selects, of the current restart attempt."""
     older: tuple[str, ...] = ()
@@ -206,7 +209,7 @@ def resolve(read: OwnerRead) -> Workload:
         ))  # fmt: skip
     owner = read.owner
     if owner is None:
-        return Workload(read.kind, read.name, problem=(
+        return Workload(read.kind, read.name, missing=True, problem=(
             f"spec.workloadRef: {ref} not found: create it, or fix spec.workloadRef.name"
         ))  # fmt: skip
     foreign = _managed_elsewhere(read.kind, owner)
