@@ -58,7 +58,7 @@ def test_cel_rules_and_defaults_are_carried_over() -> None:
     assert "warmupSteps" not in spec["properties"]["baseline"].get("required", [])
     assert monitor["spec"]["versions"][0]["subresources"] == {"status": {}}
     columns = [c["name"] for c in monitor["spec"]["versions"][0]["additionalPrinterColumns"]]
-    assert columns == ["Mode", "Backend", "Pods", "Ready", "Age"]
+    assert columns == ["Mode", "Backend", "Pods", "Unmonitored", "Ready", "Age"]
 
 
 def test_alert_names_are_an_enum_in_the_policy_crd() -> None:

@@ -48,10 +48,35 @@ def test_pods_are_counted_and_written_only_when_the_count_changes() -> None:
     p = periodic(True, clock, kube, done)
     clock.now += 5
     p.tick()
-    assert kube.status_writes == [{"podsMonitored": 3}]
+    assert kube.status_writes == [{"podsMonitored": 3, "podsUnmonitored": 0}]
     clock.now += 15
     p.tick()
-    assert kube.status_writes == [{"podsMonitored": 3}]
+    assert kube.status_writes == [{"podsMonitored": 3, "podsUnmonitored": 0}]
+
+
+def test_pods_without_the_exporter_are_counted_and_named_in_a_warning_once_each_time_they_grow() -> None:
+    """A pod admitted before the webhook's cache held its monitor, or while the webhook was down, runs
+    unwatched: the pod count says how many, and an Event names them and the fix."""
+    bare = pod("ml", "llama-9", SELECTED, "trainer", status={"phase": "Running"})
+    done_pod = pod("ml", "llama-old", SELECTED, "trainer", status={"phase": "Succeeded"})
+    kube = FakeKube(MONITOR, *PODS, bare, done_pod)
+    said: list[tuple[str, str]] = []
+    clock = Clock(1000.0)
+    p = Periodic(kube, kube, leader=lambda: True, reconcile=lambda ns, n: None, lock=LOCKS, pods_s=15,
+                 clock=clock, announce=lambda body, reason, message: said.append((reason, message)))  # fmt: skip
+    clock.now += 15
+    p.tick()
+    assert kube.status_writes == [{"podsMonitored": 3, "podsUnmonitored": 1}], "a finished pod is not counted"
+    assert [r for r, _ in said] == ["PodsWithoutExporter"]
+    assert "(llama-9)" in said[0][1] and "delete them" in said[0][1], said
+    kube.put(merged(MONITOR, **{"status": {"podsMonitored": 3, "podsUnmonitored": 1}}))
+    clock.now += 15
+    p.tick()
+    assert len(said) == 1, "said once while the set does not grow"
+    kube.put(pod("ml", "llama-10", SELECTED, "trainer", status={"phase": "Pending"}))
+    clock.now += 15
+    p.tick()
+    assert len(said) == 2 and "2 pod(s)" in said[1][1] and "llama-10, llama-9" in said[1][1], said
 
 
 def test_the_leader_keeps_the_namespace_labels_at_the_pod_count_cadence() -> None:

@@ -46,10 +46,14 @@ def test_applies_everything_then_nothing_when_unchanged() -> None:
     assert [o["metadata"]["name"] for o in kube.created] == ["trainguard-llama-pretrain-fastpath"]
     assert cond(kube, "Ready")["status"] == "True"
     assert kube.status and kube.status["podsMonitored"] == 2
+    assert kube.status["podsUnmonitored"] == 1, "llama-2 was let through without the sidecar"
     assert events and events[0][0] == "Applied" and "generation 1" in events[0][1]
+    assert events[1][0] == "PodsWithoutExporter" and "(llama-2)" in events[1][1], events
     kube.applies.clear()
     events.clear()
-    reconcile_monitor(kube, kube, monitor_body(), announce=lambda r, m: events.append((r, m)))  # type: ignore[arg-type]
+    reconcile_monitor(
+        kube, kube, monitor_body() | {"status": kube.status}, announce=lambda r, m: events.append((r, m))
+    )  # type: ignore[arg-type]
     assert kube.calls[-3:] == ["PrometheusRule", "AlertmanagerConfig", "PodMonitor"], "applied every time"
     assert kube.applies == [] and events == [], "nothing changed, so nothing is announced"
     assert kube.objects[("PrometheusRule", "ml", "trainguard-llama-pretrain")]["metadata"]["annotations"][

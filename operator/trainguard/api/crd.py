@@ -202,6 +202,12 @@ def crds() -> dict[str, dict[str, Any]]:
                 {"name": "Mode", "type": "string", "jsonPath": ".spec.mode"},
                 {"name": "Backend", "type": "string", "jsonPath": ".spec.exporter.gpuBackend"},
                 {"name": "Pods", "type": "integer", "jsonPath": ".status.podsMonitored"},
+                {
+                    "name": "Unmonitored",
+                    "type": "integer",
+                    "jsonPath": ".status.podsUnmonitored",
+                    "priority": 1,
+                },
                 _ready_column(),
                 _age_column(),
             ],

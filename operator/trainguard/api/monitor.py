@@ -590,6 +590,13 @@ class TrainingJobMonitorStatus(Model):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list, max_length=16)
     pods_monitored: int = 0
+    pods_unmonitored: int = Field(
+        default=0,
+        ge=0,
+        description="Live pods of the selector running without the exporter (admitted before the operator "
+        "knew the monitor, or while its webhook was down): nothing watches them until they are recreated; "
+        "a Warning Event (PodsWithoutExporter) names them.",
+    )
     input_hash: str = Field(default="", max_length=128)
     receiver_secret: str = Field(
         default="",

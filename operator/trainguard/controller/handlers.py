@@ -22,6 +22,7 @@ from trainguard.catalog.severity import GRADE
 from trainguard.controller.admission import Candidates, ParsedMonitors, admit
 from trainguard.controller.metrics import OperatorMetrics
 from trainguard.controller.reconcile import (
+    PODS_WITHOUT_EXPORTER,
     NamespaceTerminating,
     ReceiverSettings,
     ReconcileReads,
@@ -75,7 +76,7 @@ def announcer(kube: Kube, body: Mapping[str, Any]) -> Any:
 
     def post(reason: str, message: str) -> None:
         try:
-            warning = reason.endswith(("Failed", "Unresolved"))
+            warning = reason.endswith(("Failed", "Unresolved")) or reason == PODS_WITHOUT_EXPORTER
             kube.post_event(dict(body), reason, message, "Warning" if warning else "Normal")
         except Exception as exc:
             # refused in a namespace being deleted: expected, and nothing to report

@@ -19,7 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from trainguard.api import monitor_of
-from trainguard.controller.reconcile import ReconcileReads, monitored_pods, recorded_problem, workload_problem
+from trainguard.controller.reconcile import (
+    PODS_WITHOUT_EXPORTER,
+    ReconcileReads,
+    monitored_pods,
+    recorded_problem,
+    unmonitored_pods,
+    without_exporter_message,
+    workload_problem,
+)
 
 log = logging.getLogger("trainguard.periodic")
 
@@ -48,6 +56,8 @@ class Periodic:
     """Also run on the leader at the pod-count cadence (the P0 loop resumes unfinished records)."""
     label_namespaces: Callable[[], object] | None = None
     """Run on the leader at the pod-count cadence: NamespaceLabels.sweep."""
+    announce: Callable[[dict[str, Any], str, str], None] | None = None
+    """Posts an Event about a monitor (its body, reason, message): pods found without the exporter."""
     clock: Callable[[], float] = time.monotonic
     _next_resync: float = 0.0
     _next_pods: float = 0.0
@@ -102,10 +112,14 @@ class Periodic:
         if found is not None and recorded is not None and found != recorded:
             self.reconcile(ns, name)
             return
-        count = monitored_pods(self.reads, monitor)
-        if (body.get("status") or {}).get("podsMonitored") != count:
+        status = body.get("status") or {}
+        count, bare = monitored_pods(self.reads, monitor), unmonitored_pods(self.reads, monitor)
+        if len(bare) > int(status.get("podsUnmonitored") or 0) and self.announce is not None:
+            self.announce(body, PODS_WITHOUT_EXPORTER, without_exporter_message(bare))
+        counts = {"podsMonitored": count, "podsUnmonitored": len(bare)}
+        if {k: status.get(k, 0) for k in counts} != counts:
             with self.lock(ns, name):
-                self.kube.patch_status("trainingjobmonitors", ns, name, {"podsMonitored": count})
+                self.kube.patch_status("trainingjobmonitors", ns, name, counts)
 
     def run(self, interval_s: float = 1.0) -> None:
         while not self._stop.wait(interval_s):

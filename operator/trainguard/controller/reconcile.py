@@ -212,6 +212,36 @@ def monitored_pods(reads: ReconcileReads, monitor: TrainingJobMonitor) -> int:
     return sum(1 for p in pods if not is_terminating(p) and carries_exporter(p))
 
 
+PODS_WITHOUT_EXPORTER = "PodsWithoutExporter"
+NAMED_AT_MOST = 5
+
+
+def without_exporter_message(names: list[str]) -> str:
+    """The Warning's text: which pods, and the fix."""
+    shown = ", ".join(names[:NAMED_AT_MOST]) + (
+        f" and {len(names) - NAMED_AT_MOST} more" if len(names) > NAMED_AT_MOST else ""
+    )
+    return (
+        f"{len(names)} pod(s) of the selector run without the trainguard exporter ({shown}): admitted before the "
+        "operator knew this monitor or while its webhook was unavailable, so no GPU signal or fast path "
+        "covers them; delete them so that their controller recreates them with the exporter"
+    )
+
+
+def unmonitored_pods(reads: ReconcileReads, monitor: TrainingJobMonitor) -> list[str]:
+    """Live pods of the selector that run without the exporter, by name: admitted before the webhook's
+    cache held their monitor, while the webhook was down (it fails open), or in a namespace it does not
+    see. Nothing watches their GPUs or takes their fast path until they are recreated."""
+    pods = reads.pods(monitor.namespace, monitor.spec.selector)
+    return sorted(
+        str((p.get("metadata") or {}).get("name") or "")
+        for p in pods
+        if not is_terminating(p)
+        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        and not carries_exporter(p)
+    )
+
+
 @dataclass(frozen=True)
 class ReceiverSettings:
     """The operator's remediation receiver, as the monitors' objects point at it."""
@@ -376,6 +406,9 @@ def reconcile_monitor(
         message = f"applied {', '.join(outcome.applied)} for generation {outcome.generation}"
         log.info("%s/%s: %s", ns, name, message)
         announce("Applied", message)
+    bare = unmonitored_pods(reads, monitor)  # a monitor applied to a running job: every pod, said once
+    if len(bare) > int(previous.get("podsUnmonitored") or 0):
+        announce(PODS_WITHOUT_EXPORTER, without_exporter_message(bare))
     return _write(kube, reads, body, outcome, now=now, monitor=monitor)
 
 
@@ -415,6 +448,7 @@ def _write(
     meta = body["metadata"]
     if monitor is not None:
         outcome.pods = monitored_pods(reads, monitor)
+        outcome.pods_unmonitored = len(unmonitored_pods(reads, monitor))
     if outcome.error_reason:
         log.warning(
             "%s/%s: %s: %s",

@@ -27,7 +27,7 @@ from trainguard.certs.ca import WEBHOOK_CERT_SECRET, CertPolicy, serving_names
 from trainguard.certs.secret import SelfManagedCerts
 from trainguard.certs.tls import ReloadableTLS
 from trainguard.clients.prometheus import prometheus_client
-from trainguard.controller.handlers import LOCKS, reconcile, register, resync
+from trainguard.controller.handlers import LOCKS, announcer, reconcile, register, resync
 from trainguard.controller.leadership import Leadership
 from trainguard.controller.metrics import DEFAULT_METRICS_ADDR, OperatorMetrics, serve
 from trainguard.controller.namespace_labels import NamespaceLabels
@@ -262,6 +262,7 @@ def run(opts: OperatorOptions) -> None:
         resync_s=opts.resync_seconds,
         pods_s=opts.pods_seconds,
         label_namespaces=namespaces.sweep,
+        announce=lambda body, reason, message: announcer(kube, body)(reason, message),
     )
 
     shared: dict[str, Any] = {}

@@ -18,6 +18,8 @@ class Outcome:
     applied: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     pods: int | None = None
+    pods_unmonitored: int | None = None
+    """Live pods of the selector without the exporter (controller/reconcile.py unmonitored_pods)."""
     input_hash: str = ""
     receiver_secret: str | None = None
     """The receiver Secret holding inline values now ("" once emptied); None: as before."""
@@ -116,6 +118,8 @@ def monitor_status(previous: dict[str, Any] | None, outcome: Outcome, now: str) 
     status: dict[str, Any] = {"conditions": conditions, "observedGeneration": g}
     if outcome.pods is not None:
         status["podsMonitored"] = outcome.pods
+    if outcome.pods_unmonitored is not None:
+        status["podsUnmonitored"] = outcome.pods_unmonitored
     if outcome.input_hash:
         status["inputHash"] = outcome.input_hash
     if outcome.receiver_secret is not None:
