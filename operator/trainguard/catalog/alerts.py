@@ -487,6 +487,7 @@ ALERTS: tuple[Alert, ...] = (
         params=(
             _p("utilization", 50, "average GPU utilization (%) over the rate window that counts as busy"),
         ),
+        supersedes=("GPUClockBelowPeers",),  # the named cause of a low clock says more than the symptom
     ),
     Alert(
         "GPUClockBelowPeers",
