@@ -58,6 +58,10 @@ CONTRACT_ALERTS = {
     "NVLinkCRCErrors": ("P2", "0s"),
     "CheckpointRestoreSlow": ("P2", "1m"),
     "GPUPowerCapped": ("P3", "10m"),
+    # issue 25: slow, not dead (held: a thermal blip or a link retraining is not news)
+    "GPUPCIeLinkDegraded": ("P1", "3m"),
+    "GPUClocksThrottled": ("P1", "2m"),
+    "GPUClockBelowPeers": ("P1", "5m"),
 }
 
 CONTRACT_METRICS = {
@@ -93,6 +97,9 @@ CONTRACT_METRICS = {
     "trainguard_inference_kv_cache_hit_ratio", "trainguard_checkpoint_filesystem_avail_bytes",
     "trainguard_checkpoint_filesystem_size_bytes", "trainguard_checkpoint_last_size_bytes",
     "trainguard_checkpoint_restoring", "trainguard_checkpoint_restore_read_bytes_per_second",
+    # issue 25: slow, not dead: the PCIe link against its maximum, the clock's maximum, throttle reasons
+    "DCGM_FI_DEV_PCIE_LINK_GEN", "DCGM_FI_DEV_PCIE_LINK_WIDTH", "DCGM_FI_DEV_PCIE_MAX_LINK_GEN",
+    "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", "DCGM_FI_DEV_MAX_SM_CLOCK", "trainguard_gpu_clock_throttle_reason",
 }  # fmt: skip
 
 

@@ -136,6 +136,11 @@ FAULT_EFFECTS = {
     "ecc-sbe-storm": ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", {"gpu": "1"}, lambda b, a: b + 500 <= a <= b + 502, "DCGM_FI_DEV_GPU_TEMP"),
     "pcie-saturation": ("DCGM_FI_PROF_PCIE_TX_BYTES", {"gpu": "1"}, lambda b, a: a == 30e9, "DCGM_FI_DEV_GPU_TEMP"),
     "roce-congestion": ("trainguard_network_ecn_marked_packets_total", {}, lambda b, a: a >= b + 20000, "trainguard_network_packet_loss_ratio"),
+    # issue 25, slow not dead (exact effects, field by field: test_slow_gpu_signals.py)
+    "pcie-downtrain": ("DCGM_FI_DEV_PCIE_LINK_WIDTH", {"gpu": "1"}, lambda b, a: b == 16 and a == 8, "DCGM_FI_DEV_GPU_TEMP"),
+    "power-brake": ("trainguard_gpu_clock_throttle_reason", {"gpu": "1", "reason": "hw_power_brake"}, lambda b, a: b == 0 and a == 1, "DCGM_FI_DEV_GPU_TEMP"),
+    "hw-slowdown": ("trainguard_gpu_clock_throttle_reason", {"gpu": "1", "reason": "hw_slowdown"}, lambda b, a: b == 0 and a == 1, "DCGM_FI_DEV_GPU_TEMP"),
+    "clock-slow": ("DCGM_FI_DEV_SM_CLOCK", {"gpu": "1"}, lambda b, a: a == round(0.9 * b), "DCGM_FI_DEV_GPU_TEMP"),
     # issue 9, training signals the SDK reports (exact effects: test_training_signals.py)
     "oom": ("trainguard_train_oom_total", {}, lambda b, a: a == b + 1, "trainguard_train_grad_norm"),
     "collective-slow": ("trainguard_train_collective_seconds_sum", {"op": "all_reduce"}, lambda b, a: a >= b + 2.0, "trainguard_train_grad_norm"),

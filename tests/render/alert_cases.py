@@ -64,6 +64,40 @@ def p(sev: str, labels: dict[str, str], style: str = GRADE) -> dict[str, str]:
     return labels | grade_labels(sev, style)
 
 
+def gpu_n(i: int) -> dict[str, str]:
+    """GPU `i` of the job's pod (the test job's GPUs share one pod, as on one 8-GPU node)."""
+    return GPU | {"gpu": str(i), "UUID": f"GPU-000{i}"}
+
+
+def link(
+    gen: int, width: int, util: float, *, max_gen: int = 5, labels: dict[str, str] = GPU, n: int = 40
+) -> list[dict[str, str]]:
+    """A GPU's PCIe link (against a Gen`max_gen` x16 maximum) and its utilization, held for n scrapes."""
+    return [
+        series("DCGM_FI_DEV_PCIE_LINK_GEN", labels, f"{gen}x{n}"),
+        series("DCGM_FI_DEV_PCIE_LINK_WIDTH", labels, f"{width}x{n}"),
+        series("DCGM_FI_DEV_PCIE_MAX_LINK_GEN", labels, f"{max_gen}x{n}"),
+        series("DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", labels, f"16x{n}"),
+        series("DCGM_FI_DEV_GPU_UTIL", labels, f"{util}x{n}"),
+    ]
+
+
+def throttle(values: str, util: str = "95x40", labels: dict[str, str] = GPU) -> list[dict[str, str]]:
+    return [
+        series("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", labels, values),
+        series("DCGM_FI_DEV_GPU_UTIL", labels, util),
+    ]
+
+
+def clocks(mhz: list[str], util: list[str] | None = None) -> list[dict[str, str]]:
+    """SM clocks of GPUs 0..n-1 of the job (promtool values each), busy unless `util` says otherwise."""
+    util = util or ["95x40"] * len(mhz)
+    out = []
+    for i, (c, u) in enumerate(zip(mhz, util, strict=True)):
+        out += [series("DCGM_FI_DEV_SM_CLOCK", gpu_n(i), c), series("DCGM_FI_DEV_GPU_UTIL", gpu_n(i), u)]
+    return out
+
+
 CASES: dict[str, list[Case]] = {
     "TrainingLossNonFinite": [
         Case(
@@ -948,6 +982,96 @@ NEW_CASES: dict[str, list[Case]] = {
                 series("trainguard_checkpoint_restore_read_bytes_per_second", POD, "50000000x10"),
                 series("trainguard_checkpoint_restoring", POD, "0x10"),
             ],
+        ),
+    ],
+    "GPUPCIeLinkDegraded": [
+        Case("busy at x8 of x16 for 6 minutes", "6m", link(5, 8, 95), [p("P1", GPU)], interval=SCRAPE),
+        Case("busy at Gen4 of Gen5", "6m", link(4, 16, 95), [p("P1", GPU)], interval=SCRAPE),
+        Case("an idle GPU's link trained down to Gen1 (power saving)", "6m", link(1, 16, 0), interval=SCRAPE),
+        Case("a lightly used GPU at Gen2 (50%: not busy)", "6m", link(2, 16, 50), interval=SCRAPE),
+        Case("busy at full speed", "6m", link(5, 16, 95), interval=SCRAPE),
+        Case("a Gen5 GPU in a Gen4 slot at Gen4 x16", "6m", link(4, 16, 95, max_gen=4), interval=SCRAPE),
+        Case(
+            "x8 for 2 minutes, then x16 again: shorter than the hold",
+            "4m",
+            [
+                series("DCGM_FI_DEV_PCIE_LINK_GEN", GPU, "5x40"),
+                series("DCGM_FI_DEV_PCIE_LINK_WIDTH", GPU, "16x4 8x8 16x28"),
+                series("DCGM_FI_DEV_PCIE_MAX_LINK_GEN", GPU, "5x40"),
+                series("DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", GPU, "16x40"),
+                series("DCGM_FI_DEV_GPU_UTIL", GPU, "95x40"),
+            ],
+            interval=SCRAPE,
+        ),
+    ],
+    "GPUClocksThrottled": [
+        Case(
+            "power brake (HW slowdown and its cause) while busy: the cause is the reason",
+            "4m",
+            throttle(f"{0x88}x40"),
+            [p("P1", GPU | {"reason": "hw_power_brake"})],
+            interval=SCRAPE,
+        ),
+        Case(
+            "HW slowdown without a named cause",
+            "4m",
+            throttle(f"{0x08}x40"),
+            [p("P1", GPU | {"reason": "hw_slowdown"})],
+            interval=SCRAPE,
+        ),
+        Case(
+            "HW and SW thermal slowdown: both reasons",
+            "4m",
+            throttle(f"{0x68}x40"),
+            [p("P1", GPU | {"reason": "hw_thermal"}), p("P1", GPU | {"reason": "sw_thermal"})],
+            interval=SCRAPE,
+        ),
+        Case(
+            "the power cap a heavy load reaches (SW power cap)", "6m", throttle(f"{0x04}x40"), interval=SCRAPE
+        ),
+        Case("sync boost and application clocks", "6m", throttle(f"{0x12}x40"), interval=SCRAPE),
+        Case(
+            "a thermal blip of one minute, shorter than the hold",
+            "4m",
+            throttle(f"0x4 {0x60}x4 0x35"),
+            interval=SCRAPE,
+        ),
+        Case("HW slowdown on an idle GPU", "6m", throttle(f"{0x09}x40", util="0x40"), interval=SCRAPE),
+    ],
+    "GPUClockBelowPeers": [
+        Case(
+            "one GPU 10% below three peers for 8 minutes",
+            "8m",
+            clocks(["1980x40", "1980x40", "1965x40", "1782x40"]),
+            [p("P1", gpu_n(3))],
+            interval=SCRAPE,
+        ),
+        Case(
+            "the whole job's clocks lowered together (a power cap every GPU reaches)",
+            "8m",
+            clocks(["1980x4 1700x36", "1980x4 1710x36", "1980x4 1695x36", "1980x4 1705x36"]),
+            interval=SCRAPE,
+        ),
+        Case(
+            "2% below its peers: clock jitter",
+            "8m",
+            clocks(["1980x40", "1980x40", "1965x40", "1940x40"]),
+            interval=SCRAPE,
+        ),
+        Case(
+            "two GPUs only: no median to judge against", "8m", clocks(["1980x40", "1700x40"]), interval=SCRAPE
+        ),
+        Case(
+            "the slow GPU is idle (a low clock at idle is normal)",
+            "8m",
+            clocks(["1980x40", "1980x40", "1980x40", "600x40"], ["95x40", "95x40", "95x40", "0x40"]),
+            interval=SCRAPE,
+        ),
+        Case(
+            "10% below for 3 minutes only, shorter than the hold",
+            "8m",
+            clocks(["1980x40", "1980x40", "1980x40", "1980x16 1782x12 1980x12"]),
+            interval=SCRAPE,
         ),
     ],
     "GPUPowerCapped": [

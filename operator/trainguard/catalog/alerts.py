@@ -455,6 +455,58 @@ ALERTS: tuple[Alert, ...] = (
         params=(_p("errors", 100, "single-bit errors in 24h"),),
         p0_class=P0Class.ECC_DEGRADED,
     ),
+    # slow, not dead (issue 25): the GPU answers and computes, slower than it should, and the whole
+    # synchronous job waits for it
+    Alert(
+        "GPUPCIeLinkDegraded",
+        "P1",
+        "3m",
+        Layer.HARDWARE,
+        Scope.GPU,
+        "the PCIe link's bandwidth share (2^(generation - max generation) x width / max width) is below "
+        "the threshold while the GPU is busy (an idle GPU's link trains down to save power: never judged)",
+        "A busy GPU's PCIe link runs below its generation or width",
+        "a link that trained down: a badly seated GPU or riser, a failing retimer or slot, or a BIOS setting",
+        params=(
+            _p("bandwidth_ratio", 1, "share of the link's full bandwidth it must reach"),
+            _p("utilization", 50, "average GPU utilization (%) over the rate window that counts as busy"),
+        ),
+    ),
+    Alert(
+        "GPUClocksThrottled",
+        "P1",
+        "2m",
+        Layer.HARDWARE,
+        Scope.GPU,
+        "NVML reports a hardware clock-throttle reason (hw_slowdown, hw_power_brake, hw_thermal) or the "
+        "driver's thermal slowdown (sw_thermal) while the GPU is busy; the power cap a heavy load reaches "
+        "(sw_power_cap) and idle clocks are normal",
+        "A busy GPU's clocks are held down by its hardware",
+        "an external power brake (PSU or rack power fault), a failing VRM or sensor, or cooling that cannot "
+        "keep up; label `reason` names which",
+        params=(
+            _p("utilization", 50, "average GPU utilization (%) over the rate window that counts as busy"),
+        ),
+        supersedes=("GPUClockBelowPeers",),  # the named cause of a low clock says more than the symptom
+    ),
+    Alert(
+        "GPUClockBelowPeers",
+        "P1",
+        "5m",
+        Layer.HARDWARE,
+        Scope.GPU,
+        "a busy GPU's SM clock (averaged over the rate window) is at least the threshold below the median "
+        "of the job's busy GPUs, with at least min_gpus of them (a whole-job clock change moves the median "
+        "with it)",
+        "A GPU runs at a lower clock than the job's other GPUs",
+        "a clock held low without a reason NVML reports, a GPU at its power cap while its peers are not, or "
+        "a throttle the other alerts name",
+        params=(
+            _p("ratio", 0.07, "how far below the median clock, as a share of it"),
+            _p("utilization", 50, "average GPU utilization (%) over the rate window that counts as busy"),
+            _p("min_gpus", 3, "busy GPUs of the job needed for a median"),
+        ),
+    ),
     # ---- P2 ----
     Alert(
         "GPUMemoryPressure",

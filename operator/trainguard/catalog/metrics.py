@@ -139,6 +139,26 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", _C, "Rows remapped for uncorrectable errors.", DCGM_LABELS
     ),
+    # slow, not dead (issue 25): links trained down, clocks held low; dcgm-exporter names where it has them
+    Metric("DCGM_FI_DEV_PCIE_LINK_GEN", _G, "PCIe current link generation.", DCGM_LABELS),
+    Metric("DCGM_FI_DEV_PCIE_LINK_WIDTH", _G, "PCIe current link width (lanes).", DCGM_LABELS),
+    Metric(
+        "DCGM_FI_DEV_PCIE_MAX_LINK_GEN",
+        _G,
+        "PCIe max link generation the GPU and its slot support together (a Gen5 GPU in a Gen4 slot: 4).",
+        DCGM_LABELS,
+    ),
+    Metric("DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", _G, "PCIe max link width (lanes).", DCGM_LABELS),
+    Metric("DCGM_FI_DEV_MAX_SM_CLOCK", _G, "Maximum SM clock frequency (in MHz).", DCGM_LABELS),
+    Metric(
+        "trainguard_gpu_clock_throttle_reason",
+        _G,
+        "1 while NVML reports this clock-throttle reason, else 0: one series per named reason of "
+        "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (gpu_idle 0x1, applications_clocks 0x2, sw_power_cap 0x4, "
+        "hw_slowdown 0x8, sync_boost 0x10, sw_thermal 0x20, hw_thermal 0x40, hw_power_brake 0x80, "
+        "display_clock 0x100).",
+        (*DCGM_LABELS, "reason"),
+    ),
     # training
     Metric(
         "trainguard_train_start_timestamp_seconds",
@@ -304,6 +324,24 @@ METRICS: tuple[Metric, ...] = (
 """Every family the exporter sidecar emits (a test scrapes it and compares), with its help text."""
 
 METRICS_BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
+
+THROTTLE_REASONS: dict[str, int] = {
+    "gpu_idle": 0x1,
+    "applications_clocks": 0x2,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal": 0x20,
+    "hw_thermal": 0x40,
+    "hw_power_brake": 0x80,
+    "display_clock": 0x100,
+}
+"""NVML's clock-throttle reasons (nvmlClocksThrottleReason*), by the `reason` label of
+trainguard_gpu_clock_throttle_reason, with their bit in DCGM_FI_DEV_CLOCK_THROTTLE_REASONS."""
+SLOWING_THROTTLE_REASONS: tuple[str, ...] = ("hw_slowdown", "hw_power_brake", "hw_thermal", "sw_thermal")
+"""The reasons that slow a busy GPU below what its load asks for (GPUClocksThrottled): not idle, not the
+power cap a heavy load reaches by design, not clocks a person set. hw_thermal and hw_power_brake are causes
+of hw_slowdown, which NVML sets with them: hw_slowdown alone means a cause NVML does not name."""
 
 GOODPUT_METRICS: tuple[Metric, ...] = (
     Metric(

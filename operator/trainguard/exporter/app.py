@@ -23,6 +23,7 @@ from trainguard.exporter.collectors import (
     SnapshotBox,
     TrainingCollector,
 )
+from trainguard.exporter.degradation import degradations
 from trainguard.exporter.fastpath import FastPathSender, detect_gpu_faults, detect_stall, event
 from trainguard.exporter.faults import Faults
 from trainguard.exporter.host import KSWAPD_HIDDEN, MEMINFO_UNREADABLE, HostReader
@@ -92,6 +93,8 @@ class Exporter:
     _gpu_problem: str = ""
     _hardware: list[dict[str, Any]] = field(default_factory=list)
     _hardware_lock: threading.Lock = field(default_factory=threading.Lock)
+    _degraded: dict[tuple[tuple[str, str], ...], dict[str, Any]] = field(default_factory=dict)
+    """The slow-not-dead degradations that hold in the latest snapshot, each with when it began holding."""
     _host_problem: str = ""
     _kswapd_problem: str = ""
 
@@ -192,6 +195,7 @@ class Exporter:
         host = self.faults.apply_host(copy.deepcopy(self._host))
         view = self.training.snapshot()
         self._detect(gpus, view.last_step_ts, now)
+        self._degrade(gpus, now)
         snap = Snapshot(
             gpus=gpus,
             host=host,
@@ -239,12 +243,22 @@ class Exporter:
             kept = [f for f in self._hardware if now - f["at"] < HARDWARE_MEMORY_S]
             self._hardware = [*kept, {**fault, "at": now}][-HARDWARE_KEPT:]
 
+    def _degrade(self, gpus: list[GPUReading], now: float) -> None:
+        """Keep the degradations that hold now (exporter/degradation.py); one that stops holding is gone:
+        a slow GPU is confirmed while it is slow, not for an hour after."""
+        current = {tuple(sorted(d.items())): d for d in degradations(gpus)}
+        with self._hardware_lock:
+            self._degraded = {k: self._degraded.get(k) or {**d, "at": now, "holding": True}
+                              for k, d in current.items()}  # fmt: skip
+
     def hardware_faults(self) -> list[dict[str, Any]]:
-        """GET /v1/hardware: the GPU faults this sidecar detected itself in the last hour, which the
-        operator asks for before it cordons a node on an alert's word."""
+        """GET /v1/hardware: the GPU faults this sidecar detected itself in the last hour, and the
+        degradations that hold now (`holding`, since `at`), which the operator asks for before it acts
+        on an alert's word."""
         now = self.clock()
         with self._hardware_lock:
-            return [dict(f) for f in self._hardware if now - f["at"] < HARDWARE_MEMORY_S]
+            seen = [dict(f) for f in self._hardware if now - f["at"] < HARDWARE_MEMORY_S]
+            return seen + [dict(d) for d in self._degraded.values()]
 
     def on_nonfinite_loss(self) -> None:
         """Called on the SDK's request thread: the event leaves within the same request."""
@@ -279,9 +293,9 @@ class Exporter:
         summary = f"the trainer of generation {state['generation']} ended: {reason}"
         self.fastpath.send(event(TRAINING_INTERRUPTED, labels, summary, self.clock()))
 
-    def add_fault(self, kind: str, gpu: int | None = None) -> None:
+    def add_fault(self, kind: str, gpu: int | None = None, percent: float | None = None) -> None:
         """Fault injection: `oom` is what a trainer's OOM report does, fast-path event included."""
-        self.faults.add(kind, gpu)
+        self.faults.add(kind, gpu, percent)
         if kind == "oom":
             self.on_oom({"type": "oom", "device": gpu})
 

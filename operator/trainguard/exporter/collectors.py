@@ -16,6 +16,7 @@ from prometheus_client.registry import Collector
 
 from trainguard import __version__
 from trainguard.catalog import COMMON_LABELS, DCGM_LABELS, METRICS, METRICS_BY_NAME, Metric, MetricType
+from trainguard.catalog.metrics import THROTTLE_REASONS
 from trainguard.exporter.assignment import Assignment
 from trainguard.exporter.readings import DriverInfo, GPUReading, HostReading
 from trainguard.exporter.training import TrainingView
@@ -48,10 +49,19 @@ GPU_VALUES: dict[str, Callable[[GPUReading], float | None]] = {
     "DCGM_FI_DEV_ROW_REMAP_FAILURE": lambda r: r.row_remap_failure,
     "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": lambda r: r.remapped_rows_correctable,
     "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": lambda r: r.remapped_rows_uncorrectable,
+    "DCGM_FI_DEV_PCIE_LINK_GEN": lambda r: r.pcie_link_gen,
+    "DCGM_FI_DEV_PCIE_LINK_WIDTH": lambda r: r.pcie_link_width,
+    "DCGM_FI_DEV_PCIE_MAX_LINK_GEN": lambda r: r.pcie_max_link_gen,
+    "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH": lambda r: r.pcie_max_link_width,
+    "DCGM_FI_DEV_MAX_SM_CLOCK": lambda r: r.sm_clock_max_mhz,
 }
 """A GPU reading's value for each per-GPU family of the catalogue (GPU_FAMILIES), by metric name."""
 
-GPU_FAMILIES: tuple[Metric, ...] = tuple(m for m in METRICS if m.is_gpu and m.name != "trainguard_gpu_lost")
+THROTTLE_FAMILY = "trainguard_gpu_clock_throttle_reason"
+"""The bitmask broken out per reason: one series per reason, from the same reading."""
+GPU_FAMILIES: tuple[Metric, ...] = tuple(
+    m for m in METRICS if m.is_gpu and m.name not in ("trainguard_gpu_lost", THROTTLE_FAMILY)
+)
 """Per-GPU families read from a reading; a lost GPU keeps only its XID (what took it down)."""
 
 LOST_GPU_VALUES = ("DCGM_FI_DEV_XID_ERRORS",)
@@ -129,6 +139,7 @@ class GPUCollector(_Base):
     def _families(self, snap: Snapshot | None = None) -> Iterator[Family]:
         fams = {m.name: family(m.name) for m in GPU_FAMILIES}
         lost = family("trainguard_gpu_lost")
+        reasons = family(THROTTLE_FAMILY)
         if snap is not None and snap.driver.supported:
             host = self.identity[COMMON_LABELS.index("node")]
             for r in snap.gpus:
@@ -141,8 +152,13 @@ class GPUCollector(_Base):
                     value = GPU_VALUES[name](r)
                     if value is not None:  # unsupported: left out, never zero
                         fam.add_metric(values, float(value))
+                if r.throttle_reasons is not None and not r.lost:
+                    mask = int(r.throttle_reasons)
+                    for reason, bit in THROTTLE_REASONS.items():
+                        reasons.add_metric([*values, reason], 1.0 if mask & bit else 0.0)
         yield from fams.values()
         yield lost
+        yield reasons
 
 
 class HostCollector(_Base):

@@ -11,6 +11,7 @@ from trainguard.exporter.readings import GPUReading, HostReading
 GPU_FAULTS = (
     "oom-risk", "memory-hang", "thermal", "ecc-dbe", "xid-79", "hbm-thermal", "power-limit", "nvlink-crc",
     "row-remap-pending", "row-remap-failure", "retired-pages-pending", "ecc-sbe-storm", "pcie-saturation",
+    "pcie-downtrain", "power-brake", "hw-slowdown", "clock-slow",
 )  # fmt: skip
 TRAINING_FAULTS = ("nan-loss", "grad-explosion", "throughput-drop", "stall", "oom", "collective-slow",
                    "restore-slow", "checkpoint-fs-filling", "inference-queue")  # fmt: skip
@@ -40,6 +41,14 @@ PCIE_SATURATED_BYTES_PER_S = 30e9
 """A Gen5 x16 link's practical ceiling is about 50 GB/s each way, Gen4's about 25: 30 GB/s is busy."""
 
 
+SLOW_CLOCK_PERCENT: dict[str, float] = {"power-brake": 50.0, "hw-slowdown": 30.0, "clock-slow": 10.0}
+"""The slow-not-dead faults (issue 25) that lower the SM clock, by how much (in %) unless `percent` is
+given: an external power brake holds a GPU near half its clock, a hardware slowdown (a failing VRM or
+sensor) lower, and clock-slow is a clock held low with no reason NVML reports."""
+SLOW_CLOCK_BITS: dict[str, int] = {"power-brake": 0x08 | 0x80, "hw-slowdown": 0x08, "clock-slow": 0}
+"""NVML's reasons each sets: HW slowdown with its cause (HwPowerBrakeSlowdown), HW slowdown alone, none."""
+
+
 class FaultError(ValueError):
     pass
 
@@ -55,16 +64,24 @@ class Faults:
     (gpu -1 for a host fault)."""
     seen_poll: dict[tuple[str, int], float | None] = field(default_factory=dict)
     """(kind, gpu) -> the poll a PER_POLL fault last counted: one step per poll, not per render."""
+    percent: dict[tuple[str, int], float] = field(default_factory=dict)
+    """(kind, gpu) -> how much a SLOW_CLOCK_PERCENT fault lowers the clock, in %."""
     oom_added: int = 0
     """`oom` activations: each is one out-of-memory error (a counter keeps it after the fault clears)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, kind: str, gpu: int | None = None) -> None:
+    def add(self, kind: str, gpu: int | None = None, percent: float | None = None) -> None:
         if kind not in KINDS:
             raise FaultError(f"unknown fault {kind!r}; one of: {', '.join(KINDS)}")
+        if percent is not None and kind not in SLOW_CLOCK_PERCENT:
+            raise FaultError(f"percent: only {', '.join(SLOW_CLOCK_PERCENT)} take one (got it for {kind!r})")
+        if percent is not None and not 0 < percent < 100:
+            raise FaultError(f"percent: how much the clock is lowered, above 0 and below 100 (got {percent})")
         if kind in GPU_FAULTS and gpu is None:
             gpu = 0
         with self.lock:
+            if kind in SLOW_CLOCK_PERCENT and gpu is not None:
+                self.percent[(kind, gpu)] = SLOW_CLOCK_PERCENT[kind] if percent is None else float(percent)
             self.active.setdefault(kind, set()).add(gpu if gpu is not None else -1)
             if kind == "ecc-dbe" and gpu is not None:
                 self.dbe_added[gpu] = self.dbe_added.get(gpu, 0) + 1  # one uncorrectable error
@@ -109,8 +126,10 @@ class Faults:
             dbe_added = dict(self.dbe_added)
             crc = {r.index: self._per_poll("nvlink-crc", r.index, r.polled_at) for r in readings}
             added = dict(self.added)
+            percent = dict(self.percent)
         for r in readings:
             self._health(r, active, added, crc[r.index])
+            self._slow(r, active, percent)
             total = (r.fb_used_mib or 0) + (r.fb_free_mib or 0)
             if r.index in active.get("oom-risk", ()) and total:
                 r.fb_used_mib, r.fb_free_mib = round(total * 0.97), round(total * 0.03)
@@ -168,6 +187,23 @@ class Faults:
             r.retired_pending = 1.0
         if on("pcie-saturation"):
             r.pcie_tx_bytes_per_s = r.pcie_rx_bytes_per_s = PCIE_SATURATED_BYTES_PER_S
+
+    @staticmethod
+    def _slow(r: GPUReading, active: dict[str, set[int]], percent: dict[tuple[str, int], float]) -> None:
+        """Slow, not dead (issue 25): a PCIe link trained down to half its lanes (a busy GPU's link never
+        trains down on its own; an idle one may lower its generation, which is normal), and clocks held
+        low with the reasons NVML would report. A lower clock draws less power."""
+        if r.index in active.get("pcie-downtrain", ()) and r.pcie_max_link_width:
+            r.pcie_link_width = float(max(1, int(r.pcie_max_link_width) // 2))
+        for kind, bits in SLOW_CLOCK_BITS.items():
+            if r.index not in active.get(kind, ()):
+                continue
+            keep = 1 - percent.get((kind, r.index), SLOW_CLOCK_PERCENT[kind]) / 100
+            base = r.sm_clock_max_mhz or r.sm_clock_mhz or 1980.0
+            r.sm_clock_mhz = float(round(min(r.sm_clock_mhz or base, base * keep)))
+            if r.power_w is not None:
+                r.power_w = round(r.power_w * keep, 1)
+            r.throttle_reasons = float(int(r.throttle_reasons or 0) | bits)
 
     def apply_host(self, h: HostReading) -> HostReading:
         with self.lock:

@@ -327,6 +327,7 @@ class NVMLBackend:
         r.sm_clock_mhz = None if clock is None else float(clock)
         throttle = f(n.nvmlDeviceGetCurrentClocksThrottleReasons, h)
         r.throttle_reasons = None if throttle is None else float(throttle)
+        self._fill_speed(r, h)
         for attr, bit in (("ecc_sbe_total", n.NVML_SINGLE_BIT_ECC), ("ecc_dbe_total", n.NVML_DOUBLE_BIT_ECC)):
             value = f(n.nvmlDeviceGetTotalEccErrors, h, bit, n.NVML_VOLATILE_ECC)
             setattr(r, attr, None if value is None else float(value))
@@ -339,6 +340,23 @@ class NVMLBackend:
             r.remapped_rows_correctable, r.remapped_rows_uncorrectable = float(corr), float(unc)
             r.row_remap_pending, r.row_remap_failure = float(bool(pending)), float(bool(failure))
         self._fill_health(r, h)
+
+    def _fill_speed(self, r: GPUReading, h: Any) -> None:
+        """What a slow-not-dead GPU shows (issue 25): the SM clock's maximum and the PCIe link's current
+        and maximum generation and width. The maximum generation is nvmlDeviceGetMaxPcieLinkGeneration,
+        the most the GPU and its system support together, not the GPU's own (GetGpuMaxPcieLinkGeneration):
+        a Gen5 GPU in a Gen4 slot runs at its best at 4."""
+        n, f = self.nvml, self._field
+        max_clock = f(n.nvmlDeviceGetMaxClockInfo, h, n.NVML_CLOCK_SM)
+        r.sm_clock_max_mhz = None if max_clock is None else float(max_clock)
+        for attr, fn in (
+            ("pcie_link_gen", n.nvmlDeviceGetCurrPcieLinkGeneration),
+            ("pcie_link_width", n.nvmlDeviceGetCurrPcieLinkWidth),
+            ("pcie_max_link_gen", n.nvmlDeviceGetMaxPcieLinkGeneration),
+            ("pcie_max_link_width", n.nvmlDeviceGetMaxPcieLinkWidth),
+        ):
+            value = f(fn, h)
+            setattr(r, attr, None if value is None else float(value))
 
     def _fill_health(self, r: GPUReading, h: Any) -> None:
         """HBM temperature, power limit, PCIe and NVLink traffic, NVLink CRC and page retirement."""

@@ -50,6 +50,13 @@ class GPUReading:
     remapped_rows_uncorrectable: float | None = None
     row_remap_pending: float | None = None
     row_remap_failure: float | None = None
+    sm_clock_max_mhz: float | None = None
+    """The SM clock's maximum (nvmlDeviceGetMaxClockInfo): what a busy, unthrottled GPU runs near."""
+    pcie_link_gen: float | None = None
+    pcie_link_width: float | None = None
+    pcie_max_link_gen: float | None = None
+    """The most the GPU and its slot support together: a Gen5 GPU in a Gen4 slot is not degraded at 4."""
+    pcie_max_link_width: float | None = None
     polled_at: float | None = None
     """Monotonic time of the poll that read this; fault injection counts polls by it."""
 

@@ -163,8 +163,12 @@ class Handler(BaseHTTPRequestHandler):
             self._json(200, self.exporter.training.control_view())
         elif self.path == "/v1/faults" and self.fault_injection:
             try:
-                gpu = body.get("gpu")
-                self.exporter.add_fault(str(body.get("fault")), None if gpu is None else int(gpu))
+                gpu, percent = body.get("gpu"), body.get("percent")
+                self.exporter.add_fault(
+                    str(body.get("fault")),
+                    None if gpu is None else int(gpu),
+                    None if percent is None else float(percent),
+                )
             except (FaultError, ValueError, TypeError) as exc:
                 self._json(400, {"error": str(exc)})
                 return

@@ -16,6 +16,7 @@ from trainguard.exporter.readings import DriverInfo, GPUDevice, GPUReading
 TOTAL_MIB = 81559.0
 MODEL = "NVIDIA H100 80GB HBM3"
 POWER_LIMIT_W = 700.0
+MAX_SM_CLOCK_MHZ = 1980.0
 
 
 def _uuid(i: int) -> str:
@@ -59,7 +60,12 @@ class SimulatedBackend:
                     mem_copy_util=min(100.0, max(0.0, round(g(38, 4)))),
                     temp_c=temp,
                     power_w=round(g(560, 25), 1),
-                    sm_clock_mhz=1980.0,
+                    sm_clock_mhz=MAX_SM_CLOCK_MHZ,
+                    sm_clock_max_mhz=MAX_SM_CLOCK_MHZ,
+                    pcie_link_gen=5.0,  # a busy H100 SXM holds its Gen5 x16 link
+                    pcie_link_width=16.0,
+                    pcie_max_link_gen=5.0,
+                    pcie_max_link_width=16.0,
                     throttle_reasons=0.0,
                     last_xid=0.0,
                     ecc_sbe_total=self.sbe[i],

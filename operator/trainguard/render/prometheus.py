@@ -14,6 +14,7 @@ from typing import Any
 from trainguard.api.common import duration_seconds, format_duration
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog import FATAL_XIDS, METRICS, Scope
+from trainguard.catalog.metrics import SLOWING_THROTTLE_REASONS, THROTTLE_REASONS
 from trainguard.catalog.severity import GRADE, grade_labels
 from trainguard.render.policy import EffectiveAlert, EffectivePolicy
 
@@ -334,6 +335,61 @@ def _monitoring_missing(ctx: Context, a: EffectiveAlert) -> str:
     return " or ".join(f"({p})" for p in parts)
 
 
+def _busy(ctx: Context, a: EffectiveAlert) -> str:
+    """The job's GPUs busy over the rate window: a GPU's instant utilization dips between kernels and
+    steps, which would restart a held alert's `for`."""
+    util = f"avg_over_time({ctx.gpu('DCGM_FI_DEV_GPU_UTIL')}[{ctx.rate_window}])"
+    return f"{util} {ctx.cmp('>', ctx.p(a, 'utilization'))}"
+
+
+_GPU = f"{JOB}, pod, gpu"
+
+
+def _pcie_link(ctx: Context, a: EffectiveAlert) -> str:
+    """Each generation doubles a lane's rate (Gen3 8 GT/s, Gen4 16, Gen5 32), so a link's share of its
+    full bandwidth is 2^(gen - max gen) x width / max width; the maximum is the GPU's and its slot's."""
+    width = f"{ctx.gpu('DCGM_FI_DEV_PCIE_LINK_WIDTH')} / {ctx.gpu('DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH')}"
+    gen = f"{ctx.gpu('DCGM_FI_DEV_PCIE_LINK_GEN')} - {ctx.gpu('DCGM_FI_DEV_PCIE_MAX_LINK_GEN')}"
+    share = f"({width}) * 2 ^ ({gen})"
+    return f"{share} {ctx.cmp('<', ctx.p(a, 'bandwidth_ratio'))} and on({_GPU}) {_busy(ctx, a)}"
+
+
+def _throttle_bit(reasons: str, bit: int) -> str:
+    """Whether bit `bit` is set in the bitmask: PromQL has no bitwise operators, floor and modulo do it."""
+    return f"floor({reasons} / {bit}) % 2 == 1"
+
+
+def _clocks_throttled(ctx: Context, a: EffectiveAlert) -> str:
+    """One series per reason held, labelled `reason` (NVML's bits, catalog/metrics.py): hw_slowdown only
+    where NVML names no cause of it (hw_thermal, hw_power_brake are set with it)."""
+    reasons = ctx.gpu("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
+    assert THROTTLE_REASONS["hw_power_brake"] == 2 * THROTTLE_REASONS["hw_thermal"]  # adjacent bits
+    named_cause = f"floor({reasons} / {THROTTLE_REASONS['hw_thermal']}) % 4 > 0"  # either of the two
+    held = []
+    for reason in SLOWING_THROTTLE_REASONS:
+        bit = _throttle_bit(reasons, THROTTLE_REASONS[reason])
+        if reason == "hw_slowdown":
+            bit = f"({bit} unless {named_cause})"
+        held.append(f'label_replace({bit}, "reason", "{reason}", "", "")')
+    return f"({' or '.join(held)}) and on({_GPU}) {_busy(ctx, a)}"
+
+
+def _complement(x: Operand) -> Operand:
+    """1 - x."""
+    return round(1 - x, 12) if isinstance(x, float | int) else f"(1 - {x})"
+
+
+def _clock_below_peers(ctx: Context, a: EffectiveAlert) -> str:
+    """The busy GPU's clock over the job's busy GPUs' median: the value is that share. Relative to the job,
+    so a job-wide change (a power cap every GPU reaches, a data-centre clock limit) moves the median too."""
+    clock = f"(avg_over_time({ctx.gpu('DCGM_FI_DEV_SM_CLOCK')}[{ctx.rate_window}]) and on({_GPU}) {_busy(ctx, a)})"
+    median = f"quantile by ({JOB}) (0.5, {clock})"
+    return (
+        f"{clock} / on({JOB}) group_left() {median} {ctx.cmp('<=', _complement(ctx.p(a, 'ratio')))} "
+        f"and on({JOB}) count by ({JOB}) ({clock}) {ctx.cmp('>=', ctx.p(a, 'min_gpus'))}"
+    )
+
+
 EXPRESSIONS: dict[str, Callable[[Context, EffectiveAlert], str]] = {
     "TrainingLossNonFinite": lambda c, a: (
         f"increase({c.m('trainguard_train_nonfinite_loss_total')}[{c.rate_window}]) > 0"
@@ -464,6 +520,9 @@ EXPRESSIONS: dict[str, Callable[[Context, EffectiveAlert], str]] = {
         f"{c.m('trainguard_checkpoint_restore_read_bytes_per_second')} {c.cmp('<', c.p(a, 'bytes_per_second'))} "
         f"and on({JOB}, pod) {c.m('trainguard_checkpoint_restoring')} == 1"
     ),
+    "GPUPCIeLinkDegraded": _pcie_link,
+    "GPUClocksThrottled": _clocks_throttled,
+    "GPUClockBelowPeers": _clock_below_peers,
     "GPUPowerCapped": lambda c, a: (
         f"{c.gpu('DCGM_FI_DEV_POWER_USAGE')} / "
         f"{c.gpu('DCGM_FI_DEV_ENFORCED_POWER_LIMIT')} {c.cmp('>=', c.p(a, 'ratio'))}"
