@@ -303,6 +303,21 @@ ALERTS: tuple[Alert, ...] = (
         modes=TRAINING_MODES,
     ),
     Alert(
+        "StragglerRank",
+        "P1",
+        "3m",
+        Layer.TRAINING,
+        Scope.POD,
+        "the rank's time outside collectives per step (its own pace: its peers wait for it in theirs), as "
+        "the median over 5m of its ratio to the gang's median, is more than the threshold above its peers, "
+        "after warm-up (docs/diagnosis.md, Stragglers)",
+        "A rank holds the whole gang back",
+        "a slow GPU (clocks throttled, PCIe link trained down), a busy or degraded host, or a rank whose data "
+        "loader is persistently slow",
+        params=(_p("slowdown", 0.05, "the rank's own time per step over its peers' median, minus one"),),
+        modes=TRAINING_MODES,
+    ),
+    Alert(
         "InferenceLatencyHigh",
         "P1",
         "2m",

@@ -203,6 +203,7 @@ def recording_rules(ctx: Context) -> list[Rule]:
         f"{ctx.m(f'{p99}:baseline_mean')} + "
         + ctx.scale(ctx.sigma, f"({_floored(ctx, f'{p99}:baseline_stddev', f'{p99}:baseline_mean', floor)})"),
     )
+    rules += straggler_rules(ctx)
     # the checkpoint filesystem as the fullest of the pods' views (they share it, or each has its own)
     rec(
         "trainguard:checkpoint_filesystem_avail_bytes:min",
@@ -214,6 +215,49 @@ def recording_rules(ctx: Context) -> list[Rule]:
         + ctx.scale(ctx.sigma, ctx.m("trainguard:train_grad_norm:max:baseline_stddev_floored")),
     )
     return rules
+
+
+RANK = f"{JOB}, pod, node"
+OWN_RATIO = "trainguard:train_rank_own_time:ratio"
+OWN_EXCESS = "trainguard:train_rank_own_time:excess"
+STRAGGLER_MEDIAN_WINDOW = "5m"
+"""StragglerRank judges the median of a rank's excess over this window: an event that lifts it for less
+than half of it (a checkpoint one rank writes while the others wait, a data-loader hiccup, an evaluation
+pass) cannot move a median, and the alert's `for` then asks the median to hold (docs/diagnosis.md)."""
+
+
+def straggler_rules(ctx: Context) -> list[Rule]:
+    """Each rank's own pace and how far it is from its peers' (StragglerRank, docs/diagnosis.md).
+
+    In synchronous training every rank's step takes as long as the slowest one's, so step time names no
+    rank; but the others wait for the straggler inside the collective, so the share of a rank's step time
+    spent outside collectives is its own pace. Its ratio to the gang's median (the lower of two for a gang
+    of two, whose median would sit half-way to the straggler) is the rank's slowdown: a checkpoint, an
+    evaluation or a slowdown of the whole gang changes every rank alike and leaves it at zero. Collective
+    time is log_step's allreduce_s, or where a trainer reports none, the SDK's collective histogram."""
+    rw = ctx.rate_window
+    steps = f"sum by ({RANK}) (rate({ctx.m('trainguard_train_step_seconds_total')}[{rw}]))"
+    reported = f"sum by ({RANK}) (rate({ctx.m('trainguard_train_step_collective_seconds_total')}[{rw}]))"
+    timed = f"sum by ({RANK}) (rate({ctx.m('trainguard_train_collective_seconds_sum')}[{rw}]))"
+    own = ctx.m(OWN_RATIO)
+    gang = f"count by ({JOB}) ({own})"
+    reference = (
+        f"(quantile by ({JOB}) (0.5, {own}) unless on({JOB}) {gang} == 2) or on({JOB}) min by ({JOB}) ({own})"
+    )
+    return [
+        # no step completed in the window (a checkpoint, an evaluation pass): no sample, not a zero
+        {"record": OWN_RATIO, "expr": f"clamp_min(1 - ({reported} > 0 or {timed}) / ({steps} > 0), 0)"},
+        {"record": OWN_EXCESS, "expr": f"{own} / on({JOB}) group_left() (({reference}) > 0) - 1"},
+    ]
+
+
+def _straggler(ctx: Context, a: EffectiveAlert) -> str:
+    """A rank whose median excess over the window is above the threshold, in a gang of two or more, past
+    warm-up; its rank is the pod name's last number (as diagnosis/straggler.py's rank_of reads it)."""
+    excess = f"quantile_over_time(0.5, {ctx.m(OWN_EXCESS)}[{STRAGGLER_MEDIAN_WINDOW}])"
+    gang = f"count by ({JOB}) ({ctx.m(OWN_RATIO)}) >= 2"
+    judged = f"{excess} {ctx.cmp('>', ctx.p(a, 'slowdown'))} and on({JOB}) {gang} and {ctx.warmed_up}"
+    return f'label_replace({judged}, "rank", "$1", "pod", ".*?([0-9]+)")'
 
 
 def _floored(ctx: Context, stddev: str, mean: str, ratio: Operand) -> str:
@@ -437,6 +481,7 @@ EXPRESSIONS: dict[str, Callable[[Context, EffectiveAlert], str]] = {
     "GPURowRemapFailure": lambda c, a: f"{c.gpu('DCGM_FI_DEV_ROW_REMAP_FAILURE')} > 0",
     "GPURetiredPagesPending": lambda c, a: f"{c.gpu('DCGM_FI_DEV_RETIRED_PENDING')} > 0",
     "CheckpointStorageFillingUp": _checkpoint_storage,
+    "StragglerRank": _straggler,
     "TrainingLossDivergingEarly": _loss_diverging_early,
     "RackThermalEvent": _rack_heat,
     "MonitoringDataMissing": _monitoring_missing,
