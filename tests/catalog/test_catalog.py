@@ -25,7 +25,7 @@ CONTRACT_ALERTS = {
     "NetworkPacketLossHigh": ("P1", "1m"),
     "GradientExplosion": ("P1", "1m"),
     "CheckpointStale": ("P1", "5m"),
-    "StragglerRank": ("P1", "3m"),
+    "StragglerRank": ("P1", "1m"),
     "InferenceLatencyHigh": ("P1", "2m"),
     "GPUMemoryPressure": ("P2", "2m"),
     "GPUMemoryFragmentationHigh": ("P2", "5m"),

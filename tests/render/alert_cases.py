@@ -471,7 +471,21 @@ CASES: dict[str, list[Case]] = {
         Case("ranks at the same pace", "14m", gang(8, 15, slow(0, 0.0)), interval=SCRAPE),
         Case("4% slower: under the threshold", "14m", gang(8, 15, slow(5, 0.04)), interval=SCRAPE),
         Case(
-            "not yet held: slow since minute 6", "10m", gang(8, 15, slow(5, 0.20, since=6)), interval=SCRAPE
+            "uneven ranks, 0 to 14% apart, no single outlier: the slowest is 6.5% over the median, within "
+            "the gang's own spread",
+            "14m",
+            gang(8, 15, lambda i, k: 0.8 * jitter(i, k) * (1 + 0.02 * i)),
+            interval=SCRAPE,
+        ),
+        Case(
+            "but one rank 12% over ranks that differ by 1% is an outlier",
+            "14m",
+            gang(8, 15, lambda i, k: 0.8 * jitter(i, k) * (1 + 0.01 * (i % 2)) * (1.12 if i == 6 else 1.0)),
+            straggler_fires(6),
+            interval=SCRAPE,
+        ),
+        Case(
+            "not yet held: slow since minute 7", "10m", gang(8, 15, slow(5, 0.20, since=7)), interval=SCRAPE
         ),
         Case(
             "the whole gang 20% slower from minute 3",
@@ -507,6 +521,20 @@ CASES: dict[str, list[Case]] = {
             "one data-loader hiccup: rank 2 waits 100 s for data once",
             "12m",
             gang(8, 15, slow(0, 0.0), pause=lambda k: {2} if 24 <= k < 31 else None),
+            interval=SCRAPE,
+        ),
+        Case(
+            "twice as slow: its first windows look like a pause, then the median step time catches up",
+            "14m",
+            gang(8, 15, slow(3, 1.0, since=1)),
+            straggler_fires(3),
+            interval=SCRAPE,
+        ),
+        Case(
+            "held 5 minutes: it fires",
+            "14m",
+            gang(8, 15, slow(2, 0.20, since=8, until=13)),
+            straggler_fires(2),
             interval=SCRAPE,
         ),
         Case(

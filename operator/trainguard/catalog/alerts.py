@@ -305,16 +305,19 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "StragglerRank",
         "P1",
-        "3m",
+        "1m",
         Layer.TRAINING,
         Scope.POD,
-        "the rank's time outside collectives per step (its own pace: its peers wait for it in theirs), as "
-        "the median over 5m of its ratio to the gang's median, is more than the threshold above its peers, "
-        "after warm-up (docs/diagnosis.md, Stragglers)",
+        "the rank's time outside collectives per step (its own pace: its peers wait for it in theirs) was "
+        "more than the threshold above the gang's median for `held_seconds` of the last 10 minutes, pauses "
+        "(checkpoints, evaluation) not counted, after warm-up (docs/diagnosis.md, Stragglers)",
         "A rank holds the whole gang back",
         "a slow GPU (clocks throttled, PCIe link trained down), a busy or degraded host, or a rank whose data "
         "loader is persistently slow",
-        params=(_p("slowdown", 0.05, "the rank's own time per step over its peers' median, minus one"),),
+        params=(
+            _p("slowdown", 0.05, "the rank's own time per step over its peers' median, minus one"),
+            _p("held_seconds", 240, "seconds of the last 10 minutes the rank was that much slower"),
+        ),
         modes=TRAINING_MODES,
     ),
     Alert(
