@@ -369,7 +369,7 @@ def main() -> None:
         "promtool": (version.stdout or version.stderr).splitlines()[0]
         if (version.stdout or version.stderr)
         else "?",
-        "alert": {"for": alert.for_, "slowdown": alert.params[0].default},
+        "alert": {"for": alert.for_} | {p.name: p.default for p in alert.params},
         "gang_sizes": sizes,
         "seeds": args.seeds,
         "minutes_per_trace": MINUTES,
