@@ -328,3 +328,28 @@ def test_the_control_view_shows_the_trainers_step_and_its_duration() -> None:
     t.ingest({"type": "step", "step": 41, "loss": 1.0, "step_time_s": 0.25})
     t.ingest({"type": "step", "step": 42, "loss": 1.0, "step_time_s": 0.5})
     assert (t.control_view()["step"], t.control_view()["step_time_s"]) == (42, 0.5)
+
+
+# ---- a rank's own pace (StragglerRank) ----
+
+
+def test_step_and_collective_seconds_count_from_zero_and_add_up_each_step(exp: Running, tg: Reporter) -> None:
+    """Both counters exist before the first step (rate() sees the first one), then sum each step's time
+    and its collective time, capped at the step's own duration."""
+    assert exp.value("trainguard_train_step_seconds_total") == 0.0
+    assert exp.value("trainguard_train_step_collective_seconds_total") == 0.0
+    tg.log_step(1, step_time_s=1.0, allreduce_s=0.25)
+    tg.log_step(2, step_time_s=1.5, allreduce_s=0.5)
+    tg.log_step(3, step_time_s=0.5, allreduce_s=2.0)  # a clock glitch: no more than the step itself
+    tg.log_step(4, step_time_s=1.0)  # no collective time reported: the step alone
+    wait_value(exp, "trainguard_train_step_seconds_total", lambda v: v == 4.0)
+    assert exp.value("trainguard_train_step_collective_seconds_total") == 1.25
+
+
+def test_step_seconds_come_from_the_reports_own_times_without_step_time() -> None:
+    now = [100.0]
+    state = TrainingState(clock=lambda: now[0])
+    state.ingest({"type": "step", "step": 1, "ts": 100.0})
+    state.ingest({"type": "step", "step": 2, "ts": 102.0, "allreduce_s": 0.5})
+    view = state.snapshot()
+    assert (view.step_seconds_total, view.step_collective_seconds_total) == (2.0, 0.5)

@@ -8,6 +8,7 @@ minute interval; label sets are those the exporter sidecar produces.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,6 +97,77 @@ def clocks(mhz: list[str], util: list[str] | None = None) -> list[dict[str, str]
     for i, (c, u) in enumerate(zip(mhz, util, strict=True)):
         out += [series("DCGM_FI_DEV_SM_CLOCK", gpu_n(i), c), series("DCGM_FI_DEV_GPU_UTIL", gpu_n(i), u)]
     return out
+
+
+def rank_pod(i: int) -> dict[str, str]:
+    return JOB | {"pod": f"llama-{i}", "node": f"gpu-node-{i}"}
+
+
+def straggler_fires(*ranks: int) -> list[dict[str, str]]:
+    return [p("P1", rank_pod(i) | {"rank": str(i)}) for i in ranks]
+
+
+def gang(
+    n: int,
+    minutes: int,
+    own: Callable[[int, int], float] = lambda i, k: 0.8,
+    *,
+    comm: float = 0.2,
+    pause: Callable[[int], set[int] | None] = lambda k: None,
+    start_step: int = 2000,
+    timed_only: bool = False,
+) -> list[dict[str, str]]:
+    """The series of a synchronous gang of `n` ranks at the scrape interval (15 s samples, so `interval`
+    SCRAPE): rank i computes own(i, k) seconds per step in sample k, then every rank meets in the
+    collective, which ends `comm` seconds after the slowest arrives (the others wait there for it).
+    pause(k): no step completes in sample k; the ranks it names are busy (writing a checkpoint, stuck on
+    a data loader) and the others wait in a collective, all of it counted in the step that ends it.
+    timed_only: the trainer reports no allreduce_s, only the SDK's collective histogram."""
+    samples = minutes * 4 + 1
+    step_s, coll, step = [0.0] * n, [0.0] * n, float(start_step)
+    pending, busy = 0.0, set[int]()
+    out: dict[int, tuple[list[str], list[str], list[str]]] = {i: ([], [], []) for i in range(n)}
+    for k in range(samples):
+        paused = pause(k) if k else None
+        if paused is not None:
+            pending, busy = pending + 15.0, busy | paused
+        elif k:
+            owns = [own(i, k) for i in range(n)]
+            t = max(owns) + comm
+            for i in range(n):
+                step_s[i] += 15.0 + pending
+                coll[i] += 15.0 / t * (t - owns[i]) + (0.0 if i in busy else pending)
+            step += 15.0 / t
+            pending, busy = 0.0, set()
+        for i in range(n):
+            out[i][0].append(f"{step_s[i]:.4f}")
+            out[i][1].append(f"{coll[i]:.4f}")
+            out[i][2].append(str(int(step)))
+    result = []
+    for i, (s_, c_, st) in out.items():
+        labels = rank_pod(i)
+        result.append(series("trainguard_train_step_seconds_total", labels, " ".join(s_)))
+        if timed_only:
+            result.append(
+                series("trainguard_train_step_collective_seconds_total", labels, f"0x{samples - 1}")
+            )
+            result.append(
+                series("trainguard_train_collective_seconds_sum", labels | {"op": "all_reduce"}, " ".join(c_))
+            )
+        else:
+            result.append(series("trainguard_train_step_collective_seconds_total", labels, " ".join(c_)))
+        result.append(series("trainguard_train_step", labels, " ".join(st)))
+    return result
+
+
+def jitter(i: int, k: int) -> float:
+    """A deterministic +-2% wobble of one rank's pace, different per rank and sample."""
+    return 1.0 + 0.02 * (((i * 7919 + k * 104729) % 201) / 100.0 - 1.0)
+
+
+def slow(rank: int, by: float, since: int = 0, until: int = 10**9) -> Callable[[int, int], float]:
+    """0.8 s of compute per step, jittered, and `rank` `by` slower from minute `since` to `until`."""
+    return lambda i, k: 0.8 * jitter(i, k) * (1 + by if i == rank and since * 4 <= k < until * 4 else 1.0)
 
 
 CASES: dict[str, list[Case]] = {
@@ -392,6 +464,130 @@ CASES: dict[str, list[Case]] = {
                 series("trainguard_train_grad_norm", POD, "1x80 10x20"),
                 series("trainguard_train_step", POD, "0+5x100"),
             ],
+        ),
+    ],
+    "StragglerRank": [
+        Case(
+            "rank 3 of 8 is 10% slower",
+            "10m",
+            gang(8, 15, slow(3, 0.10)),
+            straggler_fires(3),
+            interval=SCRAPE,
+        ),
+        Case(
+            "rank 1 of 2 is 10% slower",
+            "10m",
+            gang(2, 15, slow(1, 0.10)),
+            straggler_fires(1),
+            interval=SCRAPE,
+        ),
+        Case(
+            "rank 2 of 3 is 20% slower",
+            "10m",
+            gang(3, 15, slow(2, 0.20)),
+            straggler_fires(2),
+            interval=SCRAPE,
+        ),
+        Case(
+            "a trainer that reports no allreduce_s: the SDK's collective histogram instead",
+            "10m",
+            gang(4, 15, slow(0, 0.10), timed_only=True),
+            straggler_fires(0),
+            interval=SCRAPE,
+        ),
+        Case(
+            "a gang whose steps pause for a checkpoint every 4 minutes still names its straggler",
+            "14m",
+            gang(4, 15, slow(2, 0.10), pause=lambda k: set(range(4)) if k % 16 < 3 else None),
+            straggler_fires(2),
+            interval=SCRAPE,
+        ),
+        Case("ranks at the same pace", "14m", gang(8, 15, slow(0, 0.0)), interval=SCRAPE),
+        Case("4% slower: under the threshold", "14m", gang(8, 15, slow(5, 0.04)), interval=SCRAPE),
+        Case(
+            "uneven ranks, 0 to 14% apart, no single outlier: the slowest is 6.5% over the median, within "
+            "the gang's own spread",
+            "14m",
+            gang(8, 15, lambda i, k: 0.8 * jitter(i, k) * (1 + 0.02 * i)),
+            interval=SCRAPE,
+        ),
+        Case(
+            "but one rank 12% over ranks that differ by 1% is an outlier",
+            "14m",
+            gang(8, 15, lambda i, k: 0.8 * jitter(i, k) * (1 + 0.01 * (i % 2)) * (1.12 if i == 6 else 1.0)),
+            straggler_fires(6),
+            interval=SCRAPE,
+        ),
+        Case(
+            "not yet held: slow since minute 7", "10m", gang(8, 15, slow(5, 0.20, since=7)), interval=SCRAPE
+        ),
+        Case(
+            "the whole gang 20% slower from minute 3",
+            "14m",
+            gang(8, 15, lambda i, k: 0.8 * jitter(i, k) * (1.2 if k >= 12 else 1.0)),
+            interval=SCRAPE,
+        ),
+        Case(
+            "a gang of two slowed together",
+            "14m",
+            gang(2, 15, lambda i, k: 0.8 * jitter(i, k) * (1.2 if k >= 12 else 1.0)),
+            interval=SCRAPE,
+        ),
+        Case(
+            "rank 0 writes the checkpoint for 90 s every 5 minutes while the others wait in a barrier",
+            "14m",
+            gang(8, 15, slow(0, 0.0), pause=lambda k: {0} if k % 20 >= 14 else None),
+            interval=SCRAPE,
+        ),
+        Case(
+            "every rank pauses 60 s for a checkpoint every 4 minutes",
+            "14m",
+            gang(4, 15, slow(0, 0.0), pause=lambda k: set(range(4)) if k % 16 < 4 else None),
+            interval=SCRAPE,
+        ),
+        Case(
+            "an evaluation pass: ranks 0 and 1 of 4 evaluate 75 s while the others wait",
+            "14m",
+            gang(4, 15, slow(0, 0.0), pause=lambda k: {0, 1} if 28 <= k < 33 else None),
+            interval=SCRAPE,
+        ),
+        Case(
+            "one data-loader hiccup: rank 2 waits 100 s for data once",
+            "12m",
+            gang(8, 15, slow(0, 0.0), pause=lambda k: {2} if 24 <= k < 31 else None),
+            interval=SCRAPE,
+        ),
+        Case(
+            "twice as slow: its first windows look like a pause, then the median step time catches up",
+            "14m",
+            gang(8, 15, slow(3, 1.0, since=1)),
+            straggler_fires(3),
+            interval=SCRAPE,
+        ),
+        Case(
+            "held 5 minutes: it fires",
+            "14m",
+            gang(8, 15, slow(2, 0.20, since=8, until=13)),
+            straggler_fires(2),
+            interval=SCRAPE,
+        ),
+        Case(
+            "and 20% slower for 2 minutes once",
+            "12m",
+            gang(8, 15, slow(2, 0.20, since=6, until=8)),
+            interval=SCRAPE,
+        ),
+        Case(
+            "warm-up: rank 0 30% slower over its first 600 steps",
+            "12m",
+            gang(4, 15, lambda i, k: 0.8 * jitter(i, k) * (1.3 if i == 0 and k < 48 else 1.0), start_step=0),
+            interval=SCRAPE,
+        ),
+        Case(
+            "a single rank: no peers to compare with",
+            "14m",
+            gang(1, 15, slow(0, 0.2)),
+            interval=SCRAPE,
         ),
     ],
     "CheckpointStale": [

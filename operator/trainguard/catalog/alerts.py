@@ -303,6 +303,24 @@ ALERTS: tuple[Alert, ...] = (
         modes=TRAINING_MODES,
     ),
     Alert(
+        "StragglerRank",
+        "P1",
+        "1m",
+        Layer.TRAINING,
+        Scope.POD,
+        "the rank's time outside collectives per step (its own pace: its peers wait for it in theirs) was "
+        "more than the threshold above the gang's median for `held_seconds` of the last 10 minutes, pauses "
+        "(checkpoints, evaluation) not counted, after warm-up (docs/diagnosis.md, Stragglers)",
+        "A rank holds the whole gang back",
+        "a slow GPU (clocks throttled, PCIe link trained down), a busy or degraded host, or a rank whose data "
+        "loader is persistently slow",
+        params=(
+            _p("slowdown", 0.05, "the rank's own time per step over its peers' median, minus one"),
+            _p("held_seconds", 240, "seconds of the last 10 minutes the rank was that much slower"),
+        ),
+        modes=TRAINING_MODES,
+    ),
+    Alert(
         "InferenceLatencyHigh",
         "P1",
         "2m",

@@ -179,6 +179,18 @@ METRICS: tuple[Metric, ...] = (
     Metric("trainguard_train_dataloader_wait_ratio", _G, "Share of step time spent waiting for data."),
     Metric("trainguard_train_allreduce_time_ratio", _G, "Share of step time spent in collectives."),
     Metric(
+        "trainguard_train_step_seconds_total",
+        _C,
+        "Seconds of the steps the trainer reported (log_step's step_time_s, else the time between step "
+        "reports), summed over its processes; 0 from the start.",
+    ),
+    Metric(
+        "trainguard_train_step_collective_seconds_total",
+        _C,
+        "Seconds of those steps spent in collectives (log_step's allreduce_s), summed: peers wait there for a "
+        "straggler, so a rank's share of step time outside them is its own pace (StragglerRank); 0 from the start.",
+    ),
+    Metric(
         "trainguard_train_oom_total",
         _C,
         "CUDA out-of-memory errors inside the trainer, reported by the SDK (its framework integrations or "

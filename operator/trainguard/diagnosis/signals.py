@@ -22,6 +22,11 @@ LAST_STEP_AT = _m("trainguard_train_last_step_timestamp_seconds")
 COLLECTIVE = _m("trainguard_train_collective_seconds")
 COLLECTIVE_P99 = f"trainguard:{COLLECTIVE.removeprefix('trainguard_')}:p99"
 """The job's collective latency p99, recorded by the catalogue's rules from the SDK's histogram."""
+OWN_EXCESS = "trainguard:train_rank_own_time:excess"
+"""Per rank: its time outside collectives per step over the gang's median, minus one (0 in a window with
+a pause), recorded by the catalogue's rules for StragglerRank."""
+OWN_SPREAD = "trainguard:train_rank_own_time:spread"
+"""Per job: the robust standard deviation of the ranks' excess (0 under four ranks), recorded with it."""
 
 PACKET_LOSS = _m("trainguard_network_packet_loss_ratio")
 ECN_MARKED = _m("trainguard_network_ecn_marked_packets_total")

@@ -246,6 +246,8 @@ class TrainingCollector(_Base):
         ckpt_size = family("trainguard_checkpoint_last_size_bytes")
         restoring = family("trainguard_checkpoint_restoring")
         oom = family("trainguard_train_oom_total")
+        step_s = family("trainguard_train_step_seconds_total")
+        step_collective_s = family("trainguard_train_step_collective_seconds_total")
         collectives = histogram(self.COLLECTIVES)
         if snap is not None:
             t = snap.training
@@ -257,6 +259,8 @@ class TrainingCollector(_Base):
             nonfinite.add_metric(self.identity, t.nonfinite_total)
             scale_updates.add_metric(self.identity, t.loss_scale_updates_total)
             oom.add_metric(self.identity, t.oom_total)
+            step_s.add_metric(self.identity, t.step_seconds_total)
+            step_collective_s.add_metric(self.identity, t.step_collective_seconds_total)
             restoring.add_metric(self.identity, 1.0 if t.restoring else 0.0)  # 0 from the start, as counters
             bounds = METRICS_BY_NAME[self.COLLECTIVES].buckets
             for op, h in sorted(t.collectives.items()):
@@ -271,6 +275,7 @@ class TrainingCollector(_Base):
                 ckpt_step.add_metric([*self.identity, kind], v)
         yield from gauges.values()
         yield from (nonfinite, scale_updates, frag, ckpt_ts, ckpt_step, ckpt_size, restoring, oom)
+        yield from (step_s, step_collective_s)
         yield collectives
 
 

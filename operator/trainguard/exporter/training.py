@@ -82,6 +82,10 @@ class TrainingView:
     loss_scale_updates_total: float = 0.0
     dataloader_wait_ratio: float | None = None
     allreduce_time_ratio: float | None = None
+    step_seconds_total: float = 0.0
+    step_collective_seconds_total: float = 0.0
+    """Summed over the steps reported, each step's collective time capped at its duration: the rank's own
+    pace is the share outside collectives (a straggler's peers wait for it there)."""
     fragmentation: dict[str, float] = field(default_factory=dict)
     checkpoint_ts: dict[str, float] = field(default_factory=dict)
     checkpoint_step: dict[str, float] = field(default_factory=dict)
@@ -486,6 +490,10 @@ class TrainingState:
         self.prev_step_ts = now
         if step_time is not None and math.isfinite(step_time) and step_time >= 0:
             self.step_time_s = step_time
+            v.step_seconds_total += step_time
+            collective = _finite(r.get("allreduce_s"))
+            if collective is not None and collective > 0:
+                v.step_collective_seconds_total += min(collective, step_time)
         tokens = _num(r.get("tokens"))
         if tokens is not None and step_time and step_time > 0:
             tps = tokens / step_time / self.gpus

@@ -204,6 +204,7 @@ def recording_rules(ctx: Context) -> list[Rule]:
         f"{ctx.m(f'{p99}:baseline_mean')} + "
         + ctx.scale(ctx.sigma, f"({_floored(ctx, f'{p99}:baseline_stddev', f'{p99}:baseline_mean', floor)})"),
     )
+    rules += straggler_rules(ctx)
     # the checkpoint filesystem as the fullest of the pods' views (they share it, or each has its own)
     rec(
         "trainguard:checkpoint_filesystem_avail_bytes:min",
@@ -215,6 +216,84 @@ def recording_rules(ctx: Context) -> list[Rule]:
         + ctx.scale(ctx.sigma, ctx.m("trainguard:train_grad_norm:max:baseline_stddev_floored")),
     )
     return rules
+
+
+RANK = f"{JOB}, pod, node"
+STEP_MEAN = "trainguard:train_step_seconds:window_mean"
+OWN_RATIO = "trainguard:train_rank_own_time:ratio"
+OWN_EXCESS = "trainguard:train_rank_own_time:excess"
+OWN_SPREAD = "trainguard:train_rank_own_time:spread"
+OUTLIER_Z = 3.5
+"""A slow rank must also stand out of its gang's own spread: its excess above OUTLIER_Z robust standard
+deviations (MAD x 1.4826) of the gang's, as diagnosis/straggler.py's Z_LIMIT; ranks that all differ a little
+(uneven hardware, no single outlier) name no straggler. Gangs under SPREAD_MIN_RANKS have no spread worth
+the name (a median of two or three is one of them) and are judged by the threshold alone."""
+SPREAD_MIN_RANKS = 4
+MAD_TO_SIGMA = 1.4826
+STEADY_FACTOR = 1.5
+STEADY_WINDOW = "10m"
+"""A rate window whose mean step took more than STEADY_FACTOR times its median over STEADY_WINDOW held a
+pause: a checkpoint, an evaluation pass, a rank stuck on its data. The pause lands in one long step that
+every rank counts, busy or waiting, and would dilute (or, for the rank that was busy, inflate) the share
+of its own time: such a window says nothing about a rank's pace. A slowdown of the whole gang, or a
+straggler of up to that factor, stays steady; a worse one is judged once the median has caught up."""
+STRAGGLER_WINDOW = "10m"
+"""StragglerRank counts, over this window, the time a rank was slower than its peers by the threshold; it
+fires once that time reaches `held_seconds`. A one-off slowdown of one rank (a throttled minute, garbage
+collection, a checkpoint it writes alone) stays under it; pauses count as no evidence (docs/diagnosis.md)."""
+
+
+def straggler_rules(ctx: Context) -> list[Rule]:
+    """Each rank's own pace and how far it is from its peers' (StragglerRank, docs/diagnosis.md).
+
+    In synchronous training every rank's step takes as long as the slowest one's, so step time names no
+    rank; but the others wait for the straggler inside the collective, so the share of a rank's step time
+    spent outside collectives is its own pace. Its ratio to the gang's median (the lower of two for a gang
+    of two, whose median would sit half-way to the straggler) is the rank's slowdown: a checkpoint, an
+    evaluation or a slowdown of the whole gang changes every rank alike and leaves it at zero. Collective
+    time is log_step's allreduce_s, or where a trainer reports none, the SDK's collective histogram."""
+    rw = ctx.rate_window
+    steps = f"sum by ({RANK}) (rate({ctx.m('trainguard_train_step_seconds_total')}[{rw}]))"
+    reported = f"sum by ({RANK}) (rate({ctx.m('trainguard_train_step_collective_seconds_total')}[{rw}]))"
+    timed = f"sum by ({RANK}) (rate({ctx.m('trainguard_train_collective_seconds_sum')}[{rw}]))"
+    own = ctx.m(OWN_RATIO)
+    gang = f"count by ({JOB}) ({own})"
+    mean = ctx.m(STEP_MEAN)
+    steady = f"{mean} <= on({JOB}) {_num(STEADY_FACTOR)} * quantile_over_time(0.5, {mean}[{STEADY_WINDOW}])"
+    # per pod, the step seconds of its trainer processes over the gang's steps: as many step times as the
+    # pod has processes, compared only with its own past
+    pod_seconds = f"sum by ({JOB}, pod) (increase({ctx.m('trainguard_train_step_seconds_total')}[{rw}]))"
+    gang_steps = f"(delta({ctx.m('trainguard:train_step:max')}[{rw}]) > 0)"
+    reference = (
+        f"(quantile by ({JOB}) (0.5, {own}) unless on({JOB}) {gang} == 2) or on({JOB}) min by ({JOB}) ({own})"
+    )
+    # a window with a pause, or with no step at all, is no evidence: an excess of zero. Left out, it would
+    # shorten the median's window, and a one-off slowdown beside a pause would make a majority of it
+    raw = f"{own} / on({JOB}) group_left() (({reference}) > 0) - 1"
+    mad = f"quantile by ({JOB}) (0.5, abs({raw}))"
+    spread = f"{_num(MAD_TO_SIGMA)} * {mad} and on({JOB}) {gang} >= {SPREAD_MIN_RANKS} or 0 * {gang}"
+    return [
+        {"record": STEP_MEAN, "expr": f"max by ({JOB}) ({pod_seconds}) / {gang_steps}"},
+        {"record": OWN_RATIO, "expr": f"clamp_min(1 - ({reported} > 0 or {timed}) / ({steps} > 0), 0)"},
+        {"record": OWN_EXCESS, "expr": f"{raw} and on({JOB}) ({steady}) or 0 * {steps}"},
+        {"record": OWN_SPREAD, "expr": spread},
+    ]
+
+
+def _straggler(ctx: Context, a: EffectiveAlert) -> str:
+    """A rank slower than its peers by the threshold for `held_seconds` of the window, warmed up over all
+    of it (a warm-up's uneven ranks, one compiling longer or loading more, are not counted); its rank is the
+    pod name's last number (as diagnosis/straggler.py's rank_of reads it). A rank alone is its own
+    reference (zero). Each evaluation of the recorded excess is one interval of evidence."""
+    interval = ctx.monitor.spec.exporter.scrape_interval
+    excess = ctx.m(OWN_EXCESS)
+    outlier = f"{excess} > on({JOB}) group_left() {_num(OUTLIER_Z)} * {ctx.m(OWN_SPREAD)}"
+    slow = f"{excess} {ctx.cmp('>', ctx.p(a, 'slowdown'))} and {outlier}"
+    held = f"count_over_time(({slow})[{STRAGGLER_WINDOW}:{interval}]) * {_num(duration_seconds(interval))}"
+    step = f"min_over_time({ctx.m('trainguard:train_step:max')}[{STRAGGLER_WINDOW}])"
+    warm = f"on({JOB}) {step} {ctx.cmp('>', ctx.setting('warmup_steps'))}"
+    judged = f"{held} {ctx.cmp('>=', ctx.p(a, 'held_seconds'))} and {warm}"
+    return f'label_replace({judged}, "rank", "$1", "pod", ".*?([0-9]+)")'
 
 
 def _floored(ctx: Context, stddev: str, mean: str, ratio: Operand) -> str:
@@ -493,6 +572,7 @@ EXPRESSIONS: dict[str, Callable[[Context, EffectiveAlert], str]] = {
     "GPURowRemapFailure": lambda c, a: f"{c.gpu('DCGM_FI_DEV_ROW_REMAP_FAILURE')} > 0",
     "GPURetiredPagesPending": lambda c, a: f"{c.gpu('DCGM_FI_DEV_RETIRED_PENDING')} > 0",
     "CheckpointStorageFillingUp": _checkpoint_storage,
+    "StragglerRank": _straggler,
     "TrainingLossDivergingEarly": _loss_diverging_early,
     "RackThermalEvent": _rack_heat,
     "MonitoringDataMissing": _monitoring_missing,
