@@ -585,6 +585,11 @@ class GoodputCarried(Model):
     restart_seconds: float = Field(
         default=0.0, ge=0, description="Seconds lost to remediations that stop training."
     )
+    maintenance_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        description="Seconds lost to planned maintenance moves (a person's cordon or drain).",
+    )
     redone_work_seconds: float = Field(
         default=0.0,
         ge=0,
