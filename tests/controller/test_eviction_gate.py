@@ -3,10 +3,13 @@ waits for the job's maintenance checkpoint (429), and anything the gate cannot r
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
 import kopf
+from kopf._cogs.structs import ephemera, references
+from kopf._core.engines import admission
 
 from tests.conftest import MONITOR
 from tests.kube.fakes import FakeKube, pod
@@ -102,3 +105,47 @@ def test_the_gate_is_served_at_the_path_its_configuration_names() -> None:
     assert hook.subresource == "eviction"
     assert hook.operations == ["CREATE"]
     assert hook.reason == "validating"
+
+
+def review(memo: Any) -> dict[str, Any]:
+    """kopf's own admission engine answering the apiserver's AdmissionReview for a pods/eviction CREATE,
+    as the webhook server hands it over (the path names the handler)."""
+
+    class Memories:
+        async def recall_memo(self, raw_body: Any, *, memobase: Any = None, ephemeral: bool = False) -> Any:
+            return memobase
+
+    registry = kopf.OperatorRegistry()
+    register(registry, receiver_url="https://op/v1/events", sidecar_image="i")
+    pods = references.Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True,
+                               subresources=frozenset({"eviction"}), singular="pod", preferred=True)  # fmt: skip
+    insights = references.Insights()
+    insights.webhook_resources.add(pods)
+    memobase = ephemera.Memo()
+    memobase.update(memo)
+    request = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u-1", "resource": {"group": "", "version": "v1", "resource": "pods"}, "subResource": "eviction",
+        "operation": "CREATE", "userInfo": {"username": "system:serviceaccount:kube-system:drainer"},
+        "object": EVICTION}}  # fmt: skip
+    answer = asyncio.run(
+        admission.serve_admission_request(
+            request,  # type: ignore[arg-type]
+            webhook="hold-eviction",  # type: ignore[arg-type]
+            settings=kopf.OperatorSettings(),
+            memories=Memories(),  # type: ignore[arg-type]
+            memobase=memobase,  # type: ignore[arg-type]
+            registry=registry,
+            insights=insights,
+            indices={},
+        )
+    )
+    return dict(answer["response"])
+
+
+def test_the_apiserver_gets_429_and_the_message_then_allowed_without_the_maintenance() -> None:
+    held = review({"reads": reads()})
+    assert held["allowed"] is False
+    assert held["status"]["code"] == 429  # what kubectl drain and the eviction clients retry
+    assert "checkpointing before it leaves node gpu-a" in held["status"]["message"]
+    assert review({"reads": reads(cordoned=False)}) == {"uid": "u-1", "allowed": True}
+    assert review({})["allowed"] is True  # no caches yet: open
