@@ -20,9 +20,11 @@ LEAD = 600.0
 BOUND = 300.0 + maintenance.HOLD_MARGIN_S
 
 
-def node(name: str = "gpu-a", *, cordoned: bool = False, **annotations: str) -> dict[str, Any]:
+def node(
+    name: str = "gpu-a", *, cordoned: bool = False, annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
     return {
-        "metadata": {"name": name, "annotations": annotations},
+        "metadata": {"name": name, "annotations": annotations or {}},
         "spec": {"unschedulable": True} if cordoned else {},
     }
 
@@ -47,14 +49,14 @@ def monitor(**remediation: Any) -> Any:
 
 def test_a_persons_cordon_is_maintenance_and_trainguards_is_not() -> None:
     assert maintenance.under_maintenance(node(cordoned=True), T0, LEAD) == maintenance.Maintenance("cordon")
-    ours = node(cordoned=True, **{CORDONED_BY: "abc-1"})
+    ours = node(cordoned=True, annotations={CORDONED_BY: "abc-1"})
     assert maintenance.under_maintenance(ours, T0, LEAD) is None
     assert maintenance.under_maintenance(node(), T0, LEAD) is None
 
 
 def test_an_annotated_time_is_due_within_the_lead() -> None:
     at = T0 + 3600
-    annotated = node(**{MAINTENANCE_AT: rfc3339(at)})
+    annotated = node(annotations={MAINTENANCE_AT: rfc3339(at)})
     assert maintenance.under_maintenance(annotated, at - LEAD - 1, LEAD) is None
     assert maintenance.under_maintenance(annotated, at - LEAD, LEAD) == maintenance.Maintenance(
         "annotation", at
@@ -64,7 +66,7 @@ def test_an_annotated_time_is_due_within_the_lead() -> None:
 
 @pytest.mark.parametrize("value", ["tonight", "2026-12-03 22:00", "2026-12-03T22:00:00", ""])
 def test_a_bad_annotation_is_a_problem_naming_the_annotation_and_the_format(value: str) -> None:
-    bad = node(**{MAINTENANCE_AT: value})
+    bad = node(annotations={MAINTENANCE_AT: value})
     assert maintenance.under_maintenance(bad, T0, LEAD) is None
     (problem,) = maintenance.problems([bad, node("gpu-b")])
     assert MAINTENANCE_AT in problem.message
@@ -103,7 +105,7 @@ def test_no_signal_for_pods_on_their_way_out_or_another_jobs() -> None:
 
 def test_an_annotated_signal_is_dated_when_it_fell_due() -> None:
     at = T0 + 100
-    (s,) = maintenance.signals([node(**{MAINTENANCE_AT: rfc3339(at)})], PODS, monitor(), T0, {})
+    (s,) = maintenance.signals([node(annotations={MAINTENANCE_AT: rfc3339(at)})], PODS, monitor(), T0, {})
     assert s.labels["by"] == "annotation"
     assert s.starts_at == at - LEAD
 
