@@ -76,6 +76,10 @@ def test_what_the_gate_does_not_hold() -> None:
     other = {**EVICTION, "metadata": {"name": "someone-else", "namespace": "ml"}}
     assert answer_eviction(other, reads(), gate, 0.1).allowed
     assert answer_eviction(EVICTION, None, gate, 0.1).allowed
+    # the operator in dry run or off takes no checkpoint: nothing to wait for
+    assert answer_eviction(EVICTION, reads(), gate, 0.1, "dry-run").allowed
+    assert answer_eviction(EVICTION, reads(), gate, 0.1, "off").allowed
+    assert not answer_eviction(EVICTION, reads(), gate, 0.1, "act").allowed
 
 
 class Unsynced(FakeKube):

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from trainguard.api.common import LabelSelector
 from trainguard.controller.admission import parse_valid
 from trainguard.kube import NotSynced
+from trainguard.remediation.guardrails import ACT
 from trainguard.remediation.maintenance import ALLOW, Verdict, eviction_verdict
 from trainguard.times import parse_rfc3339
 
@@ -94,10 +95,16 @@ class EvictionGate:
 
 
 def answer_eviction(
-    eviction: Mapping[str, Any], reads: GateReads | None, gate: EvictionGate, cache_wait: float
+    eviction: Mapping[str, Any],
+    reads: GateReads | None,
+    gate: EvictionGate,
+    cache_wait: float,
+    mode: str = ACT,
 ) -> Verdict:
-    """The gate's answer, open on every error: a broken gate must not hold a node's maintenance."""
-    if reads is None:
+    """The gate's answer, open on every error: a broken gate must not hold a node's maintenance. With
+    the operator in dry run or off (`mode`, --remediation-mode) no record will take a checkpoint, so
+    nothing is held."""
+    if reads is None or mode != ACT:
         return ALLOW
     try:
         return gate.decide(eviction, reads, cache_wait)

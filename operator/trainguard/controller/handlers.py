@@ -249,7 +249,8 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str, sidecar_imag
         "", "v1", "pods", subresource="eviction", id="hold-eviction", operations=["CREATE"], registry=registry
     )
     def hold_eviction(*, body: kopf.Body, memo: Any, **_: Any) -> None:
-        verdict = answer_eviction(_plain(body), memo.get("reads"), gate, ADMISSION_CACHE_WAIT)
+        mode = str(memo.get("remediation_mode") or "act")
+        verdict = answer_eviction(_plain(body), memo.get("reads"), gate, ADMISSION_CACHE_WAIT, mode)
         if not verdict.allowed:
             log.info("eviction of %s/%s held: %s", body.get("metadata", {}).get("namespace"),
                      body.get("metadata", {}).get("name"), verdict.message)  # fmt: skip

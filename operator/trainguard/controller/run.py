@@ -284,6 +284,7 @@ def run(opts: OperatorOptions) -> None:
         memo["severity_style"] = opts.severity_style
         memo["object_labels"] = opts.object_labels
         memo["rule_form"] = opts.rule_form
+        memo["remediation_mode"] = opts.guardrails.mode  # the eviction gate holds nothing unless acting
         if opts.rule_form == SHARED:
             apply_shared_rules(kube, opts)
         shared["memo"] = memo
