@@ -147,6 +147,7 @@ def _allowed(authz: client.AuthorizationV1Api, attrs: dict[str, str]) -> bool:
 CLUSTER_SCOPED = {
     "nodes",
     "mutatingwebhookconfigurations",
+    "validatingwebhookconfigurations",
     "clusterkopfpeerings",
     "customresourcedefinitions",
 }
@@ -266,9 +267,16 @@ MUST_NOT: list[dict[str, str]] = [
         "name": "trainguard-sidecar-injector",
     },
     {
-        "verb": "create",
+        "verb": "patch",
         "group": "admissionregistration.k8s.io",
         "resource": "validatingwebhookconfigurations",
+        "name": "someone-elses-webhook",
+    },
+    {
+        "verb": "delete",
+        "group": "admissionregistration.k8s.io",
+        "resource": "validatingwebhookconfigurations",
+        "name": "trainguard-eviction-gate",
     },
     # node heartbeats are read in kube-node-lease only, and never written
     {"verb": "list", "group": "coordination.k8s.io", "resource": "leases", "namespace": "default"},

@@ -47,8 +47,8 @@ def test_each_jobs_goodput_is_scraped_with_the_catalogues_help() -> None:
         assert families[name].documentation == text
     lost = {(s.labels["training_job"], s.labels["cause"]): s.value
             for s in families["trainguard_job_lost_seconds"].samples if s.name.endswith("_total")}  # fmt: skip
-    assert lost == {("llm", "restart"): 100, ("llm", "redone_work"): 600,
-                    ("quiet", "restart"): 0, ("quiet", "redone_work"): 0}  # fmt: skip
+    assert lost == {("llm", "restart"): 100, ("llm", "maintenance"): 0, ("llm", "redone_work"): 600,
+                    ("quiet", "restart"): 0, ("quiet", "maintenance"): 0, ("quiet", "redone_work"): 0}  # fmt: skip
     productive = {s.labels["training_job"]: s.value for s in families["trainguard_job_productive_seconds"].samples
                   if s.name.endswith("_total")}  # fmt: skip
     assert productive == {"llm": 4300, "quiet": 5000}

@@ -17,7 +17,12 @@ from trainguard import IMAGE
 from trainguard.api import AlertPolicy, parse_object
 from trainguard.cli import build_parser
 from trainguard.render.sidecar import EXPORTER, inject
-from trainguard.render.webhook import WEBHOOK_CONFIG_NAME, mutating_webhook_configuration
+from trainguard.render.webhook import (
+    EVICTION_CONFIG_NAME,
+    WEBHOOK_CONFIG_NAME,
+    eviction_webhook_configuration,
+    mutating_webhook_configuration,
+)
 
 CERT_MANAGER = "webhook.certificates.source=certManager"
 
@@ -161,6 +166,19 @@ def test_cert_manager_mode_the_chart_owns_the_webhook_configuration(helm: str) -
     assert base64.b64decode(own["webhooks"][0]["clientConfig"].pop("caBundle")) == b"ca"
     assert mwc["webhooks"] == own["webhooks"]
     assert mwc["metadata"]["name"] == own["metadata"]["name"] == WEBHOOK_CONFIG_NAME
+    # the eviction gate of planned maintenance, likewise
+    vwc = one(docs, "ValidatingWebhookConfiguration")
+    assert vwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
+        "trainguard-system/trainguard-operator-tls"
+    )
+    gate = eviction_webhook_configuration(
+        b"ca",
+        service=("trainguard-system", svc["metadata"]["name"], port),
+        operator_namespace="trainguard-system",
+    )
+    gate["webhooks"][0]["clientConfig"].pop("caBundle")
+    assert vwc["webhooks"] == gate["webhooks"]
+    assert vwc["metadata"]["name"] == gate["metadata"]["name"] == EVICTION_CONFIG_NAME
 
 
 def test_webhook_configuration_spares_the_install_namespace(helm: str) -> None:
@@ -175,6 +193,7 @@ def test_webhook_configuration_spares_the_install_namespace(helm: str) -> None:
 def test_secret_mode_the_operator_owns_the_webhook_configuration(helm: str) -> None:
     docs = objects(template(helm, values=GOLDEN_VALUES / "secret-certs.values.yaml"))
     assert not by_kind(docs, "MutatingWebhookConfiguration")
+    assert not by_kind(docs, "ValidatingWebhookConfiguration")
     assert not by_kind(docs, "Certificate") and not by_kind(docs, "Issuer")
     c = operator_container(docs)
     args = parsed_args(c)

@@ -115,6 +115,8 @@ def test_the_rbac_is_what_the_operators_flags_need(
     args = operator_args(docs)
     webhook = _grants(docs, "mutatingwebhookconfigurations", "trainguard-sidecar-injector")
     assert webhook == (set() if args.no_manage_webhook else {"create", "get", "patch"})
+    gate = _grants(docs, "validatingwebhookconfigurations", "trainguard-eviction-gate")
+    assert gate == (set() if args.no_manage_webhook else {"create", "get", "patch"})
     tls = {
         verb
         for role in by_kind(docs, "Role")

@@ -56,9 +56,9 @@ def at(now: float, *records: dict[str, Any], carried: Carried | None = None) -> 
 def test_a_restart_counts_from_the_alert_to_the_last_step_and_its_redone_work_after() -> None:
     # checkpoint at T0+1000, fault seen at T0+1600, gang placed at T0+1700: 600 s of work to do again
     r = record("a", T0 + 1600, T0 + 1700, resume_ts=T0 + 1000)
-    assert at(T0 + 2000, r) == {"restart": 100.0, "redone_work": 300.0}
+    assert at(T0 + 2000, r) == {"restart": 100.0, "maintenance": 0.0, "redone_work": 300.0}
     lost = at(T0 + 5000, r)
-    assert lost == {"restart": 100.0, "redone_work": 600.0}
+    assert lost == {"restart": 100.0, "maintenance": 0.0, "redone_work": 600.0}
     account = job_goodput([r], Carried(), T0, T0 + 5000 + LAG_S)
     assert account.wall == 5000 and account.productive == 4300
     assert account.top_cause == "redone_work"
@@ -74,7 +74,7 @@ def test_a_running_remediation_counts_as_it_goes() -> None:
 def test_a_dry_run_or_a_plan_that_stops_nothing_is_not_lost_time() -> None:
     dry = record("d", T0 + 100, T0 + 200, dry_run=True, resume_ts=T0)
     cordon = record("c", T0 + 100, T0 + 200, kinds=("Cordon", "Taint"))
-    assert at(T0 + 1000, dry, cordon) == {"restart": 0.0, "redone_work": 0.0}
+    assert at(T0 + 1000, dry, cordon) == {"restart": 0.0, "maintenance": 0.0, "redone_work": 0.0}
     assert job_goodput([dry, cordon], Carried(), T0, T0 + 1000 + LAG_S).top_cause is None
 
 
@@ -91,7 +91,11 @@ def test_resuming_from_an_older_checkpoint_redoes_only_the_work_not_already_lost
     # second fault at 3000, resumed from the same (older than the first restart) checkpoint: the work of
     # 1000..3000 less the 100 s restart and 600 s redo already lost, 1300 s, is done again from 3100
     second = record("b", T0 + 3000, T0 + 3100, resume_ts=T0 + 1000)
-    assert at(T0 + 10_000, first, second) == {"restart": 200.0, "redone_work": 600.0 + 1300.0}
+    assert at(T0 + 10_000, first, second) == {
+        "restart": 200.0,
+        "maintenance": 0.0,
+        "redone_work": 600.0 + 1300.0,
+    }
 
 
 def test_a_fault_during_redone_work_ends_it_there() -> None:
@@ -99,7 +103,7 @@ def test_a_fault_during_redone_work_ends_it_there() -> None:
     second = record("b", T0 + 2000, T0 + 2050, resume_ts=T0 + 1500)
     lost = at(T0 + 10_000, first, second)
     # first's redo 1700..2000 (300 s); second's work since 1500: 500 s less 100 s restart and 300 s redo
-    assert lost == {"restart": 150.0, "redone_work": 300.0 + 100.0}
+    assert lost == {"restart": 150.0, "maintenance": 0.0, "redone_work": 300.0 + 100.0}
 
 
 def test_overlapping_records_count_their_time_once() -> None:
@@ -116,7 +120,7 @@ def test_the_counts_never_go_down_as_records_come_and_finish() -> None:
     timeline = [(t, [a]) for t in range(1700, 2000, 7)]
     timeline += [(t, [a, b_running]) for t in range(2000, 2050, 3)]
     timeline += [(t, [a, b_done]) for t in range(2050, 4000, 11)]
-    before = {"restart": 0.0, "redone_work": 0.0, "productive": 0.0}
+    before = {"restart": 0.0, "maintenance": 0.0, "redone_work": 0.0, "productive": 0.0}
     for t, records in timeline:
         account = job_goodput(records, Carried(), T0, T0 + t)  # the record is seen as soon as written
         now = {**account.lost, "productive": account.productive}
@@ -156,5 +160,19 @@ def test_a_monitor_body_reads_its_records_and_carried_counts() -> None:
         },
     }
     account = monitor_goodput(body, T0 + 1000 + LAG_S)
-    assert account.lost == {"restart": 130.0, "redone_work": 7.5}
+    assert account.lost == {"restart": 130.0, "maintenance": 0.0, "redone_work": 7.5}
     assert account.wall == 1000
+
+
+def test_a_planned_maintenance_move_counts_as_maintenance_not_restart() -> None:
+    moved = {**record("m", T0 + 1000, T0 + 1090, resume_ts=T0 + 995), "class": "maintenance"}
+    assert at(T0 + 2000, moved) == {"restart": 0.0, "maintenance": 90.0, "redone_work": 5.0}
+    # overlapping a fault's restart: those instants are the restart's (the redone work's 5 s too)
+    fault = record("f", T0 + 1050, T0 + 1150, kinds=("Pause",))
+    assert at(T0 + 2000, moved, fault) == {"restart": 100.0, "maintenance": 50.0, "redone_work": 0.0}
+
+
+def test_carried_maintenance_seconds_survive_pruning() -> None:
+    carried = carried_of({"goodput": {"maintenanceSeconds": 42, "until": rfc3339(T0 + 10)}})
+    assert carried.seconds["maintenance"] == 42
+    assert carried_status(carried)["maintenanceSeconds"] == 42

@@ -166,3 +166,38 @@ def test_the_records_of_a_gang_restart_make_the_old_gangs_termination_history() 
     watch, intake, _ = make_pass(with_record)
     watch.run()
     assert intake.got == []
+
+
+# ---- planned maintenance -------------------------------------------------------------------------
+
+
+def test_a_persons_cordon_of_a_node_of_the_job_is_signalled_with_one_date_every_pass() -> None:
+    cordoned = {**node("gpu-a"), "spec": {"unschedulable": True}}
+    reads = caches()
+    reads.put(cordoned)
+    watch, intake, mono = make_pass(reads)
+    watch.run()
+    mono.t += 3
+    watch.run()
+    got = [s for s in intake.got if s.alertname == "NodeMaintenancePlanned"]
+    assert [s.node for s in got] == ["gpu-a", "gpu-a"]
+    assert got[0].starts_at == got[1].starts_at == NOW + 100
+
+
+def test_a_bad_maintenance_annotation_is_logged_once_naming_the_annotation(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    bad = {
+        **node("gpu-a"),
+        "metadata": {"name": "gpu-a", "annotations": {"trainguard.io/maintenance-at": "soon"}},
+    }
+    reads = caches()
+    reads.put(bad)
+    watch, intake, mono = make_pass(reads)
+    watch.run()
+    mono.t += 3
+    watch.run()
+    said = [r.getMessage() for r in caplog.records if "trainguard.io/maintenance-at" in r.getMessage()]
+    assert len(said) == 1
+    assert "RFC 3339" in said[0]
+    assert not [s for s in intake.got if s.alertname == "NodeMaintenancePlanned"]

@@ -14,7 +14,13 @@ from trainguard.api import InvalidInput
 from trainguard.api.crd import schema_for
 from trainguard.api.policy import DEFAULT_ALLOWLIST, OPERATOR_ALERT_NAMES, AlertPolicy, QuietHours
 from trainguard.catalog import ALERT_NAMES
-from trainguard.catalog.alerts import BREAKER_OPEN, NODE_CORDONED, TRAINING_INTERRUPTED, WITHHELD
+from trainguard.catalog.alerts import (
+    BREAKER_OPEN,
+    NODE_CORDONED,
+    NODE_MAINTENANCE,
+    TRAINING_INTERRUPTED,
+    WITHHELD,
+)
 from trainguard.catalog.severity import grade_labels
 
 R = "ml/default/"
@@ -34,7 +40,13 @@ def test_the_default_allowlist_pages_for_oom_node_offline_and_interrupted_traini
 
 def test_operator_alert_names_are_the_ones_the_operator_posts() -> None:
     # api may not import remediation or controller: this pins its copy of their names
-    assert set(OPERATOR_ALERT_NAMES) == {TRAINING_INTERRUPTED, WITHHELD, NODE_CORDONED, BREAKER_OPEN}
+    assert set(OPERATOR_ALERT_NAMES) == {
+        TRAINING_INTERRUPTED,
+        WITHHELD,
+        NODE_CORDONED,
+        BREAKER_OPEN,
+        NODE_MAINTENANCE,
+    }
     assert not set(OPERATOR_ALERT_NAMES) & set(ALERT_NAMES)
 
 

@@ -303,7 +303,10 @@ def test_each_job_shows_its_goodput_and_top_cause_as_the_operator_exports_them()
     assert "  goodput     99.5% over 1d00h, most lost to restart (7m12s)" in plain
     data = job_data(s)["goodput"]
     assert data["ettr"] == pytest.approx(0.995) and data["topCause"] == "restart"
-    assert data["lostSeconds"] == {"restart": 432.0, "redone_work": 0.0} and data["restartsRedoUnknown"] == 1
+    assert (
+        data["lostSeconds"] == {"restart": 432.0, "maintenance": 0.0, "redone_work": 0.0}
+        and data["restartsRedoUnknown"] == 1
+    )
 
 
 def test_a_monitor_without_a_creation_time_shows_no_goodput() -> None:

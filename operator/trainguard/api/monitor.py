@@ -226,6 +226,7 @@ NodeFaultAction = Literal["CheckpointCordonReschedule", "Cordon", "Notify"]
 StallAction = Literal["RestartFromCheckpoint", "Notify"]
 InterruptedAction = Literal["RestartFromCheckpoint", "Notify"]
 EccDegradedAction = Literal["CordonAfterCheckpoint", "Notify"]
+MaintenanceAction = Literal["CheckpointAndMove", "Notify"]
 
 
 class RemediationActions(Model):
@@ -265,6 +266,14 @@ class RemediationActions(Model):
         "and taint the node within maxCordonedNodes, then ask every rank for a checkpoint "
         "(CordonAfterCheckpoint: the node takes no new pods before the checkpoint). The job is not restarted: it keeps running on "
         "the node until it next restarts, and the node takes no new pods.",
+    )
+    maintenance: MaintenanceAction = Field(
+        default="CheckpointAndMove",
+        description="NodeMaintenancePlanned (a node of the job cordoned or drained by a person, or annotated "
+        "trainguard.io/maintenance-at with an RFC 3339 time within twice emergencyCheckpointTimeout): a full "
+        "checkpoint from every rank, evictions of the job's pods held until it is taken, then the job moved "
+        "off the node as after a node fault (CheckpointAndMove; an annotated node not yet cordoned is "
+        "cordoned). Not counted against jobRestartBudget.",
     )
 
 
@@ -508,7 +517,7 @@ class RemediationRecord(Model):
     p0_class: str = Field(
         alias="class",
         max_length=32,
-        description="The response class: nonFiniteLoss, nodeFault, stall, interrupted, eccDegraded or "
+        description="The response class: nonFiniteLoss, nodeFault, stall, interrupted, eccDegraded, maintenance or "
         "trainingAdvice.",
     )
     node: str = Field(default="", max_length=253)
@@ -575,6 +584,11 @@ class GoodputCarried(Model):
 
     restart_seconds: float = Field(
         default=0.0, ge=0, description="Seconds lost to remediations that stop training."
+    )
+    maintenance_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        description="Seconds lost to planned maintenance moves (a person's cordon or drain).",
     )
     redone_work_seconds: float = Field(
         default=0.0,

@@ -62,7 +62,16 @@ NODE_CORDONED = "TrainguardNodeCordoned"
 BREAKER_OPEN = "TrainguardRemediationBreakerOpen"
 """The page that the circuit breaker opened: much of a node pool looks down at once and trainguard has
 stopped cordoning there (remediation/breaker.py). A P0 for the platform: it carries no namespace."""
-OPERATOR_ALERT_NAMES: tuple[str, ...] = (TRAINING_INTERRUPTED, WITHHELD, NODE_CORDONED, BREAKER_OPEN)
+NODE_MAINTENANCE = "NodeMaintenancePlanned"
+"""The operator's own P2: a node running a monitored job was cordoned by a person (or `kubectl drain`) or
+annotated trainguard.io/maintenance-at; the job checkpoints and moves off it (remediation/maintenance.py)."""
+OPERATOR_ALERT_NAMES: tuple[str, ...] = (
+    TRAINING_INTERRUPTED,
+    WITHHELD,
+    NODE_CORDONED,
+    BREAKER_OPEN,
+    NODE_MAINTENANCE,
+)
 """Alerts the operator posts to Alertmanager itself, routed like the catalogue's."""
 SEVERITY_ORDER: dict[str, int] = {s: i for i, s in enumerate(SEVERITIES)}
 """Rank of each severity, most severe first (0); sort unknown ones last with .get(s, len(SEVERITIES))."""

@@ -360,8 +360,9 @@ GOODPUT_METRICS: tuple[Metric, ...] = (
         "trainguard_job_lost_seconds_total",
         _C,
         "Training time lost per job by cause, from its remediation records: restart (a remediation that stops "
-        "training, from the alert to its last step) and redone_work (the work since the checkpoint a restart "
-        "resumed from, done again); an instant lost to both counts once, as restart. Counted a minute behind.",
+        "training, from the alert to its last step), maintenance (the same for a planned move off a node a person "
+        "cordoned, drained or annotated) and redone_work (the work since the checkpoint a restart resumed from, "
+        "done again); an instant lost to several counts once, in that order. Counted a minute behind.",
         ("cause",),
     ),
     Metric(

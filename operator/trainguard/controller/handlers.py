@@ -20,6 +20,7 @@ from trainguard.api import GROUP, VERSION, InvalidInput, TrainingJobMonitor, par
 from trainguard.catalog.kubernetes import RESUME_FROM
 from trainguard.catalog.severity import GRADE
 from trainguard.controller.admission import Candidates, ParsedMonitors, admit
+from trainguard.controller.eviction import EvictionGate, answer_eviction
 from trainguard.controller.metrics import OperatorMetrics
 from trainguard.controller.reconcile import (
     PODS_WITHOUT_EXPORTER,
@@ -240,6 +241,21 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str, sidecar_imag
         answer_admission(
             body, patch, memo, receiver_url=receiver_url, parsed=parsed, sidecar_image=sidecar_image
         )
+
+    # ---- the eviction gate of planned maintenance: every replica answers, from its caches ----
+
+    gate = EvictionGate()
+
+    @kopf.on.validate(
+        "", "v1", "pods", subresource="eviction", id="hold-eviction", operations=["CREATE"], registry=registry
+    )
+    def hold_eviction(*, body: kopf.Body, memo: Any, **_: Any) -> None:
+        mode = str(memo.get("remediation_mode") or "act")
+        verdict = answer_eviction(_plain(body), memo.get("reads"), gate, ADMISSION_CACHE_WAIT, mode)
+        if not verdict.allowed:
+            log.info("eviction of %s/%s held: %s", body.get("metadata", {}).get("namespace"),
+                     body.get("metadata", {}).get("name"), verdict.message)  # fmt: skip
+            raise kopf.AdmissionError(verdict.message, code=429)
 
 
 def _labels(memo: Any) -> Callable[[str], str] | None:

@@ -52,7 +52,13 @@ from trainguard.remediation.senders import Senders
 from trainguard.render.kubernetes import KUBE_PROMETHEUS_STACK_LABELS, shared_prometheus_rule
 from trainguard.render.shared import PER_MONITOR, SHARED
 from trainguard.render.sidecar import supports_native_sidecar
-from trainguard.render.webhook import WEBHOOK_CONFIG_NAME, excluded_namespaces, mutating_webhook_configuration
+from trainguard.render.webhook import (
+    EVICTION_CONFIG_NAME,
+    WEBHOOK_CONFIG_NAME,
+    eviction_webhook_configuration,
+    excluded_namespaces,
+    mutating_webhook_configuration,
+)
 
 log = logging.getLogger("trainguard.operator")
 
@@ -279,6 +285,7 @@ def run(opts: OperatorOptions) -> None:
         memo["severity_style"] = opts.severity_style
         memo["object_labels"] = opts.object_labels
         memo["rule_form"] = opts.rule_form
+        memo["remediation_mode"] = opts.guardrails.mode  # the eviction gate holds nothing unless acting
         if opts.rule_form == SHARED:
             apply_shared_rules(kube, opts)
         shared["memo"] = memo
@@ -544,7 +551,8 @@ def native_sidecar(kube: Kube) -> bool:
 
 
 def ensure_webhook_configuration(kube: Kube, opts: OperatorOptions, ca: bytes | None = None) -> None:
-    """Apply the MutatingWebhookConfiguration with `ca` (default: the --webhook-ca file) as its caBundle."""
+    """Apply the MutatingWebhookConfiguration and the eviction gate's ValidatingWebhookConfiguration with
+    `ca` (default: the --webhook-ca file) as their caBundle."""
     ca = ca if ca is not None else Path(opts.webhook_ca or "").read_bytes()
     service = None
     if opts.webhook_service:
@@ -558,3 +566,11 @@ def ensure_webhook_configuration(kube: Kube, opts: OperatorOptions, ca: bytes | 
     )
     kube.apply(obj)
     log.info("applied MutatingWebhookConfiguration %s", WEBHOOK_CONFIG_NAME)
+    gate = eviction_webhook_configuration(
+        ca,
+        url=opts.webhook_url if service is None else None,
+        service=service,
+        operator_namespace=opts.namespace,
+    )
+    kube.apply(gate)
+    log.info("applied ValidatingWebhookConfiguration %s", EVICTION_CONFIG_NAME)

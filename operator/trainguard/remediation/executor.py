@@ -67,6 +67,7 @@ from trainguard.kube.objects import creation_seconds, is_terminating, label_valu
 from trainguard.kube.workloads import ChildJob, Replacement, Workload
 from trainguard.remediation import records
 from trainguard.remediation.detect import GANG_SPREAD_S
+from trainguard.remediation.maintenance import MAINTENANCE
 from trainguard.remediation.model import Phase, StepKind
 from trainguard.remediation.ops import ClusterOps, Refused, Sidecar
 from trainguard.remediation.plan import RESTARTS
@@ -1163,9 +1164,7 @@ class Executor:
                 live = [p for p in live if creation_seconds(p) < before]
             old, count = live, len(live)
             cut = max((creation_seconds(p) for p in old), default=0.0)
-            pointer, chosen = self._resume_pointer(
-                monitor, _restart_avoid(record), since=unix(str(record.get("created", "")))
-            )
+            pointer, chosen = self._resume_pointer(monitor, _restart_avoid(record), since=_fault_time(record))
             note(f"deleting {count} pod(s) created up to {cut:.0f}: {_names(_pod_names(old))}; {pointer}",
                  {"count": count, "createdUpTo": int(cut), "resumeFrom": _checkpoint_json(chosen)})  # fmt: skip
         deleted = self.cluster.delete_pods(namespace, _pod_names(old))
@@ -1218,9 +1217,7 @@ class Executor:
                 live = [p for p in live if creation_seconds(p) < before]
             cut = max((creation_seconds(p) for p in live), default=0.0)
             jobs = [j for j in workload.children if j.created <= cut]
-            pointer, chosen = self._resume_pointer(
-                monitor, _restart_avoid(record), since=unix(str(record.get("created", "")))
-            )
+            pointer, chosen = self._resume_pointer(monitor, _restart_avoid(record), since=_fault_time(record))
             note(f"deleting the JobSet {workload.jobset}'s child Job(s) {_names([j.name for j in jobs])} "
                  f"({len(live)} pod(s) created up to {cut:.0f}); {pointer}",
                  {"count": len(live), "createdUpTo": int(cut), "resumeFrom": _checkpoint_json(chosen)})  # fmt: skip
@@ -1277,7 +1274,7 @@ class Executor:
                 return f"no pod of the gang on {node}: nothing to replace"
             generation = self._rejoin_generation(monitor, node) if _rejoin_after(record, index) else None
             pointer, chosen = self._resume_pointer(
-                monitor, {node}, since=unix(str(record.get("created", ""))), generation=generation,
+                monitor, {node}, since=_fault_time(record), generation=generation,
                 record_id=record["id"],
             )  # fmt: skip
             how = "force-deleting (node down)" if down else "evicting"
@@ -1471,6 +1468,15 @@ def _live(pod: dict[str, Any]) -> bool:
 
 def _pod_names(pods: list[dict[str, Any]]) -> list[str]:
     return sorted(str(p["metadata"]["name"]) for p in pods)
+
+
+def _fault_time(record: Record) -> float | None:
+    """When the avoided node's ranks stopped being trusted: the record's creation, for a fault; None for a
+    planned maintenance move, whose node is healthy: what its ranks saved after the drain began (the
+    checkpoint the move waits for) counts, so the gang resumes from it and no work is lost."""
+    if record.get("class") == MAINTENANCE:
+        return None
+    return unix(str(record.get("created", "")))
 
 
 def _restart_avoid(record: Record) -> set[str]:

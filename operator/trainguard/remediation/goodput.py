@@ -6,11 +6,14 @@ What is counted, in wall-clock time from the monitor's creation (docs/diagnosis.
 - `restart`: from a record's creation (the alert reaching the operator) to its last update (its last
   step done), or to now while it runs, for every record that is not a dry run and plans a step that
   stops training (Pause or a restart), whatever its outcome: the job was in a remediation that stops it.
+- `maintenance`: the same for a planned maintenance move (class `maintenance`): the time the job spent
+  moving off a node a person took out of service, not a fault's.
 - `redone_work`: after a record whose restart (RestartGang, ReplacePod) succeeded and named the
   checkpoint the new pods resume from (its progress' resumeFrom, with the checkpoint's time), the
   training time between that checkpoint and the record's creation (less the time already lost in
   between), counted from the record's end as the job does it again, until done or the next record.
-Overlapping records count once: an instant lost to both causes is a `restart`'s. Everything else is
+Overlapping records count once, in CAUSES' order: an instant lost to a restart and a maintenance move
+is a `restart`'s, one lost to either and to redone work is theirs. Everything else is
 productive; a stall before its alert, a checkpoint write and a slow rank are not seen in the records.
 
 Monotonic by construction, for Prometheus counters: every interval starts at most a watch's delay
@@ -29,9 +32,11 @@ from typing import Any
 
 from trainguard.times import rfc3339, unix
 
-CAUSES: tuple[str, ...] = ("restart", "redone_work")
+CAUSES: tuple[str, ...] = ("restart", "maintenance", "redone_work")
 """The causes the records tell, in priority order (an instant lost to both counts for the first)."""
 
+MAINTENANCE = "maintenance"
+"""The record class of a planned maintenance move (remediation/maintenance.py), counted as its own cause."""
 STOPPING_STEPS = frozenset({"Pause", "RestartInPlace", "RestartGang", "ReplacePod"})
 RESUMING_STEPS = frozenset({"RestartGang", "ReplacePod"})
 """Restarts whose progress names the checkpoint the pods resume from (resumeFrom); RestartInPlace's
@@ -100,6 +105,7 @@ def carried_of(status: Mapping[str, Any] | None) -> Carried:
         return Carried()
     seconds = {
         "restart": _number(got.get("restartSeconds")),
+        "maintenance": _number(got.get("maintenanceSeconds")),
         "redone_work": _number(got.get("redoneWorkSeconds")),
     }
     return Carried(seconds, unix(str(got.get("until") or "")))
@@ -109,6 +115,7 @@ def carried_status(carried: Carried) -> dict[str, Any]:
     """Carried as status.goodput holds it (seconds rounded to the millisecond)."""
     return {
         "restartSeconds": round(carried.seconds.get("restart", 0.0), 3),
+        "maintenanceSeconds": round(carried.seconds.get("maintenance", 0.0), 3),
         "redoneWorkSeconds": round(carried.seconds.get("redone_work", 0.0), 3),
         "until": rfc3339(carried.until),
     }
@@ -196,24 +203,30 @@ def loss_intervals(records: Sequence[Mapping[str, Any]], now: float) -> tuple[di
     ordered = sorted(kept, key=lambda r: (unix(str(r.get("created", ""))), str(r.get("id"))))
     starts = [unix(str(r.get("created", ""))) for r in ordered]
     restart: list[Interval] = []
+    moved: list[Interval] = []
     redo: list[Interval] = []
     unknown = 0
     for i, r in enumerate(ordered):
         created = starts[i]
         end = unix(str(r.get("updated", ""))) if _finished(r) else now
-        restart.append((created, max(created, end)))
+        (moved if r.get("class") == MAINTENANCE else restart).append((created, max(created, end)))
         if not _finished(r) or not _restarted(r):
             continue
         ts = resumed_from(r)
         if ts is None:
             unknown += 1
             continue
-        earlier = union(restart[:-1] + redo)
+        earlier = union(restart + moved + redo)  # measured before `created` only: this record's is after
         work = max(0.0, created - ts) - measure(earlier, ts, created)
         stop = min([end + work, *(s for s in starts[i + 1 :] if s >= end)])
         redo.append((end, max(end, stop)))
     restart_union = union(restart)
-    return {"restart": restart_union, "redone_work": _minus(redo, restart_union)}, unknown
+    moved_union = _minus(moved, restart_union)
+    return {
+        "restart": restart_union,
+        "maintenance": moved_union,
+        "redone_work": _minus(redo, union(restart_union + moved_union)),
+    }, unknown
 
 
 def job_goodput(

@@ -17,7 +17,7 @@ from trainguard.catalog.severity import GRADE
 from trainguard.clients import alertmanager
 from trainguard.kube.errors import NotSynced, Stale
 from trainguard.kube.objects import Hearing
-from trainguard.remediation import detect, escalation, notices, pending, records
+from trainguard.remediation import detect, escalation, maintenance, notices, pending, records
 from trainguard.remediation.dispatch import Dispatcher
 from trainguard.remediation.intake import Intake
 from trainguard.remediation.model import Signal
@@ -171,7 +171,8 @@ class NodeWatch:
 class WatchPass:
     """The faults no exporter reports because it died with them: pods OOMKilled, failed or evicted, the
     job's Job failed, and its nodes down (their Lease unchanged, or Ready not True, for long enough as
-    the operator has watched them: `nodes`). Detected each pass from the objects' own state (the same
+    the operator has watched them: `nodes`); and its nodes going into planned maintenance (a person's
+    cordon or drain, a trainguard.io/maintenance-at annotation: remediation/maintenance.py). Detected each pass from the objects' own state (the same
     fault gives the same signal every pass), posted to Alertmanager so they are routed and inhibited like
     every other alert, and planned like them."""
 
@@ -184,6 +185,10 @@ class WatchPass:
     nodes: NodeWatch = field(default_factory=NodeWatch)
     severity_style: str = GRADE
     """The platform's severity style (catalog/severity.py) the faults are posted in."""
+    cordons: dict[str, float] = field(default_factory=dict)
+    """When this replica first saw each node cordoned by a person (maintenance.sighted): dates its
+    maintenance signal the same on every pass."""
+    _bad: set[tuple[str, str]] = field(default_factory=set)
 
     def run(self) -> int:
         if not self.leader():
@@ -193,6 +198,7 @@ class WatchPass:
         sightings, since = self._look(now)
         found: list[Signal] = []
         nodes: list[Obj] | None = None
+        every = self._maintenance(now)
         for body, monitor in valid_monitors(self.reads):
             pods = self.reads.pods(monitor.namespace, monitor.spec.selector)
             ref = monitor.spec.workload_ref
@@ -207,6 +213,8 @@ class WatchPass:
                 found += detect.node_faults(
                     nodes, pods, monitor, sightings, since=since, now=now, settings=self.settings
                 )
+            if pods and every:
+                found += maintenance.signals(every, pods, monitor, now, self.cordons)
         if found and self.alertmanager_url:
             try:
                 alertmanager.post_alerts(
@@ -216,6 +224,20 @@ class WatchPass:
                 log.warning("cannot post %d detected fault(s) to Alertmanager: %s", len(found), exc)
         self.intake.submit(found)
         return len(found)
+
+    def _maintenance(self, now: float) -> list[Obj]:
+        """The nodes, with this pass's cordon sightings kept; each unreadable maintenance annotation is
+        logged once per value, naming the annotation and the format."""
+        try:
+            every = self.reads.nodes()
+        except (Stale, NotSynced):
+            return []
+        self.cordons = maintenance.sighted(self.cordons, every, now)
+        for problem in maintenance.problems(every):
+            if (problem.node, problem.value) not in self._bad:
+                self._bad.add((problem.node, problem.value))
+                log.warning("%s", problem.message)
+        return every
 
     def _look(self, now: float) -> tuple[dict[str, detect.NodeSighting], float]:
         """This pass's sightings of the nodes, taken every pass (jobs or not) so that they are continuous."""

@@ -23,6 +23,10 @@ which the executor carries out only where every pod runs `trainguard launch` (it
 the planner reads none), then the RestartGang and ConfirmPlacement that restart by new pods where it
 cannot (a NaN has none: it stays paused). Both count once against the restart budget.
 
+Planned maintenance (NodeMaintenancePlanned, the operator's own P2, remediation/maintenance.py) is
+acted on at any grade, only as the operator's own detection reports it, outside jobRestartBudget:
+a full checkpoint from every rank, then the owner-aware move (`_maintenance_steps`).
+
 Two classes are acted on at P1: trainingAdvice (GradientExplosion, opt-in) and eccDegraded
 (GPUSingleBitECCErrorsHigh: a checkpoint, then cordon and taint; the job is not restarted). The
 operator's escalation re-posts an unacknowledged P1 as a P0 copy (`escalated_from`) that reaches the
@@ -39,7 +43,7 @@ from typing import Any
 from trainguard.api import duration_seconds
 from trainguard.api.monitor import Remediation, TrainingJobMonitor
 from trainguard.catalog import ALERTS_BY_NAME
-from trainguard.catalog.alerts import TRAINING_INTERRUPTED
+from trainguard.catalog.alerts import NODE_MAINTENANCE, TRAINING_INTERRUPTED
 from trainguard.kube.workloads import Workload
 from trainguard.remediation.escalation import ESCALATED_FROM
 from trainguard.remediation.guardrails import (
@@ -50,6 +54,7 @@ from trainguard.remediation.guardrails import (
     withheld_by_breaker,
     withheld_cordon,
 )
+from trainguard.remediation.maintenance import BY_ANNOTATION, MAINTENANCE
 from trainguard.remediation.model import (
     ClusterState,
     Phase,
@@ -78,7 +83,11 @@ ECC_SEVERITIES = ("P0", "P1")
 """Severities eccDegraded acts at: its P1, or a P0 where a policy raised it. A policy that lowers it to
 P2 or P3 asks for a report, not for the node to be taken out of service."""
 
-SAME_NODE: dict[str, tuple[str, ...]] = {NODE_FAULT: (NODE_FAULT,), ECC_DEGRADED: (ECC_DEGRADED, NODE_FAULT)}
+SAME_NODE: dict[str, tuple[str, ...]] = {
+    NODE_FAULT: (NODE_FAULT,),
+    ECC_DEGRADED: (ECC_DEGRADED, NODE_FAULT),
+    MAINTENANCE: (MAINTENANCE, NODE_FAULT),
+}
 """Per class, the record classes that handle a signal of the same node: a dead node's several alerts act
 once; a degraded node is isolated once whichever of its GPUs reports it, and a node fault already cordoned
 it. Not the other way round: a node fault on a node only isolated must still move the job."""
@@ -129,6 +138,8 @@ def response_class(alertname: str) -> str | None:
     """The response class of an alert, or None when trainguard never acts on it."""
     if alertname == TRAINING_INTERRUPTED:
         return INTERRUPTED
+    if alertname == NODE_MAINTENANCE:
+        return MAINTENANCE
     alert = ALERTS_BY_NAME.get(alertname)
     if alert is not None and alert.p0_class is not None:
         return str(alert.p0_class)
@@ -179,7 +190,7 @@ def triage(signal: Signal, monitor: TrainingJobMonitor) -> str | None:
         return (
             f"{NO_RESPONSE} to {signal.alertname} at severity {signal.severity or 'unset'}: only a P1 or P0"
         )
-    if cls not in AT_P1 and signal.severity != "P0":
+    if cls not in (*AT_P1, MAINTENANCE) and signal.severity != "P0":
         return f"{NO_RESPONSE} to {signal.alertname} at severity {signal.severity or 'unset'}: only a P0"
     if cls in AT_P1 and ESCALATED_FROM in signal.labels:
         return (
@@ -252,7 +263,7 @@ def plan(signal: Signal, monitor: TrainingJobMonitor, state: ClusterState) -> Pl
         withheld = withheld_cordon(signal.node, guard, rem.max_cordoned_nodes, view)
         if withheld:
             return skip(withheld, _notify(withheld))
-    if any(s.kind in RESTARTS for s in steps):
+    if cls != MAINTENANCE and any(s.kind in RESTARTS for s in steps):  # a planned move is not a fault's
         restarts = _restarts(state, duration_seconds(rem.budget_window))
         if restarts >= rem.job_restart_budget:
             spent = (
@@ -327,7 +338,12 @@ def _unverified(signal: Signal, cls: str, state: ClusterState) -> str:
     GPUNodeDown from a sender other than the operator's own detection only when the node cache shows the
     node not Ready. The labels of an alert are claims: Alertmanager's API takes posts from anyone who
     reaches it, and a tenant's token is the tenant's."""
-    if cls not in (NODE_FAULT, ECC_DEGRADED) or not signal.node:
+    if cls == MAINTENANCE and signal.source != Source.OPERATOR:
+        return (
+            f"{signal.alertname} from {signal.source}: only the operator's own reading of the node cache"
+            " plans a maintenance move; nothing is done"
+        )
+    if cls not in (NODE_FAULT, ECC_DEGRADED, MAINTENANCE) or not signal.node:
         return ""
     if signal.node not in state.job_nodes:
         return (
@@ -351,6 +367,7 @@ def _action(rem: Remediation, cls: str) -> str:
         STALL: actions.stall,
         INTERRUPTED: actions.interrupted,
         ECC_DEGRADED: actions.ecc_degraded,
+        MAINTENANCE: actions.maintenance,
         TRAINING_ADVICE: "Advise",
     }[cls]
 
@@ -381,7 +398,34 @@ def _isolate(signal: Signal, node: str, reason: str) -> tuple[Step, ...]:
     )
 
 
+def _maintenance_steps(signal: Signal, monitor: TrainingJobMonitor) -> tuple[Step, ...]:
+    """CheckpointAndMove: a full checkpoint from every rank, the node's too (the node is healthy; the
+    eviction gate holds a drain until the step is done), then the job moved off the node as a node fault
+    moves it (the node's pod replaced through a JobSet, TrainJob or PyTorchJob, the gang restarted
+    otherwise), placement confirmed away from it. A node only annotated is cordoned first (no taint: it
+    is not faulty), so that the new pods land elsewhere; a person's cordon is left as it is."""
+    node = signal.node
+    if not node:
+        return (_notify(f"{NO_NODE} on {signal.alertname}: the node going into maintenance is unknown"),)
+    cordon = (Step(StepKind.CORDON, {"node": node, "reason": signal.alertname}),)
+    first = cordon if signal.labels.get("by") == BY_ANNOTATION else ()
+    ref = monitor.spec.workload_ref
+    move: tuple[Step, ...] = (
+        Step(StepKind.RESTART_GANG, {"from": NEWEST_GOOD_CHECKPOINT, "avoid": node}),
+        Step(StepKind.CONFIRM_PLACEMENT, {"avoid": node}),
+    )
+    if ref is not None and ref.kind in REPLACE_ONE:
+        move = (
+            Step(StepKind.REPLACE_POD, {"from": NEWEST_GOOD_CHECKPOINT, "node": node}),
+            Step(StepKind.RESTART_IN_PLACE, {"from": NEWEST_GOOD_CHECKPOINT, "rejoin": node}),
+            Step(StepKind.CONFIRM_PLACEMENT, {"avoid": node}),
+        )
+    return (*first, _checkpoint(monitor, ""), *move)
+
+
 def _steps(signal: Signal, monitor: TrainingJobMonitor, cls: str, action: str) -> tuple[Step, ...]:
+    if cls == MAINTENANCE:
+        return _maintenance_steps(signal, monitor)
     if cls == ECC_DEGRADED:
         # CordonAfterCheckpoint: the node is cordoned first (no running pod is disturbed), then every
         # rank is asked, those on the node too: its errors were corrected, its ranks hold their shards,
@@ -526,11 +570,11 @@ def _restarts(state: ClusterState, window: float) -> int:
     pods, or of a pod replaced through the owner) has begun (InProgress, Succeeded or Failed) or is still
     to come in an unfinished record; a restart that a failed earlier step never reached does not count,
     nor one skipped (an in-place restart with no launcher, whose RestartGang then counts, or a NaN's that
-    leaves training paused)."""
+    leaves training paused), nor a planned maintenance move (a person's decision, not the job's fault)."""
     since = state.now - window
     count = 0
     for r in _live(state.records):
-        if unix(str(r.get("created", ""))) < since:
+        if unix(str(r.get("created", ""))) < since or r.get("class") == MAINTENANCE:
             continue
         phases = [s.get("phase") for s in r.get("steps", []) if s.get("kind") in RESTARTS]
         if any(p in (Phase.IN_PROGRESS, Phase.SUCCEEDED, Phase.FAILED) for p in phases) or (

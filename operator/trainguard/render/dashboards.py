@@ -436,7 +436,8 @@ def training_job() -> dash.Dashboard:
             _graph(
                 "Time lost by cause (per hour)",
                 "Seconds lost per hour by cause: restart (a remediation that stops training, from the alert "
-                "to its last step) and redone_work (the work since the checkpoint a restart resumed from). "
+                "to its last step), maintenance (a planned move off a node a person took out of service) and "
+                "redone_work (the work since the checkpoint a restart resumed from). "
                 "Summed over the operator's replicas: only the leader exports, and a leader change moves "
                 "the series to another target.",
                 "s",
