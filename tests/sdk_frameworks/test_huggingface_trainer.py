@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,9 @@ def test_steps_loss_grad_norm_tokens_and_the_checkpoint_cadence_reach_the_export
     t = trainer(
         tmp_path, [seen, hf.TrainguardCallback(tg)], max_steps=13, logging_steps=4, learning_rate=1e-3
     )
+    began = time.monotonic()
     t.train()
+    took = time.monotonic() - began
     tg.close()
     assert seen.steps == list(range(1, 14))
     assert sidecar.settled("trainguard_train_step", lambda v: v == 13) == 13
@@ -68,7 +71,9 @@ def test_steps_loss_grad_norm_tokens_and_the_checkpoint_cadence_reach_the_export
     assert len(trainer_grad_norms) == 3  # logged at 4, 8 and 12
     assert sidecar.value("trainguard_train_grad_norm") == trainer_grad_norms[-1]
     tps = sidecar.value("trainguard_train_tokens_per_second_per_gpu")
-    assert tps is not None and tps > BATCH * SEQ, "BATCH x SEQ input tokens per step, many steps a second"
+    # BATCH x SEQ input tokens per step, over a step's time, which is no longer than the whole run (a
+    # bound that holds on a loaded machine, where a step may take over a second)
+    assert tps is not None and tps >= BATCH * SEQ / took, (tps, took)
     assert sidecar.value("trainguard_train_nonfinite_loss_total") == 0
     assert "trainguard_gpu_memory_fragmentation_ratio" not in sidecar.metrics(), "no CUDA: not measured"
     # the SDK's cadence: incremental every 4, full every 8; then the Trainer's own save at the end of

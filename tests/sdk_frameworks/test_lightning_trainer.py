@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -77,14 +78,18 @@ def test_steps_loss_grad_norm_tokens_and_the_checkpoint_cadence_reach_the_export
 ) -> None:
     tg = reporter(sidecar, incremental_every=4, full_every=8)
     module = Module()
+    began = time.monotonic()
     trainer(tmp_path, [pl.TrainguardCallback(tg, tokens_per_batch=BATCH * SEQ)], max_steps=13).fit(module)
+    took = time.monotonic() - began
     tg.close()
     assert sidecar.settled("trainguard_train_step", lambda v: v == 13) == 13
     loss = sidecar.value("trainguard_train_loss")
     assert loss is not None and 0 < loss < 10
     assert sidecar.value("trainguard_train_grad_norm") == pytest.approx(module.grad_norms[-1], rel=1e-5)
     tps = sidecar.value("trainguard_train_tokens_per_second_per_gpu")
-    assert tps is not None and tps > BATCH * SEQ
+    # BATCH x SEQ tokens over a step's time, which is no longer than the whole fit (on a loaded machine a
+    # step may take over a second)
+    assert tps is not None and tps >= BATCH * SEQ / took, (tps, took)
     assert sidecar.value("trainguard_train_nonfinite_loss_total") == 0
     ckpt = f"{tmp_path}/checkpoints"
     saved = [(c["step"], c["kind"], c["path"]) for c in sidecar.control_view()["checkpoints"]]
