@@ -48,9 +48,9 @@ def _metadata(monitor: TrainingJobMonitor, name: str | None = None) -> Obj:
 PARTIAL_RESPONSE = "warn"
 """Each PrometheusRule group's `partial_response_strategy`, read by a ThanosRuler only (prometheus-operator
 removes it for a Prometheus). A Ruler evaluates through Thanos Query; Thanos's default, abort, fails the
-evaluation when one store does not answer, so a receiver's death cost the rounds until Query dropped it
-and delayed alerts by a minute (e2e/test_distributed_rules.py). With replicated receivers the other copy
-answers: warn evaluates on it (docs/distributed.md)."""
+evaluation when one store does not answer, so a receiver's death fails the rounds until Query drops it
+(a round in e2e/test_distributed_rules.py), and an alert whose `for` ends then fires a round late. With
+replicated receivers the other copy answers: warn evaluates on it (docs/distributed.md)."""
 
 
 def _rule_groups(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
