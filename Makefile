@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 
-.PHONY: help bootstrap demo test lint site unit e2e bench bench-pipeline crds chart helm victoria-metrics node-exporter docs dashboards check-generated upstream-tools image-lock image-lock-check controlplane controllers clean
+.PHONY: help bootstrap demo test lint site unit e2e bench bench-pipeline crds chart helm victoria-metrics node-exporter docs dashboards check-generated upstream-tools thanos image-lock image-lock-check controlplane controllers clean
 
 help:
 	@echo "make demo   - the quickstart's rules and routes on real Prometheus and Alertmanager (a minute); then, with the"
@@ -18,6 +18,7 @@ help:
 	@echo "make crds   - regenerate crds/ from the models; make docs - docs/alerts.md from the catalogue; make dashboards - the chart's Grafana dashboards"
 	@echo "make controlplane - build (or reuse) the local Kubernetes control plane binaries"
 	@echo "make controllers - build (or reuse) JobSet, Kueue, Kubeflow Trainer v2 and the training-operator for e2e"
+	@echo "make thanos - build (or reuse) Thanos (Receive, Query, Ruler) for e2e's distributed rules test"
 	@echo "make site  - the docs site (mkdocs.yml, docs/) into .site/, with --strict: a broken link fails it"
 	@echo "make image-lock - requirements/image.lock and build.lock, what the image installs, pinned with hashes;"
 	@echo "              make image-lock-check resolves them again and fails on a difference (needs the package index)"
@@ -95,6 +96,13 @@ victoria-metrics:
 upstream-tools:
 	@if command -v go >/dev/null 2>&1; then e2e/controlplane/build.sh upstream; \
 	else echo "go is not installed: no Prometheus 3 or Alertmanager 0.35, the rule and routing tests run on Debian's only"; fi
+
+# Thanos (Receive, Query and Ruler are one binary) for e2e/test_distributed_rules.py, the rules on a
+# distributed engine (docs/distributed.md), built the same way and cached by version; like the controllers
+# not a prerequisite of e2e: the test asks for it (waiting for a build in progress), and skips without Go
+thanos:
+	@if command -v go >/dev/null 2>&1; then e2e/controlplane/build.sh thanos; \
+	else echo "go is not installed: no thanos, the distributed rules test will not run"; fi
 
 docs: bootstrap
 	$(BIN)/trainguard docs --out-dir docs

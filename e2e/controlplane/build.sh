@@ -27,6 +27,9 @@ ALERTMANAGER_VERSION="${ALERTMANAGER_VERSION:-0.35.0}"
 # the newest release whose module Go 1.26 accepts (later ones need a newer Go)
 VICTORIA_METRICS_VERSION="${VICTORIA_METRICS_VERSION:-1.151.0}"
 NODE_EXPORTER_VERSION="${NODE_EXPORTER_VERSION:-1.12.1}"
+# the distributed rule and storage engine of e2e/test_distributed_rules.py (`build.sh thanos`): Receive,
+# Query and Ruler are one binary. The VictoriaMetrics cluster's -cluster tags are not on the proxy here.
+THANOS_VERSION="${THANOS_VERSION:-0.40.1}"
 # the training controllers of e2e/test_training_controllers.py (`build.sh controllers`)
 JOBSET_VERSION="${JOBSET_VERSION:-0.11.1}"
 KUEUE_VERSION="${KUEUE_VERSION:-0.17.0}"
@@ -248,6 +251,28 @@ build_prometheus() {
   link_current prometheus "$v"
 }
 
+build_thanos() {
+  # Thanos from its module's own tree: its go.mod's replace directives (capnp, gomemcache, kingpin) only
+  # hold there. The tags are upstream's release build's (.promu.yml); its React UI ships in the module.
+  local v="$THANOS_VERSION"
+  if have thanos "$v"; then log "thanos v$v: cached"; else
+    local start=$SECONDS dir="$WORK/thanos-$v" src
+    log "thanos v$v: downloading its module"
+    src=$(go mod download -json "github.com/thanos-io/thanos@v$v" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+    rm -rf "$dir" && cp -r "$src" "$dir" && chmod -R u+w "$dir"
+    (
+      cd "$dir"
+      log "thanos v$v: compiling"
+      go build -trimpath -tags netgo,slicelabels \
+        -ldflags "-s -w -X github.com/prometheus/common/version.Version=$v" -o "$dir/out/thanos" ./cmd/thanos
+      mv out/thanos "$BIN/thanos-$v"
+    )
+    rm -rf "$dir"
+    log "thanos v$v: built in $((SECONDS - start))s"
+  fi
+  link_current thanos "$v"
+}
+
 link_upstream() {  # the upstream toolchain's stable names: toolchains/upstream/<name> -> ../../bin/<name>-<version>
   mkdir -p "$CACHE/toolchains/upstream"
   ln -sfn "../../bin/$1-$2" "$CACHE/toolchains/upstream/$1"
@@ -384,6 +409,7 @@ case "$what" in
     ;;
   victoria-metrics) locked victoria-metrics build_victoria_metrics ;;
   node-exporter) locked node_exporter build_node_exporter ;;
+  thanos) locked thanos build_thanos ;;  # not in all: e2e/test_distributed_rules.py asks for it
   jobset) locked jobset build_jobset ;;
   kueue) locked kueue build_kueue ;;
   trainer) locked trainer build_trainer ;;
@@ -396,6 +422,6 @@ case "$what" in
     locked trainer build_trainer
     locked training-operator build_training_operator
     ;;
-  *) echo "usage: $0 [all|cached|kubernetes|etcd|helm|crds|prometheus-operator|prometheus|prometheus3|alertmanager|upstream|victoria-metrics|node-exporter|controllers|jobset|kueue|trainer|training-operator]" >&2
+  *) echo "usage: $0 [all|cached|kubernetes|etcd|helm|crds|prometheus-operator|prometheus|prometheus3|alertmanager|upstream|victoria-metrics|node-exporter|thanos|controllers|jobset|kueue|trainer|training-operator]" >&2
      exit 2 ;;
 esac

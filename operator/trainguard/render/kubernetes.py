@@ -45,6 +45,18 @@ def _metadata(monitor: TrainingJobMonitor, name: str | None = None) -> Obj:
     return meta
 
 
+PARTIAL_RESPONSE = "warn"
+"""Each PrometheusRule group's `partial_response_strategy`, read by a ThanosRuler only (prometheus-operator
+removes it for a Prometheus). A Ruler evaluates through Thanos Query; Thanos's default, abort, fails the
+evaluation when one store does not answer, so a receiver's death fails the rounds until Query drops it
+(a round in e2e/test_distributed_rules.py), and an alert whose `for` ends then fires a round late. With
+replicated receivers the other copy answers: warn evaluates on it (docs/distributed.md)."""
+
+
+def _rule_groups(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**g, "partial_response_strategy": PARTIAL_RESPONSE} for g in groups]
+
+
 def prometheus_rule(
     monitor: TrainingJobMonitor,
     policy: EffectivePolicy,
@@ -65,7 +77,7 @@ def prometheus_rule(
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
         "metadata": _metadata(monitor),
-        "spec": {"groups": groups},
+        "spec": {"groups": _rule_groups(groups)},
     }
 
 
@@ -83,7 +95,7 @@ def shared_prometheus_rule(
                     "namespace": namespace,
                     "labels": dict(MANAGED_LABELS),
                 },
-                "spec": {"groups": [shared_group(severity_style)]},
+                "spec": {"groups": _rule_groups([shared_group(severity_style)])},
             }
         ],
         object_labels or {},
