@@ -9,7 +9,8 @@ kubectl and the operator read the trainer's lines as on a real cluster.
 
 The fault: one GPU of rank 0 thermal-throttles (its SM clock drops: the straggler the report names),
 then rank 0's host starts swapping: HostSwapPressure (P2; `for` 0s here) fires, the operator writes the
-report ConfigMap, and Alertmanager e-mails the alert with the ConfigMap's name in `report_configmap`.
+report ConfigMap (its first plots the swap and host memory series that fired, its first cause the
+swapping host), and Alertmanager e-mails the alert with the ConfigMap's name in `report_configmap`.
 Headless Chromium (Debian's `chromium`) opens the stored HTML and screenshots it."""
 
 from __future__ import annotations
@@ -132,6 +133,10 @@ def test_a_p2_report_shows_plots_cause_and_the_trainers_logs_and_the_page_names_
         assert "# P2 HostSwapPressure" in md, md[:400]
         causes = md.split("## Probable causes", 1)[1].split("## Series", 1)[0]
         assert "### straggler" in causes and a.name in causes and a.node in causes, causes
+        # the alert's own cause comes first, with its own signal (kswapd) as evidence: the catalogue's
+        # words, or a finding that reads the same series
+        first_cause = causes.split("### ", 2)[1]
+        assert "trainguard_host_kswapd_cpu_ratio" in first_cause, causes
         trainer_lines = {
             ln.strip() for r in pods.running() for ln in r.trainer_log().splitlines() if ln.strip()
         }
@@ -161,6 +166,9 @@ def test_a_p2_report_shows_plots_cause_and_the_trainers_logs_and_the_page_names_
     parsed.feed(dom.stdout)
     drawn = {k for k, n in parsed.figures.items() if n}
     assert {"throughput", "loss", "temperature", "utilisation"} <= drawn and len(drawn) >= 6, parsed.figures
+    # what fired is drawn first: the swap and host memory series of the alert's pod
+    own = ["fired:trainguard_host_kswapd_cpu_ratio", "fired:trainguard_host_memory_used_ratio"]
+    assert list(parsed.figures)[:2] == own and set(own) <= drawn, parsed.figures
     assert parsed.causes, "no probable cause on the page"
     assert any(t in parsed.log_text for t in trainer_lines if t.startswith("step")), parsed.log_text[:1000]
     shot = tmp_path / "report.png"

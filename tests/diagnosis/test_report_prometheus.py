@@ -9,6 +9,7 @@ and the fake kubelet's /containerLogs is e2e/test_report_pipeline.py's."""
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,12 +19,14 @@ import pytest
 
 from tests.conftest import MONITOR, POLICY, merged
 from tests.diagnosis.report_inputs import RECORD, TRACE_ID
-from tests.diagnosis.traces import AT, JOB, NS, trace
+from tests.diagnosis.traces import AT, JOB, NS, node_name, trace
 from tests.kube.fakes import FakeKube, pod
 from tests.processes import backfilled_prometheus
 from trainguard.clients.prometheus import prometheus_client
+from trainguard.diagnosis import signals as sig
 from trainguard.diagnosis.fetch import LOG_LIMIT_BYTES, build_report
 from trainguard.diagnosis.passes import DiagnosticReports
+from trainguard.diagnosis.report import OWN_PLOT_PREFIX
 from trainguard.kube import Kube
 
 pytestmark = pytest.mark.tools
@@ -155,3 +158,21 @@ def test_each_firing_p2_is_reported_once_into_a_configmap_owned_by_the_monitor(p
     assert passes.run() == 0 and len(kube.created) == 1
     restarted = DiagnosticReports(kube, kube, lambda: True, prometheus_client(prometheus), clock=lambda: AT)
     assert restarted.run() == 0 and len(kube.events) == 1  # the ConfigMap is there: no second Event
+
+
+def test_the_alerts_own_series_are_fetched_for_its_pod_and_plotted_first(prometheus: str) -> None:
+    kube = LoggingKube()
+    pod_ = f"{JOB}-worker-3"
+    labels = {"alertname": "DataLoaderSlow", "priority": "P2", "namespace": NS, "training_job": JOB, "pod": pod_,
+              "node": node_name(3)}  # fmt: skip
+    report = build_report(kube, kube, prometheus_client(prometheus), NS, JOB, alert="DataLoaderSlow", at=AT,
+                          now=AT + 600, labels=labels)  # fmt: skip
+    first = next(iter(report.plots))
+    assert first == f"{OWN_PLOT_PREFIX}{sig.DATA_WAIT}", list(report.plots)
+    svg = ET.fromstring(report.plots[first])
+    ns = "{http://www.w3.org/2000/svg}"
+    assert [p.findtext(f"{ns}title") for p in svg.findall(f"{ns}polyline")] == [pod_]  # its pod, not all 8
+    assert svg.find(f"{ns}line[@class='threshold']") is not None
+    # the data-loading finding reads the alert's own series: it leads, in place of the catalogue's words
+    assert report.data["alertCause"] is None
+    assert report.data["findings"][0]["cause"] == "throughput-data-loading"

@@ -5,7 +5,9 @@ records and runbook from the monitor, then hand everything to the pure builder i
 The Python client has no `sinceTime` for pod logs, so the window's start is given as `since_seconds`
 counted back from now, with `timestamps=true` and `limit_bytes`; the lines are then cut to +-30 s of
 the alert by their own timestamps. dcgm-exporter's series (gpuBackend: dcgm) are read through the
-catalogue's joined recording rules (`trainguard_dcgm:<name>`) when the plain name has none.
+catalogue's joined recording rules (`trainguard_dcgm:<name>`) when the plain name has none. The alert's
+own signal (the series its rule reads, diagnosis/own_signal.py) is fetched too, scoped by the alert's
+pod, node, GPU (and interface, device, port) labels where its series carry them.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from trainguard.catalog.severity import grade_of
 from trainguard.diagnosis import JobEvent, Series, Snapshot, diagnose, labels_of
 from trainguard.diagnosis import signals as sig
 from trainguard.diagnosis.logs import WINDOW_S, LogLine, parse_timestamped
+from trainguard.diagnosis.own_signal import OwnSignal, Signal, alert_signals, own_signal, scope
 from trainguard.diagnosis.report import AlertInfo, Report, ReportInput, build
-from trainguard.render.policy import effective_policy
+from trainguard.render.policy import EffectivePolicy, effective_policy
 from trainguard.render.sidecar import EXPORTER
 from trainguard.times import unix
 
@@ -40,7 +43,7 @@ LOG_LIMIT_BYTES = 256 * 1024
 FETCHED: tuple[str, ...] = tuple(
     sorted({v for k, v in vars(sig).items() if k.isupper() and isinstance(v, str) and not k.startswith("_")})
 )
-"""Every series a rule or a plot reads."""
+"""Every series a diagnosis rule or a generic plot reads (the alert's own are fetched by fetch_own)."""
 
 
 class RangeQuery(Protocol):
@@ -108,6 +111,47 @@ def fetch_series(
     return series
 
 
+def fetch_own(
+    prom: RangeQuery,
+    namespace: str,
+    job: str,
+    at: float,
+    *,
+    signals: Iterable[Signal],
+    labels: dict[str, str],
+    before: float,
+    after: float,
+) -> list[Series]:
+    """The series the alert's rule reads, as recorded where the rule reads a recorded one, narrowed to
+    the alert's own pod, node or GPU where the series carries that label."""
+    start, end = datetime.fromtimestamp(at - before, UTC), datetime.fromtimestamp(at + after, UTC)
+    series: list[Series] = []
+    for sig_ in signals:
+        matchers = _job(namespace, job) + "".join(f",{k}={quoted(v)}" for k, v in scope(sig_, labels).items())
+        query = f"{sig_.series}{{{matchers}}}"
+        series += parse_range(prom.custom_query_range(query, start, end, f"{STEP_S}s"), sig_.series)
+    return series
+
+
+def own_signal_of(
+    prom: RangeQuery,
+    monitor: TrainingJobMonitor,
+    policy: EffectivePolicy,
+    alert: str,
+    *,
+    labels: dict[str, str],
+    at: float,
+) -> OwnSignal | None:
+    """The alert's own signal fetched around `at`; None for an alert the monitor's rules do not hold."""
+    signals = alert_signals(monitor, policy).get(alert)
+    if signals is None:
+        return None
+    got = fetch_own(
+        prom, monitor.namespace, monitor.name, at, signals=signals, labels=labels, before=1800, after=150
+    )
+    return own_signal(alert, signals, got)
+
+
 def _instant(prom: RangeQuery, query: str, at: float) -> list[dict[str, Any]]:
     return list(prom.custom_query(query, params={"time": f"{at:.3f}"}) or [])
 
@@ -167,14 +211,19 @@ def pod_events(pods: list[dict[str, Any]]) -> list[JobEvent]:
     return events
 
 
-def runbook_url(reads: ReportReads, monitor: TrainingJobMonitor, alert: str) -> str:
-    """The policy's runbook for the alert; none while a policy the monitor names is missing or invalid
-    (its status says why)."""
+def policy_of(reads: ReportReads, monitor: TrainingJobMonitor) -> EffectivePolicy | None:
+    """The monitor's effective policy; None while a policy it names is missing or invalid (its status
+    says why)."""
     try:
-        policies = policies_for(monitor, reads.policy)
+        return effective_policy(monitor, policies_for(monitor, reads.policy))
     except PolicyProblem:
-        return ""
-    base = effective_policy(monitor, policies).runbook_base_url
+        return None
+
+
+def runbook_url(reads: ReportReads, monitor: TrainingJobMonitor, alert: str) -> str:
+    """The policy's runbook for the alert; none while a policy the monitor names is missing or invalid."""
+    policy = policy_of(reads, monitor)
+    base = policy.runbook_base_url if policy else ""
     return f"{base}#{alert.lower()}" if base and alert else ""
 
 
@@ -224,7 +273,11 @@ def build_report(
     )
     records = list(((body.get("status") or {}).get("remediations")) or [])
     logs = pod_logs(kube, namespace, pods, at, now) if read_logs else []
-    return build(ReportInput(info, snapshot, diagnose(snapshot), logs, records, logs_read=read_logs))
+    # the catalogue's defaults where a policy is missing: the rules Prometheus runs may be older, but
+    # the series an alert reads do not change with its numbers
+    policy = policy_of(reads, monitor) or effective_policy(monitor, [])
+    own = own_signal_of(prom, monitor, policy, alert_name, labels=labels, at=at)
+    return build(ReportInput(info, snapshot, diagnose(snapshot), logs, records, logs_read=read_logs, own=own))
 
 
 def active_at(prom: RangeQuery, namespace: str, job: str, alert: dict[str, str], now: float) -> float:

@@ -1,6 +1,8 @@
 """The diagnostic report (a P2's, or anyone's on demand): what fired, the probable causes with their
 evidence, plots of the related series for the 5 minutes around the alert, the pod log lines from the
-+-30 s window with error patterns marked, the runbook and what trainguard did. Pure: the edge
++-30 s window with error patterns marked, the runbook and what trainguard did. The alert's own signal
+(diagnosis/own_signal.py: the series its rule reads) is plotted first, with the rule's threshold, and
+its catalogue cause is weighed first, with the signal's value at the alert time as evidence. Pure: the edge
 (diagnosis/fetch.py, for the report pass and `trainguard report`) fetches the inputs and stores or writes the output."""
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from typing import Any
 
 from trainguard.diagnosis import signals as sig
 from trainguard.diagnosis.logs import LogLine, excerpt
-from trainguard.diagnosis.model import Finding, Series, Snapshot
+from trainguard.diagnosis.model import Evidence, Finding, Series, Snapshot
+from trainguard.diagnosis.own_signal import OwnSignal, evidence, own_first
 from trainguard.diagnosis.robust import median, spread
-from trainguard.diagnosis.svg import Band, Line, line_plot
+from trainguard.diagnosis.svg import Band, Line, Threshold, line_plot
 from trainguard.times import rfc3339
 
 PLOT_HALF_S = 150.0
@@ -53,6 +56,17 @@ class ReportInput:
     logs_read: bool = True
     """False where the operator may not read pod logs (`--no-pod-logs`): the report says so rather than
     showing an empty window."""
+    own: OwnSignal | None = None
+    """The alert's own signal, fetched for its job and scoped by its labels (None on demand, no alert)."""
+
+
+@dataclass(frozen=True)
+class AlertCause:
+    """The catalogue's probable cause of the alert, with its own signal's values at the alert time."""
+
+    alert: str
+    text: str
+    evidence: tuple[Evidence, ...]
 
 
 @dataclass(frozen=True)
@@ -92,6 +106,25 @@ def _label(s: Series) -> str:
     return " ".join(p for p in parts if p) or s.metric
 
 
+def _lines(series: Sequence[Series], mean_only: bool = False) -> list[Line]:
+    """One line per series, or the mean, minimum and maximum of more than MAX_LINES."""
+    if mean_only or len(series) > MAX_LINES:
+        by_t: dict[float, list[float]] = defaultdict(list)
+        for s in series:
+            for t, v in s.points:
+                by_t[t].append(v)
+        ts = sorted(by_t)
+        mean_line = Line("job mean", [(t, sum(by_t[t]) / len(by_t[t])) for t in ts])
+        if mean_only:
+            return [mean_line]
+        return [
+            mean_line,
+            Line("min", [(t, min(by_t[t])) for t in ts]),
+            Line("max", [(t, max(by_t[t])) for t in ts]),
+        ]
+    return [Line(_label(s), s.points) for s in sorted(series, key=_label)]
+
+
 def _series_for(snap: Snapshot, spec: _PlotSpec) -> list[Line]:
     if spec.metric == sig.FB_USED:
         free = {s.labels: dict(s.points) for s in snap.of(sig.FB_FREE)}
@@ -102,21 +135,7 @@ def _series_for(snap: Snapshot, spec: _PlotSpec) -> list[Line]:
             series.append(Series(s.metric, s.labels, pts))
     else:
         series = snap.of(spec.metric)
-    if spec.key == "throughput" or len(series) > MAX_LINES:
-        by_t: dict[float, list[float]] = defaultdict(list)
-        for s in series:
-            for t, v in s.points:
-                by_t[t].append(v)
-        ts = sorted(by_t)
-        mean_line = Line("job mean", [(t, sum(by_t[t]) / len(by_t[t])) for t in ts])
-        if spec.key == "throughput":
-            return [mean_line]
-        return [
-            mean_line,
-            Line("min", [(t, min(by_t[t])) for t in ts]),
-            Line("max", [(t, max(by_t[t])) for t in ts]),
-        ]
-    return [Line(_label(s), s.points) for s in sorted(series, key=_label)]
+    return _lines(series, mean_only=spec.key == "throughput")
 
 
 def _throughput_band(snap: Snapshot) -> Band | None:
@@ -141,6 +160,49 @@ def plots(snap: Snapshot) -> dict[str, str]:
             spec.title, lines, start=start, end=end, marker=snap.at, band=band, unit=spec.unit
         )
     return out
+
+
+OWN_PLOT_PREFIX = "fired:"
+"""The own signal's plots are keyed `fired:<series>`, ahead of PLOTS' keys."""
+
+
+def own_plots(own: OwnSignal | None, at: float) -> dict[str, str]:
+    """The alert's own series that have data around it, in the order its rule reads them, each with the
+    rule's threshold where the effective policy gives it."""
+    if own is None:
+        return {}
+    start, end = at - PLOT_HALF_S, at + PLOT_HALF_S
+    out = {}
+    for signal in own.signals:
+        lines = _lines(own.of(signal.series))
+        if not any(start <= t <= end for ln in lines for t, _ in ln.points):
+            continue
+        rule = (
+            Threshold(f"{signal.param} {signal.op} {signal.threshold:g}", signal.threshold)
+            if signal.threshold is not None
+            else None
+        )
+        out[f"{OWN_PLOT_PREFIX}{signal.series}"] = line_plot(
+            f"What fired: {own.alert}: {signal.series}",
+            lines,
+            start=start,
+            end=end,
+            marker=at,
+            threshold=rule,
+        )
+    return out
+
+
+def causes(inp: ReportInput) -> tuple[AlertCause | None, list[Finding]]:
+    """The alert's own cause first: the catalogue's, unless a finding reads its own signal (then that
+    finding leads); the findings in their order otherwise."""
+    own = inp.own
+    if own is None or not own.probable_cause:
+        return None, list(inp.findings)
+    ordered, named = own_first(inp.findings, own)
+    if named:
+        return None, ordered
+    return AlertCause(own.alert, own.probable_cause, tuple(evidence(own, inp.alert.at))), ordered
 
 
 def _when(ts: float) -> str:
@@ -171,14 +233,15 @@ def _actions(records: Sequence[Mapping[str, Any]], alert: str) -> list[str]:
 
 
 def build(inp: ReportInput) -> Report:
-    figures = plots(inp.snapshot)
+    figures = own_plots(inp.own, inp.alert.at) | plots(inp.snapshot)
     logs = excerpt(inp.logs, inp.alert.at)
     actions = _actions(inp.remediations, inp.alert.name)
+    first, findings = causes(inp)
     return Report(
-        _markdown(inp, figures, logs, actions),
-        _html(inp, figures, logs, actions),
+        _markdown(inp, figures, logs, actions, first=first, findings=findings),
+        _html(inp, figures, logs, actions, first=first, findings=findings),
         figures,
-        _data(inp, figures, logs),
+        _data(inp, first, findings, figures, logs),
     )
 
 
@@ -187,18 +250,30 @@ def _number(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def _data(inp: ReportInput, figures: dict[str, str], logs: list[LogLine]) -> dict[str, Any]:
+def _evidence(e: Evidence) -> dict[str, Any]:
+    return {"metric": e.metric, "labels": dict(e.labels), "value": _number(e.value),
+            "reference": _number(e.reference), "note": e.note}  # fmt: skip
+
+
+def _data(
+    inp: ReportInput,
+    first: AlertCause | None,
+    findings: list[Finding],
+    figures: dict[str, str],
+    logs: list[LogLine],
+) -> dict[str, Any]:
     a = inp.alert
     return {
         "alert": {"name": a.name, "severity": a.severity, "time": rfc3339(a.at), "namespace": a.namespace,
                   "job": a.job, "node": a.node, "gpu": a.gpu, "pod": a.pod, "summary": a.summary,
                   "runbookURL": a.runbook_url, "traceID": a.trace_id},
+        "alertCause": None if first is None else {
+            "alert": first.alert, "cause": first.text, "evidence": [_evidence(e) for e in first.evidence]},
         "findings": [
             {"cause": f.cause.value, "confidence": f.confidence, "summary": f.summary, "node": f.node,
              "gpu": f.gpu, "pod": f.pod, "share": _number(f.share),
-             "evidence": [{"metric": e.metric, "labels": dict(e.labels), "value": _number(e.value),
-                           "reference": _number(e.reference), "note": e.note} for e in f.evidence]}
-            for f in inp.findings
+             "evidence": [_evidence(e) for e in f.evidence]}
+            for f in findings
         ],
         "plots": list(figures),
         "logsRead": inp.logs_read,
@@ -209,7 +284,15 @@ def _data(inp: ReportInput, figures: dict[str, str], logs: list[LogLine]) -> dic
     }  # fmt: skip
 
 
-def _markdown(inp: ReportInput, figures: dict[str, str], logs: list[LogLine], actions: list[str]) -> str:
+def _markdown(
+    inp: ReportInput,
+    figures: dict[str, str],
+    logs: list[LogLine],
+    actions: list[str],
+    *,
+    first: AlertCause | None,
+    findings: list[Finding],
+) -> str:
     a = inp.alert
     out = [
         f"# {a.severity} {a.name}: diagnostic report",
@@ -223,9 +306,13 @@ def _markdown(inp: ReportInput, figures: dict[str, str], logs: list[LogLine], ac
         "## Probable causes",
         "",
     ]
-    if not inp.findings:
+    if first is not None:
+        out += [f"### {first.alert}: the alert's own cause", "", first.text, ""]
+        out += [f"- `{e.describe()}`" for e in first.evidence] or ["- (no value of its signal at the alert)"]
+        out.append("")
+    if not findings:
         out.append("No rule found a probable cause in the series around the alert.")
-    for f in inp.findings:
+    for f in findings:
         out.append(f"### {f.cause.value} (confidence {f.confidence:.0%})")
         out.append("")
         out.append(f.summary)
@@ -233,6 +320,8 @@ def _markdown(inp: ReportInput, figures: dict[str, str], logs: list[LogLine], ac
         out += [f"- `{e.describe()}`" for e in f.evidence]
         out.append("")
     out += ["## Series around the alert", ""]
+    if any(key.startswith(OWN_PLOT_PREFIX) for key in figures):
+        out += [f"What fired: {a.name}, the series its rule reads, first.", ""]
     for key, svg in figures.items():
         data = base64.b64encode(svg.encode()).decode()
         out.append(f"![{key}](data:image/svg+xml;base64,{data})")
@@ -265,7 +354,15 @@ dl.facts dt{font-weight:bold;float:left;width:110px} dl.facts dd{margin-left:120
 """
 
 
-def _html(inp: ReportInput, figures: dict[str, str], logs: list[LogLine], actions: list[str]) -> str:
+def _html(
+    inp: ReportInput,
+    figures: dict[str, str],
+    logs: list[LogLine],
+    actions: list[str],
+    *,
+    first: AlertCause | None,
+    findings: list[Finding],
+) -> str:
     a = inp.alert
     e = escape
     out = [
@@ -288,9 +385,16 @@ def _html(inp: ReportInput, figures: dict[str, str], logs: list[LogLine], action
         + "</dd></dl>",
         '<h2>Probable causes</h2><section id="causes">',
     ]
-    if not inp.findings:
+    if first is not None:
+        out.append(
+            f'<div class="cause alert-cause" data-cause="{e(first.alert)}"><h3>{e(first.alert)} '
+            f'<small>the alert\'s own cause</small></h3><p class="summary">{e(first.text)}</p><ul>'
+        )
+        out += [f'<li class="evidence"><code>{e(ev.describe())}</code></li>' for ev in first.evidence]
+        out.append("</ul></div>")
+    if not findings:
         out.append("<p>No rule found a probable cause in the series around the alert.</p>")
-    for f in inp.findings:
+    for f in findings:
         out.append(
             f'<div class="cause" data-cause="{e(f.cause.value)}"><h3>{e(f.cause.value)} '
             f'<small>confidence {f.confidence:.0%}</small></h3><p class="summary">{e(f.summary)}</p><ul>'
@@ -298,7 +402,11 @@ def _html(inp: ReportInput, figures: dict[str, str], logs: list[LogLine], action
         out += [f'<li class="evidence"><code>{e(ev.describe())}</code></li>' for ev in f.evidence]
         out.append("</ul></div>")
     out.append('</section><h2>Series around the alert</h2><section class="plots" id="plots">')
-    out += [f'<figure data-plot="{e(key)}">{svg}</figure>' for key, svg in figures.items()]
+    fired = ' class="fired"'
+    out += [
+        f'<figure data-plot="{e(key)}"{fired if key.startswith(OWN_PLOT_PREFIX) else ""}>{svg}</figure>'
+        for key, svg in figures.items()
+    ]
     out.append(
         f'</section><h2>Pod logs (+-30 s)</h2><pre class="logs" id="logs" data-trace-id="{e(a.trace_id)}">'
     )

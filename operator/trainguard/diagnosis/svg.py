@@ -29,6 +29,14 @@ class Band:
     high: float
 
 
+@dataclass(frozen=True)
+class Threshold:
+    """A rule's threshold: a horizontal line the alert's own signal crossed."""
+
+    label: str
+    value: float
+
+
 def _ticks(lo: float, hi: float, n: int = 4) -> list[float]:
     if hi <= lo:
         return [lo]
@@ -53,17 +61,21 @@ def line_plot(
     end: float,
     marker: float | None = None,
     band: Band | None = None,
+    threshold: Threshold | None = None,
     unit: str = "",
     width: int = 480,
     height: int = 200,
 ) -> str:
     """An <svg> with one polyline per line over [start, end] (unix seconds; the x axis shows seconds
-    relative to `marker`, the alert), the band shaded and the marker as a dashed vertical line."""
+    relative to `marker`, the alert), the band shaded, the threshold as a red horizontal line and the marker
+    as a dashed vertical line."""
     left, right, top, bottom = 56, 10, 24, 30
     pw, ph = width - left - right, height - top - bottom
     ys = [v for ln in lines for t, v in ln.points if start <= t <= end and math.isfinite(v)]
     if band is not None:
         ys += [band.low, band.high]
+    if threshold is not None and math.isfinite(threshold.value):
+        ys.append(threshold.value)
     lo, hi = (min(ys), max(ys)) if ys else (0.0, 1.0)
     if hi - lo < 1e-12:
         pad = abs(hi) * 0.1 or 1.0
@@ -105,6 +117,16 @@ def line_plot(
             f'font-family="sans-serif">{t:+.0f}s</text>'
         )
     out.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>')
+    if threshold is not None and math.isfinite(threshold.value):
+        ty = y(threshold.value)
+        out.append(
+            f'<line class="threshold" x1="{left}" x2="{left + pw}" y1="{ty:.1f}" y2="{ty:.1f}" stroke="#d62728" '
+            f'stroke-width="1.5" stroke-dasharray="6 3"><title>{escape(threshold.label)}</title></line>'
+        )
+        out.append(
+            f'<text x="{left + pw - 4}" y="{ty - 3:.1f}" font-size="9" text-anchor="end" font-family="sans-serif" '
+            f'fill="#d62728">{escape(threshold.label)}</text>'
+        )
     if marker is not None and start <= marker <= end:
         out.append(
             f'<line class="alert-marker" x1="{x(marker):.1f}" x2="{x(marker):.1f}" y1="{top}" '
