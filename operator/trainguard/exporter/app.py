@@ -28,6 +28,7 @@ from trainguard.exporter.faults import Faults
 from trainguard.exporter.host import KSWAPD_HIDDEN, MEMINFO_UNREADABLE, HostReader
 from trainguard.exporter.readings import DriverInfo, GPUDevice, GPUReading, HostReading
 from trainguard.exporter.restarts import interruption, launcher_state
+from trainguard.exporter.slowdowns import newly_throttled
 from trainguard.exporter.training import TrainingState
 
 log = logging.getLogger("trainguard.exporter")
@@ -225,6 +226,9 @@ class Exporter:
             self._saw(ev, now)  # kept for the operator to confirm, whether or not the fast path is on
             if self.fastpath is not None:
                 self.fastpath.send(ev)
+        for gpu, reason in newly_throttled(self._faulted_prev, gpus):  # a P1: kept to confirm, never sent
+            labels = base | {"gpu": str(gpu), "reason": reason}
+            self._saw(event("GPUClocksThrottled", labels, f"GPU {gpu} clocks throttled ({reason})", now), now)
         if self.fastpath is None:
             return
         stalled = detect_stall(last_step_ts, now, self.config.stall_after_s)
