@@ -21,7 +21,9 @@ def test_each_hardware_reason_is_named_and_the_power_cap_or_idle_is_not() -> Non
     assert throttle_reason(gpu(reasons=0x80)) == "hw_power_brake"
     assert throttle_reason(gpu(reasons=0x40)) == "hw_thermal"
     assert throttle_reason(gpu(reasons=0x20)) == "sw_thermal"
-    assert throttle_reason(gpu(reasons=0x04)) == "", "the software power cap is the limit at work, not a fault"
+    assert throttle_reason(gpu(reasons=0x04)) == "", (
+        "the software power cap is the limit at work, not a fault"
+    )
     assert throttle_reason(gpu(util=5.0, reasons=0x08)) == "", "idle: never"
     assert throttle_reason(gpu(reasons=None)) == ""
 
