@@ -653,7 +653,9 @@ class Executor:
             except (Superseded, Stopping):
                 raise
             except Waiting as exc:  # the step stays InProgress, its progress saved: a later run looks again
-                return self._stop(record, str(exc))
+                self.stopped = str(exc)
+                log.info("remediation %s waits: %s", record.get("id"), exc)
+                return record
             except NotInPlace as exc:
                 if (step.get("params") or {}).get("rejoin"):
                     after = "the healthy ranks are left to the owner's failure policy (their pods restart when they fail)"
