@@ -10,16 +10,19 @@ from typing import Any
 
 import pytest
 from bench.ettr import (
+    AT_CHECKPOINT,
     DAY_S,
     GANG,
     IN_PLACE,
     LLAMA3_INTERRUPTIONS,
     LLAMA3_TABLE,
     MINUTE_S,
+    NOTIFY,
     REPLACE_POD,
     RESPONSES,
     RESTART_RECREATE_ALL,
     SDC_DETECT,
+    SLOW_DETECT,
     SPARE_ROW,
     TARGET,
     Category,
@@ -37,6 +40,7 @@ from bench.ettr import (
     optimum,
     rows,
     simulate,
+    simulate_slow,
     summarise,
 )
 
@@ -278,4 +282,31 @@ def test_the_in_place_figures_are_the_jobs_not_another_owners(tmp_path: Path) ->
     got = load_inputs(*results(tmp_path, **extra))
     assert got.detect_s["launcher"] == 0.25 and got.respond_s[RESPONSES[IN_PLACE, False]] == pytest.approx(
         0.5
+    )
+
+
+# ---- slow, not dead ----------------------------------------------------------------------------------
+
+
+def test_slow_episodes_are_paired_across_actions_and_replacing_bounds_each_slow_spell() -> None:
+    base = Scenario(checkpoint_every_s=10 * MINUTE_S)
+    notify = simulate_slow(NOTIFY, base, 200.0, seed=3)
+    at_ckpt = simulate_slow(AT_CHECKPOINT, base, 200.0, seed=3)
+    assert notify.episodes == at_ckpt.episodes > 0, "the same episodes under either action"
+    assert notify.replaced == 0 and 0 < at_ckpt.replaced <= at_ckpt.episodes
+    assert at_ckpt.slow_h < notify.slow_h
+    longest = SLOW_DETECT.value + base.checkpoint_every_s
+    assert at_ckpt.slow_h * 3600 <= at_ckpt.episodes * longest, "never slow past detection + one cadence"
+    assert simulate_slow(AT_CHECKPOINT, base, 200.0, seed=3) == at_ckpt, "deterministic for a seed"
+
+
+def test_replacing_costs_more_than_it_saves_when_the_slowdown_is_small_and_the_restart_dear() -> None:
+    base = Scenario(checkpoint_every_s=10 * MINUTE_S)
+    dear = 3 * 3600.0
+    notify = simulate_slow(NOTIFY, base, dear, seed=1, factor=0.01)
+    at_ckpt = simulate_slow(AT_CHECKPOINT, base, dear, seed=1, factor=0.01)
+    assert at_ckpt.lost_h > notify.lost_h
+    assert (
+        simulate_slow(AT_CHECKPOINT, base, 200.0, seed=1, factor=0.2).lost_h
+        < simulate_slow(NOTIFY, base, 200.0, seed=1, factor=0.2).lost_h
     )

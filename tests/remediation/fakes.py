@@ -11,7 +11,9 @@ sidecars knowing no checkpoint but the workload's resume-from pointer the webhoo
 pin). An older sidecar (`old_sidecars=True`) ignores resume_from posts and shows neither times, pinned
 nor checkpoints. With `launchers`, the pods (all, or those named) run `trainguard launch`: its sidecar
 takes a restart word as the exporter does (exporter/restarts.py checks it) and its launcher runs the new
-generation `launcher_reads` control reads later (None: never)."""
+generation `launcher_reads` control reads later (None: never). With `periodic_every`, each trainer saves
+a checkpoint of its own (the job's periodic one, nobody asked) at every n-th read of its control view;
+`trainer_fields` adds what a pod's trainer reports (step_time_s, allreduce_time_ratio) to its view."""
 
 from __future__ import annotations
 
@@ -119,6 +121,10 @@ class FakeCluster:
         self.pdb_blocks: set[str] = set()
         """Pods whose eviction a PodDisruptionBudget refuses."""
         self.jobs_deleted: list[str] = []
+        self.periodic_every: int | None = None
+        """Every how many control reads each trainer saves a periodic checkpoint (None: never)."""
+        self.trainer_fields: dict[str, dict[str, Any]] = {}
+        """Per pod, the trainer's own fields its control view shows (step_time_s, allreduce_time_ratio)."""
         self.calls = 0
         self.crash_after: int | None = None
         self.effects: list[tuple[str, ...]] = []
@@ -142,6 +148,7 @@ class FakeCluster:
             "restart": None,
             "launcher": None,
             "word_reads": 0,
+            "periodic_reads": 0,
         }
 
     def _effect(self, *what: str) -> None:
@@ -432,7 +439,7 @@ class FakeCluster:
         return pod, self.sidecar[pod]
 
     def _view(self, state: dict[str, Any]) -> dict[str, Any]:
-        hidden = {"reads", "pinned_at", "newest", "started", "word_reads"}
+        hidden = {"reads", "pinned_at", "newest", "started", "word_reads", "periodic_reads"}
         if self.old_sidecars:  # before the pin: no times, no pinned, no list
             hidden |= {"pinned", "checkpoints", "restart", "launcher"}
         view = copy.deepcopy({k: v for k, v in state.items() if k not in hidden})
@@ -514,8 +521,13 @@ class FakeCluster:
                 step = self.trainer_saves(state, state["checkpoint"])
                 state["checkpoint"] = None
                 self._effect("checkpoint-saved", pod, f"{step:g}")
+        if self.periodic_every:
+            state["periodic_reads"] += 1
+            if state["periodic_reads"] % self.periodic_every == 0:  # the job's own checkpoint interval
+                step = self.trainer_saves(state, "incremental")
+                self._effect("periodic-checkpoint", pod, f"{step:g}")
         self._called()
-        return self._view(state)
+        return {**self._view(state), **self.trainer_fields.get(pod, {})}
 
     def read_hardware(self, base_url: str, token: str) -> dict[str, Any]:
         pod, _ = self._reach(base_url, token)

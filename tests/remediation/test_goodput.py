@@ -176,3 +176,23 @@ def test_carried_maintenance_seconds_survive_pruning() -> None:
     carried = carried_of({"goodput": {"maintenanceSeconds": 42, "until": rfc3339(T0 + 10)}})
     assert carried.seconds["maintenance"] == 42
     assert carried_status(carried)["maintenanceSeconds"] == 42
+
+
+def slow_node(created: float, updated: float, wait: str, waited_until: float, phase: str) -> dict[str, Any]:
+    """A slowNode record: confirmed, then AwaitCheckpoint (`wait`: its phase, done at `waited_until`), then
+    the restart (done when `phase` is Succeeded), resuming from the checkpoint saved just before."""
+    r = record("s", created, updated, kinds=("ConfirmFault", "AwaitCheckpoint", "Cordon", "RestartGang"),
+               phase=phase, resume_ts=waited_until - 10)  # fmt: skip
+    r["steps"][1].update(phase=wait, time=rfc3339(waited_until))
+    return r
+
+
+def test_a_slow_node_loses_nothing_while_its_record_waits_for_the_checkpoint() -> None:
+    """The job trains on (slower) while the record waits: its time is lost from the wait's end only, and
+    the work redone is what was done since the checkpoint it waited for."""
+    waiting = slow_node(T0 + 100, T0 + 100, "InProgress", T0 + 100, "InProgress")
+    assert at(T0 + 1000, waiting) == {"restart": 0.0, "maintenance": 0.0, "redone_work": 0.0}
+    failed = slow_node(T0 + 100, T0 + 7300, "Failed", T0 + 7300, "Failed")
+    assert at(T0 + 8000, failed) == {"restart": 0.0, "maintenance": 0.0, "redone_work": 0.0}
+    done = slow_node(T0 + 100, T0 + 1060, "Succeeded", T0 + 1000, "Succeeded")
+    assert at(T0 + 5000, done) == {"restart": 60.0, "maintenance": 0.0, "redone_work": 10.0}

@@ -14,10 +14,11 @@ from tests.conftest import MONITOR
 from tests.kube.fakes import FakeKube, merge_patch
 from tests.remediation.fakes import KEY, loop_rig, p0_signal
 from trainguard.api import monitor_of
+from trainguard.catalog.events import fingerprint
 from trainguard.catalog.severity import MAPPED
 from trainguard.remediation import tokens
 from trainguard.remediation.loop import RemediationLoop
-from trainguard.remediation.model import Phase
+from trainguard.remediation.model import Phase, Signal, Source
 from trainguard.remediation.passes import PENDING_GRACE_S, PENDING_RETRY_S
 from trainguard.remediation.plan import record_id
 
@@ -282,3 +283,35 @@ def test_every_part_that_posts_to_alertmanager_is_given_the_platforms_severity_s
         assert [p.severity_style for p in posting] == [MAPPED] * len(posting)
     finally:
         loop.stop()
+
+
+def test_a_slow_node_record_waits_without_a_thread_and_the_resume_pass_finishes_it() -> None:
+    """ReplaceAtCheckpoint's wait ends each run with the record InProgress (no Event, nothing cordoned,
+    the executor's thread back in the pool); the resume pass hands it over again at each round, and the
+    round after the trainers' own checkpoint carries it out, once."""
+    responder, kube, cluster = loop_rig()
+    cluster.hardware["job-0"].append({"alertname": "GPUClocksThrottled", "gpu": "1", "at": T0 - 5})
+    labels = {"alertname": "GPUClocksThrottled", "severity": "P1", "namespace": NS, "training_job": JOB,
+              "node": "gpu-a", "gpu": "1"}  # fmt: skip
+    responder.handle(
+        Signal("GPUClocksThrottled", "P1", labels, fingerprint(labels), Source.ALERTMANAGER, T0 - 5)
+    )
+    assert responder.idle()
+    waiting = kube.records(NS, JOB)[0]
+    assert waiting["class"] == "slowNode" and waiting["phase"] == Phase.IN_PROGRESS, waiting
+    assert [(s["kind"], s["phase"]) for s in waiting["steps"][:2]] == [
+        ("ConfirmFault", Phase.SUCCEEDED), ("AwaitCheckpoint", Phase.IN_PROGRESS)
+    ]  # fmt: skip
+    assert not [r for r, _ in kube.events if r in ("RemediationSucceeded", "RemediationFailed")]
+    assert responder.resume.run() == 1 and responder.idle(), "looked again: still no checkpoint"
+    assert kube.records(NS, JOB)[0]["steps"][1]["phase"] == Phase.IN_PROGRESS
+    assert "cordon" not in [e[0] for e in cluster.effects]
+
+    for pod in ("job-0", "job-1"):  # the job's own periodic checkpoint
+        cluster.trainer_saves(cluster.sidecar[pod], "incremental")
+    assert responder.resume.run() == 1 and responder.idle()
+    done = kube.records(NS, JOB)[0]
+    assert done["phase"] == Phase.SUCCEEDED, done
+    assert [e[0] for e in cluster.effects].count("cordon") == 1
+    assert "RemediationSucceeded" in [r for r, _ in kube.events]
+    assert responder.resume.run() == 0

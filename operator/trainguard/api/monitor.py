@@ -227,6 +227,30 @@ StallAction = Literal["RestartFromCheckpoint", "Notify"]
 InterruptedAction = Literal["RestartFromCheckpoint", "Notify"]
 EccDegradedAction = Literal["CordonAfterCheckpoint", "Notify"]
 MaintenanceAction = Literal["CheckpointAndMove", "Notify"]
+SlowNodeAction = Literal["ReplaceAtCheckpoint", "ReplaceNow", "Notify"]
+
+
+class SlowNodeActions(Model):
+    """The slowNode class's action per signal: a GPU's own degradation and a slow rank are different
+    evidence, so each has its level (docs/p0-response.md)."""
+
+    gpu: SlowNodeAction = Field(
+        default="ReplaceAtCheckpoint",
+        description="GPUPCIeLinkDegraded, GPUClocksThrottled, GPUClockBelowPeers (P1s, confirmed by the job's "
+        "sidecar on the node): ReplaceAtCheckpoint waits for the job's next periodic checkpoint (up to "
+        "slowNodeCheckpointWait), then cordons and taints the node and moves its rank(s) off it through the "
+        "owner (a spare where one is labelled; a lemon node never is), within jobRestartBudget and the cordon "
+        "caps; ReplaceNow takes an emergency checkpoint first instead of waiting; Notify does nothing more. "
+        "Default ReplaceAtCheckpoint: a degraded GPU slows every step of a synchronous gang until it is "
+        "replaced, does not heal by itself, and waiting for a checkpoint the job takes anyway loses no work.",
+    )
+    straggler: SlowNodeAction = Field(
+        default="Notify",
+        description="StragglerRank (P1, a rank's step time an outlier among its peers; confirmed from the "
+        "sidecars' step times or the job's rule in Prometheus): the same levels. Default Notify: a slow rank "
+        "has causes a new node does not cure (its data shard, an input pipeline, a noisy neighbour), so "
+        "a person decides; choose ReplaceNow for a rank so slow the whole gang waits on it.",
+    )
 
 
 class RemediationActions(Model):
@@ -275,6 +299,10 @@ class RemediationActions(Model):
         "off the node as after a node fault (CheckpointAndMove; an annotated node not yet cordoned is "
         "cordoned). Not counted against jobRestartBudget.",
     )
+    slow_node: SlowNodeActions = Field(
+        default_factory=SlowNodeActions,
+        description="The slowNode class (slow, not dead: a degraded GPU or a straggling rank, P1s), per signal.",
+    )
 
 
 class Remediation(Model):
@@ -287,6 +315,12 @@ class Remediation(Model):
         default="5m",
         description="How long a node fault waits for the healthy ranks' emergency checkpoint before it "
         "cordons and restarts anyway (eccDegraded: for every rank's, before it cordons).",
+    )
+    slow_node_checkpoint_wait: Duration = Field(
+        default="2h",
+        description="slowNode ReplaceAtCheckpoint: how long to wait for the job's next periodic checkpoint "
+        "before giving up (the record fails, nothing is cordoned or restarted: the slow node stays, "
+        "Alertmanager has notified). Set it above the job's checkpoint interval.",
     )
     max_cordoned_nodes: int | None = Field(
         default=None,
@@ -425,6 +459,7 @@ RemediationStepKind = Literal[
     "Pause",
     "PinCheckpoint",
     "RequestCheckpoint",
+    "AwaitCheckpoint",
     "ConfirmFault",
     "Cordon",
     "Taint",
@@ -467,7 +502,12 @@ class StepProgress(Model):
     )
     past_step: float | None = Field(
         default=None,
-        description="RequestCheckpoint: the step every asked rank must save past (the newest any of them had).",
+        description="RequestCheckpoint: the step every asked rank must save past (the newest any of them had). "
+        "AwaitCheckpoint: the newest step any rank had saved when the wait began.",
+    )
+    since: float | None = Field(
+        default=None,
+        description="AwaitCheckpoint: unix seconds when the wait began: a redo keeps its deadline.",
     )
     asked: int | None = Field(
         default=None, ge=0, description="RequestCheckpoint: how many sidecars were asked."
@@ -517,8 +557,8 @@ class RemediationRecord(Model):
     p0_class: str = Field(
         alias="class",
         max_length=32,
-        description="The response class: nonFiniteLoss, nodeFault, stall, interrupted, eccDegraded, maintenance or "
-        "trainingAdvice.",
+        description="The response class: nonFiniteLoss, nodeFault, stall, interrupted, eccDegraded, maintenance, "
+        "slowNode or trainingAdvice.",
     )
     node: str = Field(default="", max_length=253)
     gpu: str = Field(default="", max_length=64)

@@ -23,7 +23,9 @@ from trainguard.remediation.plan import (
     INTERRUPTED,
     NODE_FAULT,
     NONFINITE_LOSS,
+    SLOW_NODE,
     STALL,
+    STRAGGLER_ALERT,
     TRAINING_ADVICE,
     response_class,
 )
@@ -204,8 +206,10 @@ def synthetic_alerts(
     return list(out.values())
 
 
-def _action_of(rem: Remediation, cls: str) -> str:
+def _action_of(rem: Remediation, cls: str, name: str = "") -> str:
     a = rem.actions
+    if cls == SLOW_NODE:
+        return a.slow_node.straggler if name == STRAGGLER_ALERT else a.slow_node.gpu
     return {
         NONFINITE_LOSS: a.non_finite_loss,
         NODE_FAULT: a.node_fault,
@@ -227,7 +231,7 @@ def expected_action(alerts: Sequence[str], rem: Remediation) -> str | None:
         alert = ALERTS_BY_NAME.get(name)
         if cls is None or alert is None or (cls not in AT_P1 and alert.severity != "P0"):
             continue
-        action = _action_of(rem, cls)
+        action = _action_of(rem, cls, name)
         if action != "Notify":
             return action
     return None

@@ -284,6 +284,8 @@ class TrainingState:
                 # emergency checkpoint asked of it will never come
                 "step": self.view.step,
                 "step_time_s": self.step_time_s,
+                # its share in collectives: a straggler's peers wait there for it (remediation/slow_node.py)
+                "allreduce_time_ratio": self.view.allreduce_time_ratio,
             }
 
     def _launcher_view(self) -> dict[str, Any] | None:

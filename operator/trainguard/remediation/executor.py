@@ -24,6 +24,11 @@ Decisions taken here:
   (`resumeFrom`, saved before anything is deleted), from which the webhook gives it to the new pods
   without an API call; once ConfirmPlacement saw them placed, neither is given: a pod recreated later
   for another reason must not start pinned to an old checkpoint.
+- AwaitCheckpoint (slowNode's ReplaceAtCheckpoint) waits for the job's own next checkpoint without
+  holding a thread: each run looks once and, when it has not come, stops with the step InProgress
+  (`Waiting`; its mark and start in the step's progress), for the resume pass to look again at its next
+  round. A wait of hours thus never keeps a node fault's executor from a pool thread. Past its timeout the
+  step fails: nothing after it (the cordon, the move) is done.
 - RestartInPlace restarts the trainers, not the pods, only where every live pod of the gang has a live
   `trainguard launch`; otherwise it is Skipped and the RestartGang after it restarts the gang by new
   pods, every pod of it: a gang is never half restarted in place. Once it succeeded, the RestartGang
@@ -70,8 +75,9 @@ from trainguard.remediation.detect import GANG_SPREAD_S
 from trainguard.remediation.maintenance import MAINTENANCE
 from trainguard.remediation.model import Phase, StepKind
 from trainguard.remediation.ops import ClusterOps, Refused, Sidecar
-from trainguard.remediation.plan import RESTARTS
+from trainguard.remediation.plan import RESTARTS, SLOW_NODE, STRAGGLER_ALERT
 from trainguard.remediation.records import Superseded
+from trainguard.remediation.slow_node import straggler_evidence
 from trainguard.times import rfc3339, unix
 
 log = logging.getLogger("trainguard.remediation")
@@ -109,6 +115,11 @@ STOPPING = "the operator is stopping; the record is left to the next leader"
 
 class Stopping(Exception):
     """The operator is stopping: the run stops where it stands, writing nothing."""
+
+
+class Waiting(Exception):
+    """A wait that goes on past this run (AwaitCheckpoint): the step stays InProgress, its progress saved,
+    and the resume pass hands the record over again at its next round."""
 
 
 class NotInPlace(Exception):
@@ -436,6 +447,16 @@ def would(step: dict[str, Any], monitor: TrainingJobMonitor, default_checkpoint_
         timeout = p.get("timeout_s") or f"{default_checkpoint_timeout:g}"
         away = f" not on {p['avoid']}" if p.get("avoid") else ""
         return f"would ask the sidecars{away} for a full checkpoint and wait up to {timeout}s"
+    if kind == StepKind.AWAIT_CHECKPOINT:
+        return (
+            f"would wait up to {p.get('timeout_s', '?')}s for every rank of {selector} to save its next"
+            " periodic checkpoint (asking for none), and do nothing more if none comes"
+        )
+    if kind == StepKind.CONFIRM_FAULT and p.get("alert") == STRAGGLER_ALERT:
+        return (
+            f"would confirm {STRAGGLER_ALERT} {p.get('pod') or 'on ' + p.get('node', '?')} from the step times"
+            f" the sidecars of {selector} report, or from the job's rule in Prometheus"
+        )
     if kind == StepKind.CONFIRM_FAULT:
         return f"would ask the sidecars of {selector} on node {p.get('node', '?')} to confirm {p.get('alert', '?')}"
     if kind == StepKind.CORDON:
@@ -632,6 +653,10 @@ class Executor:
                 detail = self._act(record, index, monitor, progress, note)
             except (Superseded, Stopping):
                 raise
+            except Waiting as exc:  # the step stays InProgress, its progress saved: a later run looks again
+                self.stopped = str(exc)
+                log.info("remediation %s waits: %s", record.get("id"), exc)
+                return record
             except NotInPlace as exc:
                 if (step.get("params") or {}).get("rejoin"):
                     after = "the healthy ranks are left to the owner's failure policy (their pods restart when they fail)"
@@ -676,6 +701,10 @@ class Executor:
             return self._pin(monitor, params)
         if kind == StepKind.REQUEST_CHECKPOINT:
             return self._request_checkpoint(monitor, params, progress, note)
+        if kind == StepKind.AWAIT_CHECKPOINT:
+            return self._await_checkpoint(monitor, params, progress, note)
+        if kind == StepKind.CONFIRM_FAULT and params.get("alert") == STRAGGLER_ALERT:
+            return self._confirm_straggler(monitor, params)
         if kind == StepKind.CONFIRM_FAULT:
             return self._confirm_fault(monitor, params)
         if kind == StepKind.CORDON:
@@ -774,6 +803,77 @@ class Executor:
             )
         raise StepFailed(
             f"unconfirmed: no sidecar on {node} saw {what}{heard}{_errors(errors)}; nothing is done"
+        )
+
+    def _confirm_straggler(self, monitor: TrainingJobMonitor, params: dict[str, str]) -> str:
+        """A StragglerRank claim is acted on once the sidecars' step times bear it out (slow_node.py: the
+        claimed rank computes at least 10% longer a step than its peers' median), or else the job's own
+        rule in Prometheus fired it for that node. The claimed pod must run on the claimed node."""
+        node, pod = params.get("node", ""), params.get("pod", "")
+        sidecars, token = self._sidecars(monitor)
+        here = [sc.pod for sc in sidecars if sc.node == node and (not pod or sc.pod == pod)]
+        views, errors = self._each(sidecars, lambda sc: self.cluster.read_control(sc.base_url, token))
+        what = f"{STRAGGLER_ALERT} {pod or 'on ' + node}"
+        found, why = (
+            straggler_evidence(views, here)
+            if here
+            else ("", f"no running sidecar of {pod or 'the job'} on {node}")
+        )
+        if found:
+            return f"confirmed by the sidecars' step times: {why}{_errors(errors)}"
+        if self.history is not None:
+            where = self.history.where()
+            try:
+                if self.history.saw(STRAGGLER_ALERT, monitor.namespace, monitor.name, node):
+                    return f"confirmed by {where}: the job's rule fired {what} on {node} ({why})"
+                why += (
+                    f"; {where} holds no {STRAGGLER_ALERT} of the job on {node} in the last {HISTORY_WITHIN}"
+                )
+            except Exception as exc:
+                errors[where] = str(exc) or type(exc).__name__
+        raise StepFailed(f"unconfirmed: {what}: {why}{_errors(errors)}; nothing is done")
+
+    def _await_checkpoint(
+        self, monitor: TrainingJobMonitor, params: dict[str, str], progress: Progress, note: Note
+    ) -> str:
+        """Wait for the job's own next checkpoint: every rank that answers lists one step past the newest
+        any of them had when the wait began (`gang_checkpoint`: the step the gang resumes from). Nothing
+        is asked of the trainers. The mark and the start are saved in the step's progress (pastStep,
+        since) before the first look, so a later look, or a redo after a crash, waits for the same mark
+        until the same deadline. Not there yet: `Waiting` (the run ends, the step stays InProgress)."""
+        timeout = _float(params.get("timeout_s"))
+        if timeout is None:
+            timeout = duration_seconds(monitor.spec.remediation.slow_node_checkpoint_wait)
+        sidecars, token = self._sidecars(monitor)
+        selector = monitor.spec.selector.to_selector_string()
+        if not sidecars:
+            raise StepFailed(f"no running sidecar of {selector} to watch for a checkpoint; nothing is done")
+        views, errors = self._each(sidecars, lambda sc: self.cluster.read_control(sc.base_url, token))
+        since = _float(progress.fields.get("since"))
+        past = _float(progress.fields.get("pastStep"))
+        if since is None:
+            if not views:
+                raise StepFailed(f"no sidecar of {selector} answered{_errors(errors)}; nothing is done")
+            known = [s for s in map(_newest_step, views.values()) if s is not None]
+            past, since = (max(known) if known else None), self.clock()
+            note(f"waiting up to {timeout:g}s for every rank's next checkpoint past step {_fmt_step(past)}",
+                 {"pastStep": past, "since": since})  # fmt: skip
+        shared, _ = gang_checkpoint({p: _checkpoints(v) for p, v in views.items()}, None, None)
+        every = _float(shared.get("step")) if shared else None
+        waited = self.clock() - since
+        if views and every is not None and (past is None or every > past):
+            return (
+                f"checkpoint step {_fmt_step(every)} on every rank ({_names(sorted(views))}) after {waited:.0f}s"
+                + _errors(errors)
+            )
+        if waited >= timeout:
+            raise StepFailed(
+                f"no checkpoint past step {_fmt_step(past)} on every rank within {timeout:g}s (every rank has step"
+                f" {_fmt_step(every)}){_errors(errors)}; nothing is cordoned or restarted: raise"
+                " slowNodeCheckpointWait above the job's checkpoint interval, or choose ReplaceNow"
+            )
+        raise Waiting(
+            f"no checkpoint past step {_fmt_step(past)} on every rank yet ({waited:.0f}s of {timeout:g}s)"
         )
 
     def _pause(self, monitor: TrainingJobMonitor) -> str:
@@ -1471,10 +1571,11 @@ def _pod_names(pods: list[dict[str, Any]]) -> list[str]:
 
 
 def _fault_time(record: Record) -> float | None:
-    """When the avoided node's ranks stopped being trusted: the record's creation, for a fault; None for a
-    planned maintenance move, whose node is healthy: what its ranks saved after the drain began (the
-    checkpoint the move waits for) counts, so the gang resumes from it and no work is lost."""
-    if record.get("class") == MAINTENANCE:
+    """When the avoided node's ranks stopped being trusted: the record's creation, for a fault (those its
+    ranks saved after it are not trusted: a failing GPU may have written them). None for a planned
+    maintenance move, whose node is healthy, and for a slow node, slow not corrupt: what its ranks saved
+    (the checkpoint the move waited for) counts, so the gang resumes from it and no work is lost."""
+    if record.get("class") in (MAINTENANCE, SLOW_NODE):
         return None
     return unix(str(record.get("created", "")))
 

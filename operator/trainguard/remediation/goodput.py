@@ -6,6 +6,8 @@ What is counted, in wall-clock time from the monitor's creation (docs/diagnosis.
 - `restart`: from a record's creation (the alert reaching the operator) to its last update (its last
   step done), or to now while it runs, for every record that is not a dry run and plans a step that
   stops training (Pause or a restart), whatever its outcome: the job was in a remediation that stops it.
+  A slowNode record that waits for the job's next checkpoint (AwaitCheckpoint) stops nothing while it
+  waits: its interval starts when that step succeeded, and a wait that failed loses nothing.
 - `maintenance`: the same for a planned maintenance move (class `maintenance`): the time the job spent
   moving off a node a person took out of service, not a fault's.
 - `redone_work`: after a record whose restart (RestartGang, ReplacePod) succeeded and named the
@@ -136,6 +138,16 @@ def stops(record: Mapping[str, Any]) -> bool:
     return not record.get("dryRun") and bool(_kinds(record) & STOPPING_STEPS)
 
 
+def _stopped_at(record: Mapping[str, Any], created: float) -> float | None:
+    """When the record began to stop training: its creation, or for one that first waited for the job's
+    next checkpoint, when that wait succeeded (None while it waits, or when it failed)."""
+    for step in record.get("steps") or []:
+        if isinstance(step, Mapping) and step.get("kind") == "AwaitCheckpoint":
+            done = step.get("phase") == "Succeeded" and unix(str(step.get("time", ""))) > 0
+            return max(created, unix(str(step.get("time", "")))) if done else None
+    return created
+
+
 def _finished(record: Mapping[str, Any]) -> bool:
     return record.get("phase") in ("Succeeded", "Failed", "Skipped")
 
@@ -207,7 +219,9 @@ def loss_intervals(records: Sequence[Mapping[str, Any]], now: float) -> tuple[di
     redo: list[Interval] = []
     unknown = 0
     for i, r in enumerate(ordered):
-        created = starts[i]
+        created = _stopped_at(r, starts[i])
+        if created is None:
+            continue
         end = unix(str(r.get("updated", ""))) if _finished(r) else now
         (moved if r.get("class") == MAINTENANCE else restart).append((created, max(created, end)))
         if not _finished(r) or not _restarted(r):

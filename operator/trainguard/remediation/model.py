@@ -55,6 +55,10 @@ class StepKind(StrEnum):
     """Point every sidecar's resume_from at the newest good checkpoint, one saved before params['before_ts']."""
     REQUEST_CHECKPOINT = "RequestCheckpoint"
     """Ask the healthy ranks for an emergency full checkpoint; wait up to params['timeout_s'] for it."""
+    AWAIT_CHECKPOINT = "AwaitCheckpoint"
+    """Wait, asking nothing, until every rank has saved a checkpoint past the newest step any of them had
+    when the wait began (the job's next periodic checkpoint), up to params['timeout_s']; past it the step
+    fails and nothing after it is done (slowNode's ReplaceAtCheckpoint: no work is lost to the move)."""
     CONFIRM_FAULT = "ConfirmFault"
     """Ask the job's sidecars on params['node'] whether they saw params['alert'] (on GPU params['gpu']):
     a hardware claim is acted on only once the sidecar on that node confirms it."""

@@ -27,8 +27,10 @@ Planned maintenance (NodeMaintenancePlanned, the operator's own P2, remediation/
 acted on at any grade, only as the operator's own detection reports it, outside jobRestartBudget:
 a full checkpoint from every rank, then the owner-aware move (`_maintenance_steps`).
 
-Two classes are acted on at P1: trainingAdvice (GradientExplosion, opt-in) and eccDegraded
-(GPUSingleBitECCErrorsHigh: a checkpoint, then cordon and taint; the job is not restarted). The
+Three classes are acted on at P1: trainingAdvice (GradientExplosion, opt-in), eccDegraded
+(GPUSingleBitECCErrorsHigh: a checkpoint, then cordon and taint; the job is not restarted) and slowNode
+(a GPU slow, not dead, or a straggling rank: confirmed, then at the job's next periodic checkpoint, or
+after an emergency one, cordon and taint and move the node's rank(s) off it through the owner). The
 operator's escalation re-posts an unacknowledged P1 as a P0 copy (`escalated_from`) that reaches the
 receiver too; the copy re-pages, it is not a new fault, so it never acts: the P1 itself was decided.
 """
@@ -73,24 +75,36 @@ STALL = "stall"
 INTERRUPTED = "interrupted"
 TRAINING_ADVICE = "trainingAdvice"
 ECC_DEGRADED = "eccDegraded"
+SLOW_NODE = "slowNode"
 """Response classes: the catalogue's classes (P0s, and GPUSingleBitECCErrorsHigh's eccDegraded, a P1),
+SLOW_NODE_ALERTS' slowNode,
 the operator's own TrainingInterrupted, and GradientExplosion's advice when the monitor opts in. Each
 names its setting in spec.remediation."""
 
-AT_P1 = (TRAINING_ADVICE, ECC_DEGRADED)
+STRAGGLER_ALERT = "StragglerRank"
+SLOW_GPU_ALERTS = ("GPUPCIeLinkDegraded", "GPUClocksThrottled", "GPUClockBelowPeers")
+SLOW_NODE_ALERTS = (*SLOW_GPU_ALERTS, STRAGGLER_ALERT)
+"""The slowNode class: a GPU slow, not dead (a PCIe link trained down, clocks throttled by a hardware
+reason, an SM clock below its peers'), and a rank whose step time is an outlier among its peers. Their
+catalogue entries carry no p0_class: this tuple is where they are classed."""
+AT_P1 = (TRAINING_ADVICE, ECC_DEGRADED, SLOW_NODE)
 """The classes acted on below P0. Every other class acts on a P0 only (a policy may lower its alert)."""
 ECC_SEVERITIES = ("P0", "P1")
-"""Severities eccDegraded acts at: its P1, or a P0 where a policy raised it. A policy that lowers it to
-P2 or P3 asks for a report, not for the node to be taken out of service."""
+"""Severities eccDegraded and slowNode act at: their P1, or a P0 where a policy raised it. A policy that
+lowers one to P2 or P3 asks for a report, not for the node to be taken out of service."""
 
 SAME_NODE: dict[str, tuple[str, ...]] = {
     NODE_FAULT: (NODE_FAULT,),
     ECC_DEGRADED: (ECC_DEGRADED, NODE_FAULT),
     MAINTENANCE: (MAINTENANCE, NODE_FAULT),
+    SLOW_NODE: (SLOW_NODE, NODE_FAULT),
 }
 """Per class, the record classes that handle a signal of the same node: a dead node's several alerts act
 once; a degraded node is isolated once whichever of its GPUs reports it, and a node fault already cordoned
-it. Not the other way round: a node fault on a node only isolated must still move the job."""
+it; a slow node is replaced once whichever of its signals (a throttled clock and the straggling rank it
+causes) comes first, and a node fault already moved the job off it. Not the other way round: a node fault
+on a node only isolated, or one whose slowNode record still waits for a checkpoint, must still move the
+job at once."""
 
 ADVICE_ALERT = "GradientExplosion"
 CLIP_GRADIENTS = "clip_gradients"
@@ -128,7 +142,7 @@ REPLACE_ONE = ("JobSet", "TrainJob", "PyTorchJob")
 own (counted against maxRestarts, every pod recreated), a pod's replacement is not; a PyTorchJob's
 training-operator recreates a removed pod under its name at once and counts no failure against
 runPolicy.backoffLimit (e2e/test_training_controllers.py, TestPyTorchJobPodReplacement)."""
-HARDWARE_CLAIMS = ("GPUCriticalXid", "GPUDoubleBitECCError", "GPULost")
+HARDWARE_CLAIMS = ("GPUCriticalXid", "GPUDoubleBitECCError", "GPULost", *SLOW_GPU_ALERTS)
 """Alerts that claim a GPU fault the job's sidecar on that node saw itself (exporter/fastpath.py): their
 plans start with CONFIRM_FAULT, so that a label in an alert posted by anyone who reaches Alertmanager's
 API cordons nothing the sidecar has not seen."""
@@ -145,6 +159,8 @@ def response_class(alertname: str) -> str | None:
         return str(alert.p0_class)
     if alertname == ADVICE_ALERT:
         return TRAINING_ADVICE
+    if alertname in SLOW_NODE_ALERTS:
+        return SLOW_NODE
     return None
 
 
@@ -186,7 +202,7 @@ def triage(signal: Signal, monitor: TrainingJobMonitor) -> str | None:
         return f"{NO_RESPONSE} to {signal.alertname}"
     if cls == TRAINING_ADVICE and not rem.training_advice:
         return f"{NO_RESPONSE} to {signal.alertname}: trainingAdvice is off"
-    if cls == ECC_DEGRADED and signal.severity not in ECC_SEVERITIES:
+    if cls in (ECC_DEGRADED, SLOW_NODE) and signal.severity not in ECC_SEVERITIES:
         return (
             f"{NO_RESPONSE} to {signal.alertname} at severity {signal.severity or 'unset'}: only a P1 or P0"
         )
@@ -199,7 +215,7 @@ def triage(signal: Signal, monitor: TrainingJobMonitor) -> str | None:
         )
     if not rem.enabled:
         return DISABLED
-    if _action(rem, cls) == "Notify":
+    if _action(rem, cls, signal.alertname) == "Notify":
         return f"{NOTIFY_ONLY}: the {cls} action is Notify, Alertmanager has notified"
     return None
 
@@ -230,7 +246,7 @@ def plan(signal: Signal, monitor: TrainingJobMonitor, state: ClusterState) -> Pl
     dup = _duplicate_of(signal, cls, state.records, state.now, base.dry_run)
     if dup:
         return skip(f"{DUPLICATE}{dup}")
-    action = _action(rem, cls)
+    action = _action(rem, cls, signal.alertname)
 
     doubt = _unverified(signal, cls, state)
     if doubt and not rem.dry_run:  # a dry run acts on nothing: a drill's synthetic alert is planned
@@ -343,7 +359,7 @@ def _unverified(signal: Signal, cls: str, state: ClusterState) -> str:
             f"{signal.alertname} from {signal.source}: only the operator's own reading of the node cache"
             " plans a maintenance move; nothing is done"
         )
-    if cls not in (NODE_FAULT, ECC_DEGRADED, MAINTENANCE) or not signal.node:
+    if cls not in (NODE_FAULT, ECC_DEGRADED, MAINTENANCE, SLOW_NODE) or not signal.node:
         return ""
     if signal.node not in state.job_nodes:
         return (
@@ -359,8 +375,10 @@ def _unverified(signal: Signal, cls: str, state: ClusterState) -> str:
     return ""
 
 
-def _action(rem: Remediation, cls: str) -> str:
+def _action(rem: Remediation, cls: str, alertname: str) -> str:
     actions = rem.actions
+    if cls == SLOW_NODE:
+        return actions.slow_node.straggler if alertname == STRAGGLER_ALERT else actions.slow_node.gpu
     return {
         NONFINITE_LOSS: actions.non_finite_loss,
         NODE_FAULT: actions.node_fault,
@@ -434,23 +452,15 @@ def _steps(signal: Signal, monitor: TrainingJobMonitor, cls: str, action: str) -
         if not signal.node:
             return (_notify(f"{NO_NODE} on {signal.alertname}: the degraded GPU's node cannot be cordoned"),)
         return (*_isolate(signal, signal.node, signal.alertname), _checkpoint(monitor, ""))
+    if cls == SLOW_NODE:
+        return _slow_node_steps(signal, monitor, action)
     node = signal.node if cls == NODE_FAULT else ""
     restart: tuple[Step, ...] = (
         Step(StepKind.RESTART_GANG, {"from": NEWEST_GOOD_CHECKPOINT, "avoid": node}),
         Step(StepKind.CONFIRM_PLACEMENT, {"avoid": node}),
     )
-    ref = monitor.spec.workload_ref
-    if node and ref is not None and ref.kind in REPLACE_ONE:
-        # only the faulty node's pod is replaced, through the owner, and nothing is counted against the
-        # JobSet's maxRestarts or the PyTorchJob's backoffLimit. The healthy ranks restart in place as a
-        # new generation that the replacement joins (where every pod runs `trainguard launch`; else the
-        # owner's failure policy restarts them when their trainers fail, as it would without trainguard).
-        down = {"nodeDown": "true"} if signal.alertname == NODE_DOWN else {}
-        restart = (
-            Step(StepKind.REPLACE_POD, {"from": NEWEST_GOOD_CHECKPOINT, "node": node, **down}),
-            Step(StepKind.RESTART_IN_PLACE, {"from": NEWEST_GOOD_CHECKPOINT, "rejoin": node}),
-            Step(StepKind.CONFIRM_PLACEMENT, {"avoid": node}),
-        )
+    if node:
+        restart = _move_off(signal, monitor, node)
     # the trainers, not the pods, where every pod runs `trainguard launch`: the step reads the sidecars
     # (the planner calls none) and, where a pod has no launcher, leaves the restart to the steps after it
     in_place = Step(StepKind.RESTART_IN_PLACE, {"from": NEWEST_GOOD_CHECKPOINT})
@@ -475,6 +485,53 @@ def _steps(signal: Signal, monitor: TrainingJobMonitor, cls: str, action: str) -
     if action == "Cordon":
         return cordon
     return (*cordon, checkpoint, *restart)
+
+
+def _move_off(signal: Signal, monitor: TrainingJobMonitor, node: str) -> tuple[Step, ...]:
+    """The restart that moves the job off `node`: the gang's new pods avoid it, or, for an owner of
+    REPLACE_ONE, only its pod is replaced through the owner and nothing is counted against the JobSet's
+    maxRestarts or the PyTorchJob's backoffLimit. The healthy ranks then restart in place as a new
+    generation that the replacement joins (where every pod runs `trainguard launch`; else the owner's
+    failure policy restarts them when their trainers fail, as it would without trainguard)."""
+    ref = monitor.spec.workload_ref
+    if ref is None or ref.kind not in REPLACE_ONE:
+        return (
+            Step(StepKind.RESTART_GANG, {"from": NEWEST_GOOD_CHECKPOINT, "avoid": node}),
+            Step(StepKind.CONFIRM_PLACEMENT, {"avoid": node}),
+        )
+    down = {"nodeDown": "true"} if signal.alertname == NODE_DOWN else {}
+    return (
+        Step(StepKind.REPLACE_POD, {"from": NEWEST_GOOD_CHECKPOINT, "node": node, **down}),
+        Step(StepKind.RESTART_IN_PLACE, {"from": NEWEST_GOOD_CHECKPOINT, "rejoin": node}),
+        Step(StepKind.CONFIRM_PLACEMENT, {"avoid": node}),
+    )
+
+
+def _slow_node_steps(signal: Signal, monitor: TrainingJobMonitor, action: str) -> tuple[Step, ...]:
+    """A slow node: its claim confirmed (a GPU's by the node's sidecar, a straggler from the sidecars'
+    step times or the job's rule), then the checkpoint the move resumes from, then cordon, taint and the
+    move off it. ReplaceAtCheckpoint waits for the job's next periodic checkpoint before it touches the
+    node (nothing is cordoned while it waits: a wait that times out leaves the job as it was);
+    ReplaceNow isolates first and asks every rank (the slow node's too: its ranks are alive and hold their
+    shards) for an emergency checkpoint, as a node fault does."""
+    node = signal.node
+    if not node:
+        return (_notify(f"{NO_NODE} on {signal.alertname}: the slow node cannot be cordoned"),)
+    confirm, cordon, taint = _claim(signal, node), *_isolate(signal, node, signal.alertname)[-2:]
+    if action == "ReplaceNow":
+        return (confirm, cordon, taint, _checkpoint(monitor, ""), *_move_off(signal, monitor, node))
+    wait = math.ceil(duration_seconds(monitor.spec.remediation.slow_node_checkpoint_wait))
+    await_checkpoint = Step(StepKind.AWAIT_CHECKPOINT, {"timeout_s": str(wait)})
+    return (confirm, await_checkpoint, cordon, taint, *_move_off(signal, monitor, node))
+
+
+def _claim(signal: Signal, node: str) -> Step:
+    """The CONFIRM_FAULT of a slowNode claim: a GPU's names its GPU, a straggler's its pod and rank."""
+    params = {"node": node, "alert": signal.alertname}
+    for label in ("gpu", "pod", "rank"):
+        if signal.labels.get(label):
+            params[label] = signal.labels[label]
+    return Step(StepKind.CONFIRM_FAULT, params)
 
 
 def _nan_bound(signal: Signal, monitor: TrainingJobMonitor) -> float:
