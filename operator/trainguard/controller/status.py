@@ -24,6 +24,9 @@ class Outcome:
     workload_problem: str = ""
     """Why spec.workloadRef does not resolve (kube/workloads.py): Degraded, reason WorkloadUnresolved,
     while the rules and routes are in place (Ready stays True: monitoring works, restarts do not)."""
+    rules: dict[str, Any] | None = None
+    """Which rule form the monitor's rules take and why (render/shared.py's rules_status); None: as before
+    (the reconcile stopped before its policies were read)."""
     namespace_problem: str = ""
     """Why the monitor's namespace could not be labelled trainguard.io/monitored
     (controller/namespace_labels.py): Degraded, reason NamespaceLabelFailed, said before the workload's,
@@ -104,4 +107,6 @@ def monitor_status(previous: dict[str, Any] | None, outcome: Outcome, now: str) 
         status["inputHash"] = outcome.input_hash
     if outcome.receiver_secret is not None:
         status["receiverSecret"] = outcome.receiver_secret
+    if outcome.rules is not None:
+        status["rules"] = outcome.rules
     return status
