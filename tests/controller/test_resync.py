@@ -16,7 +16,7 @@ from typing import Any
 from tests.clock import Clock
 from tests.conftest import MONITOR, POLICY, monitor_body
 from tests.kube.fakes import FakeKube, pod
-from trainguard.controller.handlers import LOCKS, reconcile, resync
+from trainguard.controller.handlers import LOCKS, MonitorSettings, reconcile, resync
 from trainguard.controller.periodic import Periodic
 from trainguard.controller.reconcile import ReceiverSettings
 from trainguard.controller.run import OperatorOptions, apply_shared_rules
@@ -27,6 +27,7 @@ RECEIVER = ReceiverSettings(key=b"k" * 32, url="https://trainguard-operator:8443
 REQUESTS = ("get_monitor", "get_policy", "list_monitors", "apply", "create_if_absent", "patch_status",
             "post_event", "label_namespace")  # fmt: skip
 """kube.Kube's calls that are requests to the API; the rest of FakeKube is the watch caches."""
+SHARED_FORM = MonitorSettings(rule_form=SHARED)
 
 
 class Counted:
@@ -130,12 +131,12 @@ def test_a_steady_resync_pass_of_a_shared_monitor_keeps_its_shared_form() -> Non
     """The resync renders the monitor in the operator's rule form: rendered per monitor instead, it would
     find the PrometheusRule different and put the whole per-monitor group back on every pass."""
     kube, api = cluster()
-    reconcile(api, kube, "ml", "llama-pretrain", receiver=RECEIVER, rule_form=SHARED)  # type: ignore[arg-type]
+    reconcile(api, kube, "ml", "llama-pretrain", receiver=RECEIVER, settings=SHARED_FORM)  # type: ignore[arg-type]
     api.requests.clear()
     clock = Clock(1000.0)
     p = Periodic(api, kube, leader=lambda: True, lock=LOCKS, resync_s=60, pods_s=3600, clock=clock,  # type: ignore[arg-type]
-                 reconcile=lambda ns, n: reconcile(api, kube, ns, n, receiver=RECEIVER, rule_form=SHARED),  # type: ignore[arg-type]
-                 resync=lambda body: resync(api, kube, body, receiver=RECEIVER, rule_form=SHARED))  # type: ignore[arg-type]  # fmt: skip
+                 reconcile=lambda ns, n: reconcile(api, kube, ns, n, receiver=RECEIVER, settings=SHARED_FORM),  # type: ignore[arg-type]
+                 resync=lambda body: resync(api, kube, body, receiver=RECEIVER, settings=SHARED_FORM))  # type: ignore[arg-type]  # fmt: skip
     for _ in range(2):
         clock.now += 60
         p.tick()
@@ -148,15 +149,15 @@ def test_the_resync_puts_the_shared_rule_group_back_and_a_steady_pass_writes_not
     at the next pass; in place, the pass makes no request for it."""
     kube, api = cluster()
     opts = OperatorOptions(namespace="trainguard-system", rule_form=SHARED)
-    reconcile(api, kube, "ml", "llama-pretrain", receiver=RECEIVER, rule_form=SHARED)  # type: ignore[arg-type]
+    reconcile(api, kube, "ml", "llama-pretrain", receiver=RECEIVER, settings=SHARED_FORM)  # type: ignore[arg-type]
     assert apply_shared_rules(api, opts), "applied at startup"  # type: ignore[arg-type]
     key = ("PrometheusRule", "trainguard-system", SHARED_RULE_NAME)
     applied = copy.deepcopy(kube.objects[key])
     api.requests.clear()
     clock = Clock(1000.0)
     p = Periodic(api, kube, leader=lambda: True, lock=LOCKS, resync_s=60, pods_s=3600, clock=clock,  # type: ignore[arg-type]
-                 reconcile=lambda ns, n: reconcile(api, kube, ns, n, receiver=RECEIVER, rule_form=SHARED),  # type: ignore[arg-type]
-                 resync=lambda body: resync(api, kube, body, receiver=RECEIVER, rule_form=SHARED),  # type: ignore[arg-type]
+                 reconcile=lambda ns, n: reconcile(api, kube, ns, n, receiver=RECEIVER, settings=SHARED_FORM),  # type: ignore[arg-type]
+                 resync=lambda body: resync(api, kube, body, receiver=RECEIVER, settings=SHARED_FORM),  # type: ignore[arg-type]
                  operator_objects=lambda: apply_shared_rules(api, opts))  # type: ignore[arg-type]  # fmt: skip
 
     def one_pass() -> list[str]:

@@ -27,7 +27,7 @@ from trainguard.certs.ca import WEBHOOK_CERT_SECRET, CertPolicy, serving_names
 from trainguard.certs.secret import SelfManagedCerts
 from trainguard.certs.tls import ReloadableTLS
 from trainguard.clients.prometheus import prometheus_client
-from trainguard.controller.handlers import LOCKS, reconcile, register, resync
+from trainguard.controller.handlers import LOCKS, MonitorSettings, reconcile, register, resync
 from trainguard.controller.leadership import Leadership
 from trainguard.controller.metrics import DEFAULT_METRICS_ADDR, OperatorMetrics, serve
 from trainguard.controller.namespace_labels import NamespaceLabels
@@ -231,34 +231,23 @@ def run(opts: OperatorOptions) -> None:
     )
     # the label that sends a namespace's pods to the webhook (render/webhook.py's namespaceSelector)
     namespaces = NamespaceLabels(kube, cache, frozenset(excluded_namespaces(opts.namespace)))
+    # what every reconcile and resync is given: one object, for the kopf handlers (the memo) and the resync
+    settings = MonitorSettings(
+        metrics=metrics,
+        label_namespace=namespaces.ensure,
+        severity_style=opts.severity_style,
+        object_labels=opts.object_labels,
+        rule_form=opts.rule_form,
+    )
     periodic = Periodic(
         kube,
         cache,
         leader=leader,
         reconcile=lambda ns, name: reconcile(
-            kube,
-            cache,
-            ns,
-            name,
-            receiver=shared.get("receiver"),
-            metrics=metrics,
-            label_namespace=namespaces.ensure,
-            severity_style=opts.severity_style,
-            object_labels=opts.object_labels,
-            rule_form=opts.rule_form,
+            kube, cache, ns, name, receiver=shared.get("receiver"), settings=settings
         ),
         lock=LOCKS,
-        resync=lambda body: resync(
-            kube,
-            cache,
-            body,
-            receiver=shared.get("receiver"),
-            metrics=metrics,
-            label_namespace=namespaces.ensure,
-            severity_style=opts.severity_style,
-            object_labels=opts.object_labels,
-            rule_form=opts.rule_form,
-        ),
+        resync=lambda body: resync(kube, cache, body, receiver=shared.get("receiver"), settings=settings),
         resync_s=opts.resync_seconds,
         pods_s=opts.pods_seconds,
         label_namespaces=namespaces.sweep,
@@ -275,11 +264,8 @@ def run(opts: OperatorOptions) -> None:
         memo["kube"] = kube
         memo["reads"] = cache
         memo["metrics"] = metrics
-        memo["namespaces"] = namespaces
         memo["native_sidecar"] = native_sidecar(kube)
-        memo["severity_style"] = opts.severity_style
-        memo["object_labels"] = opts.object_labels
-        memo["rule_form"] = opts.rule_form
+        memo["settings"] = settings
         if opts.rule_form == SHARED:
             apply_shared_rules(kube, opts)
         shared["memo"] = memo
