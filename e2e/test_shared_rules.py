@@ -80,9 +80,9 @@ def test_a_threshold_published_as_a_series_fires_at_the_monitors_value_and_a_new
     with start(shared_stack, ns, tmp_path, policy=policy, completions=1, scrape_interval=SCRAPE) as pods:
         try:
             monitor = ready(cluster, ns)
-            assert monitor is not None and monitor["status"]["rules"] == {"form": "shared", "reasons": []}, (
-                monitor
-            )
+            assert monitor is not None, "Ready"
+            rules = monitor["status"]["rules"]  # the CRD's defaults fill in customRules and moreReasons
+            assert (rules["form"], rules["reasons"]) == ("shared", []), rules
             own = rule(cluster, ns, f"trainguard-{JOB}")
             assert [g["name"] for g in own["spec"]["groups"]] == [f"trainguard.{ns}.{JOB}.longterm"], (
                 "the monitor's own rule holds its aggregates only: the shared group judges it"
