@@ -35,6 +35,7 @@ from e2e.monitors import ready
 from e2e.podprocesses import PodProcesses
 from e2e.receiver import records
 from tests.processes import free_port, http_json, wait_for
+from trainguard.api.common import duration_seconds
 from trainguard.render.sidecar import EXPORTER
 
 SCRAPE_SECONDS = 1
@@ -382,12 +383,13 @@ def operator_stack(
 def start(
     stack: tuple[Cluster, Monitoring, Sink], ns: str, tmp: Path, remediation: dict[str, Any] | None = None, *,
     fastpath: bool = True, policy: dict[str, Any] | None = None, completions: int = 2, gpus: int = 8,
-    baseline: dict[str, Any] | None = None,
+    baseline: dict[str, Any] | None = None, scrape_interval: str = "1s",
 ) -> PodProcesses:  # fmt: skip
     """The monitor and policy of objects() Ready, and the job's pods running as processes, each trainer past
     its first checkpoint and each exporter scraped by a settled Prometheus: the PodProcesses, entered."""
     cluster, mon, sink = stack
-    cluster.apply(objects(ns, sink, remediation, gpus, policy=policy, baseline=baseline))
+    cluster.apply(objects(ns, sink, remediation, gpus, policy=policy, baseline=baseline,
+                          scrape_interval=scrape_interval))  # fmt: skip
     wait_for("monitor Ready", lambda: ready(cluster, ns), timeout=60)
     workload = job(ns, completions, gpus)
     wait_for(
@@ -400,7 +402,7 @@ def start(
                  and all(exporter_step(x) >= 120 for x in r), timeout=120)  # fmt: skip
         wait_for("Prometheus scraping every exporter", lambda: len(
             [t for t in mon.query(f'up{{namespace="{ns}", container="trainguard-exporter"}} == 1')]) == completions,
-            timeout=30)  # fmt: skip
+            timeout=30 + 2 * duration_seconds(scrape_interval))  # fmt: skip
         wait_for("Prometheus settled after its last reload", mon.settled, timeout=30)
     except AssertionError:
         pods.__exit__(None, None, None)

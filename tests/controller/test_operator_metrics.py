@@ -119,16 +119,16 @@ def test_each_reconcile_counts_its_result_and_only_operator_failures_are_errors(
     metrics = OperatorMetrics(CollectorRegistry())
     ns, name = MONITOR["metadata"]["namespace"], MONITOR["metadata"]["name"]
     ok = FakeKube(monitor_body(), POLICY)
-    handlers.reconcile(ok, ok, ns, name, metrics=metrics)  # type: ignore[arg-type]
+    handlers.reconcile(ok, ok, ns, name, settings=handlers.MonitorSettings(metrics=metrics))  # type: ignore[arg-type]
     no_policy = FakeKube(monitor_body())  # the user's mistake: Degraded, not an operator error
-    handlers.reconcile(no_policy, no_policy, ns, name, metrics=metrics)  # type: ignore[arg-type]
+    handlers.reconcile(no_policy, no_policy, ns, name, settings=handlers.MonitorSettings(metrics=metrics))  # type: ignore[arg-type]
     forbidden = FakeKube(monitor_body(), POLICY, refuse={"PodMonitor": refused(403, "no")})
-    handlers.reconcile(forbidden, forbidden, ns, name, metrics=metrics)  # type: ignore[arg-type]
+    handlers.reconcile(forbidden, forbidden, ns, name, settings=handlers.MonitorSettings(metrics=metrics))  # type: ignore[arg-type]
     down = FakeKube(monitor_body(), POLICY, refuse={"PrometheusRule": refused(503, "etcd")})
     with pytest.raises(Exception, match="503"):
-        handlers.reconcile(down, down, ns, name, metrics=metrics)  # type: ignore[arg-type]
+        handlers.reconcile(down, down, ns, name, settings=handlers.MonitorSettings(metrics=metrics))  # type: ignore[arg-type]
     going = FakeKube(monitor_body(), POLICY, refuse={"PodMonitor": namespace_terminating(ns)})
-    handlers.reconcile(going, going, ns, name, metrics=metrics)  # type: ignore[arg-type]  # returns: kopf does not retry
+    handlers.reconcile(going, going, ns, name, settings=handlers.MonitorSettings(metrics=metrics))  # type: ignore[arg-type]  # returns: kopf does not retry
 
     reconciles = "trainguard_operator_reconcile_total"
     assert value(metrics, reconciles, result="success") == 1

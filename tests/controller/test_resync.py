@@ -16,16 +16,18 @@ from typing import Any
 from tests.clock import Clock
 from tests.conftest import MONITOR, POLICY, monitor_body
 from tests.kube.fakes import FakeKube, pod
-from trainguard.controller.handlers import LOCKS, reconcile, resync
+from trainguard.controller.handlers import LOCKS, MonitorSettings, reconcile, resync
 from trainguard.controller.periodic import Periodic
 from trainguard.controller.reconcile import ReceiverSettings
-from trainguard.render.shared import SHARED
+from trainguard.controller.run import OperatorOptions, apply_shared_rules
+from trainguard.render.shared import SHARED, SHARED_RULE_NAME
 
 SELECTED = MONITOR["spec"]["selector"]["matchLabels"]
 RECEIVER = ReceiverSettings(key=b"k" * 32, url="https://trainguard-operator:8443", ca="CA")
 REQUESTS = ("get_monitor", "get_policy", "list_monitors", "apply", "create_if_absent", "patch_status",
             "post_event", "label_namespace")  # fmt: skip
 """kube.Kube's calls that are requests to the API; the rest of FakeKube is the watch caches."""
+SHARED_FORM = MonitorSettings(rule_form=SHARED)
 
 
 class Counted:
@@ -129,13 +131,48 @@ def test_a_steady_resync_pass_of_a_shared_monitor_keeps_its_shared_form() -> Non
     """The resync renders the monitor in the operator's rule form: rendered per monitor instead, it would
     find the PrometheusRule different and put the whole per-monitor group back on every pass."""
     kube, api = cluster()
-    reconcile(api, kube, "ml", "llama-pretrain", receiver=RECEIVER, rule_form=SHARED)  # type: ignore[arg-type]
+    reconcile(api, kube, "ml", "llama-pretrain", receiver=RECEIVER, settings=SHARED_FORM)  # type: ignore[arg-type]
     api.requests.clear()
     clock = Clock(1000.0)
     p = Periodic(api, kube, leader=lambda: True, lock=LOCKS, resync_s=60, pods_s=3600, clock=clock,  # type: ignore[arg-type]
-                 reconcile=lambda ns, n: reconcile(api, kube, ns, n, receiver=RECEIVER, rule_form=SHARED),  # type: ignore[arg-type]
-                 resync=lambda body: resync(api, kube, body, receiver=RECEIVER, rule_form=SHARED))  # type: ignore[arg-type]  # fmt: skip
+                 reconcile=lambda ns, n: reconcile(api, kube, ns, n, receiver=RECEIVER, settings=SHARED_FORM),  # type: ignore[arg-type]
+                 resync=lambda body: resync(api, kube, body, receiver=RECEIVER, settings=SHARED_FORM))  # type: ignore[arg-type]  # fmt: skip
     for _ in range(2):
         clock.now += 60
         p.tick()
     assert api.requests == []
+
+
+def test_the_resync_puts_the_shared_rule_group_back_and_a_steady_pass_writes_nothing() -> None:
+    """The shared group is the operator's own object, applied at startup and again at each resync pass
+    (Periodic.operator_objects, as controller/run.py wires it): deleted or edited by hand, it comes back
+    at the next pass; in place, the pass makes no request for it."""
+    kube, api = cluster()
+    opts = OperatorOptions(namespace="trainguard-system", rule_form=SHARED)
+    reconcile(api, kube, "ml", "llama-pretrain", receiver=RECEIVER, settings=SHARED_FORM)  # type: ignore[arg-type]
+    assert apply_shared_rules(api, opts), "applied at startup"  # type: ignore[arg-type]
+    key = ("PrometheusRule", "trainguard-system", SHARED_RULE_NAME)
+    applied = copy.deepcopy(kube.objects[key])
+    api.requests.clear()
+    clock = Clock(1000.0)
+    p = Periodic(api, kube, leader=lambda: True, lock=LOCKS, resync_s=60, pods_s=3600, clock=clock,  # type: ignore[arg-type]
+                 reconcile=lambda ns, n: reconcile(api, kube, ns, n, receiver=RECEIVER, settings=SHARED_FORM),  # type: ignore[arg-type]
+                 resync=lambda body: resync(api, kube, body, receiver=RECEIVER, settings=SHARED_FORM),  # type: ignore[arg-type]
+                 operator_objects=lambda: apply_shared_rules(api, opts))  # type: ignore[arg-type]  # fmt: skip
+
+    def one_pass() -> list[str]:
+        api.requests.clear()
+        clock.now += 60
+        p.tick()
+        return api.requests
+
+    assert one_pass() == [], "in place: no request"
+    del kube.objects[key]
+    assert one_pass() == ["apply PrometheusRule"], "deleted: applied again, and nothing else"
+    assert kube.objects[key] == applied
+    edited = copy.deepcopy(applied)
+    edited["spec"]["groups"][0]["rules"] = edited["spec"]["groups"][0]["rules"][:3]
+    kube.put(edited)
+    assert one_pass() == ["apply PrometheusRule"], "edited: applied again"
+    assert kube.objects[key] == applied
+    assert one_pass() == [], "steady again"

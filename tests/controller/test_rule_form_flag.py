@@ -63,3 +63,22 @@ def test_the_operator_applies_the_shared_rule_in_its_namespace() -> None:
     rule = kube.objects[("PrometheusRule", "tg", SHARED_RULE_NAME)]
     assert [g["name"] for g in rule["spec"]["groups"]] == [SHARED_GROUP]
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"  # the default object labels
+
+
+def test_the_status_says_which_form_the_rules_take_and_why() -> None:
+    """status.rules: per-monitor under that form; under the shared form, shared, or own-group with each
+    reason of catalog/rule_forms.py's list that applies, written with the rest of the status."""
+    kube = FakeKube(POLICY)
+    body = monitor_body()
+    status = reconcile_monitor(kube, kube, body)  # type: ignore[arg-type]
+    assert status["rules"] == {"form": "per-monitor", "reasons": []}
+    assert kube.status is not None and kube.status["rules"] == status["rules"]
+    assert reconcile_monitor(kube, kube, body, rule_form="shared")["rules"] == {
+        "form": "shared",
+        "reasons": [],
+    }  # type: ignore[arg-type]
+    slow = monitor_body(exporter={"scrapeInterval": "1m", "gpuBackend": "dcgm"})
+    rules = reconcile_monitor(FakeKube(POLICY), kube, slow, rule_form="shared")["rules"]  # type: ignore[arg-type]
+    assert rules["form"] == "own-group"
+    assert [r["reason"] for r in rules["reasons"]] == ["ScrapeInterval", "DcgmBackend"]
+    assert rules["reasons"][0]["message"].startswith("spec.exporter.scrapeInterval 1m")

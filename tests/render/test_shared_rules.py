@@ -13,13 +13,18 @@ import pytest
 from tests.conftest import monitor, policy
 from tests.render.alert_cases import GPU, POD, Case, p, series
 from tests.render.test_alert_rules import OPERATOR_SCRAPE, promtool_test, publisher_input, shared_rules
+from trainguard.catalog.rule_forms import NOT_SHARED_REASONS, REASONS_MAX, not_shared_markdown
 from trainguard.catalog.severity import grade_labels
 from trainguard.render.policy import effective_policy
 from trainguard.render.shared import (
+    DEFAULT_MONITOR,
+    PER_MONITOR,
     SETTINGS_MISSING,
+    SHARED,
     monitor_groups,
     published_series,
     rule_form,
+    rules_status,
     shared_group,
 )
 
@@ -114,35 +119,79 @@ def test_a_default_monitor_and_its_thresholds_are_shared() -> None:
     assert _form({"spec.baseline.window": "60m"}, **{"spec.alerts": [{"name": "GPULost", "for": "0m"}]}) == []
 
 
-@pytest.mark.parametrize(
-    ("monitor_changes", "policy_changes", "reason"),
-    [
-        ({"spec.exporter.scrapeInterval": "1m"}, {}, "spec.exporter.scrapeInterval 1m"),
-        ({"spec.exporter.gpuBackend": "dcgm"}, {}, "spec.exporter.gpuBackend dcgm"),
-        ({"spec.baseline.window": "2h"}, {}, "spec.baseline.window 2h"),
-        ({"spec.topology.rackLabel": "rack"}, {}, "spec.topology.rackLabel rack"),
-        (
-            {},
-            {"spec.alerts": [{"name": "GPUThermalThrottling", "for": "2m"}]},
-            "GPUThermalThrottling: for 2m",
-        ),
-        ({}, {"spec.alerts": [{"name": "GPUMemoryHigh", "severity": "P2"}]}, "GPUMemoryHigh: severity P2"),
-        (
-            {},
-            {"spec.alerts": [{"name": "GPUMemoryGrowthPredicted", "params": {"horizon_seconds": 600}}]},
-            "GPUMemoryGrowthPredicted: horizon_seconds 600",
-        ),
-    ],
-)
+CANNOT_SHARE = [
+    ({"spec.exporter.scrapeInterval": "1m"}, {}, "ScrapeInterval", "spec.exporter.scrapeInterval 1m"),
+    ({"spec.exporter.gpuBackend": "dcgm"}, {}, "DcgmBackend", "spec.exporter.gpuBackend dcgm"),
+    ({"spec.baseline.window": "2h"}, {}, "BaselineRange", "spec.baseline.window 2h"),
+    ({"spec.topology.rackLabel": "rack"}, {}, "RackLabel", "spec.topology.rackLabel rack"),
+    (
+        {},
+        {"spec.runbookBaseUrl": "https://wiki.example.com/runbooks"},
+        "RunbookURL",
+        "a policy's spec.runbookBaseUrl",
+    ),
+    (
+        {},
+        {"spec.alerts": [{"name": "GPUThermalThrottling", "for": "2m"}]},
+        "AlertFor",
+        "GPUThermalThrottling: for 2m",
+    ),
+    (
+        {},
+        {"spec.alerts": [{"name": "GPUMemoryHigh", "severity": "P2"}]},
+        "AlertSeverity",
+        "GPUMemoryHigh: severity P2",
+    ),
+    (
+        {},
+        {"spec.alerts": [{"name": "GPUMemoryGrowthPredicted", "params": {"horizon_seconds": 600}}]},
+        "LiteralParam",
+        "GPUMemoryGrowthPredicted: horizon_seconds 600",
+    ),
+]
+"""A monitor for each thing of catalog/rule_forms.py's list, the reason's name and its message's start."""
+
+
+@pytest.mark.parametrize(("monitor_changes", "policy_changes", "reason", "message"), CANNOT_SHARE)
 def test_what_no_series_can_carry_keeps_a_group_of_its_own(
-    monitor_changes: dict[str, Any], policy_changes: dict[str, Any], reason: str
+    monitor_changes: dict[str, Any], policy_changes: dict[str, Any], reason: str, message: str
 ) -> None:
     m = monitor(**monitor_changes)
     pol = effective_policy(m, [policy(**policy_changes)])
-    notes = rule_form(m, pol).notes()
-    assert len(notes) == 1 and notes[0].startswith(reason)
+    form = rule_form(m, pol)
+    assert [r.kind.reason for r in form.reasons] == [reason]
+    assert form.reasons[0].message.startswith(message)
+    assert rules_status(m, pol, SHARED) == {
+        "form": "own-group",
+        "reasons": [{"reason": reason, "message": form.reasons[0].message}],
+    }
     assert [g["name"] for g in monitor_groups(m, pol)] == ["trainguard.ml.llama-pretrain"]
     assert [labels["setting"] for _, labels, _ in published_series(m, pol)] == ["own_group"]
+
+
+def test_every_reason_of_the_list_is_decided_and_the_docs_print_the_same_list() -> None:
+    """One list (catalog/rule_forms.py): rule_form decides by each of its entries, the status names them,
+    and docs/rendering.md prints it as it is."""
+    assert {case[2] for case in CANNOT_SHARE} == set(NOT_SHARED_REASONS)
+    docs = (Path(__file__).parents[2] / "docs" / "rendering.md").read_text()
+    assert not_shared_markdown() in docs, "docs/rendering.md's list: paste not_shared_markdown()"
+    assert f"other than the default, {DEFAULT_MONITOR.spec.exporter.scrape_interval}" in not_shared_markdown()
+
+
+def test_the_status_lists_the_first_reasons_and_counts_the_rest() -> None:
+    every_for = [{"name": a.name, "for": "17m"} for a in effective_policy(monitor(), []).enabled_alerts()]
+    m = monitor()
+    pol = effective_policy(m, [policy(**{"spec.alerts": every_for})])
+    status = rules_status(m, pol, SHARED)
+    assert status["form"] == "own-group" and len(status["reasons"]) == REASONS_MAX
+    assert status["moreReasons"] == len(every_for) - REASONS_MAX
+
+
+def test_the_per_monitor_form_says_so_whatever_the_monitor() -> None:
+    m = monitor(**{"spec.exporter.scrapeInterval": "1m"})
+    assert rules_status(m, effective_policy(m, []), PER_MONITOR) == {"form": "per-monitor", "reasons": []}
+    m = monitor()
+    assert rules_status(m, effective_policy(m, []), SHARED) == {"form": "shared", "reasons": []}
 
 
 def test_custom_rules_get_a_group_of_their_own_and_the_rest_stays_shared() -> None:
@@ -151,6 +200,7 @@ def test_custom_rules_get_a_group_of_their_own_and_the_rest_stays_shared() -> No
     pol = effective_policy(m, [policy(**{"spec.customRules": [custom]})])
     form = rule_form(m, pol)
     assert form.shared and form.notes() == ["1 custom rule(s) in a group of their own"]
+    assert form.status() == {"form": "shared", "reasons": [], "customRules": 1}
     (group,) = monitor_groups(m, pol)
     assert [r["alert"] for r in group["rules"]] == ["SlowSteps"]
     assert 'training_job="llama-pretrain"' in group["rules"][0]["expr"]

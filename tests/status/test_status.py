@@ -320,3 +320,20 @@ def _live(statuses: list[JobStatus]) -> str:
         render_live(statuses, now_text="2027-01-15 08:00:00", every_s=None)
     )
     return out.getvalue()
+
+
+def test_a_job_whose_rules_keep_a_group_of_their_own_says_why() -> None:
+    """Under the shared form, a monitor that cannot share (status.rules, catalog/rule_forms.py) is named
+    with its reasons; a shared one adds no line."""
+    own = {
+        "form": "own-group",
+        "reasons": [{"reason": "ScrapeInterval", "message": "spec.exporter.scrapeInterval 1m: x"}],
+    }
+    body = {"metadata": {"namespace": "a", "name": "b"}, "status": {"rules": own}}
+    s = job_status(body, [], Series(), {}, NOW)
+    assert "  rules: a group of its own: spec.exporter.scrapeInterval 1m: x" in render_plain([s])
+    assert job_data(s)["rules"] == {"form": "own-group", "reasons": ["spec.exporter.scrapeInterval 1m: x"]}
+    shared = job_status(
+        {**body, "status": {"rules": {"form": "shared", "reasons": []}}}, [], Series(), {}, NOW
+    )
+    assert "rules:" not in render_plain([shared]) and job_data(shared)["rules"]["form"] == "shared"

@@ -23,6 +23,7 @@ from trainguard.api.common import (
     duration_seconds,
 )
 from trainguard.catalog import COMMON_LABELS, DCGM_LABELS, Mode
+from trainguard.catalog.rule_forms import NOT_SHARED_REASONS, REASON_MESSAGE_MAX, REASONS_MAX
 
 EARLIER_DEFAULT_IMAGES = frozenset({"ghcr.io/trainguard/trainguard:0.1.0"})
 """What the CRD defaulted spec.exporter.image to before the sidecar followed the operator's image. The
@@ -640,6 +641,40 @@ class GoodputCarried(Model):
     )
 
 
+class RuleFormReason(Model):
+    """One thing of the monitor that keeps its catalogue rules off the shared group."""
+
+    reason: str = Field(
+        max_length=64,
+        description="What no series can carry (docs/rendering.md, what is not shared): one of "
+        + ", ".join(NOT_SHARED_REASONS)
+        + ".",
+    )
+    message: str = Field(
+        max_length=REASON_MESSAGE_MAX, description="The monitor's own value and why, in words."
+    )
+
+
+class RulesStatus(Model):
+    """Where the monitor's rules live (docs/rendering.md, the shared form)."""
+
+    form: Literal["per-monitor", "shared", "own-group"] = Field(
+        description="per-monitor: the operator runs --rule-form per-monitor, a group per monitor; shared: "
+        "the shared group judges the job; own-group: the operator runs the shared form and the monitor "
+        "keeps a group of its own, for `reasons`."
+    )
+    reasons: list[RuleFormReason] = Field(
+        default_factory=list,
+        max_length=REASONS_MAX,
+        description="Why the monitor keeps a group of its own (empty when it does not), the first "
+        f"{REASONS_MAX}.",
+    )
+    more_reasons: int = Field(default=0, ge=0, description="Reasons beyond those listed.")
+    custom_rules: int = Field(
+        default=0, ge=0, description="Custom rules, in a group of their own beside the shared group."
+    )
+
+
 class TrainingJobMonitorStatus(Model):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list, max_length=16)
@@ -667,6 +702,9 @@ class TrainingJobMonitorStatus(Model):
     goodput: GoodputCarried | None = Field(
         default=None,
         description="Time lost that pruned remediation records had counted (written as they are pruned).",
+    )
+    rules: RulesStatus | None = Field(
+        default=None, description="Which rule form the monitor's rules take, and why (--rule-form)."
     )
 
 

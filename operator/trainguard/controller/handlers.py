@@ -12,6 +12,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
@@ -87,6 +88,24 @@ def announcer(kube: Kube, body: Mapping[str, Any]) -> Any:
     return post
 
 
+@dataclass(frozen=True)
+class MonitorSettings:
+    """The operator's settings that every reconcile and resync of a monitor is given, fixed at startup:
+    one object, so that the kopf handlers, the resync and the reconcile it falls back to cannot drift
+    apart (the resync once rendered in another rule form than the reconcile). The receiver is not here:
+    a certificate rotation replaces it, so each call is given the current one."""
+
+    metrics: OperatorMetrics | None = None
+    label_namespace: Callable[[str], str] | None = None
+    """NamespaceLabels.ensure: labels the monitor's namespace for the webhook (reconcile_monitor)."""
+    severity_style: str = GRADE
+    object_labels: Mapping[str, str] | None = None
+    rule_form: str = PER_MONITOR
+
+
+DEFAULT_SETTINGS = MonitorSettings()
+
+
 def reconcile(
     kube: Kube,
     reads: ReconcileReads,
@@ -94,12 +113,9 @@ def reconcile(
     name: str,
     *,
     receiver: ReceiverSettings | None = None,
-    metrics: OperatorMetrics | None = None,
-    label_namespace: Callable[[str], str] | None = None,
-    severity_style: str = GRADE,
-    object_labels: Mapping[str, str] | None = None,
-    rule_form: str = PER_MONITOR,
+    settings: MonitorSettings = DEFAULT_SETTINGS,
 ) -> None:
+    metrics = settings.metrics
     with LOCKS(namespace, name):
         fresh = kube.get_monitor(namespace, name)
         if fresh is None:
@@ -108,8 +124,9 @@ def reconcile(
         started, status, result = time.monotonic(), None, None
         try:
             status = reconcile_monitor(kube, reads, fresh, announce=announcer(kube, fresh), receiver=receiver,
-                                       label_namespace=label_namespace, severity_style=severity_style,
-                                       object_labels=object_labels, rule_form=rule_form)  # fmt: skip
+                                       label_namespace=settings.label_namespace,
+                                       severity_style=settings.severity_style,
+                                       object_labels=settings.object_labels, rule_form=settings.rule_form)  # fmt: skip
         except NamespaceTerminating as exc:
             log.info("%s: nothing more is applied", exc)
             result = "skipped"
@@ -124,11 +141,7 @@ def resync(
     body: dict[str, Any],
     *,
     receiver: ReceiverSettings | None = None,
-    metrics: OperatorMetrics | None = None,
-    label_namespace: Callable[[str], str] | None = None,
-    severity_style: str = GRADE,
-    object_labels: Mapping[str, str] | None = None,
-    rule_form: str = PER_MONITOR,
+    settings: MonitorSettings = DEFAULT_SETTINGS,
 ) -> bool:
     """One monitor of the periodic resync, decided from the watch caches: the monitor as its cache holds
     it, its policies from theirs, its objects compared with the owned objects' cache (Kube.unchanged).
@@ -138,32 +151,34 @@ def resync(
     namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "?")
     started = time.monotonic()
     rehearsal = Rehearsal(kube, cached_policy(reads, kube))
-    status = reconcile_monitor(rehearsal, reads, body, receiver=receiver, label_namespace=label_namespace,
-                               severity_style=severity_style, object_labels=object_labels,
-                               rule_form=rule_form)  # fmt: skip
+    status = reconcile_monitor(rehearsal, reads, body, receiver=receiver, label_namespace=settings.label_namespace,
+                               severity_style=settings.severity_style, object_labels=settings.object_labels,
+                               rule_form=settings.rule_form)  # fmt: skip
     if not rehearsal.writes:
         for secret in rehearsal.secrets:  # due to be written again, the same content
             kube.apply(secret)
-        if metrics is not None:
-            metrics.reconciled(status, time.monotonic() - started)
+        if settings.metrics is not None:
+            settings.metrics.reconciled(status, time.monotonic() - started)
         return False
     log.debug("%s/%s: the resync finds %s to write", namespace, name, ", ".join(rehearsal.writes))
-    reconcile(kube, reads, namespace, name, receiver=receiver, metrics=metrics, label_namespace=label_namespace,
-              severity_style=severity_style, object_labels=object_labels, rule_form=rule_form)  # fmt: skip
+    reconcile(kube, reads, namespace, name, receiver=receiver, settings=settings)
     return True
 
 
 def register(registry: kopf.OperatorRegistry, *, receiver_url: str, sidecar_image: str) -> None:
     """Attach every handler of the operator to `registry`. The memo carries `kube`, `reads` (the watch
-    caches), `native_sidecar`, `severity_style` and `namespaces` (controller/namespace_labels.py; set at
-    startup). Injected sidecars run `sidecar_image` unless their monitor overrides it."""
+    caches), `native_sidecar`, `metrics`, `receiver` and `settings` (MonitorSettings; set at startup).
+    Injected sidecars run `sidecar_image` unless their monitor overrides it."""
 
     def _reconcile(memo: Any, namespace: str, name: str) -> None:
-        reconcile(memo["kube"], memo["reads"], namespace, name, receiver=memo.get("receiver"),
-                  metrics=memo.get("metrics"), label_namespace=_labels(memo),
-                  severity_style=memo.get("severity_style", GRADE),
-                  object_labels=memo.get("object_labels"),
-                  rule_form=memo.get("rule_form", PER_MONITOR))  # fmt: skip
+        settings = memo.get("settings", DEFAULT_SETTINGS)
+        if not isinstance(
+            settings, MonitorSettings
+        ):  # the memo is untyped: say so, not an AttributeError later
+            raise TypeError(f"memo['settings'] is a {type(settings).__name__}, not MonitorSettings")
+        reconcile(
+            memo["kube"], memo["reads"], namespace, name, receiver=memo.get("receiver"), settings=settings
+        )
 
     # ---- indices: what other handlers look up without an API call ----
 
@@ -256,11 +271,6 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str, sidecar_imag
             log.info("eviction of %s/%s held: %s", body.get("metadata", {}).get("namespace"),
                      body.get("metadata", {}).get("name"), verdict.message)  # fmt: skip
             raise kopf.AdmissionError(verdict.message, code=429)
-
-
-def _labels(memo: Any) -> Callable[[str], str] | None:
-    namespaces = memo.get("namespaces")
-    return namespaces.ensure if namespaces is not None else None
 
 
 def answer_admission(

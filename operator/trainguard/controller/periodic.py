@@ -1,5 +1,5 @@
-"""The operator's periodic work, on the leader only: a resync of every monitor (it repairs hand edits
-of owned objects), the pod count in status and the namespaces' trainguard.io/monitored label
+"""The operator's periodic work, on the leader only: a resync of every monitor and of the operator's own
+objects (it repairs hand edits of owned objects), the pod count in status and the namespaces' trainguard.io/monitored label
 (controller/namespace_labels.py), all read from the watch caches; and `Loop`, the thread each other
 feature's pass runs on.
 
@@ -58,6 +58,10 @@ class Periodic:
     """Run on the leader at the pod-count cadence: NamespaceLabels.sweep."""
     announce: Callable[[dict[str, Any], str, str], None] | None = None
     """Posts an Event about a monitor (its body, reason, message): pods found without the exporter."""
+    operator_objects: Callable[[], object] | None = None
+    """Run on the leader at each resync, before the monitors: applies the objects of the operator's own,
+    not of a monitor (the shared rule group, controller/run.py's apply_shared_rules), so that one deleted
+    or edited by hand is repaired like a monitor's; Kube.apply skips one in place without a request."""
     clock: Callable[[], float] = time.monotonic
     _next_resync: float = 0.0
     _next_pods: float = 0.0
@@ -77,6 +81,8 @@ class Periodic:
         monitors = self.reads.monitors()
         if resync:
             self._next_resync = now + self.resync_s
+            if self.operator_objects is not None:
+                self._guarded("resync of the operator's objects", "*", "*", self.operator_objects)
             for m in monitors:
                 ns, name = _key(m)
                 one = (

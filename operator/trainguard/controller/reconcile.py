@@ -53,7 +53,7 @@ from trainguard.render.kubernetes import (
     with_labels,
 )
 from trainguard.render.policy import effective_policy
-from trainguard.render.shared import PER_MONITOR
+from trainguard.render.shared import PER_MONITOR, rules_status
 from trainguard.render.sidecar import carries_exporter
 
 log = logging.getLogger("trainguard.reconcile")
@@ -320,6 +320,7 @@ def reconcile_monitor(
         return _write(kube, reads, body, outcome, now=now, monitor=monitor)
 
     effective = effective_policy(monitor, policies)
+    outcome.rules = rules_status(monitor, effective, rule_form)
     # maintenance windows may name nodes by label: the renderer is pure, so resolve them here
     windows = {
         w.name: node_names(reads, w.node_selector)

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import kopf
 from prometheus_client import CollectorRegistry
@@ -27,7 +27,7 @@ from trainguard.certs.ca import WEBHOOK_CERT_SECRET, CertPolicy, serving_names
 from trainguard.certs.secret import SelfManagedCerts
 from trainguard.certs.tls import ReloadableTLS
 from trainguard.clients.prometheus import prometheus_client
-from trainguard.controller.handlers import LOCKS, announcer, reconcile, register, resync
+from trainguard.controller.handlers import LOCKS, MonitorSettings, announcer, reconcile, register, resync
 from trainguard.controller.leadership import Leadership
 from trainguard.controller.metrics import DEFAULT_METRICS_ADDR, OperatorMetrics, serve
 from trainguard.controller.namespace_labels import NamespaceLabels
@@ -35,7 +35,7 @@ from trainguard.controller.periodic import Loop, Periodic
 from trainguard.controller.reconcile import ReceiverSettings
 from trainguard.controller.rule_settings import RuleSettingsCollector, from_cache
 from trainguard.diagnosis.passes import DiagnosticReports, MorningReports
-from trainguard.kube import ClusterCache, Kube, api_client, credentials
+from trainguard.kube import ClusterCache, Kube, api_client, credentials, with_hash
 from trainguard.kube.client import SECRET_REWRITE_S
 from trainguard.remediation import lemon, tokens
 from trainguard.remediation.alert_history import AlertHistory
@@ -50,7 +50,7 @@ from trainguard.remediation.model import Signal
 from trainguard.remediation.receiver import MonitorUids, Receiver, ReceiverConfig, SenderCheck
 from trainguard.remediation.senders import Senders
 from trainguard.render.kubernetes import KUBE_PROMETHEUS_STACK_LABELS, shared_prometheus_rule
-from trainguard.render.shared import PER_MONITOR, SHARED
+from trainguard.render.shared import PER_MONITOR, SHARED, SHARED_RULE_NAME
 from trainguard.render.sidecar import supports_native_sidecar
 from trainguard.render.webhook import (
     EVICTION_CONFIG_NAME,
@@ -237,38 +237,31 @@ def run(opts: OperatorOptions) -> None:
     )
     # the label that sends a namespace's pods to the webhook (render/webhook.py's namespaceSelector)
     namespaces = NamespaceLabels(kube, cache, frozenset(excluded_namespaces(opts.namespace)))
+    # what every reconcile and resync is given: one object, for the kopf handlers (the memo) and the resync
+    monitor_settings = MonitorSettings(
+        metrics=metrics,
+        label_namespace=namespaces.ensure,
+        severity_style=opts.severity_style,
+        object_labels=opts.object_labels,
+        rule_form=opts.rule_form,
+    )
     periodic = Periodic(
         kube,
         cache,
         leader=leader,
         reconcile=lambda ns, name: reconcile(
-            kube,
-            cache,
-            ns,
-            name,
-            receiver=shared.get("receiver"),
-            metrics=metrics,
-            label_namespace=namespaces.ensure,
-            severity_style=opts.severity_style,
-            object_labels=opts.object_labels,
-            rule_form=opts.rule_form,
+            kube, cache, ns, name, receiver=shared.get("receiver"), settings=monitor_settings
         ),
         lock=LOCKS,
         resync=lambda body: resync(
-            kube,
-            cache,
-            body,
-            receiver=shared.get("receiver"),
-            metrics=metrics,
-            label_namespace=namespaces.ensure,
-            severity_style=opts.severity_style,
-            object_labels=opts.object_labels,
-            rule_form=opts.rule_form,
+            kube, cache, body, receiver=shared.get("receiver"), settings=monitor_settings
         ),
         resync_s=opts.resync_seconds,
         pods_s=opts.pods_seconds,
         label_namespaces=namespaces.sweep,
         announce=lambda body, reason, message: announcer(kube, body)(reason, message),
+        # the shared group, repaired at each resync like a monitor's objects (in place: no request)
+        operator_objects=(lambda: apply_shared_rules(kube, opts)) if opts.rule_form == SHARED else None,
     )
 
     shared: dict[str, Any] = {}
@@ -280,11 +273,8 @@ def run(opts: OperatorOptions) -> None:
         memo["kube"] = kube
         memo["reads"] = cache
         memo["metrics"] = metrics
-        memo["namespaces"] = namespaces
         memo["native_sidecar"] = native_sidecar(kube)
-        memo["severity_style"] = opts.severity_style
-        memo["object_labels"] = opts.object_labels
-        memo["rule_form"] = opts.rule_form
+        memo["settings"] = monitor_settings  # not kopf's `settings`, this handler's argument
         memo["remediation_mode"] = opts.guardrails.mode  # the eviction gate holds nothing unless acting
         if opts.rule_form == SHARED:
             apply_shared_rules(kube, opts)
@@ -383,14 +373,26 @@ def _run_kopf(registry: kopf.OperatorRegistry, opts: OperatorOptions, identity: 
     )
 
 
-def apply_shared_rules(kube: Kube, opts: OperatorOptions) -> None:
-    """The shared group's PrometheusRule, once at startup: its content depends on the catalogue and the
-    severity style only, so monitors never change it. A failure is logged: the monitors' own groups are
-    then what Prometheus has, and TrainguardMonitorSettingsMissing cannot fire either, so say it loudly."""
+class ObjectWriter(Protocol):
+    def apply(self, obj: dict[str, Any]) -> bool | None: ...
+
+
+def apply_shared_rules(kube: ObjectWriter, opts: OperatorOptions) -> bool:
+    """The shared group's PrometheusRule, at startup and again at each resync (Periodic.operator_objects):
+    its content depends on the catalogue and the severity style only, so monitors never change it, and an
+    apply of it in place writes nothing (Kube.apply compares it with the watch cache); one deleted or
+    edited by hand is put back. Stamped with its content hash, so that a restarted operator finds it in
+    place too. A failure is logged: the monitors' own groups are then what Prometheus has, and
+    TrainguardMonitorSettingsMissing cannot fire either, so say it loudly. Returns whether it wrote."""
+    rule, _ = with_hash(shared_prometheus_rule(opts.namespace, opts.severity_style, opts.object_labels))
     try:
-        kube.apply(shared_prometheus_rule(opts.namespace, opts.severity_style, opts.object_labels))
+        changed = bool(kube.apply(rule))
     except Exception:
         log.exception("could not apply the shared rule group (--rule-form shared): no shared alerts fire")
+        return False
+    if changed:
+        log.info("applied PrometheusRule %s/%s (the shared rule group)", opts.namespace, SHARED_RULE_NAME)
+    return changed
 
 
 def freeze_startup_objects() -> None:

@@ -33,6 +33,9 @@ class Outcome:
     submits the job later) is waiting; Degraded would fail Argo CD's health and page nobody usefully."""
     workload_checked: bool = False
     """The reconcile got as far as the workload; when not (an invalid spec), WorkloadResolved is kept."""
+    rules: dict[str, Any] | None = None
+    """Which rule form the monitor's rules take and why (render/shared.py's rules_status); None: as before
+    (the reconcile stopped before its policies were read)."""
     namespace_problem: str = ""
     """Why the monitor's namespace could not be labelled trainguard.io/monitored
     (controller/namespace_labels.py): Degraded, reason NamespaceLabelFailed, said before the workload's,
@@ -124,6 +127,8 @@ def monitor_status(previous: dict[str, Any] | None, outcome: Outcome, now: str) 
         status["inputHash"] = outcome.input_hash
     if outcome.receiver_secret is not None:
         status["receiverSecret"] = outcome.receiver_secret
+    if outcome.rules is not None:
+        status["rules"] = outcome.rules
     return status
 
 

@@ -10,7 +10,8 @@ only, never on which monitors exist.
 
 What a series cannot carry (an alert's `for` or severity, a range such as the baseline window or a rate
 window from another scrape interval, the dcgm-exporter join, the rack label) keeps a monitor on its own
-group (`rule_form` says why); its custom rules, which the catalogue does not know, always get a small
+group (`rule_form` says why, in the terms of catalog/rule_forms.py's list, and the monitor's status.rules
+shows it); its custom rules, which the catalogue does not know, always get a small
 group of their own.
 
 The publisher may be down or restarting: the first rules of the group latch the published series (they
@@ -28,7 +29,7 @@ from typing import Any
 from trainguard.api.common import duration_seconds
 from trainguard.api.load import parse_object
 from trainguard.api.monitor import TrainingJobMonitor
-from trainguard.catalog import ALERTS_BY_NAME
+from trainguard.catalog import ALERTS_BY_NAME, rule_forms
 from trainguard.catalog.metrics import (
     MONITOR_ALERT_ENABLED,
     MONITOR_ALERT_THRESHOLD,
@@ -36,6 +37,21 @@ from trainguard.catalog.metrics import (
     MONITOR_SETTING,
     MONITOR_SETTINGS_PUBLISHED,
     RULE_SETTINGS_METRICS,
+)
+from trainguard.catalog.rule_forms import (
+    ALERT_FOR,
+    ALERT_SEVERITY,
+    BASELINE_RANGE,
+    DCGM_BACKEND,
+    LITERAL_PARAM,
+    LITERAL_PARAMS,
+    OWN_GROUP_FORM,
+    RACK_LABEL,
+    REASON_MESSAGE_MAX,
+    REASONS_MAX,
+    RUNBOOK_URL,
+    SCRAPE_INTERVAL,
+    NotShared,
 )
 from trainguard.catalog.severity import GRADE, grade_labels
 from trainguard.render.policy import EffectiveAlert, EffectivePolicy, effective_policy
@@ -52,7 +68,7 @@ from trainguard.render.prometheus import (
     rule_group,
 )
 
-PER_MONITOR, SHARED = "per-monitor", "shared"
+PER_MONITOR, SHARED = rule_forms.PER_MONITOR, rule_forms.SHARED
 RULE_FORMS = (PER_MONITOR, SHARED)
 """--rule-form: a group per monitor, or the shared group (and the groups of the monitors it cannot judge)."""
 SHARED_GROUP = "trainguard.shared"
@@ -62,9 +78,6 @@ SETTINGS_MISSING = "TrainguardMonitorSettingsMissing"
 SETTINGS_MISSING_FOR = "10m"
 OWN_GROUP = "own_group"
 """The setting that is 1 for a monitor on its own group: the shared group leaves that job alone."""
-LITERAL_PARAMS: dict[str, tuple[str, ...]] = {"GPUMemoryGrowthPredicted": ("horizon_seconds",)}
-"""Params PromQL takes only as a literal (predict_linear's horizon): a monitor that changes one keeps its
-own group."""
 
 JOBS = "trainguard:monitor_jobs"
 THRESHOLDS = "trainguard:monitor_alert_threshold"
@@ -97,10 +110,19 @@ _FALLBACK_PARAMS = {a.name: a.params for a in DEFAULT_POLICY.alerts}
 
 
 @dataclass(frozen=True)
+class Reason:
+    """One thing of a monitor that keeps it off the shared group: which (catalog/rule_forms.py's list)
+    and the monitor's own value, in words."""
+
+    kind: NotShared
+    message: str
+
+
+@dataclass(frozen=True)
 class RuleForm:
     """Where a monitor's rules live in the shared form."""
 
-    reasons: tuple[str, ...]
+    reasons: tuple[Reason, ...]
     """Why its catalogue rules need a group of its own; empty: the shared group judges it."""
     custom_rules: int = 0
 
@@ -109,9 +131,33 @@ class RuleForm:
         return not self.reasons
 
     def notes(self) -> list[str]:
-        """For the monitor's status and the docs: what is not shared, and why."""
+        """For the docs and logs: what is not shared, and why."""
         extra = [f"{self.custom_rules} custom rule(s) in a group of their own"] if self.custom_rules else []
-        return list(self.reasons) + extra
+        return [r.message for r in self.reasons] + extra
+
+    def status(self) -> dict[str, Any]:
+        """The monitor's status.rules under the shared form (api/monitor.py's RulesStatus)."""
+        out: dict[str, Any] = {
+            "form": SHARED if self.shared else OWN_GROUP_FORM,
+            "reasons": [
+                {"reason": r.kind.reason, "message": r.message[:REASON_MESSAGE_MAX]}
+                for r in self.reasons[:REASONS_MAX]
+            ],
+        }
+        if len(self.reasons) > REASONS_MAX:
+            out["moreReasons"] = len(self.reasons) - REASONS_MAX
+        if self.custom_rules:
+            out["customRules"] = self.custom_rules
+        return out
+
+
+PER_MONITOR_STATUS: dict[str, Any] = {"form": PER_MONITOR, "reasons": []}
+"""status.rules under --rule-form per-monitor: every monitor has its own group, by the operator's choice."""
+
+
+def rules_status(monitor: TrainingJobMonitor, policy: EffectivePolicy, form: str) -> dict[str, Any]:
+    """The monitor's status.rules: which form its rules take under the operator's --rule-form, and why."""
+    return rule_form(monitor, policy).status() if form == SHARED else dict(PER_MONITOR_STATUS)
 
 
 def _differ(duration: str, other: str) -> bool:
@@ -120,37 +166,42 @@ def _differ(duration: str, other: str) -> bool:
 
 
 def rule_form(monitor: TrainingJobMonitor, policy: EffectivePolicy) -> RuleForm:
-    """Whether the shared group can judge this monitor, and if not, why (what no series can carry)."""
-    reasons: list[str] = []
+    """Whether the shared group can judge this monitor, and if not, why: each reason is one of
+    catalog/rule_forms.py's NOT_SHARED (what no series can carry), with the monitor's own value."""
+    reasons: list[Reason] = []
     spec, default = monitor.spec, DEFAULT_MONITOR.spec
     if _differ(spec.exporter.scrape_interval, default.exporter.scrape_interval):
-        reasons.append(
+        reasons.append(Reason(SCRAPE_INTERVAL,
             f"spec.exporter.scrapeInterval {spec.exporter.scrape_interval}: the shared group evaluates "
-            f"every {default.exporter.scrape_interval}, its rate windows made for that"
-        )
+            f"every {default.exporter.scrape_interval}, its rate windows made for that"))  # fmt: skip
     if spec.exporter.gpu_backend == "dcgm":
-        reasons.append(
-            "spec.exporter.gpuBackend dcgm: dcgm-exporter's series are joined to the job's pods per monitor"
-        )
+        reasons.append(Reason(DCGM_BACKEND,
+            "spec.exporter.gpuBackend dcgm: dcgm-exporter's series are joined to the job's pods per monitor"))  # fmt: skip
     for field, value, default_value in (
         ("window", spec.baseline.window, default.baseline.window),
         ("offset", spec.baseline.offset, default.baseline.offset),
     ):
         if _differ(value, default_value):
-            reasons.append(f"spec.baseline.{field} {value}: a range, which PromQL takes only as a literal")
+            reasons.append(Reason(BASELINE_RANGE,
+                f"spec.baseline.{field} {value}: a range, which PromQL takes only as a literal"))  # fmt: skip
     if spec.topology.rack_label != default.topology.rack_label:
-        reasons.append(f"spec.topology.rackLabel {spec.topology.rack_label}: a label name, not a number")
+        reasons.append(Reason(RACK_LABEL,
+            f"spec.topology.rackLabel {spec.topology.rack_label}: a label name, not a number"))  # fmt: skip
     if policy.runbook_base_url != DEFAULT_POLICY.runbook_base_url:
-        reasons.append("runbookBaseURL: an annotation of the rules")
+        reasons.append(Reason(RUNBOOK_URL, "a policy's spec.runbookBaseUrl: an annotation of the rules"))
     for a in policy.enabled_alerts():
         if _differ(a.for_, a.alert.for_):
-            reasons.append(f"{a.name}: for {a.for_} instead of the catalogue's {a.alert.for_}")
+            reasons.append(
+                Reason(ALERT_FOR, f"{a.name}: for {a.for_} instead of the catalogue's {a.alert.for_}")
+            )
         if a.severity != a.alert.severity:
-            reasons.append(f"{a.name}: severity {a.severity} instead of the catalogue's {a.alert.severity}")
+            reasons.append(Reason(ALERT_SEVERITY,
+                f"{a.name}: severity {a.severity} instead of the catalogue's {a.alert.severity}"))  # fmt: skip
         for param in LITERAL_PARAMS.get(a.name, ()):
             catalogue = next(x.default for x in a.alert.params if x.name == param)
             if a.p(param) != catalogue:
-                reasons.append(f"{a.name}: {param} {_num(a.p(param))}, which PromQL takes only as a literal")
+                reasons.append(Reason(LITERAL_PARAM,
+                    f"{a.name}: {param} {_num(a.p(param))}, which PromQL takes only as a literal"))  # fmt: skip
     return RuleForm(tuple(reasons), len(policy.custom_rules))
 
 

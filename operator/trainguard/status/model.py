@@ -103,6 +103,10 @@ class JobStatus:
     remediations: int = 0
     goodput: Goodput | None = None
     """What the operator's goodput metrics export (remediation/goodput.py); None without a creation time."""
+    rules_form: str = ""
+    """The monitor's status.rules.form (per-monitor, shared, own-group); "" before the operator wrote it."""
+    rules_reasons: tuple[str, ...] = ()
+    """Why its rules keep a group of their own under the shared form (status.rules.reasons' messages)."""
 
     @property
     def by_severity(self) -> dict[str, int]:
@@ -204,6 +208,7 @@ def job_status(
     records = list((body.get("status") or {}).get("remediations") or [])
     lost, partial = time_lost(records, redo)
     newest = max(records, key=lambda r: unix(str(r.get("created", "")))) if records else None
+    rules = (body.get("status") or {}).get("rules") or {}
     return JobStatus(
         namespace=str(meta.get("namespace", "")),
         name=str(meta.get("name", "")),
@@ -217,4 +222,8 @@ def job_status(
         lost_partial=partial,
         remediations=len(records),
         goodput=monitor_goodput(body, now) if meta.get("creationTimestamp") else None,
+        rules_form=str(rules.get("form") or ""),
+        rules_reasons=tuple(
+            str(r.get("message") or r.get("reason") or "") for r in rules.get("reasons") or []
+        ),
     )

@@ -72,6 +72,14 @@ def goodput_text(s: JobStatus) -> str:
     return f"{g.ettr * 100:.1f}% over {window}, {lost}{unknown}"
 
 
+def rules_text(s: JobStatus) -> str:
+    """Where the job's rules are, said only when it is not where its form puts every job: a group of its
+    own under the shared form ("" otherwise)."""
+    if s.rules_form != "own-group":
+        return ""
+    return "a group of its own: " + "; ".join(s.rules_reasons)
+
+
 def remediation_text(r: Remediation | None, now: float) -> str:
     if r is None:
         return "none"
@@ -104,6 +112,8 @@ def _details(s: JobStatus) -> list[str]:
         lines.append(f"  monitor not Ready: {s.ready_reason}")
     if s.goodput is not None:
         lines.append(f"  goodput: {goodput_text(s)}")
+    if rules_text(s):
+        lines.append(f"  rules: {rules_text(s)}")
     lines.append(f"  last remediation: {remediation_text(s.last_remediation, s.now)}")
     return lines
 
@@ -160,6 +170,7 @@ def job_data(s: JobStatus) -> dict[str, Any]:
         "remediations": s.remediations,
         "timeLost": {"seconds": s.lost_s, "lowerBound": s.lost_partial},
         "goodput": _goodput_data(s),
+        "rules": {"form": s.rules_form or None, "reasons": list(s.rules_reasons)},
     }
 
 
@@ -211,6 +222,8 @@ def _job(s: JobStatus) -> RenderableType:
     grid.add_row("time lost", lost)
     if s.goodput is not None:
         grid.add_row("goodput", Text(goodput_text(s)))
+    if rules_text(s):
+        grid.add_row("rules", Text(rules_text(s)))
     head = Text.assemble((f"{s.namespace}/{s.name}", "bold"), "  ", (s.health, STYLES.get(s.health, "")))
     return Group(head, Padding(grid, (0, 0, 0, 2), expand=False), Text(""))
 
