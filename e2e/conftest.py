@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from e2e.cluster import Cluster, new_workdir
 from e2e.controlplane.controllers import (
@@ -88,7 +89,11 @@ def ns(cluster: Cluster) -> Iterator[str]:
     # namespace being deleted would hold them while the next test's gang waits to be scheduled
     batch = client.BatchV1Api(cluster.api)
     for job in batch.list_namespaced_job(name).items:
-        batch.delete_namespaced_job(job.metadata.name, name, propagation_policy="Background")
+        try:  # a JobSet's child Job may go between the list and the delete (its owner deletes it too)
+            batch.delete_namespaced_job(job.metadata.name, name, propagation_policy="Background")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
     cluster.core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
     deadline = time.monotonic() + 30
     while cluster.core.list_namespaced_pod(name).items and time.monotonic() < deadline:

@@ -7,6 +7,7 @@ and it re-arms by itself once the pool has looked up for --breaker-rearm."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -129,7 +130,9 @@ def test_four_of_eight_nodes_down_together_open_the_breaker_and_it_re_arms_by_it
                           timeout=60)  # fmt: skip
         print(f"\n4 of 8 nodes down -> {BREAKER_OPEN} in Alertmanager in {time.monotonic() - t0:.1f}s")
         assert opened[0]["labels"]["severity"] == "P0" and opened[0]["labels"]["pool_label"] == POOL_LABEL
-        assert "4 of 8 node(s) look down" in opened[0]["annotations"]["summary"], opened
+        # the four are marked NotReady one after another: a pass between the third and the fourth opens the
+        # breaker on three (at least 30% and 3 opens it), one after them on four
+        assert re.search(r"\b[34] of 8 node\(s\) look down", opened[0]["annotations"]["summary"]), opened
         token = monitor_token(cluster, tokens.ALERTS, ns, "llama-pretrain")
         assert post(cluster, "/v1/alerts", alert_payload(ns, faulty), token, OPERATOR)[0] == 200
         withheld = wait_for("a record withheld by the breaker", lambda: [

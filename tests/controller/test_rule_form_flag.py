@@ -71,11 +71,14 @@ def test_the_status_says_which_form_the_rules_take_and_why() -> None:
     kube = FakeKube(POLICY)
     body = monitor_body()
     status = reconcile_monitor(kube, kube, body)  # type: ignore[arg-type]
-    assert status["rules"] == {"form": "per-monitor", "reasons": []}
+    # every field, zeros too, as the apiserver stores it after its defaults: a steady resync writes nothing
+    assert status["rules"] == {"form": "per-monitor", "reasons": [], "moreReasons": 0, "customRules": 0}
     assert kube.status is not None and kube.status["rules"] == status["rules"]
     assert reconcile_monitor(kube, kube, body, rule_form="shared")["rules"] == {
         "form": "shared",
         "reasons": [],
+        "moreReasons": 0,
+        "customRules": 0,
     }  # type: ignore[arg-type]
     slow = monitor_body(exporter={"scrapeInterval": "1m", "gpuBackend": "dcgm"})
     rules = reconcile_monitor(FakeKube(POLICY), kube, slow, rule_form="shared")["rules"]  # type: ignore[arg-type]

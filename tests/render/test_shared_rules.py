@@ -164,6 +164,8 @@ def test_what_no_series_can_carry_keeps_a_group_of_its_own(
     assert rules_status(m, pol, SHARED) == {
         "form": "own-group",
         "reasons": [{"reason": reason, "message": form.reasons[0].message}],
+        "moreReasons": 0,
+        "customRules": 0,
     }
     assert [g["name"] for g in monitor_groups(m, pol)] == ["trainguard.ml.llama-pretrain"]
     assert [labels["setting"] for _, labels, _ in published_series(m, pol)] == ["own_group"]
@@ -189,9 +191,19 @@ def test_the_status_lists_the_first_reasons_and_counts_the_rest() -> None:
 
 def test_the_per_monitor_form_says_so_whatever_the_monitor() -> None:
     m = monitor(**{"spec.exporter.scrapeInterval": "1m"})
-    assert rules_status(m, effective_policy(m, []), PER_MONITOR) == {"form": "per-monitor", "reasons": []}
+    assert rules_status(m, effective_policy(m, []), PER_MONITOR) == {
+        "form": "per-monitor",
+        "reasons": [],
+        "moreReasons": 0,
+        "customRules": 0,
+    }
     m = monitor()
-    assert rules_status(m, effective_policy(m, []), SHARED) == {"form": "shared", "reasons": []}
+    assert rules_status(m, effective_policy(m, []), SHARED) == {
+        "form": "shared",
+        "reasons": [],
+        "moreReasons": 0,
+        "customRules": 0,
+    }
 
 
 def test_custom_rules_get_a_group_of_their_own_and_the_rest_stays_shared() -> None:
@@ -200,7 +212,7 @@ def test_custom_rules_get_a_group_of_their_own_and_the_rest_stays_shared() -> No
     pol = effective_policy(m, [policy(**{"spec.customRules": [custom]})])
     form = rule_form(m, pol)
     assert form.shared and form.notes() == ["1 custom rule(s) in a group of their own"]
-    assert form.status() == {"form": "shared", "reasons": [], "customRules": 1}
+    assert form.status() == {"form": "shared", "reasons": [], "moreReasons": 0, "customRules": 1}
     (group,) = monitor_groups(m, pol)
     assert [r["alert"] for r in group["rules"]] == ["SlowSteps"]
     assert 'training_job="llama-pretrain"' in group["rules"][0]["expr"]

@@ -142,9 +142,13 @@ def _held_findings(snap: Snapshot) -> list[Finding]:
 
 
 def straggler(snap: Snapshot) -> list[Finding]:
-    """The ranks StragglerRank names, where its series exist; else the per-signal outlier tests."""
+    """The ranks StragglerRank names, where its series exist and name one; else the per-signal outlier
+    tests (a GPU whose clock is held far below its peers' is named even when the ranks' step times do
+    not show it yet)."""
     if snap.of(sig.OWN_EXCESS):
-        return _held_findings(snap)
+        held = _held_findings(snap)
+        if held:
+            return held
     by_pod: dict[tuple[str, str], list[Evidence]] = {}
     gpus: dict[tuple[str, str], str] = {}
 

@@ -137,21 +137,20 @@ class RuleForm:
 
     def status(self) -> dict[str, Any]:
         """The monitor's status.rules under the shared form (api/monitor.py's RulesStatus)."""
-        out: dict[str, Any] = {
+        # every field, zeros too: the CRD defaults the counts, and a status written without them would
+        # differ from the stored one at every resync (a write each pass)
+        return {
             "form": SHARED if self.shared else OWN_GROUP_FORM,
             "reasons": [
                 {"reason": r.kind.reason, "message": r.message[:REASON_MESSAGE_MAX]}
                 for r in self.reasons[:REASONS_MAX]
             ],
+            "moreReasons": max(0, len(self.reasons) - REASONS_MAX),
+            "customRules": self.custom_rules,
         }
-        if len(self.reasons) > REASONS_MAX:
-            out["moreReasons"] = len(self.reasons) - REASONS_MAX
-        if self.custom_rules:
-            out["customRules"] = self.custom_rules
-        return out
 
 
-PER_MONITOR_STATUS: dict[str, Any] = {"form": PER_MONITOR, "reasons": []}
+PER_MONITOR_STATUS: dict[str, Any] = {"form": PER_MONITOR, "reasons": [], "moreReasons": 0, "customRules": 0}
 """status.rules under --rule-form per-monitor: every monitor has its own group, by the operator's choice."""
 
 
