@@ -9,7 +9,8 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -274,6 +275,20 @@ class Cluster:
     def stop_all_operators(self) -> None:
         for proc in list(self.operators):
             self.stop_operator(proc)
+
+    @contextmanager
+    def operators_aside(self) -> Iterator[None]:
+        """The session's operator steps aside for the block (it would lead: its resume pass would take up,
+        or refuse as unsigned, the records a test writes for replicas of its own) and comes back; any
+        replica the block started is stopped."""
+        had = bool(self.operators)
+        self.stop_all_operators()
+        try:
+            yield
+        finally:
+            self.stop_all_operators()
+            if had:
+                self.start_operator(priority=100, keep_ports=True)
 
     def operator_logs(self) -> str:
         return "\n".join(

@@ -354,15 +354,11 @@ def monitoring_stack(
     """Prometheus, Alertmanager (Monitoring(cluster, **monitoring)) and the sink, and no operator: the
     caller starts the replicas it wants in front of them. The session's operator steps aside (the sidecars
     and Alertmanager must reach the caller's) and comes back."""
-    had = bool(cluster.operators)
-    cluster.stop_all_operators()
-    with Sink().serve() as sink, Monitoring(cluster, **(monitoring or {})) as mon:
+    with cluster.operators_aside(), Sink().serve() as sink, Monitoring(cluster, **(monitoring or {})) as mon:
         try:
             yield cluster, mon, sink
         finally:
-            cluster.stop_all_operators()
-            if had:
-                cluster.start_operator(priority=100, keep_ports=True)
+            cluster.stop_all_operators()  # the caller's replicas, before Monitoring goes
 
 
 @contextmanager

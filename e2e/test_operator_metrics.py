@@ -32,16 +32,10 @@ FAMILIES = {
 def metrics_port(cluster: Cluster) -> Iterator[int]:
     """An operator whose metrics are on a port of this test's own; the session's operator steps aside
     (it would lead) and comes back."""
-    had = bool(cluster.operators)
-    cluster.stop_all_operators()
-    port = free_port()
-    cluster.start_operator(priority=200, name=OPERATOR, extra=("--metrics-addr", f"127.0.0.1:{port}"))
-    try:
+    with cluster.operators_aside():
+        port = free_port()
+        cluster.start_operator(priority=200, name=OPERATOR, extra=("--metrics-addr", f"127.0.0.1:{port}"))
         yield port
-    finally:
-        cluster.stop_all_operators()
-        if had:
-            cluster.start_operator(priority=100, keep_ports=True)
 
 
 def operator_samples(port: int) -> Samples:
