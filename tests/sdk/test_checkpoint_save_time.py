@@ -68,6 +68,26 @@ def test_huggingface_times_the_save_from_the_last_event_before_it(fake_torch: ty
     assert ckpt["path"] == "/out/checkpoint-500" and WRITE_S <= ckpt["seconds"] < 1.0
 
 
+def test_huggingface_announces_an_epoch_save_once(fake_torch: types.ModuleType) -> None:
+    """save_strategy "epoch": the save is asked for at the epoch's end, after the step's."""
+    hf = importlib.import_module("trainguard.sdk.huggingface")
+    rec = Recorder()
+    cb = hf.TrainguardCallback(rec)
+    kwargs = hf_callback_kwargs(AcceleratedOptimizer(None))
+    args = types.SimpleNamespace(output_dir="/out")
+    state = types.SimpleNamespace(global_step=901)  # not on the SDK's own cadence (every 10 here)
+    control = types.SimpleNamespace(should_save=False, should_training_stop=False)
+    cb.on_step_begin(args, state, control, **kwargs)
+    cb.on_step_end(args, state, control, **kwargs)
+    assert rec.reports("saving") == []
+    control.should_save = True  # DefaultFlowCallback.on_epoch_end
+    cb.on_epoch_end(args, state, control, **kwargs)
+    cb.on_epoch_end(args, state, control, **kwargs)  # told twice, announced once
+    time.sleep(WRITE_S)
+    cb.on_save(args, state, control, **kwargs)
+    assert len(rec.reports("saving")) == 1 and rec.reports("checkpoint")[0]["seconds"] >= WRITE_S
+
+
 def test_huggingface_without_a_save_announced_reports_no_time(fake_torch: types.ModuleType) -> None:
     hf = importlib.import_module("trainguard.sdk.huggingface")
     rec = Recorder()

@@ -176,10 +176,19 @@ class TrainguardCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]
             control.should_save = True
         if self.reporter.should_pause():
             control.should_training_stop = True  # resume later from the checkpoint the operator kept
-        if control.should_save:  # HF's own cadence (DefaultFlowCallback runs first) or ours: it saves next
+        self._announce_save(control)
+        return control
+
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """save_strategy "epoch": DefaultFlowCallback asks for the save here."""
+        self._announce_save(control)
+
+    def _announce_save(self, control: Any) -> None:
+        """HF's own cadence (DefaultFlowCallback runs before this callback) or ours asked for a save: the
+        Trainer writes it next, after its log and evaluation; the sidecar knows from now."""
+        if getattr(control, "should_save", False) and self._save_from is None:
             self._save_from = time.monotonic()
             self.reporter.save_began()
-        return control
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """An evaluation before the save at this step: the save starts after it."""
