@@ -24,7 +24,8 @@ logging steps): reported when it logs.
 
 A save blocks training: the time from the last thing the Trainer told a callback before it (the step's
 end, a log, an evaluation) to on_save is reported with the checkpoint (checkpoint_saved's `seconds`),
-and the sidecar is told when the Trainer asks for the save (at a step's or an epoch's end), so a long one is not counted as a stall.
+and the sidecar is told when the Trainer asks for the save (at a step's or an epoch's end), so a long
+one is not counted as a stall.
 """
 
 from __future__ import annotations
