@@ -33,7 +33,7 @@ from trainguard.catalog import METRICS, SEVERITIES, MetricType
 from trainguard.catalog.kubernetes import FAULTY_TAINT
 from trainguard.catalog.metrics import GOODPUT_METRICS
 from trainguard.render.longterm import GPU_HOURS, PEAK_MEMORY, WINDOW, aggregate_names
-from trainguard.render.prometheus import Context, recording_rules
+from trainguard.render.prometheus import ETTR, ETTR_WINDOW, LOST, LOST_ALL, Context, recording_rules
 
 EXTERNAL_SERIES: dict[str, str] = {
     "up": "Prometheus' own scrape health of the PodMonitor's targets",
@@ -427,7 +427,7 @@ def training_job() -> dash.Dashboard:
                 "Productive over wall time over the last day, from the operator's remediation records "
                 "(trainguard_job_ettr_ratio, exported by the leader): time lost to remediations that stop "
                 "training and to work redone after a restart. A stall before its alert, checkpoint writes and "
-                "slow ranks are not counted (docs/diagnosis.md, Goodput).",
+                'slow ranks are in the "Goodput by cause" panel below (docs/diagnosis.md, Goodput).',
                 "percentunit",
                 f"max({job('trainguard_job_ettr_ratio')})",
             ).span(6)
@@ -445,6 +445,7 @@ def training_job() -> dash.Dashboard:
             ).span(18)
         )
     )
+    d = _goodput_by_cause(d)
     return (
         d.with_row(dash.Row("Remediation and alerts"))
         .with_panel(
@@ -480,6 +481,37 @@ def training_job() -> dash.Dashboard:
 
 COST_LABELS = ("team", "model")
 """The spec.costLabels names the Cost dashboard offers to group by (its variable takes others too)."""
+
+
+def _goodput_by_cause(d: dash.Dashboard) -> dash.Dashboard:
+    """The training-job dashboard's goodput panels from the recording rules (render/prometheus.py,
+    goodput_rules): what the sidecars see and the records cannot, beside the records' causes."""
+    return d.with_panel(
+        _stat(
+            f"ETTR (last {ETTR_WINDOW}, every cause)",
+            "Productive over wall time over the last hour, from every cause: the sidecars' (stall, "
+            "checkpoint_stall, slow_rank) and the operator's records' (restart, maintenance, redone_work), "
+            "the larger where both count the same instant (trainguard:job_ettr:ratio).",
+            "percentunit",
+            f"max({job(ETTR)})",
+        ).span(6)
+    ).with_panel(
+        _graph(
+            "Goodput by cause",
+            "Share of wall time lost now, by cause: stall (no step far beyond the typical step time, before "
+            "or without any alert), checkpoint_stall (the trainer blocked writing checkpoints) and slow_rank "
+            "(the gang held to a straggler's pace: x / (1 + x) for a rank x slower), from the sidecars; "
+            "records, from the operator's remediation records; all, the larger of the two sums at each "
+            "instant (read a minute back, as the records are counted). docs/diagnosis.md, Goodput.",
+            "percentunit",
+            (f"max by (cause) ({job(LOST)})", "{{cause}}"),
+            (
+                f"clamp_max(sum(rate({job('trainguard_job_lost_seconds_total')}[5m])), 1)",
+                "records",
+            ),
+            (f"max({job(LOST_ALL)})", "all"),
+        ).span(18)
+    )
 
 
 def cost() -> dash.Dashboard:
