@@ -250,7 +250,9 @@ class Cluster:
             with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=2) as resp:
                 return bool(resp.status == 200)
 
-        wait_for("the operator's liveness endpoint", alive, timeout=60)
+        # the operator's imports and startup take seconds on a quiet machine; a CI run starved by three e2e
+        # workers at load 12 once took over a minute
+        wait_for("the operator's liveness endpoint", alive, timeout=180)
         return proc
 
     def metrics_url(self, name: str = "operator") -> str:

@@ -181,15 +181,15 @@ def test_a_trainer_oom_killed_restarts_the_gang_without_any_exporter(
     """No exporter can report an OOM kill of its pod: the operator sees it in the pod's state."""
     pods = start_job(operator, ns)
     victim = pods[0]
-    finished = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ended = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     status = {
         "phase": "Failed",
         "containerStatuses": [
             {"name": "trainer", "ready": False, "restartCount": 0, "image": "registry.invalid/llama:1",
-             "imageID": "", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled", "finishedAt": finished,
-                                                     "startedAt": finished}}},
+             "imageID": "", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled", "finishedAt": ended,
+                                                     "startedAt": ended}}},
             {"name": "logshipper", "ready": True, "restartCount": 0, "image": "registry.invalid/ship:1",
-             "imageID": "", "state": {"running": {"startedAt": finished}}},
+             "imageID": "", "state": {"running": {"startedAt": ended}}},
         ],
     }  # fmt: skip
     operator.core.patch_namespaced_pod_status(victim.metadata.name, ns, {"status": status})
