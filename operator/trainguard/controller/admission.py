@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import operator
 import secrets
 import threading
 import time
@@ -69,6 +70,9 @@ class _Snapshot:
     matchLabels (a monitor selects only pods that carry all of them); those without are always tried."""
 
     versions: tuple[tuple[str, str], ...]
+    raws: tuple[dict[str, Any], ...]
+    """The raw monitors as given: the watch cache hands out the same objects until an event replaces
+    one, so the same objects again are the same versions (checked without reading each version)."""
     monitors: Parsed
     parsed: dict[tuple[str, str], TrainingJobMonitor | None]
     by_label: dict[tuple[str, str], tuple[int, ...]]
@@ -85,23 +89,30 @@ class ParsedMonitors:
     """The namespace's monitors parsed once per version of each (metadata.resourceVersion) and indexed
     by their selectors, for every admission after: parsing 500 monitors of a namespace for each pod
     takes about 25 ms, and trying each one's selector about 0.5 ms (bench/admission.py). Thread-safe
-    (kopf answers admissions on a pool of threads); holds each namespace's monitors as its last
+    (the event loop and threads answer admissions at once); holds each namespace's monitors as its last
     admission found them (a deleted monitor goes at the next). Monitors without a resourceVersion (not
-    from the API) are parsed each time."""
+    from the API) are parsed each time. The objects the cache gave last time are recognised by
+    identity: 20 us for 500 monitors, against 230 us to read and compare their versions."""
 
     def __init__(self) -> None:
         self._guard = threading.Lock()
         self._namespaces: dict[str, _Snapshot] = {}
 
     def __call__(self, namespace: str, monitors: list[dict[str, Any]], labels: Mapping[str, str]) -> Parsed:
+        with self._guard:
+            last = self._namespaces.get(namespace)
+        if (
+            last is not None
+            and len(last.raws) == len(monitors)
+            and all(map(operator.is_, last.raws, monitors))
+        ):
+            return last.candidates(labels)
         versions = tuple(
             (str(meta.get("name") or ""), str(meta.get("resourceVersion") or ""))
             for meta in (raw.get("metadata") or {} for raw in monitors)
         )
         if not all(version for _, version in versions):
             return parse_valid(monitors)
-        with self._guard:
-            last = self._namespaces.get(namespace)
         if last is None or last.versions != versions:
             last = self._snapshot(versions, monitors, last.parsed if last is not None else {})
             with self._guard:
@@ -137,7 +148,12 @@ class ParsedMonitors:
                 unindexed.append(len(valid))
             valid.append((monitor, raw))
         return _Snapshot(
-            versions, valid, parsed, {k: tuple(v) for k, v in by_label.items()}, tuple(unindexed)
+            versions,
+            tuple(monitors),
+            valid,
+            parsed,
+            {k: tuple(v) for k, v in by_label.items()},
+            tuple(unindexed),
         )
 
 
