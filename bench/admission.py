@@ -374,9 +374,11 @@ def leading_peer(cluster: Cluster) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def standby_operator(cluster: Cluster, name: str, priority: int, source: Path | None = None) -> Iterator[int]:
+def standby_operator(
+    cluster: Cluster, name: str, priority: int, source: Path | None = None
+) -> Iterator[tuple[int, int]]:
     """`trainguard operator` (from `source`, an operator/ tree, else this one) as a standby under
-    leading_peer: it reconciles nothing and answers admissions. Yields its webhook port."""
+    leading_peer: it reconciles nothing and answers admissions. Yields its webhook port and its pid."""
     environ = dict(os.environ)
     if source is not None:
         os.environ["PYTHONPATH"] = str(source)
@@ -394,7 +396,7 @@ def standby_operator(cluster: Cluster, name: str, priority: int, source: Path | 
                     f"the operator never said it is a standby:\n{log_file.read_text()[-3000:]}"
                 )
             time.sleep(0.5)
-        yield cluster.webhook_ports[name]
+        yield cluster.webhook_ports[name], proc.pid
     finally:
         cluster.stop_operator(proc)
 
@@ -408,8 +410,14 @@ def answer_one(
 class Poster:
     """AdmissionReviews POSTed to one operator's webhook server, a kept-alive TLS connection per thread."""
 
-    def __init__(self, port: int, context: ssl.SSLContext) -> None:
-        self.port, self.context, self.local = port, context, threading.local()
+    def __init__(self, server: tuple[int, int], context: ssl.SSLContext) -> None:
+        (self.port, self.pid), self.context, self.local = server, context, threading.local()
+
+    def cpu_s(self) -> float:
+        """The operator process's CPU time so far (user and system, all its threads): per request, a
+        figure the machine's other load changes little, unlike the round trip."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def connection(self) -> http.client.HTTPSConnection:
         conn = getattr(self.local, "conn", None)
@@ -445,16 +453,20 @@ def pool(
     own: list[float],
     waited: list[float],
     achieved: float,
+    cpu: float,
 ) -> None:
-    """One round's samples added to its row's."""
+    """One round's samples added to its row's, and the operator's CPU time over them."""
     layout, variant = row
-    pooled = samples.setdefault(row, {"own": [], "arrival": [], "achieved": [], "p99_by_round": []})
+    pooled = samples.setdefault(
+        row, {"own": [], "arrival": [], "achieved": [], "p99_by_round": [], "cpu_s": 0.0}
+    )
     pooled["own"] += own
     pooled["arrival"] += waited
     pooled["achieved"].append(achieved)
     pooled["p99_by_round"].append(pct(own, 0.99))
+    pooled["cpu_s"] += cpu
     log(f"server  round {round_ + 1} {layout:6} {variant:46} p50 {pct(own, 0.5) * 1e3:7.2f} ms  "
-        f"p99 {pct(own, 0.99) * 1e3:7.2f} ms")  # fmt: skip
+        f"p99 {pct(own, 0.99) * 1e3:7.2f} ms  operator CPU {cpu / len(own) * 1e3:.2f} ms per request")  # fmt: skip
 
 
 def server_rows(
@@ -509,20 +521,27 @@ def server_rows(
                         ):
                             injected[0] += 1
 
+                    cpu = post.cpu_s()
                     own, waited, achieved = load(args.rate, args.seconds, request)
+                    cpu = post.cpu_s() - cpu
                     if injected[0] != len(own):
                         raise RuntimeError(
                             f"server {layout} {variant}: {injected[0]} of {len(own)} answers injected"
                         )
-                    pool(samples, (layout, variant), round_, own=own, waited=waited, achieved=achieved)
+                    pool(
+                        samples, (layout, variant), round_, own=own, waited=waited, achieved=achieved, cpu=cpu
+                    )
             # the floor, on this tree's server: what a request costs before any admission code
+            cpu = posters[THIS].cpu_s()
             own, waited, achieved = load(args.rate, args.seconds, posters[THIS].floor)
-            pool(samples, ("any", FLOOR), round_, own=own, waited=waited, achieved=achieved)
+            cpu = posters[THIS].cpu_s() - cpu
+            pool(samples, ("any", FLOOR), round_, own=own, waited=waited, achieved=achieved, cpu=cpu)
     rows: list[dict[str, Any]] = []
     for (layout, variant), pooled in samples.items():
         rows.append({"part": "server", "layout": layout, "variant": variant, "own": figures(pooled["own"]),
                      "arrival": figures(pooled["arrival"]), "achieved_per_s": min(pooled["achieved"]),
-                     "rounds": args.rounds, "p99_by_round_s": pooled["p99_by_round"]})  # fmt: skip
+                     "rounds": args.rounds, "p99_by_round_s": pooled["p99_by_round"],
+                     "operator_cpu_per_request_s": pooled["cpu_s"] / len(pooled["own"])})  # fmt: skip
     return rows
 
 
@@ -555,6 +574,8 @@ def findings(rows: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         rounds = r.get("p99_by_round_s")
         each = f" (p99 of each round: {', '.join(f'{v * 1e3:.2f}' for v in rounds)} ms)" if rounds else ""
+        if "operator_cpu_per_request_s" in r:
+            each += f"; the operator's CPU per request {r['operator_cpu_per_request_s'] * 1e3:.2f} ms"
         if "this" in r["variant"]:
             met = "met" if r["own"]["p99_s"] < TARGET_P99_S else "MISSED"
             out.append(
