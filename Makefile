@@ -138,6 +138,7 @@ bench: bootstrap node-exporter
 	$(PY) bench/pipeline.py --injections 4 --per-class 3
 	$(PY) bench/restart_in_place.py --runs 3
 	$(PY) bench/ettr.py
+	$(PY) bench/goodput_signals.py
 	$(PY) bench/signal_handling.py
 	$(PY) bench/admission.py
 

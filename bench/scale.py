@@ -97,6 +97,12 @@ def findings(result: dict[str, Any]) -> list[str]:
             out.append(f"operator at {n} monitors: resync pass ~{n * mean / 1000:.0f} s of reconciles "
                        f"(period {result['conditions']['resync_s']} s); {w['requests_per_s']} API requests/s "
                        f"steady; RSS {s['rss_steady_mib']['max']} MiB")  # fmt: skip
+            cpu = s.get("operator_cpu")
+            if cpu and cpu.get("monitors_per_core_s"):
+                rate = cpu["monitors_per_core_s"]
+                out.append(f"operator at {n} monitors: {cpu['ms_per_monitor']} ms of its own CPU per monitor made "
+                           f"Ready, {rate} monitors/s on one core of its own (2,000 in {2000 / rate:.0f} s); "
+                           f"steady {s.get('steady_cpu_cores', 0):.2f} of a core")  # fmt: skip
     return out
 
 
@@ -119,13 +125,13 @@ def print_table(result: dict[str, Any]) -> None:
         print(f"\noperator on the local control plane ({result['conditions']['nodes']} fake nodes; cordon with no "
               f"monitors: {idle}s; RSS idle {cl['rss_idle_mib']} MiB)")  # fmt: skip
         print(f"{'monitors':>8} {'pods':>6} | {'all Ready':>9} {'mon/s':>6} {'req/rec':>7} {'rd/wr':>9} "
-              f"{'rec ms':>7} | {'steady req/s':>12} {'req/rec':>7} | {'RSS max':>8} | {'cordon apply':>12} {'steady':>7}")  # fmt: skip
+              f"{'rec ms':>7} {'cpu/mon':>8} | {'steady req/s':>12} {'req/rec':>7} | {'RSS max':>8} | {'cordon apply':>12} {'steady':>7}")  # fmt: skip
         for s in cl["stages"]:
             a, w = s["apply_window"], s["steady_window"]
             print(f"{s['monitors']:>8} {s['monitors'] * result['conditions']['pods_per_monitor']:>6} | "
                   f"{s['ready']['all_ready_s']:>8.1f}s {s['ready']['monitors_per_s']:>6.2f} "
                   f"{a['requests_per_reconcile'] or 0:>7.1f} {a['reads_per_reconcile'] or 0:>4.1f}/{a['writes_per_reconcile'] or 0:<4.1f} "
-                  f"{a['reconcile_mean_ms'] or 0:>7.0f} | {w['requests_per_s']:>12.1f} {w['requests_per_reconcile'] or 0:>7.1f} | "
+                  f"{a['reconcile_mean_ms'] or 0:>7.0f} {(s.get('operator_cpu') or {}).get('ms_per_monitor', 0):>6.0f}ms | {w['requests_per_s']:>12.1f} {w['requests_per_reconcile'] or 0:>7.1f} | "
                   f"{s['rss_steady_mib']['max']:>6.0f}Mi | {s['cordon_during_apply']['cordon_s']:>11}s "
                   f"{s['cordon_steady']['cordon_s']:>6}s")  # fmt: skip
     print()

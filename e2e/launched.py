@@ -295,6 +295,22 @@ def resumed(runs: list[PodRun], generation: int) -> dict[str, dict[str, Any]]:
     return {name: g for name, g in seen.items() if g is not None}
 
 
+def new_ranks_resumed(
+    pods: PodProcesses, old: set[str], world: int, timeout: float, context: Callable[[], str]
+) -> dict[str, dict[str, Any]]:
+    """Pod -> its trainer's first generation, once `world` pods other than `old` (uids) have each taken
+    their first step; a timeout says `context()` (the record, the trainers' logs)."""
+
+    def both() -> dict[str, dict[str, Any]]:
+        runs = [r for r in pods.running() if r.uid not in old]
+        return resumed(runs, 0) if len(runs) == world else {}
+
+    try:
+        return wait_for("every new rank at its first step", both, timeout=timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{context()}") from None
+
+
 def first_step_at(run: PodRun, generation: int) -> float | None:
     """When (Unix seconds) the pod's trainer of `generation` logged its first step: the time the pod runner
     read the line, which its CRI log keeps as a container runtime would; None before it has (or when the

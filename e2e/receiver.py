@@ -14,6 +14,7 @@ from typing import Any
 
 from e2e.cluster import OPERATOR_NS, Cluster
 from e2e.monitors import MON
+from tests.processes import wait_for
 from trainguard.remediation import tokens
 
 
@@ -73,6 +74,21 @@ def records(cluster: Cluster, ns: str) -> list[dict[str, Any]]:
     return list(
         ((cluster.get(*MON, ns, "llama-pretrain") or {}).get("status") or {}).get("remediations") or []
     )
+
+
+def finished(cluster: Cluster, ns: str, what: str, timeout: float) -> dict[str, Any]:
+    """The first remediation record of the quickstart's monitor in `ns` once it is Succeeded or Failed."""
+
+    def done() -> dict[str, Any] | None:
+        found = records(cluster, ns)
+        return found[0] if found and found[0]["phase"] in ("Succeeded", "Failed") else None
+
+    return wait_for(what, done, timeout=timeout)
+
+
+def step(record: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The record's step of `kind`."""
+    return next(s for s in record["steps"] if s["kind"] == kind)
 
 
 def decisions(

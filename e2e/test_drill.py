@@ -2,7 +2,8 @@
 real Prometheus and Alertmanager, the operator, sidecars with fault injection on running as processes).
 
 On one running job, through the CLI as an operator would run it: the plan of `multi-node` (--dry-run,
-which touches nothing); the drills `nan` (injected through a sidecar), `node-down` (posted to
+which touches nothing); the drills `slow-gpu` (a hardware slowdown injected on one GPU, GPUClocksThrottled's
+`for` and the P1 group_wait lowered), `nan` (injected through a sidecar), `node-down` (posted to
 Alertmanager as synthetic alerts) and `multi-node` (XID 79 injected on two nodes at once), each of
 which must pass at the default 30 s target with remediation in dry run and leave no node cordoned, no
 fault active, no synthetic alert and spec.remediation.dryRun as it was; `stall`, interrupted by Ctrl-C,
@@ -42,6 +43,10 @@ TARGET_S = 30.0
 def running(stack: tuple[Cluster, Monitoring, Sink], ns: str, tmp_path: Path) -> Iterator[PodProcesses]:
     cluster, mon, sink = stack
     monitor, policy = objects(ns, sink)  # remediation acting (dryRun unset): the drill must make it dry
+    # slow-gpu's GPUClocksThrottled (a P1) at once, and its P1 group sent after 1s instead of 30s: the
+    # drill's 30s target holds only so
+    policy["spec"]["alerts"].append({"name": "GPUClocksThrottled", "for": "0s"})
+    policy["spec"]["routes"] = [{"severity": "P1", "receivers": ["im"], "groupWait": "1s"}]
     # a port of its own: the fake pod IPs (127.N.0.x) repeat in every harness run with the same pod network
     monitor["spec"]["exporter"]["port"] = free_port()
     cluster.apply([monitor, policy])
@@ -115,6 +120,23 @@ def test_a_sidecar_drill_and_a_synthetic_drill_pass_and_leave_nothing_behind(
     assert "set spec.remediation.dryRun: true for the drill, then restore it (false)" in plan.stdout
     assert_clean(cluster, mon, running, ns, before)
     assert not records(cluster, ns)
+
+    # first: a P0 of the job inhibits its P1s in Alertmanager, for the operator's receiver too, and nan's alert
+    # outlives its fault by the rule's 1m window; and a dry-run GPUNodeDown record (node-down, multi-node) on
+    # the same node would make the slow node a duplicate for 10 minutes, so that slow-gpu would record nothing
+    started = time.monotonic()
+    rc, slow, progress = drill(cluster, mon, ns, "slow-gpu")
+    slow_s = time.monotonic() - started  # what the scenario adds to this test, settle included
+    assert rc == 0, json.dumps(slow, indent=1) + progress + diagnostics(cluster, mon, running, ns, sink)
+    assert slow["mode"] == "sidecar injection" and slow["cordoned"] == []
+    for name in ("alert", "notification", "action"):
+        s = stage(slow, name)
+        assert s["verdict"] == "pass" and 0 < s["seconds"] <= TARGET_S, s
+    assert "injected hw-slowdown" in progress, progress
+    assert "AwaitCheckpoint" in stage(slow, "action")["note"], "slowNode.gpu's default: ReplaceAtCheckpoint"
+    slowed = [r for r in records(cluster, ns) if r["alert"] in ("GPUClocksThrottled", "GPUClockBelowPeers")]
+    assert slowed and all(r["dryRun"] for r in slowed), slowed
+    assert_clean(cluster, mon, running, ns, before)
 
     t0 = time.time()
     rc, nan, progress = drill(cluster, mon, ns, "nan")
@@ -202,8 +224,10 @@ def test_a_sidecar_drill_and_a_synthetic_drill_pass_and_leave_nothing_behind(
     )
     assert dry_run(cluster, ns) is False
     for name, report in (
+        ("slow-gpu", slow),
         ("nan", nan),
         ("node-down", down),
         ("multi-node", multi),
     ):
         print(f"\ndrill {name}: " + ", ".join(f"{s['stage']} {s['seconds']}" for s in report["stages"]))
+    print(f"\ndrill slow-gpu: the CLI ran {slow_s:.1f}s, start to exit")

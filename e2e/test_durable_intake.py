@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from e2e.cluster import Cluster
 from e2e.monitors import MON, start_job
 from e2e.podprocesses import bound_token
-from e2e.receiver import alert_payload, monitor_token, post, records
+from e2e.receiver import alert_payload, finished, monitor_token, post, records
 from e2e.sidecars import sidecar_that_saw
 from tests.processes import wait_for
 from trainguard.catalog.events import EVENTS_AUDIENCE
@@ -115,11 +115,7 @@ def test_a_p0_answered_200_is_acted_on_by_the_next_operator_when_the_first_is_ki
     # the node's sidecar saw the XID, which the remediation confirms before it cordons
     operator.start_operator(priority=150, keep_ports=True)
     with sidecar_that_saw(pods[0], monitor_token(operator, tokens.EVENTS, ns, JOB)):
-        done = wait_for(
-            "the remediation of the pending signal finished",
-            lambda: (r := records(operator, ns)) and r[0]["phase"] in ("Succeeded", "Failed") and r[0],
-            timeout=120,
-        )
+        done = finished(operator, ns, "the remediation of the pending signal finished", timeout=120)
     assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
     assert done["id"] == entry["id"]
     assert operator.core.read_node(node).spec.unschedulable is True
@@ -157,11 +153,7 @@ def test_twelve_copies_of_one_fault_posted_at_once_are_one_pending_entry_and_one
         assert entry["source"] == "sidecar", "the copy that started earliest"
     # the policy gone, the leader's pass plans the entry its planner could not record
     with sidecar_that_saw(pods[0], monitor_token(operator, tokens.EVENTS, ns, JOB)):
-        done = wait_for(
-            "the remediation finished",
-            lambda: (r := records(operator, ns)) and r[0]["phase"] in ("Succeeded", "Failed") and r[0],
-            timeout=120,
-        )
+        done = finished(operator, ns, "the remediation finished", timeout=120)
     assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
     time.sleep(3)
     assert len(records(operator, ns)) == 1 and pending(operator, ns) == []

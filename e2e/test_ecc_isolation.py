@@ -22,7 +22,7 @@ from e2e.cluster import Cluster
 from e2e.monitors import ready
 from e2e.pipeline import JOB, SELECTOR, Sink, exporter_step, job, objects
 from e2e.podprocesses import PodProcesses
-from e2e.receiver import decisions, monitor_token, post, records
+from e2e.receiver import decisions, finished, monitor_token, post, records
 from tests.processes import wait_for
 from trainguard.catalog.kubernetes import CORDONED_BY, FAULTY_TAINT
 from trainguard.remediation import tokens
@@ -90,11 +90,7 @@ def test_the_node_is_checkpointed_cordoned_and_tainted_and_the_job_keeps_running
 
     status, answer = post(operator, "/v1/alerts", sbe_payload(ns, node, started), token)
     assert status == 200 and answer["accepted"] == 1, answer
-    done = wait_for(
-        "the isolation finished",
-        lambda: (r := records(operator, ns)) and r[0]["phase"] in ("Succeeded", "Failed") and r[0],
-        timeout=90,
-    )
+    done = finished(operator, ns, "the isolation finished", timeout=90)
     assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
     assert (done["alert"], done["class"], done["node"], done["dryRun"]) == (SBE, "eccDegraded", node, False)
     assert [(s["kind"], s["phase"]) for s in done["steps"]] == [

@@ -17,7 +17,7 @@ import pytest
 from e2e.cluster import Cluster
 from e2e.monitors import start_job
 from e2e.pipeline import OPERATOR, Monitoring, Sink, operator_stack
-from e2e.receiver import alert_payload, monitor_token, post, records
+from e2e.receiver import alert_payload, finished, monitor_token, post, records
 from e2e.sidecars import sidecar_that_saw
 from tests.processes import wait_for
 from trainguard.catalog.alerts import BREAKER_OPEN, WITHHELD
@@ -47,8 +47,7 @@ def test_a_monitor_asking_for_1000_gets_the_operators_ceiling_and_the_withheld_c
     token = monitor_token(cluster, tokens.ALERTS, ns, "llama-pretrain")
     with sidecar_that_saw(pods[0], monitor_token(cluster, tokens.EVENTS, ns, "llama-pretrain")):
         assert post(cluster, "/v1/alerts", alert_payload(ns, first), token, OPERATOR)[0] == 200
-        done = wait_for("the first remediation done", lambda: (r := records(cluster, ns)) and r[0]["phase"] in
-                        ("Succeeded", "Failed") and r[0], timeout=120)  # fmt: skip
+        done = finished(cluster, ns, "the first remediation done", timeout=120)
     assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
     time.sleep(2)  # past the monitor's own 1s window: only the operator's ceiling can withhold now
     t0 = time.monotonic()

@@ -28,7 +28,7 @@ from e2e.cluster import Cluster
 from e2e.launched import JOB, JOBSET_OWNER, WORLD, first_step_at, logs, resumed, start_gang
 from e2e.nodes import kubelet_stopped
 from e2e.pipeline import FINAL, exporter_step
-from e2e.receiver import records
+from e2e.receiver import records, step
 from e2e.test_workload_owners import jobsets  # noqa: F401 - the fixture: the JobSets' teardown
 from tests.processes import wait_for
 from trainguard.catalog.kubernetes import FAULTY_TAINT
@@ -39,10 +39,6 @@ pytestmark = pytest.mark.e2e
 STEPS = ["Cordon", "Taint", "RequestCheckpoint", "ReplacePod", "RestartInPlace", "ConfirmPlacement"]
 CHECKPOINT_TIMEOUT_S = 20.0
 """start_gang's emergencyCheckpointTimeout: the longest RequestCheckpoint may wait for a hung rank."""
-
-
-def step(record: dict[str, Any], kind: str) -> dict[str, Any]:
-    return next(s for s in record["steps"] if s["kind"] == kind)
 
 
 def at(record: dict[str, Any], kind: str) -> float:

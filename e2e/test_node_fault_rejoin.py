@@ -31,12 +31,13 @@ from e2e.launched import (
     TRAINJOB_OWNER,
     WORLD,
     logs,
+    new_ranks_resumed,
     resumed,
     start_gang,
 )
 from e2e.pipeline import Monitoring, Sink, exporter_step, finished, inject
 from e2e.podprocesses import PodProcesses, PodRun
-from e2e.receiver import records
+from e2e.receiver import records, step
 from e2e.test_workload_owners import jobsets  # noqa: F401 - the fixture: the JobSets' teardown
 from tests.processes import wait_for
 
@@ -51,10 +52,6 @@ STEPS = [
     "RestartInPlace",
     "ConfirmPlacement",
 ]
-
-
-def step(record: dict[str, Any], kind: str) -> dict[str, Any]:
-    return next(s for s in record["steps"] if s["kind"] == kind)
 
 
 def scraped(mon: Monitoring, ns: str) -> None:
@@ -265,14 +262,7 @@ class TestTrainJobGangRestart:
             ckpt = int(found.group(1))
             old = {faulty.uid, healthy.uid}
 
-            def both_resumed() -> dict[str, dict[str, Any]]:
-                runs = [r for r in pods.running() if r.uid not in old]
-                return resumed(runs, 0) if len(runs) == WORLD else {}
-
-            try:
-                gen = wait_for("both new ranks at their first step", both_resumed, timeout=90)
-            except AssertionError as exc:
-                raise AssertionError(f"{exc}\n{record}\n{logs(pods)}") from None
+            gen = new_ranks_resumed(pods, old, WORLD, 90, lambda: f"{record}\n{logs(pods)}")
             resumed_s = time.monotonic() - t0
             for name, g in gen.items():
                 assert g["resumed"] == ckpt and g["first"] == ckpt + 1, (name, g, ckpt)

@@ -16,7 +16,7 @@ import pytest
 from e2e.cluster import Cluster
 from e2e.monitors import start_job
 from e2e.podprocesses import bound_token
-from e2e.receiver import alert_payload, decisions, monitor_token, post, records
+from e2e.receiver import alert_payload, decisions, finished, monitor_token, post, records
 from e2e.sidecars import sidecar_that_saw
 from tests.processes import wait_for
 from trainguard.catalog.events import EVENTS_AUDIENCE
@@ -61,11 +61,7 @@ def test_a_node_fault_cordons_taints_and_moves_the_gang_once(
         )
         status, answer = post(operator, "/v1/alerts", alert_payload(ns, node), token)
         assert status == 200 and answer["accepted"] == 1, answer
-        done = wait_for(
-            "the remediation Succeeded",
-            lambda: (r := records(operator, ns)) and r[0]["phase"] in ("Succeeded", "Failed") and r[0],
-            timeout=120,
-        )
+        done = finished(operator, ns, "the remediation Succeeded", timeout=120)
     elapsed = time.monotonic() - t0
     assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
     assert [s["kind"] for s in done["steps"]] == [
@@ -110,8 +106,7 @@ def test_an_alert_naming_a_node_the_job_does_not_use_cordons_nothing(
     node = pods[0].spec.node_name
     with sidecar_that_saw(pods[0], events_token(operator, ns), fault="thermal"):  # saw something else
         assert post(operator, "/v1/alerts", alert_payload(ns, node), token)[0] == 200
-        done = wait_for("the record", lambda: (r := records(operator, ns)) and r[0]["phase"] in
-                        ("Succeeded", "Failed") and r[0], timeout=60)  # fmt: skip
+        done = finished(operator, ns, "the record", timeout=60)
     assert done["phase"] == "Failed" and done["steps"][0]["kind"] == "ConfirmFault", done
     assert done["steps"][0]["detail"].startswith(f"unconfirmed: no sidecar on {node} saw GPUCriticalXid"), (
         done
@@ -172,8 +167,7 @@ def test_a_node_fault_moves_the_gang_onto_the_warm_spare(
     token = monitor_token(operator, tokens.ALERTS, ns, "llama-pretrain")
     with sidecar_that_saw(pods[0], events_token(operator, ns)):
         assert post(operator, "/v1/alerts", alert_payload(ns, node), token)[0] == 200
-        done = wait_for("the remediation done", lambda: (r := records(operator, ns)) and r[0]["phase"] in
-                        ("Succeeded", "Failed") and r[0], timeout=120)  # fmt: skip
+        done = finished(operator, ns, "the remediation done", timeout=120)
     assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
     live = [p for p in operator.core.list_namespaced_pod(ns, label_selector="app=llama-pretrain").items
             if p.metadata.deletion_timestamp is None]  # fmt: skip
@@ -200,11 +194,7 @@ def test_a_trainer_oom_killed_restarts_the_gang_without_any_exporter(
     }  # fmt: skip
     operator.core.patch_namespaced_pod_status(victim.metadata.name, ns, {"status": status})
     try:
-        done = wait_for(
-            "TrainingInterrupted handled",
-            lambda: (r := records(operator, ns)) and r[0]["phase"] in ("Succeeded", "Failed") and r[0],
-            timeout=200,
-        )
+        done = finished(operator, ns, "TrainingInterrupted handled", timeout=200)
     except AssertionError:
         raise AssertionError(json.dumps(records(operator, ns), indent=1)) from None
     assert done["alert"] == "TrainingInterrupted", done

@@ -19,19 +19,15 @@ from typing import Any
 import pytest
 
 from e2e.cluster import Cluster
-from e2e.launched import JOB, JOB_OWNER, WORLD, logs, resumed, start_gang
+from e2e.launched import JOB, JOB_OWNER, WORLD, logs, new_ranks_resumed, start_gang
 from e2e.pipeline import Monitoring, Sink, exporter_step
-from e2e.receiver import records
+from e2e.receiver import records, step
 from tests.processes import wait_for
 
 pytestmark = pytest.mark.e2e
 
 KUBECTL = shutil.which("kubectl")
 MOVE = ["RequestCheckpoint", "RestartGang", "ConfirmPlacement"]
-
-
-def step(record: dict[str, Any], kind: str) -> dict[str, Any]:
-    return next(s for s in record["steps"] if s["kind"] == kind)
 
 
 def moves(cluster: Cluster, ns: str) -> list[dict[str, Any]]:
@@ -76,14 +72,7 @@ def test_a_drain_waits_for_the_checkpoint_and_the_gang_resumes_past_the_last_ste
         ckpt = int(found.group(1))
         assert ckpt >= before, (ckpt, before)  # every step taken before the drain is in the checkpoint
 
-        def both_resumed() -> dict[str, dict[str, Any]]:
-            new = [r for r in pods.running() if r.uid not in old]
-            return resumed(new, 0) if len(new) == WORLD else {}
-
-        try:
-            gen = wait_for("both new ranks at their first step", both_resumed, timeout=120)
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{record}\n{logs(pods)}") from None
+        gen = new_ranks_resumed(pods, old, WORLD, 120, lambda: f"{record}\n{logs(pods)}")
         for name, g in gen.items():
             assert g["resumed"] == ckpt and g["first"] == ckpt + 1, (name, g, ckpt)
         placed = {r.node for r in pods.running() if r.uid not in old}

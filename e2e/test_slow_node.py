@@ -25,7 +25,7 @@ import pytest
 from e2e.cluster import Cluster
 from e2e.pipeline import JOB, SELECTOR, exporter_step, http_text, inject
 from e2e.podprocesses import PodProcesses, PodRun
-from e2e.receiver import monitor_token, post, records
+from e2e.receiver import finished, monitor_token, post
 from e2e.test_ecc_isolation import rfc3339, sbe_payload, start
 from tests.processes import wait_for
 from trainguard.catalog.kubernetes import CORDONED_BY, FAULTY_TAINT
@@ -75,11 +75,7 @@ def test_a_throttled_gpu_is_replaced_at_the_next_checkpoint_and_no_work_before_i
     t0 = time.monotonic()
     status, answer = post(operator, "/v1/alerts", payload, token)
     assert status == 200 and answer["accepted"] == 1, answer
-    done = wait_for(
-        "the slow node replaced",
-        lambda: (r := records(operator, ns)) and r[0]["phase"] in ("Succeeded", "Failed") and r[0],
-        timeout=90,
-    )
+    done = finished(operator, ns, "the slow node replaced", timeout=90)
     elapsed = time.monotonic() - t0
     assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
     assert (done["alert"], done["class"], done["node"]) == (THROTTLED, "slowNode", slow.node)

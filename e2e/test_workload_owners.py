@@ -22,7 +22,7 @@ from e2e.cluster import Cluster, load_all
 from e2e.controlplane.controllers import Controller, manifests_dir
 from e2e.monitors import MON, condition, quickstart, ready
 from e2e.podprocesses import bound_token
-from e2e.receiver import alert_payload, monitor_token, post, records
+from e2e.receiver import alert_payload, finished, monitor_token, post, records
 from e2e.sidecars import sidecar_that_saw
 from tests.processes import wait_for
 from trainguard.api.common import LabelSelector
@@ -301,8 +301,7 @@ class TestJobSet:
                 post(operator, "/v1/events", event, bound_token(operator.core, sender, EVENTS_AUDIENCE))[0]
                 == 200
             )
-            done = wait_for("the remediation finished", lambda: (r := records(operator, ns)) and r[0]["phase"] in
-                            ("Succeeded", "Failed") and r[0], timeout=120)  # fmt: skip
+            done = finished(operator, ns, "the remediation finished", timeout=120)
         elapsed = time.monotonic() - t0
         assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
         assert [(s["kind"], s["phase"]) for s in done["steps"]] == [

@@ -76,6 +76,7 @@ CONTRACT_METRICS = {
     "trainguard_train_loss_scale_updates_total", "trainguard_train_dataloader_wait_ratio",
     "trainguard_train_allreduce_time_ratio", "trainguard_gpu_memory_fragmentation_ratio",
     "trainguard_train_step_seconds_total", "trainguard_train_step_collective_seconds_total",
+    "trainguard_train_stall_seconds_total", "trainguard_checkpoint_save_seconds_total",
     "trainguard_checkpoint_last_success_timestamp_seconds", "trainguard_checkpoint_last_step",
     "trainguard_host_kswapd_cpu_ratio", "trainguard_host_memory_used_ratio",
     "trainguard_host_disk_write_latency_seconds", "trainguard_network_packet_loss_ratio",

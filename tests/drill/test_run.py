@@ -311,3 +311,55 @@ def test_acting_on_a_synthetic_alert_is_refused_before_anything_is_posted(name: 
     with pytest.raises(ValueError, match=r"--allow-actions cannot drill .*multi-node --allow-actions"):
         make_plan(d.o, d.cluster, d.sidecars)
     assert am.posted == []
+
+
+def test_slow_gpu_times_the_operators_record_whichever_of_the_gpus_alerts_it_was_made_for() -> None:
+    """hw-slowdown raises GPUClocksThrottled and, where the job has enough busy GPUs, GPUClockBelowPeers;
+    the planner records the slow node once, for whichever came first: here the symptom, at 4 s."""
+
+    def step(w: World) -> None:
+        slowed = "hw-slowdown" in w.faults.get("llama-0", {})
+        if slowed and w.t >= 2:
+            w.am_alerts = [alert("GPUClockBelowPeers", "b1")]
+        if slowed and w.t >= 3:
+            w.am_alerts = [alert("GPUClockBelowPeers", "b1"), alert("GPUClocksThrottled", "t1")]
+        if slowed and w.t >= 4 and not w.records:
+            w.records.append({"id": "r1", "alert": "GPUClockBelowPeers", "dryRun": w.dry_run, "phase": "DryRun",
+                              "steps": [{"kind": "ConfirmFault"}, {"kind": "AwaitCheckpoint"}, {"kind": "Cordon"}]})  # fmt: skip
+        if slowed and w.t >= 5:
+            w.delivered = 11
+        if not slowed:
+            w.am_alerts = []
+
+    w = World()
+    d, _ = drill(w, "slow-gpu", step)
+    plan = make_plan(d.o, d.cluster, d.sidecars)
+    assert plan.action == "ReplaceAtCheckpoint" and not plan.targets.synthetic
+    lines = "\n".join(plan.lines(d.o))
+    assert "inject hw-slowdown (GPU 0) through sidecar llama-0 (node-a); expect GPUClocksThrottled" in lines
+    assert "GPUClockBelowPeers too" in lines
+    o = d.run(plan)
+    got = {s.stage: s for s in o.stages}
+    assert got[Stage.ALERT].seconds == 3.0, "the required alert, not the first one"
+    assert got[Stage.ACTION].seconds == 4.0 and got[Stage.NOTIFICATION].seconds == 5.0
+    assert (
+        got[Stage.ACTION].note == "GPUClockBelowPeers: ConfirmFault+AwaitCheckpoint+Cordon dry run (DryRun)"
+    )
+    assert not got[Stage.RESUMED].applies and o.passed, o.problems
+    assert w.kinds()[:2] == ["dryRun=True", "inject hw-slowdown llama-0"]
+    assert w.faults == {} and w.dry_run is False and w.kinds()[-1] == "dryRun=False", "cleared, restored"
+
+
+def test_a_record_of_another_alert_of_the_job_is_not_the_slow_gpus_action() -> None:
+    def step(w: World) -> None:
+        if "hw-slowdown" in w.faults.get("llama-0", {}):
+            w.am_alerts = [alert("GPUClocksThrottled", "t1")]
+            if not w.records:
+                w.records.append({"id": "r1", "alert": "TrainingLossNonFinite", "dryRun": True, "steps": []})
+        else:
+            w.am_alerts = []
+
+    d, _ = drill(World(), "slow-gpu", step, timeout_s=5.0)
+    o = d.run(make_plan(d.o, d.cluster, d.sidecars))
+    got = {s.stage: s for s in o.stages}
+    assert got[Stage.ALERT].seconds is not None and got[Stage.ACTION].seconds is None and not o.passed

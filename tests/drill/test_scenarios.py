@@ -155,3 +155,43 @@ def test_resumed_training_is_measured_only_where_training_stops() -> None:
 def test_a_fault_body_is_what_the_exporter_takes() -> None:
     assert Fault("nan-loss").body() == {"fault": "nan-loss"}
     assert Fault("xid-79", gpu=0).body() == {"fault": "xid-79", "gpu": 0}
+
+
+def test_slow_gpu_slows_gpu_0_of_one_sidecar_and_expects_the_throttle_alert() -> None:
+    s = SCENARIOS["slow-gpu"]
+    assert s.faults == (Fault("hw-slowdown", gpu=0),) and s.alerts == ("GPUClocksThrottled",)
+    assert s.acted_on == ("GPUClocksThrottled", "GPUClockBelowPeers")
+    assert {response_class(a) for a in s.acted_on} == {"slowNode"}, "one record per slow node"
+    t = choose_targets(s, PODS)
+    assert not t.synthetic and [p.name for p in t.pods] == ["job-0"]
+    assert Fault("hw-slowdown", gpu=0).body() == {"fault": "hw-slowdown", "gpu": 0}
+
+
+def test_slow_gpu_without_injection_posts_a_gpu_alert_about_gpu_0() -> None:
+    s = SCENARIOS["slow-gpu"]
+    t = choose_targets(s, [PodView(p.name, p.node) for p in PODS])
+    (posted,) = synthetic_alerts(s, t, namespace="ml", job="llama", drill_id="d", starts="s", ends="e")
+    assert posted["labels"]["alertname"] == "GPUClocksThrottled"
+    assert posted["labels"]["gpu"] == "0" and posted["labels"]["node"] == "node-a"
+    assert posted["labels"]["priority"] == "P1", "a slow GPU is a P1: the operator acts on it at P1"
+
+
+@pytest.mark.parametrize(
+    ("gpu", "action", "stages"),
+    [
+        ("ReplaceAtCheckpoint", "ReplaceAtCheckpoint", {Stage.ALERT, Stage.NOTIFICATION, Stage.ACTION}),
+        ("ReplaceNow", "ReplaceNow", {Stage.ALERT, Stage.NOTIFICATION, Stage.ACTION}),
+        ("Notify", None, {Stage.ALERT, Stage.NOTIFICATION}),
+    ],
+)
+def test_slow_gpu_expects_the_monitors_slow_node_level(
+    gpu: str, action: str | None, stages: set[Stage]
+) -> None:
+    """The GPU level decides, not the straggler's: Notify records nothing, so no action is timed."""
+    rem = Remediation.model_validate({"actions": {"slowNode": {"gpu": gpu, "straggler": "ReplaceNow"}}})
+    s = SCENARIOS["slow-gpu"]
+    assert expected_action(s.alerts, rem) == action
+    assert set(applicable(s, action, allow_actions=False)) == stages
+    if action is not None:
+        assert Stage.RESUMED in applicable(s, action, allow_actions=True), "the job runs on in a new pod"
+    assert expected_action(s.alerts, Remediation()) == "ReplaceAtCheckpoint", "the GPU level's default"

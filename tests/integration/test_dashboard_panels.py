@@ -11,7 +11,8 @@ reads too, are served from its own collector (controller/metrics.py) over the jo
 
 Each panel's query is sent as Grafana sends it (template variables substituted with the values the
 dashboard's own variable queries return) and must return at least one series: first with no fault,
-where only the panels listed in NEEDS_A_FAULT may be empty, then with those faults injected.
+where only the panels listed in NEEDS_A_FAULT may be empty, then with those faults injected; and the
+slow-GPU row must single out the GPU a pcie-downtrain and an hw-slowdown slow.
 The long-term aggregates (aggregates.yml, the cost records the Cost dashboard reads among them) run
 every 5 seconds instead of 5 minutes, render's own --aggregate-interval, so that they have data in time.
 """
@@ -306,3 +307,53 @@ def test_the_cost_panels_charge_the_job_to_its_cost_labels(stack: dict[str, Any]
     (peak,) = query(prom, queries["Peak GPU memory by job"])
     assert peak["metric"] == {"namespace": "ml", "training_job": "llama-pretrain"}, peak
     assert float(peak["value"][1]) > 0, peak
+
+
+def test_the_slow_gpu_panels_show_a_link_trained_down_and_a_clock_held_low(stack: dict[str, Any]) -> None:
+    """The job dashboard's slow-GPU row, as Grafana sends its queries, names the GPU a fault slows: its
+    link at half its lanes (pcie-downtrain), its clock 30% down with hw_slowdown held (hw-slowdown), and
+    every other GPU of the job at full link and at the job's median clock."""
+    prom = stack["prometheus"]
+    board = json.loads(render_dashboards()["training-job.json"])
+    job = {"$namespace": "ml", "$training_job": "llama-pretrain"}
+    queries: dict[str, str] = {}
+    for title, expr in panel_queries(board):
+        sent = expr
+        for var, value in job.items():
+            sent = sent.replace(var, value)
+        queries.setdefault(title, sent)
+    exporter, slow = stack["exporters"][0], "llama-0/1"  # GPU 1 of llama-0's exporter
+
+    def per_gpu(title: str) -> dict[str, float]:
+        return {
+            f"{r['metric']['pod']}/{r['metric']['gpu']}": float(r["value"][1])
+            for r in query(prom, queries[title])
+        }
+
+    def seen() -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+        held = {
+            r["metric"]["reason"]: float(r["value"][1])
+            for r in query(prom, queries["Clock throttle reasons held"])
+        }
+        return per_gpu("PCIe link bandwidth share"), per_gpu("SM clock / job median"), held
+
+    def shown(link: dict[str, float], clock: dict[str, float], held: dict[str, float]) -> bool:
+        others = [k for k in link if k != slow]
+        return (
+            len(link) == len(clock) == 4
+            and link[slow] == 0.5 and all(link[k] == 1 for k in others)
+            and clock[slow] <= 0.75 and all(clock[k] > 0.9 for k in others)
+            and held.get("hw_slowdown") == 1 and held.get("hw_power_brake") == 0
+        )  # fmt: skip
+
+    for fault in ("pcie-downtrain", "hw-slowdown"):
+        http_json(f"{exporter}/v1/faults", {"fault": fault, "gpu": 1})
+    try:
+        deadline = time.monotonic() + 30
+        state = seen()
+        while not shown(*state) and time.monotonic() < deadline:
+            time.sleep(1)
+            state = seen()
+        assert shown(*state), state
+    finally:
+        http_json(f"{exporter}/v1/faults", method="DELETE")

@@ -187,9 +187,13 @@ def test_a_restarted_sidecar_is_told_the_launchers_state_again(tmp_path: Path) -
             env=env, stdout=(tmp_path / "launcher.log").open("wb"), stderr=subprocess.STDOUT,
         )  # fmt: skip
         try:
-            wait_for("generation 0 running", lambda: launcher(exp).get("state") == "running")
+            # the trainer's own line too: "running" is said when it starts, before it writes (a loaded
+            # CI machine restarted generation 0 before its line)
+            wait_for("generation 0 running",
+                     lambda: len(lines(out)) == 1 and launcher(exp).get("state") == "running")  # fmt: skip
             word(exp, 1)
-            wait_for("generation 1 running", lambda: launcher(exp).get("generation") == 1)
+            wait_for("generation 1 running",
+                     lambda: len(lines(out)) == 2 and launcher(exp).get("generation") == 1)  # fmt: skip
         except BaseException:
             proc.kill()
             raise

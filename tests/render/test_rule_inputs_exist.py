@@ -9,6 +9,7 @@ import pytest
 from tests.conftest import monitor, policy
 from tests.promql import selected_names
 from trainguard.catalog import METRICS
+from trainguard.catalog.metrics import GOODPUT_METRICS
 from trainguard.render.policy import effective_policy
 from trainguard.render.prometheus import rule_group
 
@@ -26,7 +27,8 @@ EXTERNAL = {
 def test_every_series_a_rule_reads_is_produced_by_something(backend: str, mode: str) -> None:
     m = monitor(**{"spec.exporter.gpuBackend": backend, "spec.mode": mode})
     group = rule_group(m, effective_policy(m, [policy()]))
-    exported = {metric.name for metric in METRICS}
+    # the operator's goodput families, which the goodput rules read beside the sidecars' series
+    exported = {metric.name for metric in (*METRICS, *GOODPUT_METRICS)}
     # a histogram is read through its series, not its family name
     exported |= {
         f"{m.name}{suffix}"

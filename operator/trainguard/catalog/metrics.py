@@ -191,6 +191,14 @@ METRICS: tuple[Metric, ...] = (
         "straggler, so a rank's share of step time outside them is its own pace (StragglerRank); 0 from the start.",
     ),
     Metric(
+        "trainguard_train_stall_seconds_total",
+        _C,
+        "Seconds the trainer made no step beyond its typical gap between steps (the median of the last 16), "
+        "once a gap passes 5 times that (30 s at least): a stall, seen before and without any alert. Checkpoint "
+        "writes it reported are left out, and so is the time before its first steps and after a restore or a "
+        "restart (the operator's records count those); counted while the gap is open; 0 from the start.",
+    ),
+    Metric(
         "trainguard_train_oom_total",
         _C,
         "CUDA out-of-memory errors inside the trainer, reported by the SDK (its framework integrations or "
@@ -223,6 +231,13 @@ METRICS: tuple[Metric, ...] = (
         _G,
         "Bytes of the last successful checkpoint of that kind (files under its path, measured by the SDK).",
         ("kind",),
+    ),
+    Metric(
+        "trainguard_checkpoint_save_seconds_total",
+        _C,
+        "Wall-clock seconds the trainer was blocked writing checkpoints (checkpoint_saved(seconds=...) or "
+        "Reporter.saving()), failed saves too; saves of the pod's processes that overlap count once; 0 from "
+        "the start.",
     ),
     Metric(
         "trainguard_checkpoint_filesystem_avail_bytes",
@@ -369,13 +384,14 @@ GOODPUT_METRICS: tuple[Metric, ...] = (
         "trainguard_job_productive_seconds_total",
         _C,
         "Time since the monitor's creation not lost to a cause the records tell (a stall before its alert, "
-        "checkpoint writes and slow ranks are not seen). Counted a minute behind.",
+        "checkpoint writes and slow ranks are counted by the sidecars instead: trainguard:job_lost:ratio). "
+        "Counted a minute behind.",
     ),
     Metric(
         "trainguard_job_ettr_ratio",
         _G,
         "Effective training time ratio over the last 24 hours (or since the monitor's creation): productive "
-        "over wall time.",
+        "over wall time, from the records' causes (trainguard:job_ettr:ratio adds the sidecars', over an hour).",
     ),
     Metric(
         "trainguard_job_restarts_redo_unknown",

@@ -19,6 +19,7 @@ import kopf
 
 from trainguard.api import GROUP, VERSION, InvalidInput, parse_spec
 from trainguard.catalog.severity import GRADE
+from trainguard.controller.events import RECENT_EVENTS, RecentEvents
 from trainguard.controller.eviction import EvictionGate, answer_eviction
 from trainguard.controller.metrics import OperatorMetrics
 from trainguard.controller.reconcile import (
@@ -70,14 +71,19 @@ class MonitorLocks:
 LOCKS = MonitorLocks()
 
 
-def announcer(kube: Kube, body: Mapping[str, Any]) -> Any:
-    """Post Kubernetes Events about the object; a failed post is logged, never raised."""
+def announcer(kube: Kube, body: Mapping[str, Any], recent: RecentEvents = RECENT_EVENTS) -> Any:
+    """Post Kubernetes Events about the object, each said once within `recent`'s window; a failed post is
+    logged, never raised."""
+    uid = str((body.get("metadata") or {}).get("uid") or "")
 
     def post(reason: str, message: str) -> None:
+        if not recent.first(uid, reason, message):
+            return
         try:
             warning = reason.endswith(("Failed", "Unresolved")) or reason == PODS_WITHOUT_EXPORTER
             kube.post_event(dict(body), reason, message, "Warning" if warning else "Normal")
         except Exception as exc:
+            recent.forget(uid, reason, message)
             # refused in a namespace being deleted: expected, and nothing to report
             if not namespace_terminating(exc):
                 log.exception("could not post the %s Event", reason)

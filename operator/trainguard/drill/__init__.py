@@ -10,6 +10,7 @@ SCENARIO_NAMES = (
     "stall",
     "multi-node",
     "partition",
+    "slow-gpu",
 )
 """The scenarios' names, here so that building the CLI's parser imports nothing heavy (a test pins them
 to scenarios.SCENARIOS)."""

@@ -105,7 +105,8 @@ class Plan:
             out.append(f"synthetic alerts posted to Alertmanager ({t.why}): {', '.join(s.alerts)}")
         else:
             faults = ", ".join(f.kind + ("" if f.gpu is None else f" (GPU {f.gpu})") for f in s.faults)
-            out.append(f"inject {faults} through {t.why}; expect {', '.join(s.alerts)}")
+            also = f" (it may raise {', '.join(s.may_raise)} too)" if s.may_raise else ""
+            out.append(f"inject {faults} through {t.why}; expect {', '.join(s.alerts)}{also}")
         if o.allow_actions:
             out.append(
                 "remediation acts for real (--allow-actions): nodes may be cordoned and the job restarted"
@@ -259,7 +260,7 @@ class Drill:
                     self._mark(Stage.NOTIFICATION, f"{delivered - delivered0:g} delivered")
             if Stage.ACTION in wanted and Stage.ACTION not in self.seen:
                 for r in _records(self.cluster.monitor()):
-                    if str(r.get("id")) not in before_records and r.get("alert") in s.alerts:
+                    if str(r.get("id")) not in before_records and r.get("alert") in s.acted_on:
                         steps = "+".join(str(x.get("kind")) for x in r.get("steps") or [])
                         dry = " dry run" if r.get("dryRun") else ""
                         self._mark(Stage.ACTION, f"{r.get('alert')}: {steps}{dry} ({r.get('phase')})")

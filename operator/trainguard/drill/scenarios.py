@@ -33,7 +33,9 @@ from trainguard.remediation.plan import (
 DRILL_LABEL = "trainguard_drill"
 """Every synthetic alert carries it (the drill's id), so a person who is paged sees it is a drill."""
 
-RESTARTING_ACTIONS = frozenset({"CheckpointCordonReschedule", "RestartFromCheckpoint"})
+RESTARTING_ACTIONS = frozenset(
+    {"CheckpointCordonReschedule", "RestartFromCheckpoint", "ReplaceAtCheckpoint", "ReplaceNow"}
+)
 """Actions after which the job runs again in new pods without anyone's help: resumed training is measured."""
 
 
@@ -72,6 +74,15 @@ class Scenario:
     """The fault itself stops the steps, so resumed training is measured once the drill clears it."""
     synthetic_why: str = ""
     """Why the scenario is synthetic even where sidecars allow injection."""
+    may_raise: tuple[str, ...] = ()
+    """Catalogue alerts the fault may raise too, not required for the alert stage: the operator records
+    one fault of a node once, whichever of its alerts comes first, so a record of one of these is the
+    scenario's action as well."""
+
+    @property
+    def acted_on(self) -> tuple[str, ...]:
+        """The alerts whose new record is the operator's action on this scenario's fault."""
+        return self.alerts + self.may_raise
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -94,6 +105,9 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("partition", "one node is cut off: its sidecars unreachable, the node NotReady", (),
                  ("GPUNodeDown", "TrainguardExporterDown"), Spread.ONE_NODE,
                  synthetic_why="a drill never cuts a node off: it posts what a partition would raise"),
+        Scenario("slow-gpu", "one GPU's clocks held 30% down by a hardware slowdown (slow, not dead)",
+                 (Fault("hw-slowdown", gpu=0),), ("GPUClocksThrottled",), Spread.ONE_POD,
+                 may_raise=("GPUClockBelowPeers",)),
     )
 }  # fmt: skip
 

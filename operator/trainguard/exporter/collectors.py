@@ -248,6 +248,8 @@ class TrainingCollector(_Base):
         oom = family("trainguard_train_oom_total")
         step_s = family("trainguard_train_step_seconds_total")
         step_collective_s = family("trainguard_train_step_collective_seconds_total")
+        stall_s = family("trainguard_train_stall_seconds_total")
+        save_s = family("trainguard_checkpoint_save_seconds_total")
         collectives = histogram(self.COLLECTIVES)
         if snap is not None:
             t = snap.training
@@ -261,6 +263,8 @@ class TrainingCollector(_Base):
             oom.add_metric(self.identity, t.oom_total)
             step_s.add_metric(self.identity, t.step_seconds_total)
             step_collective_s.add_metric(self.identity, t.step_collective_seconds_total)
+            stall_s.add_metric(self.identity, t.stall_seconds_total)
+            save_s.add_metric(self.identity, t.checkpoint_save_seconds_total)
             restoring.add_metric(self.identity, 1.0 if t.restoring else 0.0)  # 0 from the start, as counters
             bounds = METRICS_BY_NAME[self.COLLECTIVES].buckets
             for op, h in sorted(t.collectives.items()):
@@ -275,7 +279,7 @@ class TrainingCollector(_Base):
                 ckpt_step.add_metric([*self.identity, kind], v)
         yield from gauges.values()
         yield from (nonfinite, scale_updates, frag, ckpt_ts, ckpt_step, ckpt_size, restoring, oom)
-        yield from (step_s, step_collective_s)
+        yield from (step_s, step_collective_s, stall_s, save_s)
         yield collectives
 
 

@@ -21,6 +21,7 @@ from trainguard.exporter.assignment import UNKNOWN_VISIBLE
 from trainguard.exporter.checkpoints import CHECKPOINT_KINDS, checkpoint_ref, newer
 from trainguard.exporter.faults import Faults
 from trainguard.exporter.restarts import LAUNCHER_STALE_S, launcher_state, restart_word
+from trainguard.exporter.stalls import StallClock
 
 __all__ = ["CHECKPOINT_KINDS", "Collective", "Control", "TrainingState", "TrainingView"]
 
@@ -86,6 +87,10 @@ class TrainingView:
     step_collective_seconds_total: float = 0.0
     """Summed over the steps reported, each step's collective time capped at its duration: the rank's own
     pace is the share outside collectives (a straggler's peers wait for it there)."""
+    stall_seconds_total: float = 0.0
+    """Gaps between steps beyond the grace (exporter/stalls.py), the open one so far included."""
+    checkpoint_save_seconds_total: float = 0.0
+    """Seconds the trainer was blocked writing checkpoints (its processes' saves counted once)."""
     fragmentation: dict[str, float] = field(default_factory=dict)
     checkpoint_ts: dict[str, float] = field(default_factory=dict)
     checkpoint_step: dict[str, float] = field(default_factory=dict)
@@ -205,6 +210,8 @@ class TrainingState:
         """The last state `trainguard launch` reported (exporter/restarts.py); None: no launcher here."""
         self.launcher_seen: float | None = None
         """When that report came (this sidecar's clock)."""
+        self.stalls = StallClock()
+        """Stalls and checkpoint writes, kept at the reports; the open gap is read at each snapshot."""
 
     def trainers_done(self) -> bool:
         """Every trainer that said hello has said bye, and there was at least one: training is over.
@@ -236,6 +243,8 @@ class TrainingState:
         now = self.clock()
         with self.lock:
             self._slow_collectives(now)
+            self.view.stall_seconds_total = self.stalls.open_stall(now)
+            self.view.checkpoint_save_seconds_total = self.stalls.open_saved(now)
             view = copy.deepcopy(self.view)
         view.oom_total += self.faults.oom_added
         if self.faults.has("restore-slow"):
@@ -359,6 +368,10 @@ class TrainingState:
                     self.hello_pids.add(pid)  # a hello lost on the way still leaves a trainer that ended
                     self.bye_pids.add(pid)
                     self._restore_done(pid)  # a trainer that ended is loading nothing
+                    if self.hello_pids <= self.bye_pids:  # no trainer left: no step is awaited
+                        self.stalls.reset(_finite(report.get("ts")) or self.clock())
+            elif kind == "saving":
+                self.stalls.saving(_finite(report.get("ts")) or self.clock())
             elif kind == "checkpoint":
                 self._checkpoint(report)
             elif kind == "request":
@@ -439,6 +452,8 @@ class TrainingState:
         state = r.get("state")
         rate = _finite(r.get("read_bytes_per_second"))
         if state == "start":
+            # loading a checkpoint: the steps start again from its step, and the wait is the restart's
+            self.stalls.reset(_finite(r.get("ts")) or self.clock())
             if not self.restoring_pids:
                 self.restore_rates.clear()  # a new restore: the last one's figures are history
             self.restoring_pids.add(pid)
@@ -468,6 +483,8 @@ class TrainingState:
         now = _num(r.get("ts")) or self.clock()
         v.step = _num(r.get("step"))
         v.last_step_ts = now
+        if v.step is not None and math.isfinite(v.step):
+            self.stalls.step(v.step, now)
         nonfinite = False
         loss = _num(r.get("loss"))
         if faults.has("nan-loss"):
@@ -520,6 +537,8 @@ class TrainingState:
         sidecar would otherwise have lost (start time, last step, checkpoints) and which GPUs are
         the pod's. A trainer exists from now on, so the job's start is exported."""
         pid = _pid(r.get("pid"))
+        if pid is not None and pid not in self.hello_pids:
+            self.stalls.reset(self.clock())  # a new trainer: it loads before its first step
         if pid is not None:
             self.hello_pids.add(pid)
             self.bye_pids.discard(pid)  # a process that said bye and starts a new Reporter trains again
@@ -595,6 +614,10 @@ class TrainingState:
 
     def _checkpoint(self, r: dict[str, Any]) -> None:
         kind = str(r.get("kind")) if r.get("kind") in CHECKPOINT_KINDS else "incremental"
+        # the trainer was blocked writing it, whether the write succeeded or not
+        seconds = _finite(r.get("seconds"))
+        ended = _finite(r.get("ts")) or self.clock()
+        self.stalls.save_done(seconds if seconds is not None and seconds >= 0 else None, ended)
         if not r.get("ok", True):
             return
         # measured by the SDK where the trainer wrote it (the sidecar need not mount the volume)

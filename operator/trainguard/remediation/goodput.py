@@ -16,7 +16,9 @@ What is counted, in wall-clock time from the monitor's creation (docs/diagnosis.
   between), counted from the record's end as the job does it again, until done or the next record.
 Overlapping records count once, in CAUSES' order: an instant lost to a restart and a maintenance move
 is a `restart`'s, one lost to either and to redone work is theirs. Everything else is
-productive; a stall before its alert, a checkpoint write and a slow rank are not seen in the records.
+productive here; a stall before its alert, a checkpoint write and a slow rank are not seen in the records:
+the sidecars count them (exporter/stalls.py) and the goodput recording rules (render/prometheus.py,
+goodput_rules) add them to these causes in trainguard:job_ettr:ratio, without counting an instant twice.
 
 Monotonic by construction, for Prometheus counters: every interval starts at most a watch's delay
 before the operator sees it (a record's creation, a record's end), so counting up to `LAG_S` before

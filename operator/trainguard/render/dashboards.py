@@ -29,11 +29,22 @@ from grafana_foundation_sdk.models import prometheus as prom_model
 from trainguard.api import TrainingJobMonitor, parse_object
 from trainguard.api.common import duration_seconds
 from trainguard.api.monitor import Baseline
-from trainguard.catalog import METRICS, SEVERITIES, MetricType
+from trainguard.catalog import ALERTS_BY_NAME, METRICS, SEVERITIES, MetricType
 from trainguard.catalog.kubernetes import FAULTY_TAINT
-from trainguard.catalog.metrics import GOODPUT_METRICS
+from trainguard.catalog.metrics import GOODPUT_METRICS, SLOWING_THROTTLE_REASONS, THROTTLE_REASONS
 from trainguard.render.longterm import GPU_HOURS, PEAK_MEMORY, WINDOW, aggregate_names
-from trainguard.render.prometheus import Context, recording_rules
+from trainguard.render.prometheus import (
+    ETTR,
+    ETTR_WINDOW,
+    LOST,
+    LOST_ALL,
+    OUTLIER_Z,
+    OWN_EXCESS,
+    OWN_SPREAD,
+    STRAGGLER_WINDOW,
+    Context,
+    recording_rules,
+)
 
 EXTERNAL_SERIES: dict[str, str] = {
     "up": "Prometheus' own scrape health of the PodMonitor's targets",
@@ -93,6 +104,12 @@ def series(name: str, *matchers: str) -> str:
 def job(name: str, *matchers: str) -> str:
     """A series of the dashboard's selected job."""
     return series(name, JOB_SELECTOR, *matchers)
+
+
+def job_gpu(metric: str) -> str:
+    """A dcgm-exporter-named GPU series of the selected job, whichever the monitor's gpuBackend: the
+    sidecar's own, or dcgm-exporter's joined to the job's pods by the rules (`trainguard_dcgm:`)."""
+    return f"({job(metric)} or {job(f'trainguard_dcgm:{metric}')})"
 
 
 # ---- panels -------------------------------------------------------------------------------------
@@ -269,6 +286,8 @@ def cluster_health() -> dash.Dashboard:
             ).span(8)
         )
     )
+    for panel in _node_slow_gpu_panels(node):
+        d = d.with_panel(panel)
     # the grade is in `priority` whatever the platform's severity style (catalog/severity.py)
     by_severity = series("ALERTS", FIRING, 'priority=~"' + "|".join(SEVERITIES) + '"')
     return (
@@ -293,7 +312,8 @@ def cluster_health() -> dash.Dashboard:
 
 
 def training_job() -> dash.Dashboard:
-    """One job: progress against its baseline, numerics, memory, checkpoints, collectives, remediation."""
+    """One job: progress against its baseline, numerics, memory, checkpoints, collectives, remediation,
+    and last its slow GPUs and stragglers (a row added after the others keeps their panel ids)."""
     throughput = "trainguard:train_tokens_per_second_per_gpu:avg"
     mean, stddev = job(f"{throughput}:baseline_mean"), job(f"{throughput}:baseline_stddev")
     p99 = "trainguard:train_collective_seconds:p99"
@@ -427,7 +447,7 @@ def training_job() -> dash.Dashboard:
                 "Productive over wall time over the last day, from the operator's remediation records "
                 "(trainguard_job_ettr_ratio, exported by the leader): time lost to remediations that stop "
                 "training and to work redone after a restart. A stall before its alert, checkpoint writes and "
-                "slow ranks are not counted (docs/diagnosis.md, Goodput).",
+                'slow ranks are in the "Goodput by cause" panel below (docs/diagnosis.md, Goodput).',
                 "percentunit",
                 f"max({job('trainguard_job_ettr_ratio')})",
             ).span(6)
@@ -445,7 +465,8 @@ def training_job() -> dash.Dashboard:
             ).span(18)
         )
     )
-    return (
+    d = _goodput_by_cause(d)
+    d = (
         d.with_row(dash.Row("Remediation and alerts"))
         .with_panel(
             _table(
@@ -476,10 +497,198 @@ def training_job() -> dash.Dashboard:
             )
         )
     )
+    return _slow_gpus_and_stragglers(d)
+
+
+# ---- slow, not dead (issue 25) ------------------------------------------------------------------
+
+GPU_LEGEND = "{{pod}} GPU {{gpu}}"
+DASHED = model.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]})
+
+
+def _param(alert: str, name: str) -> float:
+    """An alert's default parameter, for the panels' descriptions (a policy may set another)."""
+    return next(p.default for p in ALERTS_BY_NAME[alert].params if p.name == name)
+
+
+def _pcie_share(width: str, max_width: str, gen: str, max_gen: str) -> str:
+    """The PCIe link's share of its full bandwidth, as GPUPCIeLinkDegraded judges it: each generation
+    doubles a lane's rate, so 2^(gen - max gen) x width / max width."""
+    return f"({width} / {max_width}) * 2 ^ ({gen} - {max_gen})"
+
+
+def _node_slow_gpu_panels(node: str) -> list[timeseries.Panel]:
+    """The per-node row's slow-GPU panels: the SM clock against its maximum, and the PCIe link's share of
+    its full bandwidth (dcgm-exporter's names, so a cluster's own dcgm-exporter fills them too)."""
+    link = _pcie_share(
+        *(
+            series(f"DCGM_FI_DEV_PCIE_{name}", node)
+            for name in ("LINK_WIDTH", "MAX_LINK_WIDTH", "LINK_GEN", "MAX_LINK_GEN")
+        )
+    )
+    return [
+        _graph(
+            "SM clock",
+            "SM clock per GPU of the node (solid) and each GPU's maximum (dashed): a busy GPU held well "
+            "below its maximum while its peers are not is slow, not dead (GPUClocksThrottled, "
+            "GPUClockBelowPeers).",
+            "hertz",
+            (f"{series('DCGM_FI_DEV_SM_CLOCK', node)} * 1e6", "GPU {{gpu}}"),
+            (f"{series('DCGM_FI_DEV_MAX_SM_CLOCK', node)} * 1e6", "max GPU {{gpu}}"),
+        ).override_by_query("B", [DASHED]),
+        _graph(
+            "PCIe link bandwidth share",
+            "Each GPU's PCIe link as a share of its full bandwidth: 2^(generation - max generation) x "
+            "width / max width, the maximum being the GPU's and its slot's together. Below 1 on a busy GPU is "
+            "GPUPCIeLinkDegraded (an idle GPU's link trains down to save power, which is normal).",
+            "percentunit",
+            (link, "GPU {{gpu}}"),
+        ),
+    ]
+
+
+def _slow_gpus_and_stragglers(d: dash.Dashboard) -> dash.Dashboard:
+    """The job's slow-not-dead row: each GPU's PCIe link and SM clock against their maxima and the job's
+    median, the throttle reasons its GPUs hold, and each rank's straggler excess (the StragglerRank
+    recording rules). Its own row, so other rows' panels merge around it."""
+    gen, max_gen = job_gpu("DCGM_FI_DEV_PCIE_LINK_GEN"), job_gpu("DCGM_FI_DEV_PCIE_MAX_LINK_GEN")
+    width, max_width = job_gpu("DCGM_FI_DEV_PCIE_LINK_WIDTH"), job_gpu("DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH")
+    clock, max_clock = job_gpu("DCGM_FI_DEV_SM_CLOCK"), job_gpu("DCGM_FI_DEV_MAX_SM_CLOCK")
+    median = "quantile by (namespace, training_job) (0.5, " + clock + ")"
+    below = 1 - _param("GPUClockBelowPeers", "ratio")
+    mask = job("trainguard_dcgm:DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
+    decoded = " or ".join(
+        f'label_replace(floor({mask} / {bit}) % 2, "reason", "{reason}", "", "")'
+        for reason, bit in THROTTLE_REASONS.items()
+    )
+    held = f"sum by (reason) ({job('trainguard_gpu_clock_throttle_reason')} or {decoded})"
+    slowdown = _param("StragglerRank", "slowdown")
+    max_legend = "max " + GPU_LEGEND
+    return (
+        d.with_row(dash.Row("Slow GPUs and stragglers"))
+        .with_panel(
+            _graph(
+                "PCIe link generation",
+                "PCIe link generation per GPU (solid) against the highest the GPU and its slot support "
+                "together (dashed). A busy GPU below its maximum runs its link at a fraction of its bandwidth "
+                "(GPUPCIeLinkDegraded); an idle GPU lowers its generation to save power, which is normal.",
+                "none",
+                (gen, GPU_LEGEND),
+                (max_gen, max_legend),
+            )
+            .span(8)
+            .override_by_query("B", [DASHED])
+        )
+        .with_panel(
+            _graph(
+                "PCIe link width",
+                "PCIe link width (lanes) per GPU (solid) against its maximum (dashed). A link trained down to "
+                "fewer lanes (a badly seated GPU or riser, a failing retimer) does not recover without a reset.",
+                "none",
+                (width, GPU_LEGEND),
+                (max_width, max_legend),
+            )
+            .span(8)
+            .override_by_query("B", [DASHED])
+        )
+        .with_panel(
+            _graph(
+                "PCIe link bandwidth share",
+                "Each GPU's link as a share of its full bandwidth, 2^(generation - max generation) x width / "
+                "max width: what GPUPCIeLinkDegraded compares with its bandwidth_ratio "
+                f"({_num(_param('GPUPCIeLinkDegraded', 'bandwidth_ratio'))} by default) on a busy GPU.",
+                "percentunit",
+                (_pcie_share(width, max_width, gen, max_gen), GPU_LEGEND),
+            ).span(8)
+        )
+        .with_panel(
+            _graph(
+                "SM clock",
+                "SM clock per GPU, each GPU model's maximum (dashed) and the median of the job's GPUs: one GPU "
+                "held below its peers is slow, not dead, and every rank of a synchronous job waits for it.",
+                "hertz",
+                (f"{clock} * 1e6", GPU_LEGEND),
+                (f"max by (modelName) ({max_clock}) * 1e6", "max {{modelName}}"),
+                (f"{median} * 1e6", "job median"),
+            )
+            .span(8)
+            .override_by_query("B", [DASHED])
+        )
+        .with_panel(
+            _graph(
+                "SM clock / job median",
+                "Each GPU's SM clock over the median of the job's GPUs. GPUClockBelowPeers fires at or under "
+                f"{_num(below)} (ratio {_num(_param('GPUClockBelowPeers', 'ratio'))} by default) for a busy "
+                "GPU, judged on the busy GPUs' clocks averaged over the rate window, with at least "
+                f"{_num(_param('GPUClockBelowPeers', 'min_gpus'))} busy GPUs; a change of the whole job moves "
+                "the median with it.",
+                "percentunit",
+                (f"{clock} / on(namespace, training_job) group_left() {median}", GPU_LEGEND),
+            ).span(8)
+        )
+        .with_panel(
+            _graph(
+                "Clock throttle reasons held",
+                "How many of the job's GPUs hold each NVML clock-throttle reason. GPUClocksThrottled fires on "
+                f"{', '.join(SLOWING_THROTTLE_REASONS)} on a busy GPU (hw_slowdown only where NVML names no "
+                "cause of it); gpu_idle and the sw_power_cap a heavy load reaches are normal. "
+                "dcgm-exporter's bitmask is decoded by bit.",
+                "none",
+                (held, "{{reason}}"),
+            ).span(8)
+        )
+        .with_panel(
+            _graph(
+                "Straggler excess per rank",
+                "Each rank's time outside collectives per step over its gang's median, minus one "
+                f"({OWN_EXCESS}; 0 during pauses: checkpoints, evaluation), and the outlier bound, "
+                f"{_num(OUTLIER_Z)} x the gang's robust spread. StragglerRank fires for a rank above both the "
+                f"slowdown ({_num(slowdown)} by default) and the bound for held_seconds "
+                f"({_num(_param('StragglerRank', 'held_seconds'))} s by default) of the last "
+                f"{STRAGGLER_WINDOW}.",
+                "percentunit",
+                (job(OWN_EXCESS), "{{pod}}"),
+                (f"{_num(OUTLIER_Z)} * {job(OWN_SPREAD)}", "outlier bound"),
+            )
+            .span(24)
+            .override_by_query("B", [DASHED])
+        )
+    )
 
 
 COST_LABELS = ("team", "model")
 """The spec.costLabels names the Cost dashboard offers to group by (its variable takes others too)."""
+
+
+def _goodput_by_cause(d: dash.Dashboard) -> dash.Dashboard:
+    """The training-job dashboard's goodput panels from the recording rules (render/prometheus.py,
+    goodput_rules): what the sidecars see and the records cannot, beside the records' causes."""
+    return d.with_panel(
+        _stat(
+            f"ETTR (last {ETTR_WINDOW}, every cause)",
+            "Productive over wall time over the last hour, from every cause: the sidecars' (stall, "
+            "checkpoint_stall, slow_rank) and the operator's records' (restart, maintenance, redone_work), "
+            "the larger where both count the same instant (trainguard:job_ettr:ratio).",
+            "percentunit",
+            f"max({job(ETTR)})",
+        ).span(6)
+    ).with_panel(
+        _graph(
+            "Goodput by cause",
+            "Share of wall time lost now, by cause: stall (no step far beyond the typical step time, before "
+            "or without any alert), checkpoint_stall (the trainer blocked writing checkpoints) and slow_rank "
+            "(the gang held to a straggler's pace: x / (1 + x) for a rank x slower), from the sidecars; "
+            "records, from the operator's remediation records; all, the larger of the two sums at each "
+            "instant (read a minute back, as the records are counted). docs/diagnosis.md, Goodput.",
+            "percentunit",
+            (f"max by (cause) ({job(LOST)})", "{{cause}}"),
+            (
+                f"clamp_max(sum(rate({job('trainguard_job_lost_seconds_total')}[5m])), 1)",
+                "records",
+            ),
+            (f"max({job(LOST_ALL)})", "all"),
+        ).span(18)
+    )
 
 
 def cost() -> dash.Dashboard:

@@ -13,7 +13,7 @@ from typing import Any
 
 from trainguard.api.common import duration_seconds, format_duration
 from trainguard.api.monitor import TrainingJobMonitor
-from trainguard.catalog import FATAL_XIDS, METRICS, Scope
+from trainguard.catalog import ALERTS_BY_NAME, FATAL_XIDS, METRICS, Scope
 from trainguard.catalog.metrics import SLOWING_THROTTLE_REASONS, THROTTLE_REASONS
 from trainguard.catalog.severity import GRADE, grade_labels
 from trainguard.render.policy import EffectiveAlert, EffectivePolicy
@@ -205,6 +205,7 @@ def recording_rules(ctx: Context) -> list[Rule]:
         + ctx.scale(ctx.sigma, f"({_floored(ctx, f'{p99}:baseline_stddev', f'{p99}:baseline_mean', floor)})"),
     )
     rules += straggler_rules(ctx)
+    rules += goodput_rules(ctx)
     # the checkpoint filesystem as the fullest of the pods' views (they share it, or each has its own)
     rec(
         "trainguard:checkpoint_filesystem_avail_bytes:min",
@@ -277,6 +278,65 @@ def straggler_rules(ctx: Context) -> list[Rule]:
         {"record": OWN_RATIO, "expr": f"clamp_min(1 - ({reported} > 0 or {timed}) / ({steps} > 0), 0)"},
         {"record": OWN_EXCESS, "expr": f"{raw} and on({JOB}) ({steady}) or 0 * {steps}"},
         {"record": OWN_SPREAD, "expr": spread},
+    ]
+
+
+LOST = "trainguard:job_lost:ratio"
+LOST_ALL = "trainguard:job_lost_all:ratio"
+ETTR = "trainguard:job_ettr:ratio"
+ETTR_WINDOW = "1h"
+"""The window of ETTR: an hour of evaluations (240 at 15 s) per job. The operator's own
+trainguard_job_ettr_ratio spans a day, from its records alone; a dashboard averages LOST_ALL over its range."""
+RECORDS_LAG = "1m"
+"""The operator counts its records' causes this far behind now (remediation/goodput.py, LAG_S): the
+sidecars' causes are read this far back, so an instant lost to both is compared with itself."""
+RECORD_COUNTER = "trainguard_job_lost_seconds_total"
+"""The operator's counter of the causes its records tell (catalog/metrics.py, GOODPUT_METRICS)."""
+SLOW_RANK_MIN_EXCESS = next(p.default for p in ALERTS_BY_NAME["StragglerRank"].params if p.name == "slowdown")
+"""A rank counts as holding the gang back from this excess (StragglerRank's default slowdown) and when
+it stands out of the gang's spread as StragglerRank's outliers do: an even gang's noise is no loss."""
+
+
+def goodput_rules(ctx: Context) -> list[Rule]:
+    """The share of each job's wall time lost now, by the causes the sidecars see and the operator's
+    records cannot (docs/diagnosis.md, "Goodput"), and an ETTR over ETTR_WINDOW with every cause.
+
+    stall and checkpoint_stall: the largest rate, over the job's pods, of the sidecars' stall and
+    checkpoint-save counters (seconds per second: the share of the time; the gang waits for its slowest
+    pod, so the largest, not the sum). slow_rank: in synchronous training the gang steps at its slowest
+    rank's pace, so a rank x slower than its peers (OWN_EXCESS) costs the gang x / (1 + x) of its time.
+    The three are disjoint: a write the SDK reported is no stall (exporter/stalls.py), and a window
+    without steps has no excess. LOST_ALL, per instant, is the larger of their sum and the records'
+    share (restart, maintenance, redone_work), read RECORDS_LAG apart: a stall that became a restart,
+    or redone work during which checkpoints are written, is counted once, as the larger."""
+    rw = ctx.rate_window
+    excess, spread = ctx.m(OWN_EXCESS), ctx.m(OWN_SPREAD)
+    outlier = f"{excess} > {_num(SLOW_RANK_MIN_EXCESS)} and {excess} > on({JOB}) group_left() {_num(OUTLIER_Z)} * {spread}"
+    slowest = f"max by ({JOB}) ({outlier})"
+    signals = f"sum by ({JOB}) ({ctx.m(LOST)} offset {RECORDS_LAG})"
+    records = f"clamp_max(sum by ({JOB}) (rate({ctx.m(RECORD_COUNTER)}[{rw}])), 1)"
+
+    def pods(counter: str) -> str:
+        return f"clamp_max(max by ({JOB}) (rate({ctx.m(counter)}[{rw}])), 1)"
+
+    return [
+        {"record": LOST, "expr": pods("trainguard_train_stall_seconds_total"), "labels": {"cause": "stall"}},
+        {
+            "record": LOST,
+            "expr": pods("trainguard_checkpoint_save_seconds_total"),
+            "labels": {"cause": "checkpoint_stall"},
+        },
+        {
+            "record": LOST,
+            "expr": f"{slowest} / (1 + {slowest}) or 0 * max by ({JOB}) ({excess})",
+            "labels": {"cause": "slow_rank"},
+        },
+        {
+            "record": LOST_ALL,
+            "expr": f"clamp_max({signals}, 1) >= on({JOB}) {records} or on({JOB}) {records} "
+            f"or on({JOB}) clamp_max({signals}, 1)",
+        },
+        {"record": ETTR, "expr": f"1 - avg_over_time({ctx.m(LOST_ALL)}[{ETTR_WINDOW}])"},
     ]
 
 

@@ -6,7 +6,8 @@
         ...
         tg.log_step(step, loss=loss, grad_norm=gn, tokens=batch_tokens, step_time_s=dt)
         if kind := tg.should_checkpoint(step):
-            save(kind); tg.checkpoint_saved(step, kind, path)
+            with tg.saving(step, kind, path):    # or save(...); tg.checkpoint_saved(..., seconds=took)
+                save(kind)
         while tg.should_pause():
             time.sleep(5)
 

@@ -21,6 +21,11 @@ loss reported here is the one the model returned at each optimizer step (a forwa
 training mode only, averaged over gradient-accumulation micro-batches), not the logged one. The
 gradient norm is the Trainer's own (it computes it every step but hands it to callbacks only at its
 logging steps): reported when it logs.
+
+A save blocks training: the time from the last thing the Trainer told a callback before it (the step's
+end, a log, an evaluation) to on_save is reported with the checkpoint (checkpoint_saved's `seconds`),
+and the sidecar is told when the Trainer asks for the save (at a step's or an epoch's end), so a long
+one is not counted as a stall.
 """
 
 from __future__ import annotations
@@ -65,6 +70,9 @@ class TrainguardCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]
         self._tokens = 0  # input tokens of this optimizer step
         self._hooks: list[Any] = []
         self._restore: Restore | None = None  # the load cb.train() started, until on_train_begin
+        self._save_from: float | None = None
+        """When the Trainer last told a callback something before a save it will make at this step (its
+        step end, log or evaluation): the save's blocking time runs from there to on_save."""
 
     def train(self, trainer: Any, resume: bool = True, **kwargs: Any) -> Any:
         """trainer.train(**kwargs), resuming from the checkpoint resume_from() names (resume_path) when
@@ -169,7 +177,24 @@ class TrainguardCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]
             control.should_save = True
         if self.reporter.should_pause():
             control.should_training_stop = True  # resume later from the checkpoint the operator kept
+        self._announce_save(control)
         return control
+
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """save_strategy "epoch": DefaultFlowCallback asks for the save here."""
+        self._announce_save(control)
+
+    def _announce_save(self, control: Any) -> None:
+        """HF's own cadence (DefaultFlowCallback runs before this callback) or ours asked for a save: the
+        Trainer writes it next, after its log and evaluation; the sidecar knows from now."""
+        if getattr(control, "should_save", False) and self._save_from is None:
+            self._save_from = time.monotonic()
+            self.reporter.save_began()
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """An evaluation before the save at this step: the save starts after it."""
+        if self._save_from is not None:
+            self._save_from = time.monotonic()
 
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
@@ -178,6 +203,8 @@ class TrainguardCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]
         carry the model's). The loss scale travels with it: under a dynamic loss scaler a non-finite
         gradient norm is a skipped step, not a diverged run."""
         logs = logs or {}
+        if self._save_from is not None:
+            self._save_from = time.monotonic()
         if "grad_norm" in logs:
             self.reporter.log_step(state.global_step, grad_norm=logs["grad_norm"],
                                    loss_scale=torch_state.huggingface_loss_scale(kwargs))  # fmt: skip
@@ -188,4 +215,7 @@ class TrainguardCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]
         step = state.global_step
         requested, self._requested = self._requested, None
         kind = requested[1] if requested is not None and requested[0] == step else "full"
-        self.reporter.checkpoint_saved(step, kind, os.path.join(args.output_dir, f"checkpoint-{step}"))
+        began, self._save_from = self._save_from, None
+        seconds = None if began is None else time.monotonic() - began
+        self.reporter.checkpoint_saved(step, kind, os.path.join(args.output_dir, f"checkpoint-{step}"),
+                                       seconds=seconds)  # fmt: skip

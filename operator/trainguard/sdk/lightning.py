@@ -9,7 +9,8 @@ One report per optimizer step (gradient-accumulation micro-batches are averaged)
 training step returned, the gradient norm before clipping (computed here: Lightning computes none
 unless asked), the fp16 loss scale and fragmentation where CUDA exists. Checkpoints on the SDK's
 cadence are saved here, with `trainer.save_checkpoint`, once the file is written; a save by another
-checkpoint callback (ModelCheckpoint) is reported once it is written, as full. A CUDA out-of-memory
+checkpoint callback (ModelCheckpoint) is reported once it is written, as full. The SDK's own saves are
+timed (Reporter.saving: the seconds the trainer was blocked); another callback's are not. A CUDA out-of-memory
 error is reported before Lightning raises it (on_exception). Resuming with `fit(ckpt_path=...)` is timed
 as a restore (Reporter.restore): the callback wraps the strategy's load_checkpoint from setup() on, so the
 figure is the file's load alone.
@@ -125,8 +126,8 @@ class TrainguardCallback(Callback):  # type: ignore[misc,unused-ignore]
         if kind := self.reporter.should_checkpoint(step):
             path = os.path.join(self.dirpath or os.path.join(trainer.default_root_dir, "checkpoints"),
                                 f"trainguard-step={step}-{kind}.ckpt")  # fmt: skip
-            trainer.save_checkpoint(path)  # every rank calls it; rank 0 writes
-            self.reporter.checkpoint_saved(step, kind, path)
+            with self.reporter.saving(step, kind, path):  # timed: the trainer is blocked while it writes
+                trainer.save_checkpoint(path)  # every rank calls it; rank 0 writes
         self._report_other_saves(trainer)
         if self.reporter.should_pause():
             trainer.should_stop = True  # resume later from the checkpoint the operator kept

@@ -69,6 +69,15 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def _seconds(value: Any) -> float | None:
+    """A duration as sent: a finite, non-negative float, else None."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) and number >= 0 else None
+
+
 class Restore:
     """A checkpoint being loaded (`Reporter.restore(path)`): the sidecar exports restoring 1 from begin()
     to end(), and the read throughput: every RESTORE_PROGRESS_EVERY_S while loading (bytes this process
@@ -116,6 +125,38 @@ class Restore:
         self.reporter._restore_event(self, "end", None if read is None else read / self.seconds, ok=ok)
 
     def __enter__(self) -> Restore:
+        return self.begin()
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.end(ok=exc_type is None)
+
+
+class Saving:
+    """A checkpoint being written (`with tg.saving(step, kind, path): save(path)`): the sidecar is told
+    when the write begins, so a long write never looks like a stall while it runs, and checkpoint_saved
+    follows at its end with the seconds the trainer was blocked (ok False when the block raised; the
+    exception goes on). begin() and end() for a write that starts and ends in different callbacks."""
+
+    def __init__(self, reporter: Reporter, step: Any, kind: Any, path: Any) -> None:
+        self.reporter = reporter
+        self.step, self.kind, self.path = step, kind, path
+        self.started: float | None = None
+        self.seconds: float | None = None
+        """How long the write took, once it ended."""
+
+    def begin(self) -> Saving:
+        if self.started is None:
+            self.started = time.monotonic()
+            self.reporter.save_began()
+        return self
+
+    def end(self, ok: bool = True) -> None:
+        if self.started is None or self.seconds is not None:
+            return
+        self.seconds = time.monotonic() - self.started
+        self.reporter.checkpoint_saved(self.step, self.kind, self.path, ok=ok, seconds=self.seconds)
+
+    def __enter__(self) -> Saving:
         return self.begin()
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
@@ -256,7 +297,12 @@ class Reporter:
         if isinstance(event.get("loss"), str):
             self._wake.set()  # a non-finite loss is a P0: do not wait for the next flush
 
-    def checkpoint_saved(self, step: int, kind: str, path: str, ok: bool = True) -> None:
+    def checkpoint_saved(
+        self, step: int, kind: str, path: str, ok: bool = True, seconds: float | None = None
+    ) -> None:
+        """A checkpoint written (or failed, ok False). `seconds`: how long the trainer was blocked
+        writing it, where the caller timed it (trainguard_checkpoint_save_seconds_total; saving() times
+        it for you). A value that is not a non-negative number is left out, the checkpoint still reported."""
         try:
             step, kind, path, ok = int(step), str(kind), str(path), bool(ok)
         except (TypeError, ValueError, OverflowError) as exc:
@@ -265,8 +311,12 @@ class Reporter:
         ts = self._clock()
         # started_at says which trainer saved it: one started after the operator pinned a checkpoint
         # resumed from the pin, so its checkpoints past the pin end it
-        self._put({"type": "checkpoint", "step": step, "kind": kind, "path": path, "ok": ok, "ts": ts,
-                   "started_at": self.started_at})  # fmt: skip
+        event = {"type": "checkpoint", "step": step, "kind": kind, "path": path, "ok": ok, "ts": ts,
+                 "started_at": self.started_at}  # fmt: skip
+        blocked = _seconds(seconds)
+        if blocked is not None:
+            event["seconds"] = blocked
+        self._put(event)
         if ok:
             with self._lock:
                 recorded = kind if kind in CHECKPOINT_KINDS else "incremental"
@@ -278,6 +328,16 @@ class Reporter:
                 if self._control.get("checkpoint") in (kind, "incremental"):
                     self._control["checkpoint"] = None
         self._wake.set()
+
+    def saving(self, step: int, kind: str, path: str) -> Saving:
+        """`with tg.saving(step, kind, path): save(path)`: reports the write's start, then
+        checkpoint_saved with the seconds it blocked the trainer (see Saving)."""
+        return Saving(self, step, kind, path)  # checked by checkpoint_saved at its end, as any report
+
+    def save_began(self) -> None:
+        """A checkpoint write begins: the sidecar does not count the wait for the next step as a stall
+        until checkpoint_saved says it ended (Saving and the framework integrations call it)."""
+        self._put({"type": "saving", "ts": self._clock(), "pid": os.getpid()})
 
     def report_oom(self, device: int | None = None, message: str = "") -> None:
         """The accelerator ran out of memory (torch.OutOfMemoryError): counted by the exporter

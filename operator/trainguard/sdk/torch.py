@@ -1,6 +1,6 @@
 """PyTorch helpers for a plain training loop: allocator fragmentation, the loss scale, time spent in
-collectives (per step, and each collective's latency), out-of-memory reports and a timed checkpoint
-load. Needs torch (imported here only)."""
+collectives (per step, and each collective's latency), out-of-memory reports, and a timed checkpoint
+load and save. Needs torch (imported here only)."""
 
 from __future__ import annotations
 
@@ -143,3 +143,12 @@ def load(reporter: Reporter, path: str | os.PathLike[str], **kwargs: Any) -> Any
     restoring, and the read throughput."""
     with reporter.restore(os.fspath(path)):
         return torch.load(path, **kwargs)
+
+
+def save(
+    reporter: Reporter, obj: Any, path: str | os.PathLike[str], step: int, kind: str = "full", **kwargs: Any
+) -> None:
+    """torch.save(obj, path, **kwargs) as a timed save (Reporter.saving): reported with the seconds it
+    blocked the trainer (trainguard_checkpoint_save_seconds_total), or as failed when it raised."""
+    with reporter.saving(step, kind, os.fspath(path)):
+        torch.save(obj, path, **kwargs)

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from trainguard.api.promql import quoted
 from trainguard.clients import alertmanager
+from trainguard.render.prometheus import ETTR, LOST
 from trainguard.status.model import (
     BASELINE,
     CHECKPOINT_STEP,
@@ -45,6 +46,17 @@ def _value(prom: InstantQuery, query: str, at: float | None = None) -> float | N
     return max(values) if values else None
 
 
+def _by_label(prom: InstantQuery, query: str, label: str) -> dict[str, float]:
+    """An instant query's values by one label (the largest where several series share it)."""
+    out: dict[str, float] = {}
+    for item in prom.custom_query(query) or []:
+        key, value = (item.get("metric") or {}).get(label), item.get("value")
+        if key is None or not value or math.isnan(float(value[1])):
+            continue
+        out[str(key)] = max(out.get(str(key), float("-inf")), float(value[1]))
+    return out
+
+
 def fetch_series(prom: InstantQuery, namespace: str, job: str) -> Series:
     sel, full = _sel(namespace, job), _sel(namespace, job, ',kind="full"')
     return Series(
@@ -52,6 +64,8 @@ def fetch_series(prom: InstantQuery, namespace: str, job: str) -> Series:
         baseline=_value(prom, f"{BASELINE}{sel}"),
         checkpoint_step=_value(prom, f"{CHECKPOINT_STEP}{full}"),
         checkpoint_time=_value(prom, f"{CHECKPOINT_TIME}{full}"),
+        lost_now=_by_label(prom, f"{LOST}{sel}", "cause"),
+        ettr_all=_value(prom, f"{ETTR}{sel}"),
     )
 
 

@@ -19,7 +19,7 @@ Records beyond the 50 the status keeps are not counted.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from trainguard.catalog import SEVERITY_ORDER
@@ -57,6 +57,11 @@ class Series:
     baseline: float | None = None
     checkpoint_step: float | None = None
     checkpoint_time: float | None = None
+    lost_now: Mapping[str, float] = field(default_factory=dict)
+    """Share of wall time lost now by each cause the sidecars see and the records cannot (stall,
+    checkpoint_stall, slow_rank: the goodput recording rules, render/prometheus.py); empty without them."""
+    ettr_all: float | None = None
+    """The ETTR over the rules' window (an hour) with every cause, the records' too (trainguard:job_ettr:ratio)."""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from trainguard.output import no_colour
 from trainguard.remediation.goodput import WINDOW_S
+from trainguard.render.prometheus import ETTR_WINDOW
 from trainguard.status.model import JobStatus, Remediation
 from trainguard.times import rfc3339
 
@@ -72,6 +73,15 @@ def goodput_text(s: JobStatus) -> str:
     return f"{g.ettr * 100:.1f}% over {window}, {lost}{unknown}"
 
 
+def lost_now_text(s: JobStatus) -> str:
+    """`stall 12.0%, checkpoint_stall 0.5%, slow_rank 0.0%; ETTR 91.3% over 1h, every cause`: what the
+    goodput rules record now (docs/diagnosis.md, Goodput); "" where Prometheus has none of it."""
+    causes = ", ".join(f"{cause} {share * 100:.1f}%" for cause, share in sorted(s.series.lost_now.items()))
+    ettr = _number(s.series.ettr_all)
+    overall = f"ETTR {ettr * 100:.1f}% over {ETTR_WINDOW}, every cause" if ettr is not None else ""
+    return "; ".join(part for part in (causes, overall) if part)
+
+
 def rules_text(s: JobStatus) -> str:
     """Where the job's rules are, said only when it is not where its form puts every job: a group of its
     own under the shared form ("" otherwise)."""
@@ -112,6 +122,8 @@ def _details(s: JobStatus) -> list[str]:
         lines.append(f"  monitor not Ready: {s.ready_reason}")
     if s.goodput is not None:
         lines.append(f"  goodput: {goodput_text(s)}")
+    if lost_now_text(s):
+        lines.append(f"  lost now: {lost_now_text(s)}")
     if rules_text(s):
         lines.append(f"  rules: {rules_text(s)}")
     lines.append(f"  last remediation: {remediation_text(s.last_remediation, s.now)}")
@@ -170,6 +182,7 @@ def job_data(s: JobStatus) -> dict[str, Any]:
         "remediations": s.remediations,
         "timeLost": {"seconds": s.lost_s, "lowerBound": s.lost_partial},
         "goodput": _goodput_data(s),
+        "lostNow": {"ratio": dict(sorted(s.series.lost_now.items())), "ettr": _number(s.series.ettr_all)},
         "rules": {"form": s.rules_form or None, "reasons": list(s.rules_reasons)},
     }
 
@@ -222,6 +235,8 @@ def _job(s: JobStatus) -> RenderableType:
     grid.add_row("time lost", lost)
     if s.goodput is not None:
         grid.add_row("goodput", Text(goodput_text(s)))
+    if lost_now_text(s):
+        grid.add_row("lost now", Text(lost_now_text(s)))
     if rules_text(s):
         grid.add_row("rules", Text(rules_text(s)))
     head = Text.assemble((f"{s.namespace}/{s.name}", "bold"), "  ", (s.health, STYLES.get(s.health, "")))
