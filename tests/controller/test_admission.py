@@ -274,3 +274,28 @@ def test_the_candidates_hold_every_monitor_that_selects_the_pod() -> None:
     found = admission.select(pod, candidates)
     assert found is not None and admission.select(pod, everything) is not None
     assert found[0].name == admission.select(pod, everything)[0].name == "a-app"  # type: ignore[index]
+
+
+def test_the_caches_same_objects_are_recognised_without_reading_their_versions() -> None:
+    """The watch cache hands out the same objects until an event replaces one: the same objects again
+    are the snapshot the last admission made, its versions not read; a replaced one is read again."""
+    reads: list[str] = []
+
+    class Watched(dict):  # type: ignore[type-arg]
+        def get(self, key: Any, default: Any = None) -> Any:
+            if key == "metadata":
+                reads.append(self["metadata"]["name"])
+            return super().get(key, default)
+
+    monitors = [
+        Watched(versioned("llama-pretrain", "1", "llama-pretrain")),
+        Watched(versioned("other", "7", "x")),
+    ]
+    parsed = ParsedMonitors()
+    assert [m.name for m, _ in parsed("ml", list(monitors), LABELS)] == ["llama-pretrain"]
+    reads.clear()
+    assert [m.name for m, _ in parsed("ml", list(monitors), LABELS)] == ["llama-pretrain"]
+    assert reads == [], "recognised by identity"
+    edited = Watched(versioned("llama-pretrain", "2", "something-else"))
+    assert parsed("ml", [edited, monitors[1]], LABELS) == []
+    assert "llama-pretrain" in reads, "a replaced object is read"

@@ -102,7 +102,7 @@ def test_the_gate_fails_open() -> None:
 def test_the_gate_is_served_at_the_path_its_configuration_names() -> None:
     """kopf routes a webhook request to the handler whose id is the request's path."""
     registry = kopf.OperatorRegistry()
-    register(registry, receiver_url="https://op/v1/events", sidecar_image="i")
+    register(registry)
     hooks = {h.id: h for h in registry._webhooks.get_all_handlers()}
     path = eviction_webhook_configuration(b"ca", url="https://op:9443")["webhooks"][0]["clientConfig"]["url"]
     hook = hooks[path.rsplit("/", 1)[1]]
@@ -120,7 +120,7 @@ def review(memo: Any) -> dict[str, Any]:
             return memobase
 
     registry = kopf.OperatorRegistry()
-    register(registry, receiver_url="https://op/v1/events", sidecar_image="i")
+    register(registry)
     pods = references.Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True,
                                subresources=frozenset({"eviction"}), singular="pod", preferred=True)  # fmt: skip
     insights = references.Insights()

@@ -123,7 +123,7 @@ def test_no_handler_asks_kopf_for_a_finalizer() -> None:
     """kopf puts a finalizer on every object with a timer, daemon or mandatory deletion handler: one
     left by an uninstalled operator blocks the monitor's (and its namespace's) deletion."""
     registry = kopf.OperatorRegistry()
-    register(registry, receiver_url="https://op/v1/events", sidecar_image="i")
+    register(registry)
     spawning = list(registry._spawning.get_all_handlers())
     changing = [h for h in registry._changing.get_all_handlers() if h.requires_finalizer]
     assert spawning == [] and changing == []

@@ -6,12 +6,18 @@ does what a restart gives its new pods: a gang restart's resume-from pointer is 
 own status (the restart step's progress), not from the workload. In steady state an admission makes no
 API call. Injection never denies a pod: on any error the pod is let through without the exporter and an
 Event says why.
+
+The answer goes back as the AdmissionReview's JSON patch, built here from the fields the injection
+replaces (`json_patch`), not by diffing the whole pod before and after (kopf's way: about 1 ms a pod,
+3 times the rest of the handler, bench/admission.py).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
+import operator
 import secrets
 import threading
 import time
@@ -48,6 +54,11 @@ Candidates = Callable[[str, list[dict[str, Any]], Mapping[str, str]], Parsed]
 one, or fewer that surely include each that does."""
 
 
+class Deferred(Exception):
+    """Raised by a read that would wait (a cache not listed yet, a workload read from the API) when the
+    caller answers on the event loop: it answers again on a thread. `admit` lets it through."""
+
+
 def every_valid(namespace: str, monitors: list[dict[str, Any]], labels: Mapping[str, str]) -> Parsed:
     """Every valid monitor, parsed now."""
     return parse_valid(monitors)
@@ -59,6 +70,9 @@ class _Snapshot:
     matchLabels (a monitor selects only pods that carry all of them); those without are always tried."""
 
     versions: tuple[tuple[str, str], ...]
+    raws: tuple[dict[str, Any], ...]
+    """The raw monitors as given: the watch cache hands out the same objects until an event replaces
+    one, so the same objects again are the same versions (checked without reading each version)."""
     monitors: Parsed
     parsed: dict[tuple[str, str], TrainingJobMonitor | None]
     by_label: dict[tuple[str, str], tuple[int, ...]]
@@ -75,23 +89,30 @@ class ParsedMonitors:
     """The namespace's monitors parsed once per version of each (metadata.resourceVersion) and indexed
     by their selectors, for every admission after: parsing 500 monitors of a namespace for each pod
     takes about 25 ms, and trying each one's selector about 0.5 ms (bench/admission.py). Thread-safe
-    (kopf answers admissions on a pool of threads); holds each namespace's monitors as its last
+    (the event loop and threads answer admissions at once); holds each namespace's monitors as its last
     admission found them (a deleted monitor goes at the next). Monitors without a resourceVersion (not
-    from the API) are parsed each time."""
+    from the API) are parsed each time. The objects the cache gave last time are recognised by
+    identity: 20 us for 500 monitors, against 230 us to read and compare their versions."""
 
     def __init__(self) -> None:
         self._guard = threading.Lock()
         self._namespaces: dict[str, _Snapshot] = {}
 
     def __call__(self, namespace: str, monitors: list[dict[str, Any]], labels: Mapping[str, str]) -> Parsed:
+        with self._guard:
+            last = self._namespaces.get(namespace)
+        if (
+            last is not None
+            and len(last.raws) == len(monitors)
+            and all(map(operator.is_, last.raws, monitors))
+        ):
+            return last.candidates(labels)
         versions = tuple(
             (str(meta.get("name") or ""), str(meta.get("resourceVersion") or ""))
             for meta in (raw.get("metadata") or {} for raw in monitors)
         )
         if not all(version for _, version in versions):
             return parse_valid(monitors)
-        with self._guard:
-            last = self._namespaces.get(namespace)
         if last is None or last.versions != versions:
             last = self._snapshot(versions, monitors, last.parsed if last is not None else {})
             with self._guard:
@@ -127,7 +148,12 @@ class ParsedMonitors:
                 unindexed.append(len(valid))
             valid.append((monitor, raw))
         return _Snapshot(
-            versions, valid, parsed, {k: tuple(v) for k, v in by_label.items()}, tuple(unindexed)
+            versions,
+            tuple(monitors),
+            valid,
+            parsed,
+            {k: tuple(v) for k, v in by_label.items()},
+            tuple(unindexed),
         )
 
 
@@ -276,6 +302,8 @@ def admit(
             log.info("injecting the exporter into a pod of %s/%s for monitor %s", namespace, _pod_name(pod),
                      monitor.name)  # fmt: skip
         return changes
+    except Deferred:
+        raise
     except Exception as exc:
         message = (
             f"pod {namespace}/{_pod_name(pod)} was admitted WITHOUT the trainguard exporter: {exc!r}. "
@@ -295,3 +323,38 @@ def admit(
 def _pod_name(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     return str(meta.get("name") or (str(meta.get("generateName") or "") + "*"))
+
+
+def json_patch(pod: Mapping[str, Any], changes: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The RFC 6902 operations that give the pod `changes` (inject's: whole fields of metadata and spec,
+    each replacing the pod's own): an `add` per field, which replaces a member that exists; a parent
+    the pod lacks is added whole."""
+    ops: list[dict[str, Any]] = []
+    for parent in sorted(changes):
+        fields = changes[parent]
+        if not isinstance(pod.get(parent), Mapping):
+            ops.append({"op": "add", "path": f"/{_pointer(parent)}", "value": dict(fields)})
+            continue
+        for name in sorted(fields):
+            ops.append({"op": "add", "path": f"/{_pointer(parent)}/{_pointer(name)}", "value": fields[name]})
+    return ops
+
+
+def _pointer(token: str) -> str:
+    """One reference token of a JSON pointer (RFC 6901)."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def review_answer(review: Mapping[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """The AdmissionReview that answers `review`: allowed (injection never denies a pod), with `ops`
+    as its JSON patch when there are any."""
+    request = review.get("request") or {}
+    response: dict[str, Any] = {"uid": str(request.get("uid") or ""), "allowed": True}
+    if ops:
+        response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode("ascii")
+        response["patchType"] = "JSONPatch"
+    return {
+        "apiVersion": review.get("apiVersion") or "admission.k8s.io/v1",
+        "kind": review.get("kind") or "AdmissionReview",
+        "response": response,
+    }

@@ -17,10 +17,8 @@ from typing import Any
 
 import kopf
 
-from trainguard.api import GROUP, VERSION, InvalidInput, TrainingJobMonitor, parse_spec
-from trainguard.catalog.kubernetes import RESUME_FROM
+from trainguard.api import GROUP, VERSION, InvalidInput, parse_spec
 from trainguard.catalog.severity import GRADE
-from trainguard.controller.admission import Candidates, ParsedMonitors, admit
 from trainguard.controller.events import RECENT_EVENTS, RecentEvents
 from trainguard.controller.eviction import EvictionGate, answer_eviction
 from trainguard.controller.metrics import OperatorMetrics
@@ -36,16 +34,15 @@ from trainguard.controller.reconcile import (
     utcnow,
 )
 from trainguard.controller.status import Outcome, monitor_status
-from trainguard.kube import Kube, NotSynced, namespace_terminating
+from trainguard.kube import Kube, namespace_terminating
 from trainguard.render.shared import PER_MONITOR
 
 log = logging.getLogger("trainguard.handlers")
 
 MONITORS = (GROUP, VERSION, "trainingjobmonitors")
 POLICIES = (GROUP, VERSION, "alertpolicies")
-ADMISSION_API_TIMEOUT = 3.0
 ADMISSION_CACHE_WAIT = 1.0
-"""How long admission waits for a starting replica's monitor cache before it asks the API instead."""
+"""How long the eviction gate waits for a starting replica's caches before it lets the eviction go."""
 
 
 class MonitorLocks:
@@ -171,10 +168,10 @@ def resync(
     return True
 
 
-def register(registry: kopf.OperatorRegistry, *, receiver_url: str, sidecar_image: str) -> None:
+def register(registry: kopf.OperatorRegistry) -> None:
     """Attach every handler of the operator to `registry`. The memo carries `kube`, `reads` (the watch
-    caches), `native_sidecar`, `metrics`, `receiver` and `settings` (MonitorSettings; set at startup).
-    Injected sidecars run `sidecar_image` unless their monitor overrides it."""
+    caches), `metrics`, `receiver` and `settings` (MonitorSettings; set at startup). The sidecar
+    injection is no kopf handler: controller/injection.py answers it on the webhook server's loop."""
 
     def _reconcile(memo: Any, namespace: str, name: str) -> None:
         settings = memo.get("settings", DEFAULT_SETTINGS)
@@ -253,16 +250,6 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str, sidecar_imag
             # Degraded: PolicyNotFound
             _reconcile(memo, namespace, monitor_name)
 
-    # ---- sidecar injection: every replica answers, standbys included ----
-
-    parsed = ParsedMonitors()
-
-    @kopf.on.mutate("", "v1", "pods", id="inject-sidecar", operations=["CREATE"], registry=registry)
-    def inject_sidecar(*, body: kopf.Body, patch: kopf.Patch, memo: Any, **_: Any) -> None:
-        answer_admission(
-            body, patch, memo, receiver_url=receiver_url, parsed=parsed, sidecar_image=sidecar_image
-        )
-
     # ---- the eviction gate of planned maintenance: every replica answers, from its caches ----
 
     gate = EvictionGate()
@@ -277,65 +264,6 @@ def register(registry: kopf.OperatorRegistry, *, receiver_url: str, sidecar_imag
             log.info("eviction of %s/%s held: %s", body.get("metadata", {}).get("namespace"),
                      body.get("metadata", {}).get("name"), verdict.message)  # fmt: skip
             raise kopf.AdmissionError(verdict.message, code=429)
-
-
-def answer_admission(
-    body: Mapping[str, Any],
-    patch: kopf.Patch,
-    memo: Any,
-    *,
-    receiver_url: str,
-    parsed: Candidates,
-    sidecar_image: str,
-) -> None:
-    """One sidecar-injection admission: the pod's changes into `patch`. Reads the monitor cache
-    (`memo["reads"]`); the API only while a starting replica's cache has not listed yet, and for a
-    restart an older operator began (its pointer is on the workload only). `parsed`: the monitors
-    that may select the pod (ParsedMonitors: parsed and indexed between requests)."""
-    kube: Kube = memo["kube"]
-    metrics: OperatorMetrics | None = memo.get("metrics")
-    started = time.monotonic()
-
-    def monitors_in(namespace: str) -> list[dict[str, Any]]:
-        try:
-            return list(memo["reads"].monitors_in(namespace, timeout=ADMISSION_CACHE_WAIT))
-        except NotSynced:  # a replica starting: its cache has not listed yet
-            # the apiserver waits 5s for the whole answer; a slow list admits the pod without the sidecar
-            return kube.list_monitors(namespace, timeout=ADMISSION_API_TIMEOUT)
-
-    changes = admit(
-        _plain(body),
-        monitors_in=monitors_in,
-        post_event=lambda obj, reason, msg, type_: kube.post_event(obj, reason, msg, type_, timeout=1.0),
-        receiver_url=receiver_url,
-        sidecar_image=sidecar_image,
-        native_sidecar=bool(memo.get("native_sidecar", True)),
-        parsed=parsed,
-        resume_pointer=lambda m: resume_pointer(kube, m),
-        failed=metrics.injection_failed if metrics is not None else lambda: None,
-    )
-    if metrics is not None:
-        metrics.admitted(time.monotonic() - started)
-    if changes is None:
-        return
-    patch.metadata["annotations"] = changes["metadata"]["annotations"]
-    for key, value in changes["spec"].items():
-        patch.spec[key] = value
-
-
-def resume_pointer(kube: Kube, monitor: TrainingJobMonitor) -> str | None:
-    """The checkpoint a gang restart left on the workload (trainguard.io/resume-from), read from the
-    API: only for a restart step an operator before this one began, whose progress lacks the pointer.
-    A failure to read it costs the pointer, never the injection."""
-    ref = monitor.spec.workload_ref
-    if ref is None:
-        return None
-    try:
-        return kube.workload_annotation(monitor.namespace, ref.resolved_api_version(), ref.kind, ref.name,
-                                        RESUME_FROM, timeout=1.0)  # fmt: skip
-    except Exception:
-        log.warning("cannot read %s of %s %s/%s", RESUME_FROM, ref.kind, monitor.namespace, ref.name)
-        return None
 
 
 def _plain(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from trainguard.certs.secret import SelfManagedCerts
 from trainguard.certs.tls import ReloadableTLS
 from trainguard.clients.prometheus import prometheus_client
 from trainguard.controller.handlers import LOCKS, MonitorSettings, announcer, reconcile, register, resync
+from trainguard.controller.injection import WEBHOOK_ID, AdmissionServer, SidecarInjection
 from trainguard.controller.leadership import Leadership
 from trainguard.controller.metrics import DEFAULT_METRICS_ADDR, OperatorMetrics, serve
 from trainguard.controller.namespace_labels import NamespaceLabels
@@ -171,7 +172,7 @@ API_POOL = 32
 def run(opts: OperatorOptions) -> None:
     registry = kopf.OperatorRegistry()
     base = receiver_base(opts.receiver_url)
-    register(registry, receiver_url=f"{base}/v1/events", sidecar_image=opts.sidecar_image)
+    register(registry)
     api = api_client(opts.kubeconfig, context=opts.context, pool=API_POOL, component="operator")
     # every replica keeps the watch caches (its webhook reads them; a standby must be warm when it leads)
     cache = ClusterCache(api).start()
@@ -273,7 +274,6 @@ def run(opts: OperatorOptions) -> None:
         memo["kube"] = kube
         memo["reads"] = cache
         memo["metrics"] = metrics
-        memo["native_sidecar"] = native_sidecar(kube)
         memo["settings"] = monitor_settings  # not kopf's `settings`, this handler's argument
         memo["remediation_mode"] = opts.guardrails.mode  # the eviction gate holds nothing unless acting
         if opts.rule_form == SHARED:
@@ -293,7 +293,17 @@ def run(opts: OperatorOptions) -> None:
         settings.watching.server_timeout = 300
         settings.networking.request_timeout = 60
         if opts.webhook_cert and opts.webhook_key:
-            settings.admission.server = kopf.WebhookServer(
+            injection = SidecarInjection(
+                kube,
+                cache,
+                receiver_url=f"{base}/v1/events",
+                sidecar_image=opts.sidecar_image,
+                native_sidecar=native_sidecar(kube),
+                metrics=metrics,
+            )
+            # kopf's server; the injection answered on its loop (controller/injection.py), the rest by kopf
+            settings.admission.server = AdmissionServer(
+                {WEBHOOK_ID: injection},
                 addr=opts.webhook_addr,
                 port=opts.webhook_port,
                 certfile=opts.webhook_cert,

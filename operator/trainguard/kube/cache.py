@@ -178,8 +178,11 @@ class ClusterCache:
         return self.monitors_informer.items(timeout=timeout or self.read_timeout_s)
 
     def monitors_in(self, namespace: str, timeout: float | None = None) -> list[Obj]:
-        """The namespace's monitors; admission passes a short timeout (it has 5 seconds in all)."""
-        return self.monitors_informer.items(namespace, timeout=timeout or self.read_timeout_s)
+        """The namespace's monitors; admission passes a short timeout (it has 5 seconds in all), or 0
+        on the event loop (NotSynced at once rather than a wait)."""
+        return self.monitors_informer.items(
+            namespace, timeout=self.read_timeout_s if timeout is None else timeout
+        )
 
     def monitor(self, namespace: str, name: str) -> Obj | None:
         return self.monitors_informer.get(namespace, name, timeout=self.read_timeout_s)
