@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from tests.remediation.intake import make_certs
 from tests.toolchains import TOOLCHAINS
 from tests.toolchains import required_tool as toolchain_tool
 from trainguard.api import AlertPolicy, TrainingJobMonitor, parse_object
+from trainguard.controller.events import RECENT_EVENTS
 
 MONITOR: dict[str, Any] = {
     "apiVersion": "trainguard.io/v1alpha1",
@@ -92,6 +94,15 @@ def required_tool(name: str) -> str:
             f"{name} is not installed (.ci/run installs it: apt-get install prometheus prometheus-alertmanager)"
         )
     return path
+
+
+@pytest.fixture(autouse=True)
+def no_events_remembered() -> Iterator[None]:
+    """Every test starts with no Event remembered as posted: the announcers' memory is the process's
+    (controller/events.py), and a test in the same worker posting the same Event of the same uid
+    within a minute would silence another's."""
+    RECENT_EVENTS.clear()
+    yield
 
 
 @pytest.fixture(scope="session", params=TOOLCHAINS)

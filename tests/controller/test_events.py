@@ -53,3 +53,10 @@ def test_a_failed_post_is_tried_again() -> None:
 def test_an_object_without_a_uid_is_never_taken_for_another() -> None:
     recent = RecentEvents(clock=Clock())
     assert recent.first("", "Applied", "x") and recent.first("", "Applied", "x")
+
+
+def test_cleared_nothing_is_remembered() -> None:
+    recent = RecentEvents(clock=Clock())
+    assert recent.first("u1", "Applied", "x") and not recent.first("u1", "Applied", "x")
+    recent.clear()
+    assert recent.first("u1", "Applied", "x")

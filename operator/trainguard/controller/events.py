@@ -39,6 +39,11 @@ class RecentEvents:
             self._posted[key] = now
             return True
 
+    def clear(self) -> None:
+        """Nothing remembered (a test's fresh start: the memory is the process's)."""
+        with self._guard:
+            self._posted.clear()
+
     def forget(self, uid: str, reason: str, message: str) -> None:
         """A post that failed: the next one is tried."""
         with self._guard:
