@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,17 @@ def required_tool(toolchain: str, name: str) -> str:
             pytest.fail(f"{name} ({toolchain}) is required (TRAINGUARD_REQUIRE_TOOLS is set) but not found")
         pytest.skip(f"{name} ({toolchain}) is not installed: {HOW[toolchain]}")
     return path
+
+
+PROMTOOL_TIMEOUT_S = 900.0
+"""A guard against a hang, not a speed test: StragglerRank's cases take 25 s of one core under load 10,
+and a CI machine starved further ran past 120 s."""
+
+
+def promtool_test_rules(promtool: str, directory: Path, what: str = "") -> None:
+    """`promtool test rules test.yml` in `directory`; fails with promtool's own output (for `what`)."""
+    result = subprocess.run([promtool, "test", "rules", "test.yml"], cwd=directory, capture_output=True,
+                            text=True, timeout=PROMTOOL_TIMEOUT_S, check=False)  # fmt: skip
+    assert result.returncode == 0, (
+        f"promtool test rules failed{f' for {what}' if what else ''}:\n{result.stdout}\n{result.stderr}"
+    )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 
 from tests.conftest import monitor, policy
 from tests.render.alert_cases import CASES, Case, only_alert
+from tests.toolchains import promtool_test_rules
 from trainguard.catalog import ALERTS_BY_NAME, Scope
 from trainguard.diagnosis.configmap import REPORT_SEVERITY, report_name
 from trainguard.render import dump_yaml
@@ -43,9 +43,7 @@ def _promtool(promtool: str, tmp: Path, rules: dict[str, Any], tests: list[dict[
     (tmp / "test.yml").write_text(
         dump_yaml({"rule_files": ["rules.yml"], "evaluation_interval": "15s", "tests": tests})
     )
-    result = subprocess.run([promtool, "test", "rules", "test.yml"], cwd=tmp, capture_output=True,
-                            text=True, timeout=120, check=False)  # fmt: skip
-    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    promtool_test_rules(promtool, tmp)
 
 
 def _expected(alertname: str, labels: dict[str, str]) -> dict[str, str]:

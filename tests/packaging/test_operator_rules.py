@@ -4,7 +4,6 @@ through `promtool test rules`: for each alert a case that must fire and cases th
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import pytest
 import yaml
 
 from tests.packaging.chart import CHART, NAMESPACE, REPO, objects, one, template
+from tests.toolchains import promtool_test_rules
 from trainguard.catalog.severity import GRADE, MAPPED, MAPPED_SEVERITY, STYLES, grade_labels
 
 JOB = {"job": "trainguard-operator", "namespace": NAMESPACE}
@@ -176,12 +176,4 @@ def test_operator_alert_fires_only_when_it_should(
     (tmp_path / "test.yml").write_text(
         yaml.safe_dump({"rule_files": ["rules.yml"], "evaluation_interval": "15s", "tests": tests})
     )
-    result = subprocess.run(
-        [promtool, "test", "rules", "test.yml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, f"promtool test rules for {alertname}:\n{result.stdout}\n{result.stderr}"
+    promtool_test_rules(promtool, tmp_path, alertname)

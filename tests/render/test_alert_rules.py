@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 
 from tests.conftest import monitor, policy
 from tests.render.alert_cases import CASES, ESCALATION_CASES, GPU, Case, only_alert, p, series
+from tests.toolchains import promtool_test_rules
 from trainguard.api.common import duration_seconds
 from trainguard.catalog import ALERT_NAMES, ALERTS_BY_NAME, SEVERITIES
 from trainguard.catalog.metrics import MONITOR_SETTINGS_PUBLISHED
@@ -126,19 +126,7 @@ def promtool_test(
             }
         )
     )
-    result = subprocess.run(
-        [promtool, "test", "rules", "test.yml"],
-        cwd=tmp,
-        capture_output=True,
-        text=True,
-        # a guard against a hang, not a speed test: StragglerRank's cases take 25 s of one core under
-        # load 10, and a CI machine starved further ran past 120 s
-        timeout=900,
-        check=False,
-    )
-    assert result.returncode == 0, (
-        f"promtool test rules failed for {alertname}:\n{result.stdout}\n{result.stderr}"
-    )
+    promtool_test_rules(promtool, tmp, alertname)
 
 
 def test_every_catalogue_alert_has_a_firing_and_a_quiet_case() -> None:

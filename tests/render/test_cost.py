@@ -9,13 +9,13 @@ is its GPU-hours (exact on Prometheus 2 and 3 alike)."""
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import monitor, policy
+from tests.toolchains import promtool_test_rules
 from trainguard.api.load import InvalidInput
 from trainguard.api.monitor import COST_LABELS_MAX
 from trainguard.render import dump_yaml
@@ -63,10 +63,7 @@ def run_promtool(
             }
         )
     )
-    proc = subprocess.run(
-        [promtool, "test", "rules", "test.yml"], cwd=tmp, capture_output=True, text=True, check=False
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    promtool_test_rules(promtool, tmp)
 
 
 def total(expr: str) -> str:

@@ -5,7 +5,6 @@ the rules join them to the job, `trainguard_dcgm:`)."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 import yaml
 
 from tests.render.test_dashboards import substituted
+from tests.toolchains import promtool_test_rules
 from trainguard.catalog.metrics import THROTTLE_REASONS
 from trainguard.render.dashboards import panel_queries, render_dashboards
 from trainguard.render.prometheus import OWN_EXCESS, OWN_SPREAD
@@ -132,10 +132,7 @@ def evaluate(promtool: str, tmp: Path, series: list[dict[str, str]], tests: list
             }
         )
     )
-    proc = subprocess.run(
-        [promtool, "test", "rules", "test.yml"], cwd=tmp, capture_output=True, text=True, check=False
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    promtool_test_rules(promtool, tmp)
 
 
 def sample(pod: str, gpu: int, dcgm: bool, value: float) -> dict[str, Any]:

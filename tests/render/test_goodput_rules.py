@@ -7,7 +7,6 @@ x / (1 + x)) and an even gang (no slow_rank)."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 
 from tests.render.alert_cases import JOB, POD, SCRAPE, gang, jitter, series, slow
 from tests.render.test_alert_rules import FORMS, form_rules, publisher_input
+from tests.toolchains import promtool_test_rules
 from trainguard.exporter.training import TrainingState
 from trainguard.render import dump_yaml
 from trainguard.render.prometheus import ETTR, LOST, LOST_ALL
@@ -102,15 +102,7 @@ def run(
             }
         )
     )
-    proc = subprocess.run(
-        [promtool, "test", "rules", "test.yml"],
-        cwd=tmp,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    promtool_test_rules(promtool, tmp)
 
 
 @pytest.mark.parametrize("form", FORMS)
