@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
@@ -91,18 +91,52 @@ def _free(port: int) -> bool:
         return True
 
 
+LASTING_LOW = 10_000
+"""Where lasting ports start: above the well-known and registered ports most services take."""
+
+_next_lasting: dict[tuple[int, int], int] = {}
+
+
+def _worker_slice(low: int, high: int, env: Mapping[str, str]) -> tuple[int, int]:
+    """This pytest-xdist worker's share [start, end) of the ports [low, high): gwN of M takes the Nth of M
+    equal slices, a run without xdist takes them all."""
+    worker = env.get("PYTEST_XDIST_WORKER", "")
+    try:
+        count = int(env.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        index = int(worker.removeprefix("gw")) if worker.startswith("gw") else 0
+    except ValueError:
+        return low, high
+    if count <= 1 or not 0 <= index < count:
+        return low, high
+    width = (high - low) // count
+    return low + index * width, low + (index + 1) * width
+
+
 def lasting_port(span: int = 1) -> int:
     """A port whose `span` ports from it are free now and below the kernel's ephemeral range
     (ip_local_port_range): for a server that listens on it later or again (a gang's later generation, an
     operator restarted where it was). A port of that range (free_port's) is the kernel's to hand out
     meanwhile to any other process's port-0 bind or outgoing connection: an operator restarted on its old
-    receiver port once found another test's HTTP server there, and Alertmanager's posts went to it."""
-    high = _ephemeral_low() - span
+    receiver port once found another test's HTTP server there, and Alertmanager's posts went to it.
+
+    Free now is not enough for a span: a gang binds only MASTER_PORT + generation, so the rest of its span
+    looks free to a pick in another test running beside it. Two gangs given overlapping spans in two
+    xdist workers met at one port (one's generation 1 store took the port of the other's replacement rank
+    0, which failed with EADDRINUSE, and the first gang's healthy rank joined the wrong store). So each
+    worker picks in a slice of its own, and within it moves on past every span it gave out."""
+    low, high = _worker_slice(LASTING_LOW, _ephemeral_low(), os.environ)
+    if high - low < span:
+        raise RuntimeError(f"no {span} ports in a row between {low} and {high}")
+    cursor = _next_lasting.get((low, high))
+    if cursor is None:  # a random start: a worker of an earlier run may have left a process behind
+        cursor = random.randrange(low, high - span + 1)
     for _ in range(200):
-        port = random.randrange(10_000, high)
+        port = cursor if cursor + span <= high else low
+        cursor = port + span
         if all(_free(p) for p in range(port, port + span)):
+            _next_lasting[(low, high)] = cursor
             return port
-    raise RuntimeError(f"no {span} free ports in a row between 10000 and {high + span}")
+    raise RuntimeError(f"no {span} free ports in a row between {low} and {high}")
 
 
 def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 60, interval: float = 0.5) -> T:
