@@ -19,6 +19,9 @@ OPERATOR = "metrics"
 FAMILIES = {
     "trainguard_operator_reconcile",
     "trainguard_operator_reconcile_errors",
+    "trainguard_operator_resyncs",
+    "trainguard_operator_remediation_first_holds",
+    "trainguard_operator_remediation_first_wait_seconds",
     "trainguard_operator_reconcile_duration_seconds",
     "trainguard_operator_remediation_steps",
     "trainguard_operator_signals_received",

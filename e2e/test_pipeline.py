@@ -179,6 +179,10 @@ def test_an_oom_killed_trainer_pages_training_interrupted_and_the_gang_restarts_
             s for s in record["steps"] if s["kind"] == "RestartGang"
         )  # after the skipped in-place one
         assert "resume-from" in gang["detail"] or "checkpoint" in gang["detail"], record
+        # the placement awaited both ranks, the OOM-killed one's late replacement too (its Failed pod
+        # and the new one share a completion index): counting only the live pod it deleted, it cleared
+        # resume-from on the first new pod, and the other rank started from fresh weights
+        assert gang["progress"]["count"] == 2, gang
         assert all("resuming after the checkpoint of step" in ln for ln in lines)
 
 

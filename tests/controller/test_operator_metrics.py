@@ -9,6 +9,7 @@ import copy
 import json
 import logging
 import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,16 +35,24 @@ from tests.remediation.intake import (
 from trainguard.catalog.kubernetes import FAULT_HISTORY
 from trainguard.controller import handlers
 from trainguard.controller.admission import admit
-from trainguard.controller.metrics import OperatorMetrics, parse_addr, reconcile_result, serve
+from trainguard.controller.metrics import (
+    OperatorMetrics,
+    RemediationFirstCollector,
+    parse_addr,
+    reconcile_result,
+    serve,
+)
 from trainguard.kube.errors import NotSynced
 from trainguard.kube.watch import Counts
 from trainguard.remediation import lemon
 from trainguard.remediation.lemon import LemonPolicy
 from trainguard.remediation.receiver import Receiver, ReceiverConfig
+from trainguard.remediation.urgency import Urgency
 
 FAMILIES = {
     "trainguard_operator_reconcile",
     "trainguard_operator_reconcile_errors",
+    "trainguard_operator_resyncs",
     "trainguard_operator_reconcile_duration_seconds",
     "trainguard_operator_remediation_steps",
     "trainguard_operator_signals_received",
@@ -316,3 +325,16 @@ def test_the_nodes_fault_scores_are_read_from_the_node_cache_at_each_scrape() ->
     quiet = OperatorMetrics(CollectorRegistry(), node_faults=unsynced)
     assert quiet.registry.get_sample_value("trainguard_node_faults", {"node": "gpu-a"}) is None
     assert quiet.registry.get_sample_value("trainguard_operator_leader") is not None, "the rest still scraped"
+
+
+def test_the_remediation_first_gate_is_exported_as_it_counts() -> None:
+    metrics = OperatorMetrics(CollectorRegistry())
+    gate = Urgency(30.0)
+    metrics.registry.register(RemediationFirstCollector(gate))
+    gate.begin(("ml", "llama-pretrain"))
+    threading.Timer(0.2, gate.end, args=(("ml", "llama-pretrain"),)).start()
+    waited = gate.wait()
+    assert value(metrics, "trainguard_operator_remediation_first_holds_total") == 1
+    assert value(metrics, "trainguard_operator_remediation_first_waits_total") == 1
+    assert value(metrics, "trainguard_operator_remediation_first_wait_seconds_total") == waited > 0.1
+    assert value(metrics, "trainguard_operator_remediation_first_forced_open_total") == 0

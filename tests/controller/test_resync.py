@@ -13,10 +13,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from tests.clock import Clock
 from tests.conftest import MONITOR, POLICY, monitor_body
 from tests.kube.fakes import FakeKube, pod
 from trainguard.controller.handlers import LOCKS, MonitorSettings, reconcile, resync
+from trainguard.controller.in_place import InPlace
+from trainguard.controller.metrics import OperatorMetrics
 from trainguard.controller.periodic import Periodic
 from trainguard.controller.reconcile import ReceiverSettings
 from trainguard.controller.run import OperatorOptions, apply_shared_rules
@@ -176,3 +180,62 @@ def test_the_resync_puts_the_shared_rule_group_back_and_a_steady_pass_writes_not
     assert one_pass() == ["apply PrometheusRule"], "edited: applied again"
     assert kube.objects[key] == applied
     assert one_pass() == [], "steady again"
+
+
+class Yielding:
+    """The fast path's hold as a reconcile sees it (remediation/urgency.py): what had happened when the
+    reconcile asked to wait."""
+
+    def __init__(self, api: Counted) -> None:
+        self.api = api
+        self.asked: list[tuple[int, bool]] = []
+
+    def wait(self) -> float:
+        self.asked.append((len(self.api.requests), LOCKS("ml", "llama-pretrain").locked()))
+        return 0.0
+
+
+def test_a_reconcile_and_a_resync_wait_for_the_fast_path_before_any_request_and_the_monitors_lock() -> None:
+    """Before the lock: the fast path writes the monitor's pending signals and records under it."""
+    kube, api = cluster()
+    held = Yielding(api)
+    reconcile(api, kube, "ml", "llama-pretrain", receiver=RECEIVER, settings=MonitorSettings(urgency=held))  # type: ignore[arg-type]
+    assert held.asked == [(0, False)]
+    assert "patch_status" in api.requests, "then it reconciled"
+    api.requests.clear()
+    held.asked.clear()
+    body = kube.get_monitor("ml", "llama-pretrain")
+    assert body is not None
+    resync(api, kube, body, receiver=RECEIVER, settings=MonitorSettings(urgency=held))  # type: ignore[arg-type]
+    assert held.asked == [(0, False)]
+
+
+def test_the_metrics_count_a_resync_by_what_it_found_and_a_reconcile_only_when_it_writes() -> None:
+    """A pass over 2,000 monitors every 2 minutes is no reconcile of each: counted as one, the steady
+    passes made the reconciles of a 500-second apply look 4.6 a monitor."""
+    kube, api = cluster()
+    created(kube, api)
+    metrics = OperatorMetrics(CollectorRegistry())
+    settings = MonitorSettings(metrics=metrics)
+    memo = InPlace(clock=Clock(1000.0))
+
+    def one_pass() -> None:
+        body = kube.get_monitor("ml", "llama-pretrain")
+        assert body is not None
+        resync(api, kube, body, receiver=RECEIVER, settings=settings, in_place=memo)  # type: ignore[arg-type]
+
+    one_pass()  # rendered, found in place
+    one_pass()  # the same inputs: not rendered again
+    rule = next(o for k, o in kube.objects.items() if k[0] == "PrometheusRule")
+    edited = copy.deepcopy(rule)
+    edited["spec"]["groups"] = edited["spec"]["groups"][:1]
+    kube.put(edited)
+    one_pass()  # the hand edit is written back, by a reconcile
+    got = metrics.registry.get_sample_value
+    counts = {
+        o: got("trainguard_operator_resyncs_total", {"outcome": o})
+        for o in ("in_place", "rendered", "written")
+    }
+    assert counts == {"in_place": 1, "rendered": 1, "written": 1}
+    assert got("trainguard_operator_reconcile_total", {"result": "success"}) == 1
+    assert got("trainguard_operator_reconcile_duration_seconds_count", {}) == 1

@@ -28,6 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from trainguard.api.common import LabelSelector
 from trainguard.api.monitor import WorkloadRef
 from trainguard.kube import MissingAPI
+from trainguard.kube.client import HASH_ANNOTATION, content_hash
 from trainguard.kube.objects import Hearing, labels_of
 from trainguard.kube.workloads import KUEUE_JOB_UID, OwnerRead, Workload, resolve
 
@@ -38,6 +39,13 @@ Key = tuple[str, str, str]
 MONITOR = "TrainingJobMonitor"
 POLICY = "AlertPolicy"
 PLURALS = {"trainingjobmonitors": MONITOR, "alertpolicies": POLICY}
+
+
+def _digest(obj: Obj) -> str:
+    """An object's content hash: its hash annotation (kube.client.with_hash), else its content's."""
+    return str(
+        ((obj.get("metadata") or {}).get("annotations") or {}).get(HASH_ANNOTATION) or content_hash(obj)
+    )
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -210,9 +218,10 @@ class FakeKube:
         """Whether an apply would change nothing, as kube.Kube answers it from the owned objects' watch
         cache without a request (a Secret, which it cannot read: whether this process wrote the same)."""
         key = key_of(obj)
-        if obj["kind"] == "Secret" and key not in self.written:
-            return False
-        return self.objects.get(key) == obj
+        stored = self.objects.get(key)
+        if obj["kind"] == "Secret":  # by content hash, as kube.Kube: a caller may hold only the hash
+            return key in self.written and stored is not None and _digest(stored) == _digest(obj)
+        return stored == obj
 
     def create_if_absent(self, obj: Obj) -> bool:
         key = key_of(obj)
@@ -258,7 +267,17 @@ class FakeKube:
     # ---- kube.ClusterCache: the watch caches' reads ----
 
     def monitors(self) -> list[Obj]:
-        return self._list(MONITOR)
+        """As the monitor cache holds them: each with its resourceVersion."""
+        return [self._versioned(m) for m in self._list(MONITOR)]
+
+    def _versioned(self, obj: Obj) -> Obj:
+        obj.setdefault("metadata", {})["resourceVersion"] = str(self.versions.get(key_of(obj), 0))
+        return obj
+
+    def live_version(self, obj: Obj) -> str | None:
+        """The owned object's resourceVersion, as the owned objects' watch cache holds it."""
+        key = key_of(obj)
+        return str(self.versions.get(key, 0)) if key in self.objects else None
 
     def monitors_in(self, namespace: str, timeout: float | None = None) -> list[Obj]:
         return self._list(MONITOR, namespace)
@@ -271,7 +290,8 @@ class FakeKube:
         return str(uid) if uid else None
 
     def policy(self, namespace: str, name: str) -> Obj | None:
-        return self._get(POLICY, namespace, name)
+        found = self._get(POLICY, namespace, name)
+        return None if found is None else self._versioned(found)
 
     def pods(self, namespace: str, selector: LabelSelector) -> list[Obj]:
         """The namespace's pods that `selector` matches (an empty selector matches none)."""

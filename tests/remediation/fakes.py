@@ -31,7 +31,14 @@ from tests.conftest import monitor as make_monitor
 from tests.kube.fakes import FakeKube
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog.events import fingerprint
-from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT, RESUME_FROM
+from trainguard.catalog.kubernetes import (
+    COMPLETION_INDEX,
+    CORDON_REASON,
+    CORDONED_AT,
+    CORDONED_BY,
+    FAULTY_TAINT,
+    RESUME_FROM,
+)
 from trainguard.controller.admission import restart_of
 from trainguard.exporter.checkpoints import checkpoint_ref, newer, resume_pointer
 from trainguard.exporter.restarts import restart_word
@@ -44,6 +51,7 @@ from trainguard.remediation.model import Phase, Signal, Source
 from trainguard.remediation.ops import Refused, Sidecar
 from trainguard.remediation.sidecars import ControlError
 from trainguard.remediation.store import Fresh
+from trainguard.remediation.urgency import Urgency
 
 TOKEN = "sidecar-token"
 KEY = b"k" * 48
@@ -79,8 +87,11 @@ class FakeCluster:
         old_sidecars: bool = False,
         launchers: bool | set[str] = False,
         launcher_reads: int | None = 1,
+        indexed: bool = True,
     ) -> None:
         self.clock = clock
+        self.indexed = indexed
+        """Whether the pods say their completion index (COMPLETION_INDEX), as an Indexed Job's do."""
         self.timeline = timeline
         self.nodes: dict[str, dict[str, Any]] = {
             n: {"unschedulable": False, "annotations": {}, "taints": [], "labels": {}, "gpus": 8}
@@ -212,6 +223,11 @@ class FakeCluster:
             state["launcher"] = {"pid": 1, "generation": generation, "state": "running", "alive": True}
         self.sidecar[name] = state
 
+    def replace_failed(self, name: str) -> None:
+        """The Job controller's replacement of a Failed pod, which it makes after its back-off."""
+        assert self.pods[name].get("phase") == "Failed", name
+        self._recreate(int(self.pods[name]["index"]))
+
     def _pod_dict(self, name: str) -> dict[str, Any]:
         s = self.pods[name]
         meta: dict[str, Any] = {
@@ -219,6 +235,8 @@ class FakeCluster:
             "uid": s.get("uid", name),
             "creationTimestamp": _ts(s["created"]),
         }
+        if self.indexed:
+            meta["labels"] = {COMPLETION_INDEX: str(s["index"])}
         job = next((c for c in self.owner.children if c.name == s.get("job")), None)
         if job is not None:
             meta["ownerReferences"] = [{"kind": "Job", "name": job.name, "uid": job.uid, "controller": True}]
@@ -688,7 +706,12 @@ def kinds_and_phases(record: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def loop_rig(
-    leader: bool = True, mode: str = "act", *, kube: FakeKube | None = None, clock: Clock | None = None
+    leader: bool = True,
+    mode: str = "act",
+    *,
+    kube: FakeKube | None = None,
+    clock: Clock | None = None,
+    urgency: Urgency | None = None,
 ) -> tuple[RemediationLoop, FakeKube, FakeCluster]:
     """The P0 loop as the operator wires it, on the Kubernetes edge's fake holding the test monitor
     (workload the Job llama-pretrain) and on FakeCluster, `leader` or a standby. Given `kube` (and
@@ -719,5 +742,6 @@ def loop_rig(
         lock=lambda ns, name: locks.setdefault((ns, name), threading.RLock()),
         clock=clock,
         executor_factory=executor,
+        urgency=urgency,
     )
     return responder, kube, cluster

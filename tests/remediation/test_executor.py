@@ -177,7 +177,8 @@ def test_a_resumed_restart_does_not_delete_the_replacements() -> None:
     assert interrupted["steps"][4]["phase"] == Phase.IN_PROGRESS
     done = rig.run(interrupted, m)
     assert [e for e in rig.cluster.effects if e[0] == "delete"] == [("delete", "job-0"), ("delete", "job-1")]
-    assert done["steps"][4]["detail"].startswith("deleted 2 pod(s) created up to ")
+    assert done["steps"][4]["detail"].startswith("deleted the gang's pods created up to ")
+    assert done["steps"][4]["detail"].endswith("; 2 new pod(s) awaited")
     assert "(0 of them after the operator restarted)" in done["steps"][4]["detail"]
     assert done["steps"][4]["progress"]["count"] == 2
 
@@ -376,6 +377,38 @@ def test_an_interrupted_gang_restarts_its_live_pods_and_leaves_the_finished_one(
     assert done["steps"][1]["detail"].startswith("placed job-0-r1->gpu-a, job-1-r2->gpu-b; ")
 
 
+@pytest.mark.parametrize("indexed", [True, False], ids=["indexed", "not-indexed"])
+def test_a_rank_lost_before_the_restart_is_awaited_with_the_ranks_it_deletes(indexed: bool) -> None:
+    """An OOM-killed rank: its pod Failed, and the Job controller replaces it only after its back-off,
+    later than the live rank the restart deletes. The restart waits for both: counting only the pod it
+    deleted, the placement took the first new pod for the whole gang and cleared resume-from before the
+    other came, and that rank started from fresh weights (seen in e2e/test_pipeline.py)."""
+    rig = Rig(indexed=indexed)
+    rig.cluster.pods["job-0"]["phase"] = "Failed"
+    placement = rig.cluster.placement
+    polls = 0
+
+    def back_off(namespace: str, selector: str, created_after: float) -> dict[str, str] | None:
+        nonlocal polls
+        polls += 1
+        if polls == 4:
+            rig.cluster.replace_failed("job-0")
+        return placement(namespace, selector, created_after)
+
+    rig.cluster.placement = back_off  # type: ignore[method-assign]
+    done = rig.run(restart_record(), job_monitor())
+
+    assert done["phase"] == Phase.SUCCEEDED, done
+    assert [e for e in rig.cluster.effects if e[0] == "delete"] == [("delete", "job-1")]
+    assert done["steps"][0]["progress"]["count"] == 2
+    assert "(the gang lost job-0 already: 2 new pod(s) awaited)" in done["steps"][0]["detail"]
+    assert polls >= 5, "the placement was confirmed before the lost rank's replacement existed"
+    placed = done["steps"][1]["detail"]
+    assert placed.startswith("placed job-0-r2->") and ", job-1-r1->" in placed, placed
+    # both replacements were admitted while the pointer stood: neither starts from fresh weights
+    assert {rig.cluster.sidecar[p]["resume_from"]["step"] for p in ("job-0-r2", "job-1-r1")} == {CKPT_STEP}
+
+
 # ---- the checkpoint every rank has ---------------------------------------------------------------------
 
 
@@ -453,6 +486,41 @@ def test_a_dead_faulty_rank_leaves_the_checkpoints_saved_before_the_fault() -> N
     done = rig.run(node_fault_record(m), m)
     assert "checkpoint step 1100 saved on job-1" in done["steps"][3]["detail"]
     assert pointer_step(rig) == CKPT_STEP
+
+
+def dead_rank_after_a_save(history: Any = None) -> tuple[dict[str, Any], Rig]:
+    """Both ranks saved step 1100 before the fault (job-0's sidecar said so), then job-0's node died."""
+    rig = Rig()
+    rig.clock.now = T0 - 30  # before the record's creation, the fault's time
+    for pod in ("job-0", "job-1"):
+        rig.cluster.trainer_saves(rig.cluster.sidecar[pod], "full")  # 1100 on both
+    rig.clock.now = T0
+    rig.history = history
+    rig.store.when(step_done("ConfirmFault"), lambda _: rig.cluster.unreachable.add("job-0"))
+    m = job_monitor()
+    return rig.run(node_fault_record(m), m), rig
+
+
+def test_a_dead_rank_whose_save_is_unknown_resumes_one_save_back() -> None:
+    """A node can die between a step's all-reduce and the end of its rank's save: the healthy rank then
+    saves that step alone, and a replacement would find no shard of it (fresh weights, broadcast by
+    DDP). With no word from the dead rank, the gang goes one save back, which it finished before."""
+    done, rig = dead_rank_after_a_save()
+    assert pointer_step(rig) == CKPT_STEP
+    assert "resume-from step 1000" in done["steps"][4]["detail"], done["steps"][4]["detail"]
+    assert "one save back: job-0 did not answer" in done["steps"][4]["detail"]
+
+
+def test_a_dead_ranks_last_scraped_save_decides() -> None:
+    """Prometheus scraped the dead rank's sidecar after its save of 1100: the gang resumes from 1100. When
+    its last scrape said 1000, or Prometheus cannot be asked, from 1000."""
+    done, rig = dead_rank_after_a_save(SavedSteps({"job-0": CKPT_STEP + 100}))
+    assert pointer_step(rig) == CKPT_STEP + 100
+    assert "last saved as scraped: job-0 1100" in done["steps"][4]["detail"], done["steps"][4]["detail"]
+    assert rig.history.asked == [("ml", "llama-pretrain", "job-0")]
+    for history in (SavedSteps({"job-0": CKPT_STEP}), SavedSteps({}), SavedSteps(error="refused")):
+        done, rig = dead_rank_after_a_save(history)
+        assert pointer_step(rig) == CKPT_STEP, done["steps"][4]["detail"]
 
 
 def test_a_rank_that_does_not_answer_leaves_the_choice_to_those_that_do() -> None:
@@ -792,8 +860,28 @@ class History:
             raise OSError(self.error)
         return (alert, namespace, training_job, node, gpu) in self.fired
 
+    def last_saved_step(self, namespace: str, training_job: str, pod: str) -> float | None:
+        return None
+
     def where(self) -> str:
         return "Prometheus http://prom:9090"
+
+
+class SavedSteps(History):
+    """Prometheus's last scrape of each rank's trainguard_checkpoint_last_step, with no ALERTS."""
+
+    def __init__(self, saved: dict[str, float] | None = None, error: str = "") -> None:
+        super().__init__(error=error)
+        self.saved = saved or {}
+
+    def saw(self, alert: str, namespace: str, training_job: str, node: str, gpu: str = "") -> bool:
+        return False
+
+    def last_saved_step(self, namespace: str, training_job: str, pod: str) -> float | None:
+        self.asked.append((namespace, training_job, pod))
+        if self.error:
+            raise OSError(self.error)
+        return self.saved.get(pod)
 
 
 def test_the_jobs_own_rule_in_prometheus_confirms_what_no_sidecar_can() -> None:

@@ -177,6 +177,9 @@ class History:
         self.asked.append((alert, namespace, training_job, node))
         return self.seen
 
+    def last_saved_step(self, namespace: str, training_job: str, pod: str) -> float | None:
+        return None
+
     def where(self) -> str:
         return "Prometheus http://prom"
 

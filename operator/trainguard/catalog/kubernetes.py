@@ -42,3 +42,6 @@ MANAGED_BY_VALUE = "trainguard"
 PART_OF = "app.kubernetes.io/part-of"
 MANAGED_LABELS = {MANAGED_BY: MANAGED_BY_VALUE, PART_OF: "trainguard"}
 """The labels of the Secrets the operator writes in its own namespace (its key, the webhook's TLS)."""
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+"""The label the Job controller puts on each pod of an Indexed Job (Kubernetes 1.28 and later): its rank's
+slot, which a replacement pod shares."""

@@ -11,6 +11,7 @@ from trainguard.catalog.kubernetes import LEMON_LABEL
 from trainguard.catalog.severity import GRADE, MAPPED_SEVERITY, STYLES
 from trainguard.remediation import guardrails as guard
 from trainguard.remediation.lemon import HISTORY_MAX, LemonPolicy
+from trainguard.remediation.urgency import HOLD_S
 
 SIDECAR_IMAGE_ENV = "TRAINGUARD_SIDECAR_IMAGE"
 
@@ -32,6 +33,17 @@ def share(text: str) -> float:
         return guard.share(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def seconds_or_off(text: str) -> float:
+    """Seconds, 0 or more (0 turns the setting off), refused at parse time naming the flag."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds, 0 or more (0 turns it off)")
+    return value
 
 
 def at_least_one(text: str) -> int:
@@ -337,6 +349,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="per-monitor: a rule group per monitor (default); shared: one PrometheusRule for every job, "
         "with each monitor's thresholds served as series on the metrics port (docs/rendering.md)",
     )
+    op.add_argument(
+        "--remediation-first-seconds",
+        type=seconds_or_off,
+        default=HOLD_S,
+        metavar="S",
+        help="while a signal that may cordon is on its way to the cordon, reconciles about to start wait, "
+        f"at most this long (default {HOLD_S:g}; 0 turns it off): on a busy operator the fast path "
+        "otherwise queues for the process behind every monitor being rendered (docs/p0-response.md)",
+    )
     op.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_guardrails(op)
     op.set_defaults(func=cmd_operator)
@@ -409,6 +430,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
             lemons=lemons_of(args),
             severity_style=args.severity_style,
             rule_form=args.rule_form,
+            remediation_first_seconds=args.remediation_first_seconds,
             cert_policy=CertPolicy(
                 serving_lifetime=dt.timedelta(seconds=args.cert_duration),
                 renew_before=dt.timedelta(seconds=args.cert_renew_before),

@@ -31,6 +31,10 @@ USER_ERRORS = frozenset({"InvalidSpec", "PolicyNotFound", "InvalidPolicy"})
 in one of them succeeded at saying so, and is not a reconcile error."""
 
 RECONCILE_RESULTS = ("success", "rejected", "error", "skipped")
+RESYNC_OUTCOMES = ("in_place", "rendered", "written")
+"""What the periodic resync found of one monitor (controller/handlers.py's resync): its inputs unchanged
+since a pass found its objects in place (nothing rendered, no request); rendered and compared with the
+caches, nothing to write; something to write, which a reconcile (counted as one) applied."""
 SIGNAL_SOURCES = ("alertmanager", "fastpath")
 SIGNAL_RESULTS = ("accepted", "unauthorized", "invalid", "standby", "failed")
 
@@ -140,6 +144,54 @@ class NodeFaultsCollector(Collector):
         yield lemon
 
 
+class Gate(Protocol):
+    """remediation/urgency.py's Urgency: the remediation-first gate's own counts."""
+
+    holds: int
+    waits: int
+    waited_s: float
+    forced_open: int
+
+
+class RemediationFirstCollector(Collector):
+    """The remediation-first gate's counts, read at each scrape (state-free: the gate keeps them): what
+    the fast path's holds cost the reconciles, and how often a stream of signals hit the gate's bound."""
+
+    def __init__(self, gate: Gate) -> None:
+        self.gate = gate
+
+    def collect(self) -> Iterator[Metric]:
+        g = self.gate
+        for name, text, got in (
+            ("trainguard_operator_remediation_first_holds",
+             "Holds a signal that may act opened (one per job per 30 s at most)", g.holds),
+            ("trainguard_operator_remediation_first_waits",
+             "Reconciles and resyncs that waited on a hold before they started", g.waits),
+            ("trainguard_operator_remediation_first_wait_seconds",
+             "Seconds those reconciles and resyncs waited in all", g.waited_s),
+            ("trainguard_operator_remediation_first_forced_open",
+             "Times the gate, closed for a whole hold, was opened for as long: signals kept coming", g.forced_open),
+        ):  # fmt: skip
+            family = CounterMetricFamily(name, text)
+            family.add_metric([], float(got))
+            yield family
+
+
+def _leaders_monitors(
+    monitors: Callable[[], Iterable[Mapping[str, Any]]], leader: Callable[[], bool], what: str
+) -> list[Mapping[str, Any]] | None:
+    """The monitors in (namespace, name) order on the leader; None on a standby, or when the cache has not
+    synced yet (this scrape goes without `what`, the next one has it)."""
+    if not leader():
+        return None
+    try:
+        bodies = list(monitors())
+    except Exception as exc:
+        log.warning("%s not exported this scrape: the monitors could not be read: %s", what, exc)
+        return None
+    return sorted(bodies, key=lambda b: (b["metadata"]["namespace"], b["metadata"]["name"]))
+
+
 class GoodputCollector(Collector):
     """Each monitored job's goodput (remediation/goodput.py), read from the monitors at each scrape:
     state-free, the records and status.goodput in the API keep the numbers, so the counters go on
@@ -160,12 +212,8 @@ class GoodputCollector(Collector):
         self.clock = clock
 
     def collect(self) -> Iterator[Metric]:
-        if not self.leader():
-            return
-        try:
-            bodies = list(self.monitors())
-        except Exception as exc:  # the cache not synced yet: this scrape has no goodput, the next one will
-            log.warning("goodput not exported this scrape: the monitors could not be read: %s", exc)
+        bodies = _leaders_monitors(self.monitors, self.leader, "goodput")
+        if bodies is None:
             return
         job = ["namespace", "training_job"]
         lost = CounterMetricFamily(*_named("trainguard_job_lost_seconds"), labels=[*job, "cause"])
@@ -173,7 +221,7 @@ class GoodputCollector(Collector):
         ettr = GaugeMetricFamily(*_named("trainguard_job_ettr_ratio"), labels=job)
         unknown = GaugeMetricFamily(*_named("trainguard_job_restarts_redo_unknown"), labels=job)
         now = self.clock()
-        for body in sorted(bodies, key=lambda b: (b["metadata"]["namespace"], b["metadata"]["name"])):
+        for body in bodies:
             key = [str(body["metadata"]["namespace"]), str(body["metadata"]["name"])]
             account = monitor_goodput(body, now)
             for cause in CAUSES:
@@ -183,6 +231,37 @@ class GoodputCollector(Collector):
                 ettr.add_metric(key, account.ettr)
             unknown.add_metric(key, float(account.redo_unknown))
         yield from (lost, productive, ettr, unknown)
+
+
+class UnmonitoredPodsCollector(Collector):
+    """Each monitor's pods that run without the exporter (status.podsUnmonitored, kept by the pod-count
+    pass), read from the monitors at each scrape. The operator's own injection failures count in
+    trainguard_operator_injection_failures_total; a pod the apiserver let through without asking the
+    webhook (it timed out or was unreachable: failurePolicy Ignore), or admitted before its monitor
+    existed, shows only here. The leader alone exports them, as the goodput: one series per job."""
+
+    def __init__(
+        self, monitors: Callable[[], Iterable[Mapping[str, Any]]], leader: Callable[[], bool]
+    ) -> None:
+        self.monitors = monitors
+        self.leader = leader
+
+    def collect(self) -> Iterator[Metric]:
+        bodies = _leaders_monitors(self.monitors, self.leader, "unmonitored pods")
+        if bodies is None:
+            return
+        family = GaugeMetricFamily(
+            "trainguard_operator_pods_unmonitored",
+            "Pods a monitor selects that run without the trainguard exporter (status.podsUnmonitored): no "
+            "GPU signal or fast path covers them until they are recreated",
+            labels=["namespace", "training_job"],
+        )
+        for body in bodies:
+            count = (body.get("status") or {}).get("podsUnmonitored") or 0
+            family.add_metric(
+                [str(body["metadata"]["namespace"]), str(body["metadata"]["name"])], float(count)
+            )
+        yield family
 
 
 def _named(name: str) -> tuple[str, str]:
@@ -211,6 +290,7 @@ class OperatorMetrics:
             registry.register(NodeFaultsCollector(node_faults))
         if monitors is not None:
             registry.register(GoodputCollector(monitors, leader or (lambda: True)))
+            registry.register(UnmonitoredPodsCollector(monitors, leader or (lambda: True)))
         self.reconciles = Counter(
             "trainguard_operator_reconcile",
             "Monitor reconciles by result: success, rejected (the monitor's input is invalid), error, "
@@ -221,6 +301,13 @@ class OperatorMetrics:
         self.reconcile_errors = Counter(
             "trainguard_operator_reconcile_errors",
             "Monitor reconciles the operator failed (API refusal, missing CRDs, an exception)",
+            registry=registry,
+        )
+        self.resyncs = Counter(
+            "trainguard_operator_resyncs",
+            "Monitors the periodic resync passed over, by outcome: in_place (nothing rendered, no request), "
+            "rendered (nothing to write), written (a reconcile, counted as one, applied what differed)",
+            ["outcome"],
             registry=registry,
         )
         self.reconcile_duration = Histogram(
@@ -260,6 +347,8 @@ class OperatorMetrics:
         # every result at 0 from the start, so rate() and increase() see the first one
         for result in RECONCILE_RESULTS:
             self.reconciles.labels(result=result)
+        for outcome in RESYNC_OUTCOMES:
+            self.resyncs.labels(outcome=outcome)
         for source in SIGNAL_SOURCES:
             for signal_result in SIGNAL_RESULTS:
                 self.signals.labels(source=source, result=signal_result)
@@ -271,6 +360,9 @@ class OperatorMetrics:
         if result == "error":
             self.reconcile_errors.inc()
         self.reconcile_duration.observe(seconds)
+
+    def resynced(self, outcome: str) -> None:
+        self.resyncs.labels(outcome=outcome).inc()
 
     def step(self, kind: str, phase: str) -> None:
         self.remediation_steps.labels(kind=kind, phase=phase).inc()

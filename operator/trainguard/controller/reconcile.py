@@ -90,6 +90,10 @@ class ResyncAPI(ReconcileAPI, Protocol):
         """Whether an apply of `obj` would write nothing, asked of the watch cache (kube.Kube.unchanged)."""
         ...
 
+    def live_version(self, obj: Obj) -> str | None:
+        """The owned object's resourceVersion in the watch cache (kube.Kube.live_version)."""
+        ...
+
 
 class Rehearsal:
     """A ReconcileAPI that writes nothing: it answers an apply from `kube.unchanged` and records what a
@@ -104,6 +108,8 @@ class Rehearsal:
         self.policy = policy
         self.writes: list[str] = []
         self.secrets: list[Obj] = []
+        self.compared: list[Obj] = []
+        """Every object an apply was asked for, as rendered (in_place.InPlace keeps them)."""
 
     def get_policy(self, namespace: str, name: str) -> Obj | None:
         return self.policy(namespace, name)
@@ -111,6 +117,7 @@ class Rehearsal:
     def apply(self, obj: Obj) -> bool | None:
         """Always "unchanged" to the reconcile, which then neither logs nor announces an apply it did not
         make; what differs is in `writes` (or `secrets`)."""
+        self.compared.append(obj)
         if self.kube.unchanged(obj):
             return False
         if obj["kind"] == "Secret":

@@ -28,9 +28,15 @@ from trainguard.certs.secret import SelfManagedCerts
 from trainguard.certs.tls import ReloadableTLS
 from trainguard.clients.prometheus import prometheus_client
 from trainguard.controller.handlers import LOCKS, MonitorSettings, announcer, reconcile, register, resync
+from trainguard.controller.in_place import InPlace
 from trainguard.controller.injection import WEBHOOK_ID, AdmissionServer, SidecarInjection
 from trainguard.controller.leadership import Leadership
-from trainguard.controller.metrics import DEFAULT_METRICS_ADDR, OperatorMetrics, serve
+from trainguard.controller.metrics import (
+    DEFAULT_METRICS_ADDR,
+    OperatorMetrics,
+    RemediationFirstCollector,
+    serve,
+)
 from trainguard.controller.namespace_labels import NamespaceLabels
 from trainguard.controller.periodic import Loop, Periodic
 from trainguard.controller.reconcile import ReceiverSettings
@@ -50,6 +56,7 @@ from trainguard.remediation.loop import RemediationLoop
 from trainguard.remediation.model import Signal
 from trainguard.remediation.receiver import MonitorUids, Receiver, ReceiverConfig, SenderCheck
 from trainguard.remediation.senders import Senders
+from trainguard.remediation.urgency import HOLD_S, Urgency
 from trainguard.render.kubernetes import KUBE_PROMETHEUS_STACK_LABELS, shared_prometheus_rule
 from trainguard.render.shared import PER_MONITOR, SHARED, SHARED_RULE_NAME
 from trainguard.render.sidecar import supports_native_sidecar
@@ -145,6 +152,9 @@ class OperatorOptions:
     series on the metrics port (render/shared.py, controller/rule_settings.py)."""
     cert_dir: str | None = None
     """Where the self-managed certificate files are written for the servers (default: a private tmp dir)."""
+    remediation_first_seconds: float = HOLD_S
+    """--remediation-first-seconds: the longest a reconcile about to start waits while a signal that may
+    cordon is on its way to the cordon (remediation/urgency.py); 0 turns it off."""
 
 
 def connection_info(kubeconfig: str | None, context: str | None = None) -> kopf.ConnectionInfo:
@@ -202,6 +212,9 @@ def run(opts: OperatorOptions) -> None:
         if prometheus_url
         else None
     )
+    # the fast path first: reconciles about to start wait while a signal is on its way to its cordon
+    urgency = Urgency(opts.remediation_first_seconds)
+    metrics.registry.register(RemediationFirstCollector(urgency))
     remediation = RemediationLoop(
         kube,
         cache,
@@ -217,6 +230,7 @@ def run(opts: OperatorOptions) -> None:
         node_down=opts.node_down,
         history=history,
         severity_style=opts.severity_style,
+        urgency=urgency,
     )
 
     reports = MorningReports(
@@ -245,7 +259,9 @@ def run(opts: OperatorOptions) -> None:
         severity_style=opts.severity_style,
         object_labels=opts.object_labels,
         rule_form=opts.rule_form,
+        urgency=urgency,
     )
+    in_place = InPlace()  # what the resync found in place: a steady pass renders nothing again
     periodic = Periodic(
         kube,
         cache,
@@ -255,7 +271,7 @@ def run(opts: OperatorOptions) -> None:
         ),
         lock=LOCKS,
         resync=lambda body: resync(
-            kube, cache, body, receiver=shared.get("receiver"), settings=monitor_settings
+            kube, cache, body, receiver=shared.get("receiver"), settings=monitor_settings, in_place=in_place
         ),
         resync_s=opts.resync_seconds,
         pods_s=opts.pods_seconds,

@@ -125,6 +125,14 @@ class Kube:
             return None
         return {"metadata": {"resourceVersion": str(found.metadata.resourceVersion)}, "otherManagers": None}
 
+    def live_version(self, obj: dict[str, Any]) -> str | None:
+        """The resourceVersion the owned objects' watch cache holds for `obj`, None when it holds none;
+        no request. Raises NotSynced when there is no such cache or it has not listed."""
+        if self.live is None:
+            raise NotSynced("no watch cache of the owned objects")
+        live = self.live(obj)
+        return None if live is None else str((live.get("metadata") or {}).get("resourceVersion") or "")
+
     def _state(self, obj: dict[str, Any]) -> tuple[str | None, bool]:
         """(the version the object is at, None when absent or unknown; whether it is in place as rendered).
         In place: untouched since this process applied the same content (its version has not moved), or,

@@ -18,7 +18,8 @@ Decisions taken here:
   between the NaN and the pause.
 - The checkpoint the gang resumes from (the pin, the resume-from pointer) is the newest one every rank
   that answered reports saved, never the highest step one rank has: a partial checkpoint (rank 0 at
-  1100, rank 1 at 1000) gives 1000 (`gang_checkpoint`).
+  1100, rank 1 at 1000) gives 1000 (`gang_checkpoint`). A dead node's silent rank bounds it by what it
+  last said it saved (Prometheus), else one save back (`silent_rank_bound`).
 - The resume-from pointer lives from the gang's deletion until its replacements are placed: on the
   workload (for people, and for an older operator's webhook) and in the restart step's progress
   (`resumeFrom`, saved before anything is deleted), from which the webhook gives it to the new pods
@@ -67,8 +68,8 @@ from typing import Any, NoReturn, Protocol
 
 from trainguard.api.common import duration_seconds
 from trainguard.api.monitor import TrainingJobMonitor
-from trainguard.catalog.kubernetes import FAULTY_TAINT, RESUME_FROM
-from trainguard.kube.objects import creation_seconds, is_terminating, label_value
+from trainguard.catalog.kubernetes import COMPLETION_INDEX, FAULTY_TAINT, RESUME_FROM
+from trainguard.kube.objects import creation_seconds, is_terminating, label_value, labels_of
 from trainguard.kube.workloads import ChildJob, Replacement, Workload
 from trainguard.remediation import records
 from trainguard.remediation.detect import GANG_SPREAD_S
@@ -311,6 +312,28 @@ def gang_checkpoint(
     return best, note
 
 
+def silent_rank_bound(best_step: float, said: dict[str, float | None]) -> tuple[float, str]:
+    """The bound (a `before_step`: steps at or past it are out) the gang's choice takes when the faulty
+    ranks in `said` did not answer, and a note. `said` holds, per silent rank, the step of the last
+    checkpoint Prometheus scraped from its sidecar (None: not known).
+
+    The healthy ranks' newest checkpoint (`best_step`) may be one a dead rank never finished: a node
+    that dies between a step's all-reduce and the end of its rank's save leaves the other ranks to save
+    that step alone (they hang in the next all-reduce), and a replacement would find no shard of it and
+    start from fresh weights, which DDP then broadcasts from rank 0. A silent rank's own last report
+    settles it: nothing newer than the step it said it saved. Without one, the choice goes one save
+    back: in a gang that steps together (every step all-reduces) and saves before stepping on, a rank
+    that took part in step N's all-reduce had finished every save before N; the healthy ranks could not
+    have saved `best_step` unless the silent rank reached it, so it saved the one before."""
+    known = {pod: step for pod, step in said.items() if step is not None}
+    if len(known) == len(said):
+        lowest = min(known.values())
+        reported = _names([f"{pod} {_fmt_step(step)}" for pod, step in sorted(known.items())])
+        return math.nextafter(lowest, math.inf), f"; last saved as scraped: {reported}"
+    unknown = _names(sorted(set(said) - set(known)))
+    return best_step, f"; one save back: {unknown} did not answer and no saved step of theirs is known"
+
+
 def newest_by_rank(ranks: dict[str, list[dict[str, Any]]]) -> str:
     """Each rank's newest reported step, for a detail: "job-0 1100, job-1 none"."""
     return _names([f"{pod} {_fmt_step(_newest(listed))}" for pod, listed in sorted(ranks.items())])
@@ -492,9 +515,12 @@ def would(step: dict[str, Any], monitor: TrainingJobMonitor, default_checkpoint_
 
 
 class FaultHistory(Protocol):
-    """What the jobs' own rules saw (remediation/alert_history.py)."""
+    """What Prometheus kept of the jobs (remediation/alert_history.py): what their own rules saw, and
+    what their ranks last said they saved."""
 
     def saw(self, alert: str, namespace: str, training_job: str, node: str, gpu: str = "") -> bool: ...
+
+    def last_saved_step(self, namespace: str, training_job: str, pod: str) -> float | None: ...
 
     def where(self) -> str: ...
 
@@ -1253,25 +1279,36 @@ class Executor:
         would be deleted twice.) A redo of a step an older operator began, with no progress fields,
         takes the pods created before the record as the old gang."""
         namespace, selector = monitor.namespace, monitor.spec.selector
-        live = [p for p in self.cluster.gang_pods(namespace, selector) if _live(p)]
+        pods = self.cluster.gang_pods(namespace, selector)
+        live = [p for p in pods if _live(p)]
         cut = _float(progress.fields.get("createdUpTo"))
         if cut is not None:
             count = int(progress.fields.get("count") or 0)
             old = [p for p in live if creation_seconds(p) <= cut]
-        else:
-            if progress.redo:
-                before = math.floor(unix(str(record.get("created", ""))))
-                live = [p for p in live if creation_seconds(p) < before]
-            old, count = live, len(live)
-            cut = max((creation_seconds(p) for p in old), default=0.0)
-            pointer, chosen = self._resume_pointer(monitor, _restart_avoid(record), since=_fault_time(record))
-            note(f"deleting {count} pod(s) created up to {cut:.0f}: {_names(_pod_names(old))}; {pointer}",
-                 {"count": count, "createdUpTo": int(cut), "resumeFrom": _checkpoint_json(chosen)})  # fmt: skip
-        deleted = self.cluster.delete_pods(namespace, _pod_names(old))
-        if progress.fields.get("createdUpTo") is not None:
-            detail = f"deleted {count} pod(s) created up to {cut:.0f} ({len(deleted)} of them after the operator restarted)"
-        else:
-            detail = f"deleted {count} pod(s): {_names(_pod_names(old))}; {pointer}"
+            deleted = self.cluster.delete_pods(namespace, _pod_names(old))
+            return self._with_spares(
+                f"deleted the gang's pods created up to {cut:.0f} ({len(deleted)} of them after the operator "
+                f"restarted); {count} new pod(s) awaited"
+            )
+        if progress.redo:
+            before = math.floor(unix(str(record.get("created", ""))))
+            pods = [p for p in pods if creation_seconds(p) < before]
+            live = [p for p in live if creation_seconds(p) < before]
+        old, lost = live, _lost(pods)
+        count = _members(live, lost)
+        cut = max((creation_seconds(p) for p in old), default=0.0)
+        pointer, chosen = self._resume_pointer(monitor, _restart_avoid(record), since=_fault_time(record))
+        also = (
+            f" (the gang lost {_names(_pod_names(lost))} already: {count} new pod(s) awaited)"
+            if count > len(old)
+            else ""
+        )
+        note(f"deleting {len(old)} pod(s) created up to {cut:.0f}: {_names(_pod_names(old))}{also}; {pointer}",
+             {"count": count, "createdUpTo": int(cut), "resumeFrom": _checkpoint_json(chosen)})  # fmt: skip
+        self.cluster.delete_pods(namespace, _pod_names(old))
+        return self._with_spares(f"deleted {len(old)} pod(s): {_names(_pod_names(old))}{also}; {pointer}")
+
+    def _with_spares(self, detail: str) -> str:
         spares = self.cluster.spares()
         if spares:
             detail += f"; spares available: {_names(spares)}"
@@ -1431,7 +1468,8 @@ class Executor:
         resume from the emergency checkpoint only the healthy ranks saved (a replacement would find no
         shard of it and start from fresh weights, which DDP would then broadcast from rank 0). When a
         faulty rank's sidecar does not answer (its node is dead), the healthy ranks choose among the
-        checkpoints they saved before the fault, which the gang saved together.
+        checkpoints they saved before the fault and no newer than the silent rank saved
+        (`silent_rank_bound`: its last scraped word, else one save back).
         Says what was done, and returns the pointer. Best effort: without it the new sidecar learns the checkpoints from the
         trainer's hello. With `generation`, the new sidecars also hold it as the launcher's word
         (exporter/checkpoints.py resume_pointer)."""
@@ -1448,6 +1486,15 @@ class Executor:
             else:
                 before = since or None
         best, note = gang_checkpoint(ranks, before, None)
+        silent = sorted(faulty - set(views))
+        if best is not None and silent:
+            bound, why = silent_rank_bound(float(best["step"]), self._last_saved(monitor, silent))
+            earlier, note = gang_checkpoint(ranks, before, bound)
+            if earlier is None and "one save back" in why:  # nothing older: the newest is all there is
+                note += f"; {_names(silent)} may lack step {_fmt_step(float(best['step']))}"
+            else:
+                best = earlier
+            note += why
         if best is None:
             if not any(ranks.values()):
                 return "no checkpoint known for resume-from", None
@@ -1473,9 +1520,23 @@ class Executor:
         joins = f", generation {generation}" if generation else ""
         return f"resume-from step {step}{joins} on {ref.kind}/{ref.name}{note}{unasked}", pointer
 
+    def _last_saved(self, monitor: TrainingJobMonitor, pods: list[str]) -> dict[str, float | None]:
+        """Per pod, the step of the last checkpoint Prometheus scraped from its sidecar (None: not known,
+        no --prometheus-url, or Prometheus could not be asked)."""
+        out: dict[str, float | None] = dict.fromkeys(pods)
+        if self.history is None:
+            return out
+        for pod in pods:
+            try:
+                out[pod] = self.history.last_saved_step(monitor.namespace, monitor.name, pod)
+            except Exception as exc:  # an unknown, not a reason to stop the move
+                log.warning("no saved step of %s from %s: %s", pod, self.history.where(), exc)
+        return out
+
     def _confirm(self, record: Record, monitor: TrainingJobMonitor, params: dict[str, str]) -> str:
-        """Wait until as many live pods as were deleted exist, created since the record, all scheduled
-        and none on an avoided node; record where they landed and which spare took one."""
+        """Wait until as many live pods as the gang has members (`_members`) exist, created since the
+        record, all scheduled and none on an avoided node; record where they landed and which spare took
+        one."""
         timeout = _float(params.get("timeout_s")) or PLACEMENT_TIMEOUT_S
         # only a node fault avoids its node: an OOM-killed or failed pod's node is healthy
         fault_node = record.get("node") if record.get("class") == "nodeFault" else None
@@ -1638,16 +1699,36 @@ def _gang(pods: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
     """(the live pods of the gang, the members it lost): a pod that failed or is being deleted and was
     created with the live ones (within detect.GANG_SPREAD_S of the oldest) left the gang, which only new
     pods make whole again; an older one is history (a Job keeps the failed pods it replaced)."""
+    return _pod_names([p for p in pods if _live(p)]), _pod_names(_lost(pods))
+
+
+def _lost(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     live = [p for p in pods if _live(p)]
     first = min((creation_seconds(p) for p in live), default=None)
-    lost = [
+    return [
         p
         for p in pods
         if not _live(p)
         and (p.get("status") or {}).get("phase") != "Succeeded"
         and (first is None or creation_seconds(p) >= first - GANG_SPREAD_S)
     ]
-    return _pod_names(live), _pod_names(lost)
+
+
+def _members(live: list[dict[str, Any]], lost: list[dict[str, Any]]) -> int:
+    """How many members the gang has, so how many new pods a restart waits for: the live pods it deletes
+    and the members it lost that have no replacement yet (an OOM-killed rank's Failed pod, whose
+    replacement the Job controller makes later, after its back-off). Counting only the live ones, the
+    placement took the first replacement for the whole gang and cleared resume-from before the late one
+    came, which then started from fresh weights. An Indexed Job's pods say their completion index (a
+    replacement shares its lost pod's, so counts once); otherwise the pods of the oldest cohort (created
+    within GANG_SPREAD_S of the oldest), which a later replacement is not part of, and at least the live."""
+    pods = live + lost
+    indexes = [labels_of(p).get(COMPLETION_INDEX) for p in pods]
+    if pods and all(indexes):
+        return len(set(indexes))
+    first = min((creation_seconds(p) for p in pods), default=0.0)
+    cohort = [p for p in pods if creation_seconds(p) <= first + GANG_SPREAD_S]
+    return max(len(live), len(cohort))
 
 
 def _launcher_alive(view: dict[str, Any]) -> bool:

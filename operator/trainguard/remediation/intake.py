@@ -24,6 +24,7 @@ from trainguard.remediation import paging, pending
 from trainguard.remediation.model import Signal
 from trainguard.remediation.plan import triage
 from trainguard.remediation.store import RecordStore
+from trainguard.remediation.urgency import Key, Urgency
 
 log = logging.getLogger("trainguard.remediation")
 
@@ -74,8 +75,11 @@ class Intake:
         store: RecordStore | None = None,
         monitors: MonitorCache | None = None,
         clock: Callable[[], float] = time.time,
+        urgency: Urgency | None = None,
     ) -> None:
-        """`store` and `monitors` make `receive` durable; without them it only queues."""
+        """`store` and `monitors` make `receive` durable; without them it only queues. `urgency` is held
+        for each job a firing signal arrives for (remediation/urgency.py)."""
+        self.urgency = urgency
         self.queue: queue.Queue[Signal] = queue.Queue(maxsize=size)
         self.pool = pool
         self.pager = pager
@@ -86,6 +90,7 @@ class Intake:
     def submit(self, signals: list[Signal]) -> None:
         """Queue the firing signals for the planner (and page a sidecar's P0): the detection pass's,
         which finds the same faults again each pass."""
+        self._hold(signals)
         self.replay(signals)
         self._page(signals)
 
@@ -100,8 +105,21 @@ class Intake:
         """The receiver's hand-over: page, record the signals that could be acted on in their monitors'
         status (raises pending.NotRecorded when that fails), then queue them for the planner."""
         self._page(signals)
-        for s in self.record(signals):
+        self._hold(signals)
+        kept: list[Signal] = []
+        try:
+            kept = self.record(signals)
+        finally:
+            if self.urgency is not None:  # nothing to plan for the others: their jobs are not held
+                for key in {_key(s) for s in signals} - {_key(s) for s in kept}:
+                    self.urgency.end(key)
+        for s in kept:
             self.queue.put_nowait(s)
+
+    def _hold(self, signals: list[Signal]) -> None:
+        if self.urgency is not None:
+            for key in sorted({_key(s) for s in signals if s.firing}):
+                self.urgency.begin(key)
 
     def record(self, signals: list[Signal]) -> list[Signal]:
         """Write the firing signals that could be acted on to their monitors' status.pendingSignals; returns
@@ -175,3 +193,7 @@ class Intake:
 
 def _name(body: dict[str, Any]) -> str:
     return str((body.get("metadata") or {}).get("name") or "")
+
+
+def _key(signal: Signal) -> Key:
+    return signal.namespace, signal.training_job

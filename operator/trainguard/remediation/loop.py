@@ -30,6 +30,7 @@ from trainguard.remediation.passes import (
 )
 from trainguard.remediation.planner import Planner
 from trainguard.remediation.store import MonitorAPI, Record, RecordStore
+from trainguard.remediation.urgency import Urgency
 
 PAGING_WORKERS = 2
 
@@ -59,20 +60,24 @@ class RemediationLoop:
         node_down: NodeDownSettings | None = None,
         history: FaultHistory | None = None,
         severity_style: str = GRADE,
+        urgency: Urgency | None = None,
     ) -> None:
         """`guardrails` are the platform's limits (operator flags); `mode` the operator-wide mode now
         (act, dry-run, off); `reset` reads the time of the last manual reset of the circuit breaker; `history`
         is Prometheus's record of the jobs' alerts, the second witness of a GPU fault; `severity_style`
         the platform's style of the severity label of every alert posted to Alertmanager
-        (catalog/severity.py, --severity-style)."""
+        (catalog/severity.py, --severity-style); `urgency` the reconciles' gate the fast path holds from a
+        signal's arrival to its cordon (remediation/urgency.py)."""
         style = severity_style
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trainguard-remediation")
         # pages on their own threads: executors block up to emergencyCheckpointTimeout, and a new P0's
         # page must not wait behind running remediations
         self.paging = ThreadPoolExecutor(max_workers=PAGING_WORKERS, thread_name_prefix="trainguard-paging")
-        self.store = RecordStore(api, lock, on_step, key=key, clock=clock)
+        self.store = RecordStore(api, lock, on_step, key=key, clock=clock, urgency=urgency)
         pager = Pager(alertmanager_url, clock, severity_style=style) if alertmanager_url else None
-        self.intake = Intake(self.paging, pager, store=self.store, monitors=reads, clock=clock)
+        self.intake = Intake(
+            self.paging, pager, store=self.store, monitors=reads, clock=clock, urgency=urgency
+        )
         self.dispatcher = Dispatcher(self.store, cluster, self.pool, key=key, leader=leader, mode=mode,
                                      alertmanager_url=alertmanager_url, executor_factory=executor_factory,
                                      clock=clock, history=history, severity_style=style)  # fmt: skip
@@ -80,7 +85,7 @@ class RemediationLoop:
         self.breaker = Breaker(cluster, guard, leader=leader, reset=reset, alertmanager_url=alertmanager_url,
                                clock=clock, severity_style=style)  # fmt: skip
         self.planner = Planner(self.store, cluster, self.dispatcher, leader=leader, clock=clock, guardrails=guard,
-                               mode=mode, breaker=self.breaker.evaluate, policy=reads.policy)  # fmt: skip
+                               mode=mode, breaker=self.breaker.evaluate, policy=reads.policy, urgency=urgency)  # fmt: skip
         self.resume = ResumePass(reads, self.dispatcher, leader)
         self.pending = PendingPass(reads, self.intake, leader, clock)
         self.watch = WatchPass(reads, self.intake, leader, alertmanager_url, clock,

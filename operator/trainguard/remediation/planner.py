@@ -30,6 +30,7 @@ from trainguard.remediation.intake import Intake
 from trainguard.remediation.model import ClusterState, Signal, Source, StepKind
 from trainguard.remediation.plan import DISABLED, UNVERIFIED, plan, quiet, triage
 from trainguard.remediation.store import Record, RecordStore, records_of, summary
+from trainguard.remediation.urgency import Urgency, cordon_pending
 from trainguard.render.policy import effective_policy
 
 log = logging.getLogger("trainguard.remediation")
@@ -79,8 +80,12 @@ class Planner:
         guardrails: Guardrails | None = None,
         mode: Callable[[], str] = lambda: ACT,
         breaker: Callable[[], Mapping[str, str]] = dict,
+        urgency: Urgency | None = None,
     ) -> None:
         self.store = store
+        self.urgency = urgency
+        """Ended for a signal's job once it is planned, unless its record has a cordon still to make (the
+        record store ends it then): remediation/urgency.py."""
         self.policy = policy
         """An AlertPolicy by namespace and name (the watch cache): the fast path's and the operator's own
         signals carry the catalogue's severity, which the monitor's policies may lower or disable."""
@@ -213,26 +218,31 @@ class Planner:
         """handle(), tried again after each of RETRY_DELAYS_S while it meets a transient API error; True
         once it ran through. A signal it gives up on stays pending in the monitor's status."""
         what = f"{signal.alertname} for {signal.namespace}/{signal.training_job}"
-        for delay in (*RETRY_DELAYS_S, None):
-            try:
-                self._attempt(signal)
-                return True
-            except Exception as exc:
-                if delay is None or not retryable(exc):
-                    log.exception("planning %s failed; it stays pending for the leader's next pass", what)
-                    return False
-                log.warning("planning %s met a transient error, retried in %.1fs: %s", what, delay, exc)
-                if wait(delay):
-                    return False  # stopping
-        return False
+        record: Record | None = None
+        try:
+            for delay in (*RETRY_DELAYS_S, None):
+                try:
+                    record = self._attempt(signal)
+                    return True
+                except Exception as exc:
+                    if delay is None or not retryable(exc):
+                        log.exception("planning %s failed; it stays pending for the leader's next pass", what)
+                        return False
+                    log.warning("planning %s met a transient error, retried in %.1fs: %s", what, delay, exc)
+                    if wait(delay):
+                        return False  # stopping
+            return False
+        finally:
+            if self.urgency is not None and not cordon_pending(record):
+                self.urgency.end((signal.namespace, signal.training_job))
 
-    def _attempt(self, signal: Signal) -> None:
+    def _attempt(self, signal: Signal) -> Record | None:
         for _ in range(PLAN_ATTEMPTS):
             try:
-                self.handle(signal)
-                return
+                return self.handle(signal)
             except records.Superseded as exc:  # the monitor changed under the plan's write
                 log.info("planning %s again: %s", signal.alertname, exc)
+        return None
 
     def _forget(self, body: dict[str, Any], signal: Signal) -> None:
         """Drop a signal decided without a record from the monitor's pendingSignals."""

@@ -20,6 +20,7 @@ from trainguard.api import TrainingJobMonitor, monitor_of
 from trainguard.kube.errors import is_conflict
 from trainguard.remediation import goodput, records
 from trainguard.remediation.records import Superseded
+from trainguard.remediation.urgency import Urgency, cordon_pending
 from trainguard.times import unix
 
 log = logging.getLogger("trainguard.remediation")
@@ -96,8 +97,11 @@ class RecordStore:
         *,
         key: Callable[[], bytes | None],
         clock: Callable[[], float] = time.time,
+        urgency: Urgency | None = None,
     ) -> None:
         self.api = api
+        self.urgency = urgency
+        """Ended for the record's job once its cordon is done (remediation/urgency.py)."""
         self.clock = clock
         """When records pruned from the status leave their goodput counts in it."""
         self.lock = lock
@@ -131,6 +135,8 @@ class RecordStore:
         body.setdefault("status", {}).update(status)
         for kind, phase in step_changes(before, record):
             self.on_step(kind, phase)
+        if self.urgency is not None and not cordon_pending(record):
+            self.urgency.end((meta["namespace"], meta["name"]))
         return record
 
     def create(
