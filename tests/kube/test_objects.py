@@ -3,6 +3,7 @@ has one (its quantity parser), and the slimming a watch cache applies keeping wh
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from typing import Any
 
@@ -56,6 +57,32 @@ def test_a_slimmed_pod_keeps_what_the_operator_reads_and_drops_the_bulk() -> Non
                             "containers": [{"name": "trainer", "image": "llama:1"}]}  # fmt: skip
     assert kept["status"] == pod["status"]
     assert carries_exporter(kept)
+
+
+def test_a_slimmed_pods_status_drops_images_and_ids_and_its_strings_are_shared() -> None:
+    """16,000 cached pods: what the operator never reads of a status goes, and every pod's keys and
+    short values ("Running", its namespace, "True") are one string each, not a copy a pod."""
+
+    def decoded(i: int) -> dict[str, Any]:  # as a watch decodes each event: new strings every time
+        return json.loads(json.dumps({"metadata": {"name": f"llama-{i}", "namespace": "ml"}, "status": {
+            "phase": "Running", "podIP": "10.0.0.1", "hostIP": "10.0.0.9", "qosClass": "Burstable",
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            "containerStatuses": [{"name": "trainer", "ready": True, "restartCount": 1, "image": "llama:1",
+                                   "imageID": "sha256:" + "0" * 64, "containerID": "containerd://" + "f" * 64,
+                                   "state": {"running": {}}, "lastState": {"terminated": {"exitCode": 1}},
+                                   "volumeMounts": [{"name": "token"}]}]}}))  # fmt: skip
+
+    one, two = slim_pod(decoded(1)), slim_pod(decoded(2))
+    assert one["status"] == {
+        "phase": "Running", "podIP": "10.0.0.1",
+        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        "containerStatuses": [{"name": "trainer", "ready": True, "restartCount": 1, "state": {"running": {}},
+                               "lastState": {"terminated": {"exitCode": 1}}}],
+    }  # fmt: skip
+    assert one["status"]["phase"] is two["status"]["phase"]
+    assert one["metadata"]["namespace"] is two["metadata"]["namespace"]
+    ones, twos = list(one["status"]["containerStatuses"][0]), list(two["status"]["containerStatuses"][0])
+    assert ones == twos and all(a is b for a, b in zip(ones, twos, strict=True)), "the keys are shared"
 
 
 def test_a_slimmed_node_keeps_its_conditions_capacity_and_spec() -> None:

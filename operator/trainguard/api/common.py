@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from typing import Annotated, Any, Literal
 
@@ -42,8 +43,10 @@ Duration = Annotated[
 """A Prometheus duration string; kept as text so rendered rules show what the user wrote."""
 
 
+@functools.lru_cache(maxsize=4096)
 def duration_seconds(text: str) -> float:
-    """Seconds in a Prometheus duration such as `1h30m`; raises ValueError on anything else."""
+    """Seconds in a Prometheus duration such as `1h30m`; raises ValueError on anything else. Remembered:
+    a few dozen distinct durations are read for every monitor on every render."""
     match = _DURATION_RE.match(text)
     if not text or match is None:
         raise ValueError(f"{text!r} is not a duration; use a number with a unit, such as 30s, 5m or 1h")

@@ -167,8 +167,21 @@ def trace_id(prom: RangeQuery, namespace: str, job: str, at: float) -> str:
 def firing(prom: RangeQuery, namespace: str, job: str, at: float) -> list[dict[str, str]]:
     """The job's alerts firing at `at` (Prometheus' ALERTS), most severe first."""
     items = _instant(prom, f'ALERTS{{alertstate="firing",{_job(namespace, job)}}}', at)
-    labels = [{k: str(v) for k, v in (i.get("metric") or {}).items()} for i in items]
-    return sorted(labels, key=lambda m: (SEVERITY_ORDER.get(grade_of(m), 9), m.get("alertname", "")))
+    return _most_severe_first([{k: str(v) for k, v in (i.get("metric") or {}).items()} for i in items])
+
+
+def firing_by_job(prom: RangeQuery, at: float) -> dict[tuple[str, str], list[dict[str, str]]]:
+    """Every job's alerts firing at `at`, by (namespace, training_job), each most severe first: one query
+    for a pass over every monitor, not one a monitor (2,000 a minute at 2,000 jobs)."""
+    jobs: dict[tuple[str, str], list[dict[str, str]]] = {}
+    for item in _instant(prom, 'ALERTS{alertstate="firing",training_job!=""}', at):
+        labels = {k: str(v) for k, v in (item.get("metric") or {}).items()}
+        jobs.setdefault((labels.get("namespace", ""), labels.get("training_job", "")), []).append(labels)
+    return {key: _most_severe_first(alerts) for key, alerts in jobs.items()}
+
+
+def _most_severe_first(alerts: list[dict[str, str]]) -> list[dict[str, str]]:
+    return sorted(alerts, key=lambda m: (SEVERITY_ORDER.get(grade_of(m), 9), m.get("alertname", "")))
 
 
 def pod_logs(

@@ -29,7 +29,14 @@ from trainguard.catalog.severity import grade_of
 from trainguard.clients import alertmanager
 from trainguard.diagnosis import morning as report
 from trainguard.diagnosis.configmap import REPORT_SEVERITY, open_command, report_configmap, report_name
-from trainguard.diagnosis.fetch import RangeQuery, ReportAPI, ReportReads, active_at, build_report, firing
+from trainguard.diagnosis.fetch import (
+    RangeQuery,
+    ReportAPI,
+    ReportReads,
+    active_at,
+    build_report,
+    firing_by_job,
+)
 from trainguard.render.policy import effective_policy
 
 log = logging.getLogger("trainguard.morning_report")
@@ -128,9 +135,9 @@ class MorningReports:
 
 @dataclass
 class DiagnosticReports:
-    """On the leader's periodic pass: every monitor's firing P2 alerts (Prometheus' ALERTS), each
-    reported once into a ConfigMap owned by the monitor (so it goes with it) and an Event on the monitor
-    naming it. create-if-absent is the once: a ConfigMap already there means already reported."""
+    """On the leader's periodic pass: every monitor's firing P2 alerts (Prometheus' ALERTS, one query a
+    pass), each reported once into a ConfigMap owned by the monitor (so it goes with it) and an Event on
+    the monitor naming it. create-if-absent is the once: a ConfigMap already there means already reported."""
 
     kube: PassAPI
     reads: PassReads
@@ -148,20 +155,27 @@ class DiagnosticReports:
         if self.prometheus is None or now < self._next or not self.leader():
             return 0
         self._next = now + self.check_s
+        try:
+            jobs = firing_by_job(self.prometheus, now)
+        except Exception as exc:
+            log.warning("diagnostic reports: the firing alerts cannot be read now: %s", exc)
+            return 0
         written = 0
         for body in self.reads.monitors():
             meta = body.get("metadata") or {}
             ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+            if (ns, name) not in jobs:
+                continue
             try:
-                written += self._one(body, ns, name, now)
+                written += self._one(body, ns, name, now, jobs[(ns, name)])
             except Exception as exc:
                 log.warning("diagnostic reports of %s/%s failed: %s", ns, name, exc)
         return written
 
-    def _one(self, body: dict[str, Any], ns: str, name: str, now: float) -> int:
+    def _one(self, body: dict[str, Any], ns: str, name: str, now: float, alerts: list[dict[str, str]]) -> int:
         assert self.prometheus is not None
         written = 0
-        for alert in firing(self.prometheus, ns, name, now):
+        for alert in alerts:
             if grade_of(alert) != REPORT_SEVERITY:
                 continue
             cm_name = report_name(name, alert)

@@ -197,8 +197,8 @@ class WatchPass:
         now = self.clock()
         sightings, since = self._look(now)
         found: list[Signal] = []
-        nodes: list[Obj] | None = None
-        every = self._maintenance(now)
+        nodes: dict[str, Obj] | None = None
+        every = {_name(n): n for n in self._maintenance(now)}
         for body, monitor in valid_monitors(self.reads):
             pods = self.reads.pods(monitor.namespace, monitor.spec.selector)
             ref = monitor.spec.workload_ref
@@ -207,14 +207,17 @@ class WatchPass:
                 job = self.reads.job(monitor.namespace, ref.name)
                 jobs = [job] if job is not None else []
             found += detect.interruptions(pods, jobs, monitor, now, records_of(body))
+            # each judge is given the nodes the job's pods are on, not all of them: it looks at no other,
+            # and 2,000 monitors over 1,000 nodes each second were half the operator's CPU
+            hosts = {str((p.get("spec") or {}).get("nodeName") or "") for p in pods}
             if pods and sightings:
                 if nodes is None:
-                    nodes = self.reads.nodes()
+                    nodes = {_name(n): n for n in self.reads.nodes()}
                 found += detect.node_faults(
-                    nodes, pods, monitor, sightings, since=since, now=now, settings=self.settings
+                    _on(nodes, hosts), pods, monitor, sightings, since=since, now=now, settings=self.settings
                 )
             if pods and every:
-                found += maintenance.signals(every, pods, monitor, now, self.cordons)
+                found += maintenance.signals(_on(every, hosts), pods, monitor, now, self.cordons)
         if found and self.alertmanager_url:
             try:
                 alertmanager.post_alerts(
@@ -248,6 +251,15 @@ class WatchPass:
             log.warning("%s: no node is judged down this pass, and the grace starts again", exc)
             hearing, nodes, leases = None, [], []
         return self.nodes.look(nodes, leases, hearing, now)
+
+
+def _name(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def _on(nodes: dict[str, Obj], hosts: set[str]) -> list[Obj]:
+    """The nodes named in `hosts`, in name order."""
+    return [nodes[h] for h in sorted(hosts) if h in nodes]
 
 
 @dataclass
