@@ -114,3 +114,18 @@ def test_rendered_aggregates_pass_promtool(promtool: str, tmp_path: Path) -> Non
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_each_jobs_goodput_goes_to_the_aggregates_store_and_nothing_per_pod_with_it() -> None:
+    """A platform reports each job's lost time by cause over months: the recorded shares and the
+    operator's counters are a few series per job; the sidecars' per-pod counters they come from are not."""
+    keep = re.compile(keep_regex())
+    for name in ("trainguard:job_lost:ratio", "trainguard:job_lost_all:ratio", "trainguard:job_ettr:ratio",
+                 "trainguard_job_lost_seconds_total", "trainguard_job_productive_seconds_total",
+                 "trainguard_job_ettr_ratio", "trainguard_job_restarts_redo_unknown"):  # fmt: skip
+        assert keep.fullmatch(name), name
+    for raw in ("trainguard_train_stall_seconds_total", "trainguard_checkpoint_save_seconds_total"):
+        assert not keep.fullmatch(raw), raw
+    agg, events = remote_write("http://a/w", "http://b/w")["remote_write"]
+    assert re.fullmatch(agg["write_relabel_configs"][0]["regex"], "trainguard_job_lost_seconds_total")
+    assert not re.fullmatch(events["write_relabel_configs"][0]["regex"], "trainguard:job_ettr:ratio")

@@ -151,10 +151,12 @@ def cmd_keep_list(args: argparse.Namespace) -> int:
     chart's longTermStorage.remoteWrite ships what render.longterm ships, without a hand copy."""
     need("render")
     from trainguard.render import dump_yaml
-    from trainguard.render.longterm import ALERT_HISTORY, aggregate_names
+    from trainguard.render.longterm import ALERT_HISTORY, GOODPUT, aggregate_names
 
     header = "# generated from trainguard.render.longterm by `make chart`: do not edit\n"
-    body = dump_yaml({"aggregates": list(aggregate_names()), "alertHistory": list(ALERT_HISTORY)})
+    body = dump_yaml(
+        {"aggregates": list(aggregate_names()), "goodput": list(GOODPUT), "alertHistory": list(ALERT_HISTORY)}
+    )
     _write_or_check(Path(args.out_dir) / KEEP_LIST, header + body, args.check, "make chart")
     return 0
 

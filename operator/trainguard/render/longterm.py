@@ -23,7 +23,8 @@ from typing import Any
 from trainguard.api.common import duration_seconds
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog import METRICS_BY_NAME, Metric
-from trainguard.render.prometheus import JOB, Context
+from trainguard.catalog.metrics import GOODPUT_METRICS
+from trainguard.render.prometheus import ETTR, JOB, LOST, LOST_ALL, Context
 
 WINDOW = "5m"
 """The aggregates' resolution: each reads the last 5 minutes of raw samples."""
@@ -33,6 +34,10 @@ NODE = f"{JOB}, node"
 
 ALERT_HISTORY: tuple[str, ...] = ("ALERTS", "ALERTS_FOR_STATE")
 """Prometheus' own alert series: the key events, shipped raw and kept forever."""
+GOODPUT: tuple[str, ...] = (LOST, LOST_ALL, ETTR, *(m.name for m in GOODPUT_METRICS))
+"""Each job's goodput: the shares its rules record (render.prometheus.goodput_rules) and the operator's
+counters from its records (controller/metrics.py's GoodputCollector). A few series per job, shipped
+raw with the aggregates: what a platform reports over months is each job's lost time by cause."""
 
 Rule = dict[str, Any]
 
@@ -165,14 +170,19 @@ def aggregate_names() -> tuple[str, ...]:
     )
 
 
+def long_term_names() -> tuple[str, ...]:
+    """What goes to the aggregates' store (6 months): the aggregates and each job's goodput."""
+    return (*aggregate_names(), *GOODPUT)
+
+
 def _regex(names: tuple[str, ...]) -> str:
     # Prometheus anchors a relabel regex at both ends, and these names hold no regex metacharacter
     return "|".join(names)
 
 
 def keep_regex() -> str:
-    """The remote_write keep-list: the aggregates and the alert history, nothing raw."""
-    return _regex((*aggregate_names(), *ALERT_HISTORY))
+    """The remote_write keep-list: the aggregates, the goodput and the alert history, nothing per GPU."""
+    return _regex((*long_term_names(), *ALERT_HISTORY))
 
 
 def _targets(url: str, events_url: str | None) -> list[tuple[str, str]]:
@@ -180,7 +190,7 @@ def _targets(url: str, events_url: str | None) -> list[tuple[str, str]]:
     with a longer retention (aggregates 6 months, key events forever)."""
     if events_url is None:
         return [(url, keep_regex())]
-    return [(url, _regex(aggregate_names())), (events_url, _regex(ALERT_HISTORY))]
+    return [(url, _regex(long_term_names())), (events_url, _regex(ALERT_HISTORY))]
 
 
 def remote_write(url: str, events_url: str | None = None) -> dict[str, Any]:

@@ -216,7 +216,23 @@ def recording_rules(ctx: Context) -> list[Rule]:
         f"{ctx.m('trainguard:train_grad_norm:max:baseline_mean')} + "
         + ctx.scale(ctx.sigma, ctx.m("trainguard:train_grad_norm:max:baseline_stddev_floored")),
     )
+    rec(UP_LAST_SEEN, _up_last_seen(ctx))
     return rules
+
+
+UP_LAST_SEEN = "trainguard:up:last_seen_timestamp"
+UP_SEEN_FOR_S = 3600
+"""How long a pod's vanished target is remembered: a pod that stopped being scraped within the hour
+and still runs is a job gone dark; one older than that was judged already."""
+
+
+def _up_last_seen(ctx: Context) -> str:
+    """When each pod's target was last scraped, latched: this rule's own last value outlives the target
+    for an hour. present_over_time(up[1h]) said the same by reading 240 samples of every target's `up`
+    at every evaluation (half the shared group's time at 100 jobs); this reads one sample per pod. What
+    it cannot know: targets that vanished while Prometheus was down for longer than its 5 m lookback."""
+    pod = f"{JOB}, pod, node"
+    return f"max by ({pod}) (timestamp({ctx.m('up')})) or ({ctx.m(UP_LAST_SEEN)} > time() - {UP_SEEN_FOR_S})"
 
 
 RANK = f"{JOB}, pod, node"
@@ -468,7 +484,7 @@ def _monitoring_missing(ctx: Context, a: EffectiveAlert) -> str:
         )
     running = f'kube_pod_status_phase{{{ctx.namespace_matcher}phase="Running"}} == 1'
     parts.append(
-        f"group by ({pod}) (present_over_time({up}[1h])) unless on(namespace, pod) {up} "
+        f"group by ({pod}) ({ctx.m(UP_LAST_SEEN)}) unless on(namespace, pod) {up} "
         f"and on(namespace, pod) ({running})"
     )
     return " or ".join(f"({p})" for p in parts)
