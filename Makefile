@@ -70,7 +70,7 @@ crds: bootstrap
 # fails on drift), and its remote_write keep-list, generated from render/longterm.py (check-generated
 # fails on drift)
 chart: crds
-	cp deploy/rbac*.yaml deploy/secret-write-policy.yaml deploy/namespace-label-policy.yaml charts/trainguard/files/
+	cp deploy/rbac*.yaml deploy/secret-write-policy.yaml deploy/namespace-label-policy.yaml deploy/api-priority.yaml charts/trainguard/files/
 	$(BIN)/trainguard keep-list --out-dir charts/trainguard/files
 
 # helm for the chart tests (tests/packaging), built from its Go module into the e2e cache; without Go

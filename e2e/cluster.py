@@ -35,10 +35,11 @@ DEPLOY_FILES = (
     "rbac-webhook-tls.yaml",
     "secret-write-policy.yaml",
     "namespace-label-policy.yaml",
+    "api-priority.yaml",
 )
 """What `kubectl apply` of deploy/ installs after the peering (docs/install.md): the e2e operators run
-under all of it, the RBAC of either way of managing certificates, the Secret-write policy and the
-namespace-label policy."""
+under all of it, the RBAC of either way of managing certificates, the Secret-write policy, the
+namespace-label policy and the FlowSchema of its remediation requests."""
 
 
 class _Loader(yaml.SafeLoader):

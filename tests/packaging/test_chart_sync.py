@@ -14,7 +14,7 @@ import yaml
 from tests.packaging.chart import CHART, REPO, objects, run_helm, template, template_args
 
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
-POLICY_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+POLICY_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "FlowSchema"}
 DEPLOY_NAMESPACE = "trainguard-system"
 OPERATOR_USER = "system:serviceaccount:{}:trainguard-operator"
 ALL = (
@@ -24,6 +24,7 @@ ALL = (
     "rbac-webhook-tls.yaml",
     "secret-write-policy.yaml",
     "namespace-label-policy.yaml",
+    "api-priority.yaml",
 )
 """deploy/ but the peering: what the chart copies into files/ and `kubectl apply` installs."""
 
@@ -75,6 +76,10 @@ def _comparable(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
     for subject in out.get("subjects") or []:
         if subject.get("namespace") == namespace:
             subject["namespace"] = DEPLOY_NAMESPACE
+    for rule in (out.get("spec") or {}).get("rules") or []:
+        for subject in rule.get("subjects") or []:
+            if (subject.get("serviceAccount") or {}).get("namespace") == namespace:
+                subject["serviceAccount"]["namespace"] = DEPLOY_NAMESPACE
     for condition in (out.get("spec") or {}).get("matchConditions") or []:
         condition["expression"] = condition["expression"].replace(
             OPERATOR_USER.format(namespace), OPERATOR_USER.format(DEPLOY_NAMESPACE)
@@ -114,6 +119,11 @@ def test_helm_renders_exactly_the_rbac_and_policy_of_deploy(helm: str, namespace
     assert [c["expression"] for c in policy["spec"]["matchConditions"]] == [
         f"request.userInfo.username == '{OPERATOR_USER.format(namespace)}'"
     ]
+    # the FlowSchema classifies the release's ServiceAccount's requests
+    flow = next(d for d in rendered if d["kind"] == "FlowSchema")
+    assert [s["serviceAccount"] for r in flow["spec"]["rules"] for s in r["subjects"]] == [
+        {"name": "trainguard-operator", "namespace": namespace}
+    ]
     for d in rendered:
         assert d["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
         assert d["metadata"]["labels"]["app.kubernetes.io/part-of"] == "trainguard"
@@ -147,6 +157,7 @@ SOURCES = [
     # clusters before 1.30
     (("rbac.secretWritePolicy=false",), (), without("secret-write-policy.yaml")),
     (("rbac.namespaceLabelPolicy=false",), (), without("namespace-label-policy.yaml")),
+    (("apiPriority.enabled=false",), (), without("api-priority.yaml")),
     # reports without pod logs (--no-pod-logs)
     (("reports.podLogs=false",), (), without("rbac-pod-logs.yaml")),
 ]
@@ -168,3 +179,18 @@ def test_no_rule_uses_a_wildcard(helm: str) -> None:
         for rule in d.get("rules") or []:
             for field in ("apiGroups", "resources", "verbs", "resourceNames"):
                 assert "*" not in (rule.get(field) or []), f"{d['kind']} {d['metadata']['name']}: {rule}"
+
+
+def test_the_flow_schema_takes_the_priority_level_the_platform_names(helm: str) -> None:
+    docs = objects(run_helm(helm, *template_args("apiPriority.priorityLevel=gpu-platform-high")).stdout)
+    flow = next(d for d in docs if d["kind"] == "FlowSchema")
+    assert flow["spec"]["priorityLevelConfiguration"] == {"name": "gpu-platform-high"}
+    assert flow["apiVersion"] == "flowcontrol.apiserver.k8s.io/v1"
+
+
+def test_a_cluster_without_flowcontrol_v1_gets_the_v1beta3_flow_schema(helm: str) -> None:
+    """Kubernetes 1.28, the chart's oldest, serves FlowSchemas as v1beta3 alone."""
+    docs = objects(run_helm(helm, *template_args(), "--kube-version", "1.28.0").stdout)
+    flow = next(d for d in docs if d["kind"] == "FlowSchema")
+    assert flow["apiVersion"] == "flowcontrol.apiserver.k8s.io/v1beta3"
+    assert flow["spec"] == objects((REPO / "deploy" / "api-priority.yaml").read_text())[0]["spec"]

@@ -17,6 +17,13 @@ from trainguard.catalog.severity import GRADE, MAPPED, MAPPED_SEVERITY, STYLES, 
 
 JOB = {"job": "trainguard-operator", "namespace": NAMESPACE}
 SEL = 'job="trainguard-operator", namespace="trainguard-system"'
+UNMON = "trainguard_operator_pods_unmonitored"
+LLAMA = (("job", "trainguard-operator"), ("namespace", "ml"), ("training_job", "llama"))
+
+
+def JOB_OF(name: str) -> str:  # noqa: N802  (reads as a selector in the cases)
+    """The series' labels: the job's namespace (honorLabels), not the operator's."""
+    return f"job='trainguard-operator', namespace='ml', training_job='{name}', pod='a'"
 
 
 @dataclass(frozen=True)
@@ -26,6 +33,8 @@ class Case:
     """(series, promtool values) at a 1m interval."""
     at: str
     fires: bool
+    labels: tuple[tuple[str, str], ...] = ()
+    """The alert's labels besides the grade's, where they are not the operator's job and namespace."""
 
 
 CASES: dict[str, list[Case]] = {
@@ -47,6 +56,12 @@ CASES: dict[str, list[Case]] = {
         Case("the failure was over 10 minutes ago", [(f"trainguard_operator_injection_failures_total{{{SEL}, pod='a'}}", "0x5 1x30")], "25m", False),
         Case("no failure", [(f"trainguard_operator_injection_failures_total{{{SEL}, pod='a'}}", "0x20")], "15m", False),
     ],
+    "TrainguardPodsUnmonitored": [
+        Case("7 pods let through without the webhook for 20 minutes", [(f"{UNMON}{{{JOB_OF('llama')}}}", "7x25")], "20m", True, LLAMA),
+        Case("recreated with the exporter after 10 minutes", [(f"{UNMON}{{{JOB_OF('llama')}}}", "7x10 0x15")], "20m", False),
+        Case("every pod monitored", [(f"{UNMON}{{{JOB_OF('llama')}}}", "0x25")], "20m", False),
+        Case("another release's operator says so, not this one", [(f"{UNMON}{{job='other-operator', namespace='ml', training_job='llama', pod='a'}}", "7x25")], "20m", False),
+    ],
 }  # fmt: skip
 
 
@@ -66,6 +81,7 @@ def test_the_operators_alerts_carry_their_grade_in_priority_and_severity_in_the_
         "TrainguardOperatorDown": "P1",
         "TrainguardReconcileErrors": "P2",
         "TrainguardInjectionFailing": "P1",
+        "TrainguardPodsUnmonitored": "P2",
     }
     for alert, labels in grade.items():
         assert labels == grade_labels(labels["priority"], GRADE), alert
@@ -167,7 +183,9 @@ def test_operator_alert_fires_only_when_it_should(
                 {
                     "eval_time": case.at,
                     "alertname": alertname,
-                    "exp_alerts": [{"exp_labels": {**JOB, **graded}}] if case.fires else [],
+                    "exp_alerts": [{"exp_labels": {**(dict(case.labels) or JOB), **graded}}]
+                    if case.fires
+                    else [],
                 }
             ],
         }

@@ -120,8 +120,9 @@ argocd.argoproj.io/sync-wave: {{ . | quote }}
 {{/*
 The objects of one of files/, each a byte copy of the deploy/ file of the same name, as documents
 (dict "root" . "file" "files/NAME"): the release's namespace in place of trainguard-system, in
-metadata, in the subjects of bindings and in the operator's username that the Secret-write policy
-matches; the chart's labels and Argo CD sync wave 1 added (RBAC and policy before the operator).
+metadata, in the subjects of bindings and FlowSchemas and in the operator's username that the
+Secret-write policy matches; a FlowSchema's priority level from "priorityLevel" when given; the
+chart's labels and Argo CD sync wave 1 added (RBAC and policy before the operator).
 */}}
 {{- define "trainguard.deployFile" -}}
 {{- $root := .root }}
@@ -147,6 +148,22 @@ matches; the chart's labels and Argo CD sync wave 1 added (RBAC and policy befor
 {{- range $subject := ($obj.subjects | default list) }}
 {{- if eq ($subject.namespace | default "") "trainguard-system" }}
 {{- $_ := set $subject "namespace" $ns }}
+{{- end }}
+{{- end }}
+{{- range $rule := (dig "spec" "rules" (list) $obj) }}
+{{- range $subject := ($rule.subjects | default list) }}
+{{- if eq (dig "serviceAccount" "namespace" "" $subject) "trainguard-system" }}
+{{- $_ := set $subject.serviceAccount "namespace" $ns }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if eq $obj.kind "FlowSchema" }}
+{{- if $.priorityLevel }}
+{{- $_ := set $obj.spec.priorityLevelConfiguration "name" $.priorityLevel }}
+{{- end }}
+{{- /* Kubernetes 1.28 serves FlowSchemas as v1beta3 only, the same fields */}}
+{{- if semverCompare "<1.29-0" $root.Capabilities.KubeVersion.Version }}
+{{- $_ := set $obj "apiVersion" "flowcontrol.apiserver.k8s.io/v1beta3" }}
 {{- end }}
 {{- end }}
 ---
