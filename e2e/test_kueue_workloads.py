@@ -121,12 +121,34 @@ def kueue_queue(cluster: Cluster, ns: str, topology: bool = False) -> Iterator[s
         yield ns
     finally:
         cluster.delete_owners(ns, *JOBSET_API, "jobset.sigs.k8s.io/jobset-name")
+        # a Workload that reserves quota holds the ClusterQueue (Kueue's resource-in-use finalizer): the
+        # JobSets' Workloads go with them (Foreground), before the queue objects are deleted
+        wait_for(f"the JobSets and Workloads in {ns} gone", lambda: not cluster.custom.list_namespaced_custom_object(
+            *JOBSET_API[:2], ns, JOBSET_API[2])["items"] and not workloads(cluster, ns), timeout=120)  # fmt: skip
         for obj in reversed(objs):
             plural, name = PLURALS[obj["kind"]], obj["metadata"]["name"]
             where = obj["metadata"].get("namespace", "")
             kueue_delete(cluster, plural, name, where)
-            wait_for(f"the {obj['kind']} {name} gone", lambda p=plural, n=name, w=where: kueue_get(cluster, p, n, w)
-                     is None, timeout=60)  # fmt: skip
+            try:
+                wait_for(f"the {obj['kind']} {name} gone", lambda p=plural, n=name, w=where: kueue_get(cluster, p, n, w)
+                         is None, timeout=120)  # fmt: skip
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\n{held(cluster, plural, name, where)}") from None
+
+
+def held(cluster: Cluster, plural: str, name: str, ns: str) -> str:
+    """What holds a Kueue object that does not go: its finalizers and status, and every Workload left
+    in the cluster with its queue, conditions and finalizers."""
+    obj = kueue_get(cluster, plural, name, ns) or {}
+    lines = [f"{plural}/{name}: finalizers {obj.get('metadata', {}).get('finalizers')}, "
+             f"status {json.dumps(obj.get('status') or {}, sort_keys=True)}"]  # fmt: skip
+    for w in cluster.custom.list_cluster_custom_object(*KUEUE_WORKLOADS)["items"]:
+        meta, status = w["metadata"], w.get("status") or {}
+        conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
+        lines.append(f"Workload {meta['namespace']}/{meta['name']}: queue {w['spec'].get('queueName')}, "
+                     f"conditions {conditions}, finalizers {meta.get('finalizers')}, "
+                     f"deleting {bool(meta.get('deletionTimestamp'))}")  # fmt: skip
+    return "\n".join(lines)
 
 
 @pytest.fixture
@@ -428,7 +450,9 @@ class TestKueueJobSet:
             wait_for("the ClusterQueue's usage", lambda: usage(operator, ns)[:2] == ((0, 0) if how == "deactivated"
                      else (GANG_GPUS, 1)), timeout=30)  # fmt: skip
         finally:
-            # the preempting Job's Workload holds the ClusterQueue, which the fixture deletes
+            # the preempting Job's Workload holds the ClusterQueue, which the fixture deletes; the JobSet
+            # goes first, or Kueue admits its Workload again into the quota the urgent Job frees
+            operator.delete_owners(ns, *JOBSET_API, "jobset.sigs.k8s.io/jobset-name")
             with contextlib.suppress(ApiException):
                 batch.delete_namespaced_job(URGENT, ns, propagation_policy="Foreground")
             wait_for("the urgent Job's Workload gone", lambda: not [

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.sdk_frameworks.conftest import REPO, Sidecar, require, sidecar_process
+from trainguard.remediation.slow_node import straggler_evidence
 
 require("torch.distributed.run")
 
@@ -64,7 +65,13 @@ def test_two_ranks_report_through_their_sidecars_and_the_slow_rank_is_the_stragg
     slow_share = slow.value("trainguard_train_allreduce_time_ratio")
     assert fast_share is not None and slow_share is not None
     assert fast_share > 0.5, f"rank 0 waits in all-reduce for the straggler: {fast_share:.2f} of its step"
-    assert slow_share < 0.3, f"the straggler hardly waits: {slow_share:.2f} of its step"
+    # the share is the last step's alone: one collective of the straggler's that stalls on a loaded
+    # machine can lift it (0.31 seen in CI), so its own share is held against its peer's, and the
+    # operator's decision over both views must name it
+    assert slow_share < fast_share, f"the straggler waits less than its peer: {slow_share:.2f} of its step"
+    views = {"fast": fast.control_view(), "slow": slow.control_view()}
+    assert straggler_evidence(views, ["slow"])[0] == "slow", views
+    assert straggler_evidence(views, ["fast"])[0] == "", views
     # each all-reduce is in the histogram: 3 gradients a step; the fast rank's first one each step
     # waits about 0.1 s for the straggler
     waited, total = slower_than(fast, "0.05")
