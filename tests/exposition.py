@@ -25,18 +25,18 @@ def parse(text: str) -> Samples:
     return samples_of(text_string_to_metric_families(text))
 
 
-def metric_families(url: str) -> dict[str, Metric]:
+def metric_families(url: str, timeout: float = 5.0) -> dict[str, Metric]:
     """GET {url}/metrics, which must answer 200 with the text exposition: family name -> family."""
-    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as resp:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=timeout) as resp:
         assert resp.status == 200, resp.status
         assert resp.headers.get_content_type() == "text/plain", resp.headers.get("Content-Type")
         text = resp.read().decode()
     return {f.name: f for f in text_string_to_metric_families(text)}
 
 
-def scrape(url: str) -> Samples:
+def scrape(url: str, timeout: float = 5.0) -> Samples:
     """GET {url}/metrics: sample name -> (labels, value)."""
-    return samples_of(metric_families(url).values())
+    return samples_of(metric_families(url, timeout).values())
 
 
 def value(samples: Samples, name: str, **labels: str) -> float | None:

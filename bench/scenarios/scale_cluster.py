@@ -3,9 +3,11 @@ resident memory, API requests per reconcile, and the cordon latency of a P0 post
 
 The operator runs as e2e runs it (`Cluster.start_operator`: its own ServiceAccount, the receiver on
 TLS) but with the production periods for the resync and the pod count unless told otherwise. Its API
-requests are counted by the apiserver itself: two FlowSchemas match the operator's ServiceAccount (reads:
-get, list, watch; writes: everything else) at the priority level it would get anyway (workload-low), so
-`apiserver_flowcontrol_dispatched_requests_total{flow_schema=...}` counts exactly its requests.
+requests are counted by the apiserver itself: FlowSchemas of the bench's match the operator's
+ServiceAccount (lists, other reads, status writes, the remediation requests, other writes) at the
+priority level it would get anyway (deploy/api-priority.yaml's for status and remediation,
+workload-low for the rest), so `apiserver_flowcontrol_dispatched_requests_total{flow_schema=...}`
+counts exactly its requests.
 
 The monitors' pods are bare Pods with spec.nodeName set (the scheduler is not what is measured) and no
 GPU request, created through the operator's admission webhook; the fake kubelet marks them Running. A
@@ -22,8 +24,12 @@ import concurrent.futures
 import contextlib
 import json
 import os
+import shutil
+import signal
 import ssl
 import statistics
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -34,38 +40,63 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import yaml
 from bench.scenarios.scale_rules import identity, log, monitor_documents
 from kubernetes import client, config
 
-from e2e.cluster import Cluster
+from e2e.cluster import REPO, Cluster
 from e2e.controlplane.local import LocalControlPlane
 from e2e.monitors import indexed_job, quickstart, ready
 from e2e.receiver import alert_payload, monitor_token, post, records
 from tests.exposition import scrape
 from tests.processes import free_port, wait_for
 from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT
+from trainguard.kube.client import SECRET_REWRITE_S
 from trainguard.remediation import tokens
+from trainguard.render.shared import PER_MONITOR
+from trainguard.render.sidecar import EXPORTER
 
 MON = ("trainguard.io", "v1alpha1", "trainingjobmonitors")
 BENCH_LABEL = "trainguard.io/scale-bench"
-FLOW_SCHEMAS = {"read": ["get", "list", "watch"], "write": ["*"]}
+# LISTs apart from the other reads (a steady resync from the watch caches should make none), and the
+# monitors' status writes apart from the other writes (a pod count that changed writes one)
+FLOW_SCHEMAS = {
+    "list": ["list"],
+    "read": ["get", "watch"],
+    "status": ["*"],
+    "remediation": [],
+    "write": ["*"],
+}
+RESOURCES = {"status": ["trainingjobmonitors/status"]}
+REMEDIATION = yaml.safe_load((REPO / "deploy" / "api-priority.yaml").read_text())
+"""deploy/api-priority.yaml, which the cluster installs: the bench's own schemas match first, so they
+give each request the level it would get under it (the monitors' status writes and the remediation
+requests at its level, the rest at workload-low)."""
 
 
 def flow_schemas() -> list[dict[str, Any]]:
-    """Reads first (lower matchingPrecedence wins), then every other verb."""
+    """LISTs, then the other reads (lower matchingPrecedence wins), then the monitors' status writes, then
+    the other requests deploy/api-priority.yaml matches, then every other write."""
     subject = {
         "kind": "ServiceAccount",
         "serviceAccount": {"name": "trainguard-operator", "namespace": "trainguard-system"},
     }
+    high = REMEDIATION["spec"]["priorityLevelConfiguration"]["name"]
+    level = {"status": high, "remediation": high}
+
+    def rules(kind: str, verbs: list[str]) -> list[dict[str, Any]]:
+        if kind == "remediation":
+            return [{**r, "subjects": [subject]} for r in REMEDIATION["spec"]["rules"]]
+        return [{"subjects": [subject],
+                 "resourceRules": [{"verbs": verbs, "apiGroups": ["*"], "resources": RESOURCES.get(kind, ["*"]),
+                                    "clusterScope": True, "namespaces": ["*"]}],
+                 **({} if kind in RESOURCES else {"nonResourceRules": [{"verbs": verbs, "nonResourceURLs": ["*"]}]})}]  # fmt: skip
+
     return [
         {"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
          "metadata": {"name": f"trainguard-bench-{kind}"},
-         "spec": {"priorityLevelConfiguration": {"name": "workload-low"}, "matchingPrecedence": 500 + k,
-                  "distinguisherMethod": {"type": "ByUser"},
-                  "rules": [{"subjects": [subject],
-                             "resourceRules": [{"verbs": verbs, "apiGroups": ["*"], "resources": ["*"],
-                                                "clusterScope": True, "namespaces": ["*"]}],
-                             "nonResourceRules": [{"verbs": verbs, "nonResourceURLs": ["*"]}]}]}}
+         "spec": {"priorityLevelConfiguration": {"name": level.get(kind, "workload-low")}, "matchingPrecedence": 500 + k,
+                  "distinguisherMethod": {"type": "ByUser"}, "rules": rules(kind, verbs)}}
         for k, (kind, verbs) in enumerate(FLOW_SCHEMAS.items())
     ]  # fmt: skip
 
@@ -127,10 +158,17 @@ class Counters:
 
     reads: float
     writes: float
+    lists: float
+    status_writes: float
     reconciles: float
     reconcile_s: float
     webhook_calls: float
     injection_failures: float
+    resyncs: float = 0.0
+    """Monitors the periodic resync passed over (most found in place, no request): not reconciles."""
+    fail_open: float = 0.0
+    """Pods the apiserver admitted without the webhook's answer (failurePolicy Ignore): they run without
+    the exporter and their monitor counts them under podsUnmonitored, not podsMonitored."""
     at: float = field(default_factory=time.monotonic)
 
     def shifted(self, later: Counters, earlier: Counters) -> Counters:
@@ -148,6 +186,7 @@ class Counters:
         return {
             "seconds": round(self.at - before.at, 1), "reconciles": int(n),
             "requests": int(reads + writes), "reads": int(reads), "writes": int(writes),
+            "lists": int(self.lists - before.lists), "status_writes": int(self.status_writes - before.status_writes),
             "requests_per_reconcile": round((reads + writes) / n, 2) if n else None,
             "reads_per_reconcile": round(reads / n, 2) if n else None,
             "writes_per_reconcile": round(writes / n, 2) if n else None,
@@ -155,6 +194,8 @@ class Counters:
             "reconcile_mean_ms": round(1000 * (self.reconcile_s - before.reconcile_s) / n, 1) if n else None,
             "webhook_calls": int(self.webhook_calls - before.webhook_calls),
             "injection_failures": int(self.injection_failures - before.injection_failures),
+            "resyncs": int(self.resyncs - before.resyncs),
+            "webhook_fail_open": int(self.fail_open - before.fail_open),
         }  # fmt: skip
 
 
@@ -178,18 +219,25 @@ class Bench:
         with urllib.request.urlopen(f"{self.plane.server}/metrics", context=self._tls, timeout=30) as resp:
             text = resp.read().decode()
         flows = dict.fromkeys(FLOW_SCHEMAS, 0.0)
+        fail_open = 0.0
         for row in text.splitlines():
+            if row.startswith("apiserver_admission_webhook_fail_open_count{") and "trainguard" in row:
+                fail_open += float(row.rsplit(" ", 1)[1])
             if row.startswith("apiserver_flowcontrol_dispatched_requests_total{"):
                 for kind in FLOW_SCHEMAS:
                     if f'flow_schema="trainguard-bench-{kind}"' in row:
                         flows[kind] += float(row.rsplit(" ", 1)[1])
-        op = scrape(self.metrics_url)
+        op = operator_metrics(self.metrics_url)
         return Counters(
-            reads=flows["read"], writes=flows["write"],
+            reads=flows["read"] + flows["list"], writes=flows["write"] + flows["status"] + flows["remediation"],
+            lists=flows["list"],
+            status_writes=flows["status"],
             reconciles=sum(v for _, v in op.get("trainguard_operator_reconcile_total", [])),
             reconcile_s=sum(v for _, v in op.get("trainguard_operator_reconcile_duration_seconds_sum", [])),
             webhook_calls=sum(v for _, v in op.get("trainguard_operator_webhook_duration_seconds_count", [])),
             injection_failures=sum(v for _, v in op.get("trainguard_operator_injection_failures_total", [])),
+            resyncs=sum(v for _, v in op.get("trainguard_operator_resyncs_total", [])),
+            fail_open=fail_open,
         )  # fmt: skip
 
     # ---- bulk monitors and their pods ----
@@ -223,6 +271,44 @@ class Bench:
             time.sleep(2)
         return sorted(first.values())
 
+    def pods_counted(self, expected: int, timeout: float) -> float:
+        """Seconds until every bench monitor's status counts all its pods (the pod-count pass has seen them
+        Running through the webhook): what a steady window starts from."""
+        custom = client.CustomObjectsApi(self.cluster.api)
+        t0 = time.monotonic()
+
+        def counted() -> bool:
+            items = custom.list_cluster_custom_object(*MON, label_selector=BENCH_LABEL)["items"]
+            done = sum((m.get("status") or {}).get("podsMonitored") == self.pods_per_monitor for m in items)
+            return done >= expected
+
+        try:
+            wait_for(f"{expected} monitors counting their {self.pods_per_monitor} pods", counted,
+                     timeout=timeout, interval=5)  # fmt: skip
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.short_of_pods()}") from None
+        return time.monotonic() - t0
+
+    def short_of_pods(self, at_most: int = 5) -> str:
+        """Why monitors do not count all their pods, read from the apiserver: each one's status, and of its
+        pods which carry the exporter (a pod without it was let through by the webhook's fail-open)."""
+        custom = client.CustomObjectsApi(self.cluster.api)
+        items = custom.list_cluster_custom_object(*MON, label_selector=BENCH_LABEL)["items"]
+        short = [m for m in items if (m.get("status") or {}).get("podsMonitored") != self.pods_per_monitor]
+        lines = [f"{len(short)} of {len(items)} monitors short of {self.pods_per_monitor} pods"]
+        for m in short[:at_most]:
+            ns, name, st = m["metadata"]["namespace"], m["metadata"]["name"], m.get("status") or {}
+            pods = self.bulk.list_namespaced_pod(ns, label_selector=f"app={name}").items
+            with_exporter = sum(
+                any(c.name == EXPORTER for c in [*(p.spec.init_containers or []), *p.spec.containers])
+                for p in pods
+            )
+            lines.append(
+                f"  {ns}/{name}: podsMonitored {st.get('podsMonitored')}, podsUnmonitored "
+                f"{st.get('podsUnmonitored')}; {len(pods)} pods, {with_exporter} with the exporter"
+            )
+        return "\n".join(lines)
+
     def create_pods(self, indices: list[int]) -> float:
         def one(i: int, p: int) -> None:
             ns, name = identity(i)
@@ -250,12 +336,15 @@ class Bench:
         try:
             wait_for("canary monitor Ready", lambda: ready(self.cluster, ns), timeout=300)
             self.cluster.apply([indexed_job(ns)])
-            pods = wait_for(
-                "2 canary pods Running",
-                lambda: (items := self.cluster.core.list_namespaced_pod(ns, label_selector="app=llama-pretrain").items)
-                and len(items) == 2 and all(p.status.phase == "Running" for p in items) and items,
-                timeout=300,
-            )  # fmt: skip
+            try:
+                pods = wait_for(
+                    "2 canary pods Running",
+                    lambda: (items := self.cluster.core.list_namespaced_pod(ns, label_selector="app=llama-pretrain").items)
+                    and len(items) == 2 and all(p.status.phase == "Running" for p in items) and items,
+                    timeout=300,
+                )  # fmt: skip
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\n{self.why_not_running(ns)}") from None
             yield ns, pods
         finally:
             batch = client.BatchV1Api(self.cluster.api)
@@ -264,6 +353,24 @@ class Bench:
             with contextlib.suppress(Exception):
                 self.cluster.core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
                 self.cluster.core.delete_namespace(ns, propagation_policy="Background")
+
+    def why_not_running(self, ns: str) -> str:
+        """The canary's pods (phase, node, conditions not True), its Job's status and the namespace's
+        last Events: what a pod that never ran was waiting on."""
+        rows = []
+        for p in self.cluster.core.list_namespaced_pod(ns).items:
+            waiting = [f"{c.type}={c.status} {c.reason or ''} {c.message or ''}".strip()
+                       for c in p.status.conditions or [] if c.status != "True"]  # fmt: skip
+            rows.append(f"pod {p.metadata.name}: {p.status.phase} on {p.spec.node_name or '-'}; {waiting}")
+        with contextlib.suppress(Exception):
+            job = client.BatchV1Api(self.cluster.api).read_namespaced_job("llama-pretrain", ns)
+            rows.append(f"job: active {job.status.active} failed {job.status.failed} "
+                        f"conditions {[(c.type, c.reason) for c in job.status.conditions or []]}")  # fmt: skip
+        events = sorted(self.cluster.core.list_namespaced_event(ns).items,
+                        key=lambda e: str(e.last_timestamp or e.event_time or ""))  # fmt: skip
+        rows += [f"event {e.involved_object.kind}/{e.involved_object.name}: {e.reason}: {e.message}"
+                 for e in events[-10:]]  # fmt: skip
+        return "\n".join(rows) or "no pod, no Job status, no Event"
 
     def cordon(self, ns: str, pods: list[Any]) -> dict[str, Any]:
         """Post a P0 for the canary's rank-0 node and time the node going unschedulable."""
@@ -320,11 +427,37 @@ def wait_nodes_clean(core: client.CoreV1Api, timeout: float) -> float:
     return time.monotonic() - t0
 
 
-def stage(bench: Bench, indices: list[int], total: int, steady_s: float) -> dict[str, Any]:
-    """Apply `indices` on top of what runs, time them to Ready (with a P0 posted meanwhile), create their
-    pods, then hold a steady window of `steady_s` (with another P0 half way)."""
+def burst(
+    bench: Bench, canaries: list[tuple[str, list[Any]]], watcher: threading.Thread
+) -> list[dict[str, Any]]:
+    """One P0 per canary, one after the other (each cordon restored before the next), while `watcher`
+    waits for the monitors to be Ready: at least one, and none once they all are."""
+    out: list[dict[str, Any]] = []
+    for ns, pods in canaries:
+        if out and not watcher.is_alive():
+            break
+        out.append(bench.cordon(ns, pods))
+        log(f"cluster: cordon during apply {out[-1]}")
+    return out
+
+
+def cordon_summary(cordons: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cordon latencies of a burst: too few samples for a p99, so their median and maximum."""
+    seconds = sorted(c["cordon_s"] for c in cordons if c["cordon_s"] is not None)
+    return {"samples": len(cordons), "cordoned": len(seconds),
+            "p50_s": round(statistics.median(seconds), 3) if seconds else None,
+            "max_s": seconds[-1] if seconds else None, "cordon_s": seconds}  # fmt: skip
+
+
+def stage(
+    bench: Bench, indices: list[int], total: int, steady_s: float, burst_cordons: int
+) -> dict[str, Any]:
+    """Apply `indices` on top of what runs, time them to Ready (with a P0 posted to one of
+    `burst_cordons` canaries after the other meanwhile), create their pods, then hold a steady window of
+    `steady_s` (with another P0 half way)."""
     out: dict[str, Any] = {"applied": len(indices), "monitors": total}
-    with bench.canary() as (ns, pods):
+    with contextlib.ExitStack() as stack:
+        canaries = [stack.enter_context(bench.canary()) for _ in range(max(1, burst_cordons))]
         before = bench.counters()
         cpu0 = cpu_seconds(bench.operator_pid)
         t0 = time.monotonic()
@@ -333,15 +466,20 @@ def stage(bench: Bench, indices: list[int], total: int, steady_s: float) -> dict
             target=lambda: times.extend(bench.ready_times(total, t0, timeout=900)), daemon=True
         )
         watcher.start()
+        cordons: list[dict[str, Any]] = []
+        poster = threading.Thread(target=lambda: cordons.extend(burst(bench, canaries, watcher)), daemon=True)
+        poster.start()  # from the apply on: kubectl's own minutes at 1,500 monitors are part of the burst
         out["apply_s"] = round(bench.apply_monitors(indices), 1)
         log(
-            f"cluster: {len(indices)} monitors applied in {out['apply_s']}s; P0 on the canary while they reconcile"
+            f"cluster: {len(indices)} monitors applied in {out['apply_s']}s; P0s on the canaries while they reconcile"
         )
-        out["cordon_during_apply"] = bench.cordon(ns, pods)
-        log(f"cluster: cordon during apply {out['cordon_during_apply']}")
         watcher.join()
+        poster.join()
         after = bench.counters()
         cpu = cpu_seconds(bench.operator_pid) - cpu0
+    out["cordon_during_apply"] = cordons[0]
+    out["cordons_during_apply"] = cordon_summary(cordons)
+    log(f"cluster: cordons during apply {out['cordons_during_apply']}")
     if len(times) < total:
         raise RuntimeError(f"only {len(times)} of {total} monitors Ready after 900 s")
     new = times[-len(indices) :]
@@ -358,8 +496,11 @@ def stage(bench: Bench, indices: list[int], total: int, steady_s: float) -> dict
     out["pods_create_s"] = round(bench.create_pods(indices), 1)
     out["pods_window"] = bench.counters().minus(before)
     log(
-        f"cluster: {len(indices) * bench.pods_per_monitor} pods created in {out['pods_create_s']}s through the webhook"
+        f"cluster: {len(indices) * bench.pods_per_monitor} pods created in {out['pods_create_s']}s through the webhook; "
+        f"{out['pods_window']['webhook_fail_open']} let through without its answer"
     )
+    out["pods_counted_s"] = round(bench.pods_counted(total, timeout=900), 1)
+    log(f"cluster: every monitor counts its pods {out['pods_counted_s']}s later")
     with bench.canary() as (ns, pods):
         rss: list[int] = []
         stop = threading.Event()
@@ -390,14 +531,21 @@ def stage(bench: Bench, indices: list[int], total: int, steady_s: float) -> dict
 
 
 def run(plane: LocalControlPlane, workdir: Path, steps: list[int], *, nodes: int, pods_per_monitor: int,
-        resync_s: float, pods_s: float, steady_s: float) -> dict[str, Any]:  # fmt: skip
+        resync_s: float, pods_s: float, steady_s: float, burst_cordons: int = 6,
+        remediation_first_s: float | None = None, rule_form: str = PER_MONITOR,
+        profile: Path | None = None) -> dict[str, Any]:  # fmt: skip
+    """`remediation_first_s`: the operator's --remediation-first-seconds (None: its default); `rule_form`:
+    its --rule-form; `profile`: where py-spy writes the operator's sampled stacks (collapsed), from its
+    start to its stop."""
     with witness() as prometheus:
         return _run(plane, workdir, steps, nodes=nodes, pods_per_monitor=pods_per_monitor, resync_s=resync_s,
-                    pods_s=pods_s, steady_s=steady_s, prometheus=prometheus)  # fmt: skip
+                    pods_s=pods_s, steady_s=steady_s, prometheus=prometheus, burst_cordons=burst_cordons,
+                    remediation_first_s=remediation_first_s, rule_form=rule_form, profile=profile)  # fmt: skip
 
 
 def _run(plane: LocalControlPlane, workdir: Path, steps: list[int], *, nodes: int, pods_per_monitor: int,
-         resync_s: float, pods_s: float, steady_s: float, prometheus: str) -> dict[str, Any]:  # fmt: skip
+         resync_s: float, pods_s: float, steady_s: float, prometheus: str, burst_cordons: int,
+         remediation_first_s: float | None, rule_form: str, profile: Path | None) -> dict[str, Any]:  # fmt: skip
     from e2e.controlplane.local import prometheus_operator_crds  # noqa: PLC0415 - beside the plane it serves
 
     cluster = Cluster(plane.kubeconfig, workdir)
@@ -410,8 +558,14 @@ def _run(plane: LocalControlPlane, workdir: Path, steps: list[int], *, nodes: in
     # (the cordons measured here are posted alerts)
     proc = cluster.start_operator(priority=100, extra=(
         "--metrics-addr", f"127.0.0.1:{port}", "--resync-seconds", str(resync_s), "--pods-seconds", str(pods_s),
-        "--node-lease-grace-seconds", "600", "--node-not-ready-seconds", "600", "--prometheus-url", prometheus))  # fmt: skip
-    out: dict[str, Any] = {"setup_s": 0.0, "stages": []}
+        # the production period (the e2e harness rewrites every Secret at each of its short resyncs)
+        "--secret-rewrite-seconds", str(SECRET_REWRITE_S),
+        "--node-lease-grace-seconds", "600", "--node-not-ready-seconds", "600", "--prometheus-url", prometheus,
+        "--rule-form", rule_form,
+        *(() if remediation_first_s is None else ("--remediation-first-seconds", f"{remediation_first_s:g}"))))  # fmt: skip
+    out: dict[str, Any] = {"setup_s": 0.0, "stages": [], "remediation_first_s": remediation_first_s,
+                           "rule_form": rule_form}  # fmt: skip
+    sampler = sampled(proc.pid, profile) if profile else None
     try:
         bench = Bench(plane, cluster, proc.pid, f"http://127.0.0.1:{port}", nodes, pods_per_monitor)
         out["node_taints_cleared_s"] = round(wait_nodes_clean(cluster.core, timeout=600), 1)
@@ -425,8 +579,44 @@ def _run(plane: LocalControlPlane, workdir: Path, steps: list[int], *, nodes: in
         log(f"cluster: cordon with no monitors {out['cordon_idle']}")
         done = 0
         for total in steps:
-            out["stages"].append(stage(bench, list(range(done, total)), total, steady_s))
+            out["stages"].append(stage(bench, list(range(done, total)), total, steady_s, burst_cordons))
             done = total
     finally:
+        if sampler is not None:
+            sampler.send_signal(signal.SIGINT)  # py-spy writes what it sampled on an interrupt
+            sampler.wait(timeout=60)
         cluster.stop_all_operators()
     return out
+
+
+SCRAPE_TIMEOUT_S = 30.0
+"""Prometheus's own scrape timeout is 10 s by default: a slower /metrics is a finding, not a crash."""
+
+
+def operator_metrics(url: str) -> Any:
+    """The operator's /metrics, given 30 s and a second try: under the apply burst its Python threads
+    share two cores with the control plane; an answer slower than 5 s is logged with its time."""
+    t = time.monotonic()
+    try:
+        samples = scrape(url, timeout=SCRAPE_TIMEOUT_S)
+    except OSError as exc:
+        log(f"cluster: the operator's /metrics did not answer in {time.monotonic() - t:.1f}s ({exc}); again")
+        t = time.monotonic()
+        samples = scrape(url, timeout=SCRAPE_TIMEOUT_S)
+    if (took := time.monotonic() - t) > 5:
+        log(f"cluster: the operator's /metrics answered in {took:.1f}s")
+    return samples
+
+
+def sampled(pid: int, path: Path) -> subprocess.Popen[bytes]:
+    """py-spy recording `pid` into `path` (collapsed stacks, 50 samples a second, only the thread that holds
+    the GIL: where the operator's Python spends its CPU, by thread), a sampler outside the process that
+    does not pause it (--nonblocking): the operator runs unchanged. py-spy is no dependency of the project:
+    `pip install py-spy` first."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).exists():
+        raise SystemExit("--profile needs py-spy: pip install py-spy (into the venv that runs the bench)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log(f"cluster: py-spy samples the operator (pid {pid}) into {path}")
+    return subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "50", "--format", "raw",
+                             "--gil", "--threads", "--nonblocking", "--output", str(path)], stdout=subprocess.DEVNULL)  # fmt: skip

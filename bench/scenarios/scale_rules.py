@@ -11,22 +11,32 @@ The shared variant is the real one (render/shared.py, `--rule-form shared`): one
 whose every per-monitor number is a series joined on (namespace, training_job), and one more target,
 standing for the operator, that serves those series for all N monitors as the operator's collector does
 (controller/rule_settings.py).
+
+The distributed variant (at --rule-distributed points) is the shared group on Thanos, the engine
+docs/distributed.md chooses: three Receive nodes in one hashring with replication factor 2, a Query over
+them and a Ruler through it (e2e/thanos.py), fed by a Prometheus that scrapes the same targets and
+remote-writes them to one Receive node. Its CPU is read per tier, the Ruler with Query (what evaluation
+costs), the Receive nodes and the scraper.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +189,9 @@ class Reading:
     durations_s: list[float]
     """prometheus_rule_group_last_duration_seconds of every group, averaged over the rounds read."""
     cpu_s_per_round: float
+    rule_sum_s: float | None
+    """prometheus_rule_group_last_rule_duration_sum_seconds summed (Prometheus 3): above the groups' own
+    durations when rules of a group ran concurrently."""
     missed: float
     rss_bytes: float
     load_s: float
@@ -191,7 +204,16 @@ class Reading:
             "group_max_ms": round(1000 * max(d), 2), "prometheus_cpu_s_per_round": round(self.cpu_s_per_round, 2),
             "iterations_missed": self.missed, "prometheus_rss_mib": round(self.rss_bytes / 2**20),
             "start_to_ready_s": round(self.load_s, 1),
+            "rule_eval_sum_ms": None if self.rule_sum_s is None else round(1000 * self.rule_sum_s, 1),
         }  # fmt: skip
+
+
+def _unix(rfc3339: Any) -> float:
+    """A lastEvaluation time (RFC 3339, nanoseconds) in Unix seconds; 0 for none."""
+    if not rfc3339 or str(rfc3339).startswith("0001-"):
+        return 0.0
+    text = re.sub(r"(\.\d{6})\d+", r"\1", str(rfc3339)).replace("Z", "+00:00")
+    return datetime.fromisoformat(text).timestamp()
 
 
 def _query(url: str, q: str) -> list[dict[str, Any]]:
@@ -201,8 +223,9 @@ def _query(url: str, q: str) -> list[dict[str, Any]]:
 
 @contextlib.contextmanager
 def prometheus(rule_groups: list[dict[str, Any]], render: dict[str, Callable[[float], str]], workdir: Path,
-               interval: str) -> Iterator[tuple[str, float]]:  # fmt: skip
-    binary = shutil.which("prometheus")
+               interval: str, *, remote_write: str = "", binary: str | None = None,
+               flags: tuple[str, ...] = ()) -> Iterator[tuple[str, float]]:  # fmt: skip
+    binary = binary or shutil.which("prometheus")
     if binary is None:
         raise SystemExit("prometheus is needed (scripts/bootstrap.sh installs it)")
     shutil.rmtree(workdir, ignore_errors=True)
@@ -213,11 +236,14 @@ def prometheus(rule_groups: list[dict[str, Any]], render: dict[str, Callable[[fl
         # kube-state-metrics and the operator: an `up` of their own each, with no training_job
         identities = {k: ({"namespace": identity(int(k))[0], "training_job": identity(int(k))[1]} if k.isdigit()
                           else {"component": k}) for k in render}  # fmt: skip
-        config = {"global": {"scrape_interval": interval, "evaluation_interval": interval},
-                  "rule_files": [str(workdir / "rules.yml")], "scrape_configs": [scrape_config(targets, identities, interval)]}  # fmt: skip
+        config: dict[str, Any] = {
+            "global": {"scrape_interval": interval, "evaluation_interval": interval},
+            "rule_files": [str(workdir / "rules.yml")], "scrape_configs": [scrape_config(targets, identities, interval)]}  # fmt: skip
+        if remote_write:  # the distributed engine's scraper: what it scrapes goes to a Receive node
+            config["remote_write"] = [{"url": remote_write}]
         port = free_port()
         t0 = time.monotonic()
-        proc = start(prometheus_cmd(binary, workdir, port, config), workdir / "prometheus.log")
+        proc = start([*prometheus_cmd(binary, workdir, port, config), *flags], workdir / "prometheus.log")
         url = f"http://127.0.0.1:{port}"
         try:
             wait_http(f"{url}/-/ready", timeout=300, proc=proc)
@@ -226,24 +252,54 @@ def prometheus(rule_groups: list[dict[str, Any]], render: dict[str, Callable[[fl
             stop([proc])
 
 
-def measure(url: str, load_s: float, targets: int, interval_s: float, rounds: int) -> Reading:
-    """Wait for every target's first scrape and one full round of evaluation over it, then read the
-    groups' last durations once per round."""
-    deadline = time.monotonic() + 4 * interval_s + 120
+def slowest_rules(url: str, top: int = 8) -> dict[str, float]:
+    """The rules that took longest in their group's last evaluation (/api/v1/rules), in ms: where a
+    shared group's time goes."""
+    with urllib.request.urlopen(f"{url}/api/v1/rules", timeout=60) as resp:
+        groups = json.loads(resp.read())["data"]["groups"]
+    rules = [(float(r.get("evaluationTime") or 0), str(r["name"])) for g in groups for r in g["rules"]]
+    out: dict[str, float] = {}
+    for seconds, name in sorted(rules, reverse=True):
+        if len(out) == top:
+            break
+        out[name] = round(1000 * (out.get(name, 0) / 1000 + seconds), 1)  # a record name may repeat
+    return out
+
+
+def all_scraped(url: str, targets: int, deadline: float) -> None:
+    """Wait until the Prometheus at `url` has every target up (by the monotonic `deadline`)."""
     while time.monotonic() < deadline:
         got = _query(url, "count(up == 1)")
         if got and int(float(got[0]["value"][1])) >= targets:
+            return
+        time.sleep(1)
+    raise RuntimeError(f"Prometheus at {url} did not scrape {targets} targets")
+
+
+def measure(url: str, load_s: float, targets: int, interval_s: float, rounds: int) -> Reading:
+    """Wait for every target's first scrape and for every group to finish an evaluation over it (one
+    group may take longer than the interval), then read the groups' last durations once per round."""
+    deadline = time.monotonic() + 4 * interval_s + 120
+    all_scraped(url, targets, deadline)
+    time.sleep(interval_s + 1)
+    # a group evaluated since: its last evaluation began after the scrapes above (ALERTS would not tell
+    # a group that has not finished from a group whose alerts are pending)
+    scraped = time.time() - interval_s - 1
+    while time.monotonic() < deadline + 300:
+        with urllib.request.urlopen(f"{url}/api/v1/rules", timeout=60) as resp:
+            groups = json.loads(resp.read())["data"]["groups"]
+        if all(_unix(g.get("lastEvaluation")) > scraped and g.get("evaluationTime") for g in groups):
             break
         time.sleep(1)
-    else:
-        raise RuntimeError(f"Prometheus at {url} did not scrape {targets} targets")
-    time.sleep(interval_s + 1)
     samples: list[dict[str, float]] = []
     cpu: list[float] = []
+    rule_sums: list[float] = []
     for r in range(rounds):
         s = scrape(url)
         samples.append({lbl["rule_group"]: v for lbl, v in s["prometheus_rule_group_last_duration_seconds"]})
         cpu.append(s["process_cpu_seconds_total"][0][1])
+        if "prometheus_rule_group_last_rule_duration_sum_seconds" in s:
+            rule_sums.append(sum(v for _, v in s["prometheus_rule_group_last_rule_duration_sum_seconds"]))
         if r + 1 < rounds:
             time.sleep(interval_s)
     s = scrape(url)
@@ -254,18 +310,121 @@ def measure(url: str, load_s: float, targets: int, interval_s: float, rounds: in
         series=int(s["prometheus_tsdb_head_series"][0][1]),
         durations_s=list(per_group.values()),
         cpu_s_per_round=(cpu[-1] - cpu[0]) / max(1, rounds - 1),
+        rule_sum_s=statistics.mean(rule_sums) if rule_sums else None,
         missed=sum(v for _, v in s["prometheus_rule_group_iterations_missed_total"]),
         rss_bytes=s["process_resident_memory_bytes"][0][1],
         load_s=load_s,
     )
 
 
-def run(points: list[int], *, pods: int, gpus: int, nodes: int, rounds: int) -> dict[str, Any]:
-    """Per point: Prometheus with N per-monitor groups, then with the one shared group, same series."""
+def _cpu_rss(urls: list[str]) -> tuple[float, float]:
+    """Summed process CPU seconds and resident bytes of the processes at `urls` (their /metrics)."""
+    cpu = rss = 0.0
+    for url in urls:
+        s = scrape(url)
+        cpu += s["process_cpu_seconds_total"][0][1]
+        rss += s["process_resident_memory_bytes"][0][1]
+    return cpu, rss
+
+
+def measure_distributed(thanos: Any, scraper: str, targets: int, *, n: int, interval_s: float, rounds: int) -> dict[str, Any]:  # fmt: skip
+    """The shared group on Thanos: the scraper Prometheus remote-writes every target to Receive, the Ruler
+    evaluates through Query. Waits for every target's scrape and for Query to show the jobs' alerts (the
+    synthetic data fires one per job), then reads the Ruler's group duration and each tier's CPU per
+    round: the Ruler and Query (evaluation), the Receive nodes (ingest and storage), the scraper."""
+    deadline = time.monotonic() + 4 * interval_s + 300
+    all_scraped(scraper, targets, deadline)
+    alerts = 0
+    while time.monotonic() < deadline:
+        got = _query(thanos.query, "count(ALERTS)")
+        alerts = int(float(got[0]["value"][1])) if got else 0
+        if alerts >= n:
+            break
+        time.sleep(interval_s / 3)
+    eval_urls = [thanos.rule, thanos.query]
+    receive_urls = [r.http for r in thanos.receivers]
+    durations: list[float] = []
+    marks = []
+    for r in range(rounds + 1):
+        s = scrape(thanos.rule)
+        if r:
+            durations.append(sum(v for lbl, v in s["prometheus_rule_group_last_duration_seconds"]
+                                 if lbl.get("rule_group", "").find("warmup") < 0))  # fmt: skip
+        marks.append((_cpu_rss(eval_urls), _cpu_rss(receive_urls), _cpu_rss([scraper])))
+        if r < rounds:
+            time.sleep(interval_s)
+    (e0, _), (r0, _), (s0, _) = marks[0]
+    (e1, erss), (r1, rrss), (s1, srss) = marks[-1]
+    return {
+        "series": int(_query(thanos.query, 'count({__name__=~".+"})')[0]["value"][1]) if alerts else 0,
+        "eval_sum_ms": round(1000 * statistics.mean(durations), 1),
+        "ruler_query_cpu_s_per_round": round((e1 - e0) / rounds, 2),
+        "receive_cpu_s_per_round": round((r1 - r0) / rounds, 2),
+        "scraper_cpu_s_per_round": round((s1 - s0) / rounds, 2),
+        "rss_mib": {"ruler_query": round(erss / 2**20), "receive": round(rrss / 2**20), "scraper": round(srss / 2**20)},
+        "alert_series": alerts, "receivers": len(receive_urls),
+    }  # fmt: skip
+
+
+class _Sink(BaseHTTPRequestHandler):
+    """The Ruler's Alertmanager: takes every post (what it sends is not what is measured)."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+def distributed(shared: dict[str, Any], render: dict[str, Callable[[float], str]], workdir: Path, *, interval: str,
+                n: int, rounds: int) -> dict[str, Any]:  # fmt: skip
+    """The shared group evaluated by Thanos (e2e/thanos.py: 3 Receive nodes, replication factor 2, Query,
+    Ruler), the series remote-written by a Prometheus that scrapes the same targets and evaluates nothing."""
+    from e2e.thanos import thanos_binary, thanos_stack  # noqa: PLC0415 - only this variant needs Thanos
+
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    group = {
+        **shared,
+        "partial_response_strategy": "warn",
+    }  # as every PrometheusRule group (docs/distributed.md)
+    (workdir / "rules.yml").write_text(json.dumps({"groups": [group]}))
+    sink = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
+    threading.Thread(target=sink.serve_forever, daemon=True).start()
+    try:
+        am = f"http://127.0.0.1:{sink.server_address[1]}"
+        with thanos_stack(
+            thanos_binary(), workdir, workdir / "rules.yml", am, eval_interval=interval
+        ) as thanos:
+            write = thanos.receivers[0].write_url
+            with prometheus([], render, workdir / "scraper", interval, remote_write=write) as (url, _):
+                return measure_distributed(
+                    thanos, url, len(render), n=n, interval_s=float(interval.rstrip("s")), rounds=rounds
+                )
+    finally:
+        sink.shutdown()
+
+
+CONCURRENT_VARIANTS = ("shared-3", "shared-3-concurrent")
+"""The shared group on Prometheus 3, as it evaluates a group (one rule after the other), then with its
+concurrent-rule-eval feature: the rules that no other rule of the group reads (the alerts) run in
+parallel, up to --rules.max-concurrent-evals of them, once the recordings they read are done."""
+
+
+def run(points: list[int], *, pods: int, gpus: int, nodes: int, rounds: int,
+        shared_only: tuple[int, ...] = (), distributed_at: tuple[int, ...] = (),
+        concurrent_at: tuple[int, ...] = (), prometheus3: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """Per point: Prometheus with N per-monitor groups, then with the one shared group, same series. At the
+    `shared_only` points only the shared group runs (N per-monitor groups would not fit this machine); at
+    the `distributed_at` points the shared group runs on Thanos too (`distributed`); at the
+    `concurrent_at` points on the `prometheus3` binary too, without and with concurrent rule evaluation."""
     with tempfile.TemporaryDirectory(prefix="tg-scale-rules-") as tmp:
         d = Path(tmp)
-        log(f"rules: rendering (CLI) and expanding {max(points)} monitors' groups")
-        all_groups = groups(max(points), d)
+        most = max((p for p in points if p not in shared_only), default=1)
+        log(f"rules: rendering (CLI) and expanding {most} monitors' groups")
+        all_groups = groups(most, d)
         shared = shared_group()
         interval = all_groups[0].get("interval", "15s")
         interval_s = float(interval.rstrip("s"))
@@ -276,7 +435,10 @@ def run(points: list[int], *, pods: int, gpus: int, nodes: int, rounds: int) -> 
         }  # fmt: skip
         for n in points:
             row: dict[str, Any] = {"monitors": n}
-            for variant in ("per-monitor", "shared"):
+            variants: tuple[str, ...] = ("shared",) if n in shared_only else ("per-monitor", "shared")
+            if n in concurrent_at:
+                variants += CONCURRENT_VARIANTS
+            for variant in (*variants, "distributed") if n in distributed_at else variants:
                 bodies = {
                     str(i): job_exposition(i, names, pods=pods, gpus=gpus, nodes=nodes) for i in range(n)
                 }
@@ -285,20 +447,40 @@ def run(points: list[int], *, pods: int, gpus: int, nodes: int, rounds: int) -> 
                 }
                 ksm = cluster_exposition(n, pods, nodes)
                 render["ksm"] = lambda _t, body=ksm: body
-                if variant == "shared":
+                if variant != "per-monitor":
                     operator = published(n)
                     render["operator"] = lambda _t, body=operator: body
+                if variant == "distributed":
+                    log(f"rules: {n} monitors, distributed: starting Thanos and its scraper")
+                    row[variant] = distributed(
+                        shared, render, d / f"{variant}-{n}", interval=interval, n=n, rounds=rounds
+                    )
+                    log(f"rules: {n} monitors, distributed: {json.dumps(row[variant])}")
+                    continue
                 rule_groups = all_groups[:n] if variant == "per-monitor" else [shared]
+                binary, flags = None, ()
+                if variant in CONCURRENT_VARIANTS:
+                    if prometheus3 is None:
+                        raise SystemExit("--rule-concurrent needs Prometheus 3 (`make upstream-tools`)")
+                    binary = prometheus3
+                    if variant == "shared-3-concurrent":
+                        flags = ("--enable-feature=concurrent-rule-eval",
+                                 f"--rules.max-concurrent-evals={os.cpu_count() or 1}")  # fmt: skip
                 log(f"rules: {n} monitors, {variant}: {len(rule_groups)} groups, starting Prometheus")
-                with prometheus(rule_groups, render, d / f"{variant}-{n}", interval) as (url, load_s):
+                workdir = d / f"{variant}-{n}"
+                started = prometheus(rule_groups, render, workdir, interval, binary=binary, flags=flags)
+                with started as (url, load_s):
                     reading = measure(url, load_s, len(render), interval_s, rounds)
                     recorded = _query(url, 'count({__name__=~"trainguard:.+"})')
                     alerts = _query(url, "count(ALERTS)")
+                    slowest = slowest_rules(url) if variant.startswith("shared") else []
                 row[variant] = {
                     **reading.summary(),
                     "recorded_series": int(float(recorded[0]["value"][1])) if recorded else 0,
                     "alert_series": int(float(alerts[0]["value"][1])) if alerts else 0,
                 }
+                if slowest:
+                    row[variant]["slowest_rules_ms"] = slowest
                 log(f"rules: {n} monitors, {variant}: {json.dumps(row[variant])}")
             out["points"].append(row)
         return out

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import promql_parser
 import pytest
-from bench.scale import per_monitor_growth
+from bench.scale import per_monitor_growth, remediation_first_findings
 from bench.scenarios.scale_cluster import Counters
 from bench.scenarios.scale_rules import (
     groups,
@@ -73,20 +73,53 @@ def test_the_synthetic_job_series_cover_what_the_rules_read(twelve: list[dict]) 
 
 def test_a_window_can_leave_out_the_p0s_own_requests() -> None:
     c0 = Counters(
-        reads=100, writes=50, reconciles=10, reconcile_s=1, webhook_calls=0, injection_failures=0, at=0
+        reads=100,
+        writes=50,
+        lists=5,
+        status_writes=1,
+        reconciles=10,
+        reconcile_s=1,
+        webhook_calls=0,
+        injection_failures=0,
+        at=0,
     )
     c1 = Counters(
-        reads=200, writes=80, reconciles=20, reconcile_s=2, webhook_calls=0, injection_failures=0, at=30
+        reads=200,
+        writes=80,
+        lists=9,
+        status_writes=2,
+        reconciles=20,
+        reconcile_s=2,
+        webhook_calls=0,
+        injection_failures=0,
+        at=30,
     )
     c2 = Counters(
-        reads=260, writes=130, reconciles=22, reconcile_s=3, webhook_calls=2, injection_failures=0, at=50
+        reads=260,
+        writes=130,
+        lists=12,
+        status_writes=4,
+        reconciles=22,
+        reconcile_s=3,
+        webhook_calls=2,
+        injection_failures=0,
+        at=50,
     )
     c3 = Counters(
-        reads=360, writes=160, reconciles=32, reconcile_s=4, webhook_calls=2, injection_failures=0, at=80
+        reads=360,
+        writes=160,
+        lists=16,
+        status_writes=6,
+        reconciles=32,
+        reconcile_s=4,
+        webhook_calls=2,
+        injection_failures=0,
+        at=80,
     )
     window = c3.minus(c0.shifted(c2, c1))
     assert window["seconds"] == 60
     assert (window["reads"], window["writes"], window["reconciles"]) == (200, 60, 20)
+    assert (window["lists"], window["status_writes"]) == (8, 3)
     assert window["requests_per_reconcile"] == 13.0
     assert window["webhook_calls"] == 0
 
@@ -100,3 +133,18 @@ def test_growth_per_monitor_is_one_when_linear() -> None:
 def test_rendered_groups_come_from_the_cli(tmp_path: Path) -> None:
     groups(1, tmp_path)
     assert (tmp_path / "rendered" / "rules.yml").exists()
+
+
+def test_the_remediation_first_variants_are_compared_step_by_step() -> None:
+    def cluster(first: float, p50: float, ready: float) -> dict:
+        stage = {"monitors": 500, "ready": {"all_ready_s": ready},
+                 "cordons_during_apply": {"p50_s": p50, "max_s": p50 * 2, "cordoned": 6, "samples": 6}}  # fmt: skip
+        return {"remediation_first_s": first, "stages": [stage]}
+
+    assert remediation_first_findings([cluster(0, 1.7, 130.0)]) == []
+    [line] = remediation_first_findings([cluster(0, 1.7, 130.0), cluster(5, 0.6, 140.0)])
+    assert line == (
+        "operator at 500 monitors with --remediation-first-seconds 0 s: cordons during the apply 1.7 s median, "
+        "3.4 s at most (6 of 6), all Ready in 130.0 s; 5 s: cordons during the apply 0.6 s median, 1.2 s at "
+        "most (6 of 6), all Ready in 140.0 s"
+    )
