@@ -26,6 +26,7 @@ from trainguard.controller.metrics import OperatorMetrics
 from trainguard.controller.reconcile import (
     PODS_WITHOUT_EXPORTER,
     NamespaceTerminating,
+    PolicyRead,
     ReceiverSettings,
     ReconcileReads,
     Rehearsal,
@@ -172,10 +173,7 @@ def resync(
         if settings.metrics is not None:
             settings.metrics.resynced("in_place")
         return False
-    rehearsal = Rehearsal(kube, cached_policy(reads, kube))
-    reconcile_monitor(rehearsal, reads, body, receiver=receiver, label_namespace=settings.label_namespace,
-                      severity_style=settings.severity_style, object_labels=settings.object_labels,
-                      rule_form=settings.rule_form)  # fmt: skip
+    rehearsal = _rehearse(kube, reads, body, cached_policy(reads, kube), receiver=receiver, settings=settings)
     if not rehearsal.writes:
         for secret in rehearsal.secrets:  # due to be written again, the same content
             kube.apply(secret)
@@ -191,6 +189,24 @@ def resync(
     log.debug("%s/%s: the resync finds %s to write", namespace, name, ", ".join(rehearsal.writes))
     reconcile(kube, reads, namespace, name, receiver=receiver, settings=settings)
     return True
+
+
+def _rehearse(
+    kube: Kube,
+    reads: ResyncReads,
+    body: dict[str, Any],
+    policy: PolicyRead,
+    *,
+    receiver: ReceiverSettings | None,
+    settings: MonitorSettings,
+) -> Rehearsal:
+    """The reconcile of `body` played against the caches with `policy` as its policies' reader: what it
+    would write is in the result's `writes`, and nothing is written."""
+    rehearsal = Rehearsal(kube, policy)
+    reconcile_monitor(rehearsal, reads, body, receiver=receiver, label_namespace=settings.label_namespace,
+                      severity_style=settings.severity_style, object_labels=settings.object_labels,
+                      rule_form=settings.rule_form)  # fmt: skip
+    return rehearsal
 
 
 class PolicyUserReads(ResyncReads, Protocol):
@@ -227,12 +243,8 @@ def policy_users(
             settings.urgency.wait()
         body = reads.monitor(namespace, user)
         if body is not None:
-            rehearsal = Rehearsal(kube, read)
             try:
-                reconcile_monitor(rehearsal, reads, body, receiver=receiver,
-                                  label_namespace=settings.label_namespace,
-                                  severity_style=settings.severity_style,
-                                  object_labels=settings.object_labels, rule_form=settings.rule_form)  # fmt: skip
+                rehearsal = _rehearse(kube, reads, body, read, receiver=receiver, settings=settings)
             except NamespaceTerminating:
                 continue
             if not rehearsal.writes:
