@@ -139,13 +139,14 @@ def findings(result: dict[str, Any]) -> list[str]:
             w = s["steady_window"]
             n = s["monitors"]
             mean = w.get("reconcile_mean_ms") or s["apply_window"].get("reconcile_mean_ms") or 0
-            out.append(f"operator at {n} monitors, steady window of {w['seconds']} s (a resync of "
-                       f"{result['conditions']['resync_s']} s and its pod passes in it): {w.get('lists', '?')} LISTs, "
-                       f"{w['writes']} writes ({w.get('status_writes', '?')} of them monitor status), {w['reconciles']} "
-                       f"reconciles")  # fmt: skip
-            out.append(f"operator at {n} monitors: resync pass ~{n * mean / 1000:.0f} s of reconciles "
-                       f"(period {result['conditions']['resync_s']} s); {w['requests_per_s']} API requests/s "
-                       f"steady; RSS {s['rss_steady_mib']['max']} MiB")  # fmt: skip
+            passes = w.get("resyncs", 0) / n if n else 0
+            out.append(f"operator at {n} monitors, steady window of {w['seconds']} s ({passes:.1f} resync passes "
+                       f"over every monitor in it, {w.get('resync_writes', '?')} monitors written by them; resync "
+                       f"every {result['conditions']['resync_s']} s): {w.get('lists', '?')} LISTs, {w['writes']} "
+                       f"writes ({w.get('status_writes', '?')} of them monitor status), {w['reconciles']} "
+                       f"reconciles" + ("" if passes >= 1 else " (NO whole resync pass fell in this window)"))  # fmt: skip
+            out.append(f"operator at {n} monitors: {w['requests_per_s']} API requests/s steady; RSS "
+                       f"{s['rss_steady_mib']['max']} MiB; {mean:.0f} ms a reconcile during the apply")  # fmt: skip
             b = s.get("cordons_during_apply")
             if b and b["cordoned"]:
                 out.append(f"operator at {n} monitors: {b['cordoned']} of {b['samples']} P0s posted while the step's "
@@ -275,7 +276,9 @@ def main() -> int:
     p.add_argument("--pods-seconds", type=float, default=15.0, help="its pod count period (default 15)")
     p.add_argument("--burst-cordons", type=int, default=6,
                    help="canaries per step, one P0 each while the step's monitors reconcile (default 6)")  # fmt: skip
-    p.add_argument("--steady-seconds", type=float, default=75.0, help="steady window per step (default 75)")
+    p.add_argument("--steady-seconds", type=float, default=None,
+                   help="steady window per step (default twice the resync and 10 s: the window leaves out the "
+                        "P0 in its middle, and each half must hold a resync pass)")  # fmt: skip
     p.add_argument("--remediation-first", default="",
                    help="the operator's --remediation-first-seconds, a comma list: the operator's steps run once "
                         "per value, each on a fresh control plane, side by side (default: its default, once)")  # fmt: skip
@@ -291,7 +294,9 @@ def main() -> int:
     if args.quick:
         args.monitors, args.nodes, args.pods_per_monitor, args.rule_monitors = "10,30", 40, 2, "10,30"
         args.rule_shared_only, args.rule_distributed = "60", "30"
-        args.resync_seconds, args.steady_seconds, args.burst_cordons = 20.0, 30.0, 2
+        args.resync_seconds, args.burst_cordons = 20.0, 2
+    if args.steady_seconds is None:
+        args.steady_seconds = 2 * args.resync_seconds + 10
     output = args.output or (None if args.quick else ROOT / "bench" / "results" / "scale.json")
     steps, shared_only = ints(args.monitors), ints(args.rule_shared_only)
     points = sorted(set(ints(args.rule_monitors)) | set(shared_only) | set(ints(args.rule_concurrent)))

@@ -166,6 +166,8 @@ class Counters:
     injection_failures: float
     resyncs: float = 0.0
     """Monitors the periodic resync passed over (most found in place, no request): not reconciles."""
+    resync_writes: float = 0.0
+    """Of those, the ones it found something to write for: each is also one of `reconciles`."""
     fail_open: float = 0.0
     """Pods the apiserver admitted without the webhook's answer (failurePolicy Ignore): they run without
     the exporter and their monitor counts them under podsUnmonitored, not podsMonitored."""
@@ -195,6 +197,7 @@ class Counters:
             "webhook_calls": int(self.webhook_calls - before.webhook_calls),
             "injection_failures": int(self.injection_failures - before.injection_failures),
             "resyncs": int(self.resyncs - before.resyncs),
+            "resync_writes": int(self.resync_writes - before.resync_writes),
             "webhook_fail_open": int(self.fail_open - before.fail_open),
         }  # fmt: skip
 
@@ -237,6 +240,9 @@ class Bench:
             webhook_calls=sum(v for _, v in op.get("trainguard_operator_webhook_duration_seconds_count", [])),
             injection_failures=sum(v for _, v in op.get("trainguard_operator_injection_failures_total", [])),
             resyncs=sum(v for _, v in op.get("trainguard_operator_resyncs_total", [])),
+            resync_writes=sum(
+                v for labels, v in op.get("trainguard_operator_resyncs_total", []) if labels.get("outcome") == "written"
+            ),
             fail_open=fail_open,
         )  # fmt: skip
 
