@@ -31,6 +31,7 @@ def filled(cache: ClusterCache, name: str, objects: list[dict]) -> None:  # type
         meta = obj["metadata"]
         informer._objects[(meta.get("namespace", ""), meta["name"])] = obj
         informer._by_namespace.setdefault(meta.get("namespace", ""), {})[meta["name"]] = obj
+        informer._changes[meta.get("namespace", "")] = informer._changes.get(meta.get("namespace", ""), 0) + 1
     informer._synced.set()
 
 
@@ -56,6 +57,56 @@ def test_pods_are_read_by_namespace_and_selector() -> None:
     llama = LabelSelector.model_validate({"matchLabels": {"app": "llama"}})
     assert [p["metadata"]["name"] for p in cache.pods("ml", llama)] == ["a"]
     assert cache.pods("ml", LabelSelector()) == [], "an empty selector matches nothing"
+
+
+def pod_event(kind: str, name: str, namespace: str = "ml", app: str = "llama") -> dict:  # type: ignore[type-arg]
+    return {"type": kind, "object": {"metadata": {"name": name, "namespace": namespace, "labels": {"app": app},
+                                                  "resourceVersion": "7"}}}  # fmt: skip
+
+
+def names(pods: list[dict]) -> list[str]:  # type: ignore[type-arg]
+    return [p["metadata"]["name"] for p in pods]
+
+
+def test_pods_are_matched_again_only_after_their_namespace_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The P0 detection asks for every monitor's pods each second: the answer is kept until an event or a
+    list changes the namespace's pods, and then it is current."""
+    cache = ClusterCache(api=None)  # type: ignore[arg-type]
+    filled(cache, "pods", [{"metadata": {"name": "a", "namespace": "ml", "labels": {"app": "llama"}}}])
+    matched: list[str] = []
+    real = LabelSelector.matches
+    monkeypatch.setattr(
+        LabelSelector, "matches", lambda self, labels: matched.append("x") or real(self, labels)
+    )
+    informer = cache.pods_informer
+    assert names(cache.pods("ml", LLAMA)) == ["a"]
+    assert names(cache.pods("ml", LabelSelector.model_validate({"matchLabels": {"app": "llama"}}))) == ["a"]
+    assert len(matched) == 1, "an equal selector, the same namespace, nothing changed: kept"
+    cache.pods("ml", LLAMA).clear()  # a caller's list is its own
+    informer._apply(pod_event("ADDED", "z", namespace="research"))
+    assert names(cache.pods("ml", LLAMA)) == ["a"]
+    assert len(matched) == 1, "another namespace's change keeps this one's answer"
+    informer._apply(pod_event("ADDED", "b"))
+    assert names(cache.pods("ml", LLAMA)) == ["a", "b"]
+    informer._apply(pod_event("MODIFIED", "a", app="other"))
+    assert names(cache.pods("ml", LLAMA)) == ["b"]
+    informer._apply(pod_event("DELETED", "b"))
+    assert names(cache.pods("ml", LLAMA)) == []
+    assert names(cache.pods("ml", LabelSelector.model_validate({"matchLabels": {"app": "other"}}))) == ["a"]
+
+
+def test_a_relist_makes_every_kept_pod_answer_stale() -> None:
+    cache = ClusterCache(api=None)  # type: ignore[arg-type]
+    filled(cache, "pods", [{"metadata": {"name": "a", "namespace": "ml", "labels": {"app": "llama"}}}])
+    before = cache.pods_informer.version("ml")
+    assert names(cache.pods("ml", LLAMA)) == ["a"]
+    informer = cache.pods_informer
+    with informer._guard:  # what _list does with a new page of objects
+        informer._objects, informer._by_namespace = {}, {}
+        informer._lists += 1
+        informer._changes = {}
+    assert informer.version("ml") != before
+    assert cache.pods("ml", LLAMA) == []
 
 
 def test_the_monitor_uid_is_the_cached_monitors_or_none_and_a_cache_that_cannot_say_raises() -> None:

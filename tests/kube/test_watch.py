@@ -142,6 +142,7 @@ def test_it_lists_once_in_pages_then_follows_the_watch_from_the_lists_version(
     try:
         wait_for("the events applied", lambda: names(informer) == ["a", "d", "c"] or None, 10, 0.02)
         assert names(informer, "ml") == ["a", "d"] and names(informer, "other") == ["c"]
+        assert informer.version("ml") == (1, 3) and informer.version("other") == (1, 0), "events by namespace"
         assert informer.get("ml", "a", timeout=1)["metadata"]["labels"] == {"role": "trainer"}
         assert "managedFields" not in informer.get("ml", "a", timeout=1)["metadata"], "slimmed"
         watches = wait_for(
@@ -169,6 +170,7 @@ def test_a_410_gone_lists_again(apiserver: tuple[Apiserver, client.ApiClient], g
         first = [r for r in fake.requests if not r.get("watch")][:2]
         assert [r.get("continue") for r in first] == [None, "2"], "the first list, in two pages"
         assert informer.counts.relists == 1 and informer.counts.lists == 3
+        assert informer.version("ml") == (2, 0), "a list anew: every reader's kept answer is stale"
     finally:
         informer.stop()
 

@@ -214,6 +214,13 @@ class LabelSelector(Model):
     def is_empty(self) -> bool:
         return not self.match_labels and not self.match_expressions
 
+    def key(self) -> tuple[Any, ...]:
+        """The selector as a hashable value: equal for selectors that match the same labels alike."""
+        return (
+            tuple(sorted(self.match_labels.items())),
+            tuple((r.key, r.operator, tuple(r.values)) for r in self.match_expressions),
+        )
+
     def matches(self, labels: dict[str, str]) -> bool:
         if self.is_empty():
             return False

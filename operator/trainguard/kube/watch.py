@@ -98,6 +98,9 @@ class Informer:
     counts: Counts = field(default_factory=Counts)
     _objects: dict[Key, Obj] = field(default_factory=dict)
     _by_namespace: dict[str, dict[str, Obj]] = field(default_factory=dict)
+    _changes: dict[str, int] = field(default_factory=dict)
+    """Per namespace, how many events changed it since the last list (`version`)."""
+    _lists: int = 0
     _guard: threading.Lock = field(default_factory=threading.Lock)
     _synced: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -144,6 +147,13 @@ class Informer:
         """How many objects the cache holds (0 before its first list)."""
         with self._guard:
             return len(self._objects)
+
+    def version(self, namespace: str) -> tuple[int, int]:
+        """A value that changes whenever the cache's objects of `namespace` may have: the lists made and
+        the events applied to that namespace since. For a reader that derives something from them and
+        keeps it until they change (ClusterCache.pods)."""
+        with self._guard:
+            return self._lists, self._changes.get(namespace, 0)
 
     def items(self, namespace: str | None = None, *, timeout: float = 10.0) -> list[Obj]:
         """Every object (of `namespace`), in name order. The objects are shared: do not change them."""
@@ -239,6 +249,8 @@ class Informer:
                 break
         with self._guard:
             self._objects = objects
+            self._lists += 1
+            self._changes = {}
             self._by_namespace = {}
             for (ns, name), obj in objects.items():
                 self._by_namespace.setdefault(ns, {})[name] = obj
@@ -294,6 +306,7 @@ class Informer:
         kept = self.transform(obj)
         key = _key(kept)
         with self._guard:
+            self._changes[key[0]] = self._changes.get(key[0], 0) + 1
             if kind == "DELETED":
                 self._objects.pop(key, None)
                 (self._by_namespace.get(key[0]) or {}).pop(key[1], None)
