@@ -259,14 +259,22 @@ def register(registry: kopf.OperatorRegistry) -> None:
     caches), `metrics`, `receiver` and `settings` (MonitorSettings; set at startup). The sidecar
     injection is no kopf handler: controller/injection.py answers it on the webhook server's loop."""
 
-    def _reconcile(memo: Any, namespace: str, name: str) -> None:
+    def _settings(memo: Any) -> MonitorSettings:
         settings = memo.get("settings", DEFAULT_SETTINGS)
         if not isinstance(
             settings, MonitorSettings
         ):  # the memo is untyped: say so, not an AttributeError later
             raise TypeError(f"memo['settings'] is a {type(settings).__name__}, not MonitorSettings")
+        return settings
+
+    def _reconcile(memo: Any, namespace: str, name: str) -> None:
         reconcile(
-            memo["kube"], memo["reads"], namespace, name, receiver=memo.get("receiver"), settings=settings
+            memo["kube"],
+            memo["reads"],
+            namespace,
+            name,
+            receiver=memo.get("receiver"),
+            settings=_settings(memo),
         )
 
     # ---- indices: what other handlers look up without an API call ----
@@ -303,11 +311,8 @@ def register(registry: kopf.OperatorRegistry) -> None:
         kube: Kube = memo["kube"]
         namespace = namespace or "default"
         users = users_of(namespace, name, monitors_by_policy)
-        settings = memo.get("settings", DEFAULT_SETTINGS)
-        if not isinstance(settings, MonitorSettings):
-            raise TypeError(f"memo['settings'] is a {type(settings).__name__}, not MonitorSettings")
         policy_users(
-            kube, memo["reads"], _plain(body), users, receiver=memo.get("receiver"), settings=settings
+            kube, memo["reads"], _plain(body), users, receiver=memo.get("receiver"), settings=_settings(memo)
         )
         try:
             parse_spec(_plain(body), f"{namespace}/{name}")
