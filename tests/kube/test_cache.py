@@ -101,10 +101,7 @@ def test_a_relist_makes_every_kept_pod_answer_stale() -> None:
     before = cache.pods_informer.version("ml")
     assert names(cache.pods("ml", LLAMA)) == ["a"]
     informer = cache.pods_informer
-    with informer._guard:  # what _list does with a new page of objects
-        informer._objects, informer._by_namespace = {}, {}
-        informer._lists += 1
-        informer._changes = {}
+    informer.replace([])  # as a list anew finding none
     assert informer.version("ml") != before
     assert cache.pods("ml", LLAMA) == []
 

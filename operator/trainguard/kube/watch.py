@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,6 +163,19 @@ class Informer:
                 return [o for _, o in sorted((self._by_namespace.get(namespace) or {}).items())]
             return [o for _, o in sorted(self._objects.items())]
 
+    def replace(self, objects: Iterable[Obj]) -> None:
+        """Hold `objects` (kept as given) in place of everything held, as a list does; readers' kept
+        answers go stale (`version`). The list calls it; so may a cache filled by hand."""
+        by_key = {_key(obj): obj for obj in objects}
+        by_namespace: dict[str, dict[str, Obj]] = {}
+        for (ns, name), obj in by_key.items():
+            by_namespace.setdefault(ns, {})[name] = obj
+        with self._guard:
+            self._objects, self._by_namespace = by_key, by_namespace
+            self._lists += 1
+            self._changes = {}
+        self._synced.set()
+
     # ---- the loop ----
 
     def start(self) -> Informer:
@@ -247,14 +260,7 @@ class Informer:
             version, token = str(meta.get("resourceVersion") or ""), str(meta.get("continue") or "")
             if not token:
                 break
-        with self._guard:
-            self._objects = objects
-            self._lists += 1
-            self._changes = {}
-            self._by_namespace = {}
-            for (ns, name), obj in objects.items():
-                self._by_namespace.setdefault(ns, {})[name] = obj
-        self._synced.set()
+        self.replace(objects.values())
         self._heard = time.monotonic()
         log.debug("listed %d %s at version %s", len(objects), self.resource, version)
         return version
