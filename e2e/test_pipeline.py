@@ -11,6 +11,7 @@ The operator acts through the real scheduler and Job controller.
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections.abc import Callable
@@ -184,6 +185,12 @@ def test_an_oom_killed_trainer_pages_training_interrupted_and_the_gang_restarts_
         # resume-from on the first new pod, and the other rank started from fresh weights
         assert gang["progress"]["count"] == 2, gang
         assert all("resuming after the checkpoint of step" in ln for ln in lines)
+        # what ConfirmPlacement checked: each new pod says the pointer the webhook gave its exporter
+        given = json.loads(gang["progress"]["resumeFrom"])
+        for name in {r.name for r in pods.running()} - old:
+            meta = cluster.core.read_namespaced_pod(name, ns).metadata
+            said = json.loads((meta.annotations or {})["trainguard.io/resume-from"])
+            assert (said["step"], said["path"]) == (given["step"], given["path"]), (name, said, given)
 
 
 def test_a_forged_alert_changes_nothing(

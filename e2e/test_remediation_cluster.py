@@ -27,6 +27,7 @@ from trainguard.catalog.kubernetes import (
     SPARE_LABEL,
 )
 from trainguard.kube import ClusterCache, Kube
+from trainguard.kube.objects import new_pods_placement
 from trainguard.remediation.cluster import Cluster as Edge
 
 pytestmark = pytest.mark.e2e
@@ -175,7 +176,7 @@ def test_a_deleted_gang_is_recreated_by_its_job_and_placed_away_from_the_cordone
     try:
         placed = wait_for(
             "the Job's replacement pods scheduled",
-            lambda: (p := edge.placement(ns, selector, restart)) and len(p) == 2 and p,
+            lambda: (p := new_pods_placement(edge.gang_pods(ns, selector), restart)) and len(p) == 2 and p,
             timeout=90,
         )
     except AssertionError:
@@ -196,5 +197,10 @@ def test_a_deleted_gang_is_recreated_by_its_job_and_placed_away_from_the_cordone
     assert not set(placed) & set(names), "new pods, not the old ones"
     assert bad not in placed.values(), "the scheduler respects the cordon"
     assert len(set(placed.values())) == 2
+    some = sorted(placed)[0]
+    assert edge.delete_pod(ns, some, "not-its-uid") is False, (
+        "another incarnation: the uid precondition holds"
+    )
+    assert any(p["metadata"]["name"] == some for p in edge.gang_pods(ns, selector))
     job = client.BatchV1Api(cluster.api).read_namespaced_job("gang", ns)
     assert job.metadata.annotations[RESUME_FROM] == '{"path": "/ckpt/1000", "step": 1000}'

@@ -18,6 +18,7 @@ import kopf
 import pytest
 
 from tests.conftest import MONITOR
+from trainguard.catalog.kubernetes import RESUME_FROM
 from trainguard.controller import admission
 from trainguard.controller.admission import Deferred, json_patch, review_answer
 from trainguard.controller.injection import WEBHOOK_ID, AdmissionServer, SidecarInjection
@@ -109,7 +110,11 @@ def restarting(progress: dict[str, Any]) -> dict[str, Any]:
 
 
 def resume_from(pod: dict[str, Any]) -> str | None:
+    """The pointer the exporter was given, which the pod's annotation must say too (ConfirmPlacement
+    reads that: the operator's pod cache keeps no environment)."""
     env = {e["name"]: e.get("value") for e in pod["spec"]["initContainers"][-1]["env"]}
+    said = (pod["metadata"].get("annotations") or {}).get(RESUME_FROM)
+    assert said == env.get("TRAINGUARD_RESUME_FROM"), (said, env.get("TRAINGUARD_RESUME_FROM"))
     return env.get("TRAINGUARD_RESUME_FROM")
 
 
@@ -172,6 +177,7 @@ def test_from_the_cache_the_answer_needs_no_thread() -> None:
     pod = patched(answer)
     assert [c["name"] for c in pod["spec"]["initContainers"]] == [EXPORTER]
     assert pod["metadata"]["annotations"][INJECTED] == "llama-pretrain"
+    assert RESUME_FROM not in pod["metadata"]["annotations"] and resume_from(pod) is None, "no restart"
     assert reads.timeouts == [0.0], "the cache read does not wait on the loop"
     assert api.calls == []
 

@@ -42,7 +42,7 @@ from trainguard.catalog.kubernetes import (
 from trainguard.controller.admission import restart_of
 from trainguard.exporter.checkpoints import checkpoint_ref, newer, resume_pointer
 from trainguard.exporter.restarts import restart_word
-from trainguard.kube.objects import new_pods_placement, taints_with
+from trainguard.kube.objects import taints_with
 from trainguard.kube.workloads import ChildJob, Workload
 from trainguard.remediation import records
 from trainguard.remediation.executor import Executor
@@ -52,6 +52,7 @@ from trainguard.remediation.ops import Refused, Sidecar
 from trainguard.remediation.sidecars import ControlError
 from trainguard.remediation.store import Fresh
 from trainguard.remediation.urgency import Urgency
+from trainguard.render.sidecar import INJECTED
 
 TOKEN = "sidecar-token"
 KEY = b"k" * 48
@@ -209,6 +210,8 @@ class FakeCluster:
         if job:
             self.pods[name]["job"] = job
         pointer = self.admitted_pointer()
+        if pointer:
+            self.pods[name]["given"] = pointer  # the webhook says it on the pod (trainguard.io/resume-from)
         held = resume_pointer(pointer) if pointer else None
         pin = {k: v for k, v in held.items() if k not in ("generation", "record")} if held else None
         state = self._sidecar_state(None, pin)
@@ -237,6 +240,10 @@ class FakeCluster:
         }
         if self.indexed:
             meta["labels"] = {COMPLETION_INDEX: str(s["index"])}
+        meta["annotations"] = {
+            INJECTED: "llama-pretrain",
+            **({RESUME_FROM: s["given"]} if s.get("given") else {}),
+        }
         job = next((c for c in self.owner.children if c.name == s.get("job")), None)
         if job is not None:
             meta["ownerReferences"] = [{"kind": "Job", "name": job.name, "uid": job.uid, "controller": True}]
@@ -418,9 +425,10 @@ class FakeCluster:
         self._called()
         return True
 
-    def placement(self, namespace: str, label_selector: str, created_after: float) -> dict[str, str] | None:
-        pods = self.gang_pods(namespace, label_selector)
-        return new_pods_placement(pods, created_after)
+    def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        out = self._replace(name, uid, "delete")
+        self._called()
+        return out
 
     def annotate_workload(
         self, namespace: str, api_version: str, kind: str, name: str, annotations: Mapping[str, str | None]

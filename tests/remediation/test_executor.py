@@ -385,24 +385,24 @@ def test_a_rank_lost_before_the_restart_is_awaited_with_the_ranks_it_deletes(ind
     other came, and that rank started from fresh weights (seen in e2e/test_pipeline.py)."""
     rig = Rig(indexed=indexed)
     rig.cluster.pods["job-0"]["phase"] = "Failed"
-    placement = rig.cluster.placement
+    pods = rig.cluster.gang_pods
     polls = 0
 
-    def back_off(namespace: str, selector: str, created_after: float) -> dict[str, str] | None:
+    def back_off(namespace: str, selector: str) -> list[dict[str, Any]]:
         nonlocal polls
         polls += 1
-        if polls == 4:
+        if polls == 5:  # the restart's read, then the placement's fourth poll
             rig.cluster.replace_failed("job-0")
-        return placement(namespace, selector, created_after)
+        return pods(namespace, selector)
 
-    rig.cluster.placement = back_off  # type: ignore[method-assign]
+    rig.cluster.gang_pods = back_off  # type: ignore[method-assign]
     done = rig.run(restart_record(), job_monitor())
 
     assert done["phase"] == Phase.SUCCEEDED, done
     assert [e for e in rig.cluster.effects if e[0] == "delete"] == [("delete", "job-1")]
     assert done["steps"][0]["progress"]["count"] == 2
     assert "(the gang lost job-0 already: 2 new pod(s) awaited)" in done["steps"][0]["detail"]
-    assert polls >= 5, "the placement was confirmed before the lost rank's replacement existed"
+    assert polls >= 6, "the placement was confirmed before the lost rank's replacement existed"
     placed = done["steps"][1]["detail"]
     assert placed.startswith("placed job-0-r2->") and ", job-1-r1->" in placed, placed
     # both replacements were admitted while the pointer stood: neither starts from fresh weights

@@ -27,7 +27,9 @@ the NoSchedule taint the leader puts on a lemon that is a spare, so no replaceme
 LEMON_REASON = "trainguard.io/lemon-reason"
 """On a lemon: its faults in the window against the platform's threshold, in words."""
 RESUME_FROM = "trainguard.io/resume-from"
-"""On the workload: JSON {step, path, kind, ts} of the checkpoint a gang restart resumes from."""
+"""On the workload: JSON {step, path, kind, ts} of the checkpoint a gang restart resumes from. On a pod:
+the pointer the webhook gave its exporter (TRAINGUARD_RESUME_FROM), which ConfirmPlacement checks (the
+operator's pod cache keeps no environment)."""
 MONITORED = "trainguard.io/monitored"
 """On a namespace that holds a TrainingJobMonitor (`=true`), kept by the operator: the sidecar-injection
 webhook's namespaceSelector, so the apiserver calls it for no pod of another namespace

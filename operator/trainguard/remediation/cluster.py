@@ -22,7 +22,7 @@ from trainguard.api.common import LabelSelector
 from trainguard.api.monitor import WorkloadRef
 from trainguard.catalog.kubernetes import CORDON_REASON, CORDONED_AT, CORDONED_BY, FAULTY_TAINT, SPARE_LABEL
 from trainguard.kube.errors import ApiError, is_conflict, on_conflict
-from trainguard.kube.objects import gpus, is_ready, label_value, new_pods_placement, taints_with
+from trainguard.kube.objects import gpus, is_ready, label_value, taints_with
 from trainguard.kube.workloads import DISRUPTION_TARGET, Workload, controlled_by
 from trainguard.remediation import lemon
 from trainguard.remediation.lemon import LemonPolicy
@@ -255,10 +255,13 @@ class Cluster:
         controller's replacements start on a live node); a pod already gone is not an error."""
         return [name for name in names if self.kube.delete_pod(namespace, name)]
 
-    def placement(
-        self, namespace: str, selector: LabelSelector, created_after: float
-    ) -> dict[str, str] | None:
-        return new_pods_placement(self.gang_pods(namespace, selector), created_after)
+    def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        try:
+            return self.kube.delete_pod(namespace, name, uid=uid)
+        except ApiError as exc:
+            if is_conflict(exc):  # another pod has the name now: ours is gone
+                return False
+            raise
 
     def annotate_workload(
         self, namespace: str, api_version: str, kind: str, name: str, annotations: dict[str, str | None]

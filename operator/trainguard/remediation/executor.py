@@ -69,7 +69,13 @@ from typing import Any, NoReturn, Protocol
 from trainguard.api.common import duration_seconds
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog.kubernetes import COMPLETION_INDEX, FAULTY_TAINT, RESUME_FROM
-from trainguard.kube.objects import creation_seconds, is_terminating, label_value, labels_of
+from trainguard.kube.objects import (
+    creation_seconds,
+    is_terminating,
+    label_value,
+    labels_of,
+    new_pods_placement,
+)
 from trainguard.kube.workloads import ChildJob, Replacement, Workload
 from trainguard.remediation import records
 from trainguard.remediation.detect import GANG_SPREAD_S
@@ -79,6 +85,7 @@ from trainguard.remediation.ops import ClusterOps, Refused, Sidecar
 from trainguard.remediation.plan import RESTARTS, SLOW_NODE, STRAGGLER_ALERT
 from trainguard.remediation.records import Superseded
 from trainguard.remediation.slow_node import straggler_evidence
+from trainguard.render.sidecar import is_injected
 from trainguard.times import rfc3339, unix
 
 log = logging.getLogger("trainguard.remediation")
@@ -1536,7 +1543,11 @@ class Executor:
     def _confirm(self, record: Record, monitor: TrainingJobMonitor, params: dict[str, str]) -> str:
         """Wait until as many live pods as the gang has members (`_members`) exist, created since the
         record, all scheduled and none on an avoided node; record where they landed and which spare took
-        one."""
+        one. A new pod the webhook gave the exporter without the restart's resume-from pointer is deleted
+        at sight (that incarnation), so that its owner makes another, which the webhook now gives it, and
+        is not counted placed: its owner may recreate a lost rank before the restart's progress reached
+        the webhook's cache of the monitor, and the rank would start from fresh weights (as rank 0, give
+        them to the gang). Placement clears the pointer, so it is never confirmed with such a pod."""
         timeout = _float(params.get("timeout_s")) or PLACEMENT_TIMEOUT_S
         # only a node fault avoids its node: an OOM-killed or failed pod's node is healthy
         fault_node = record.get("node") if record.get("class") == "nodeFault" else None
@@ -1544,16 +1555,27 @@ class Executor:
         expected = _gang_size(record)
         namespace, selector = monitor.namespace, monitor.spec.selector
         created_after = unix(record.get("created", ""))
+        pointer = _given_checkpoint(record)
+        restarted: dict[str, str] = {}
+        """uid -> name of each new pod deleted for starting without the pointer."""
         deadline = self.clock() + timeout
         placed: dict[str, str] | None = None
         while True:
-            placed = self.cluster.placement(namespace, selector, created_after)
+            pods = self.cluster.gang_pods(namespace, selector)
+            if pointer is not None:
+                for name, uid in without_pointer(pods, pointer, created_after):
+                    if uid not in restarted and self.cluster.delete_pod(namespace, name, uid):
+                        restarted[uid] = name
+            placed = new_pods_placement(
+                [p for p in pods if (p.get("metadata") or {}).get("uid") not in restarted], created_after
+            )
             if placed and len(placed) >= expected and not set(placed.values()) & avoid:
                 break
             if self.clock() >= deadline:
                 seen = ", ".join(f"{p}->{n}" for p, n in sorted((placed or {}).items())) or "none placed"
                 raise StepFailed(
                     f"the new pods were not all placed away from {_names(sorted(avoid))} within {timeout:g}s ({seen})"
+                    + _restarted(restarted)
                 )
             self.sleep(self.poll_interval)
             self._unless_stopping()
@@ -1562,6 +1584,7 @@ class Executor:
         return (
             f"placed {where}"
             + (f"; spare used: {_names(used)}" if used else "")
+            + _restarted(restarted)
             + self._owner_restarted(record, monitor)
             + self._clear_pointer(monitor)
         )
@@ -1794,6 +1817,54 @@ def _replace_pointer(record: Record) -> dict[str, Any] | None:
                 return None
             return pointer if isinstance(pointer, dict) else None
     return None
+
+
+def _given_checkpoint(record: Record) -> dict[str, Any] | None:
+    """The checkpoint the record's restart by new pods (RestartGang, ReplacePod) gave the webhook for
+    its new pods (the step's progress resumeFrom); None when it chose none or wrote no progress."""
+    for step in record.get("steps", []):
+        if step.get("kind") in (StepKind.RESTART_GANG, StepKind.REPLACE_POD):
+            text = (step.get("progress") or {}).get("resumeFrom")
+            try:
+                pointer = json.loads(text) if isinstance(text, str) else None
+            except ValueError:
+                return None
+            return pointer if isinstance(pointer, dict) else None
+    return None
+
+
+def without_pointer(
+    pods: Sequence[dict[str, Any]], checkpoint: dict[str, Any], created_after: float
+) -> list[tuple[str, str]]:
+    """(name, uid) of the live new pods (as new_pods_placement counts them) that carry the exporter but
+    whose trainguard.io/resume-from does not name `checkpoint` (its step and path; a rejoin's pointer
+    adds its generation): admitted without the restart's pointer. A pod without the exporter (the
+    webhook failed open, or the pod opted out) is not one trainguard can give a pointer to."""
+    floor = math.floor(created_after)
+    out = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if (
+            is_terminating(pod)
+            or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+            or creation_seconds(pod) < floor
+            or not is_injected(pod)
+        ):
+            continue
+        try:
+            given = json.loads(str((meta.get("annotations") or {}).get(RESUME_FROM) or "null"))
+        except ValueError:
+            given = None
+        if not isinstance(given, dict) or any(given.get(k) != checkpoint.get(k) for k in ("step", "path")):
+            out.append((str(meta.get("name", "")), str(meta.get("uid", ""))))
+    return out
+
+
+def _restarted(restarted: dict[str, str]) -> str:
+    if not restarted:
+        return ""
+    return (f"; deleted {_names(sorted(restarted.values()))}: admitted without the restart's resume-from "
+            "(before the webhook saw it), recreated by its owner with it")  # fmt: skip
 
 
 def _replace_generation(record: Record) -> int | None:

@@ -69,9 +69,10 @@ class ClusterOps(Protocol):
         """Delete pods; returns the names actually deleted (a pod already gone is fine)."""
         ...
 
-    def placement(
-        self, namespace: str, selector: LabelSelector, created_after: float
-    ) -> dict[str, str] | None: ...
+    def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete that incarnation of the pod with its own grace period; False when it is gone or
+        replaced."""
+        ...
 
     def annotate_workload(
         self, namespace: str, api_version: str, kind: str, name: str, annotations: dict[str, str | None]

@@ -14,7 +14,7 @@ from typing import Any
 
 from trainguard.api.monitor import TrainingJobMonitor
 from trainguard.catalog.events import EVENTS_AUDIENCE, EVENTS_TOKEN_EXPIRY_S
-from trainguard.catalog.kubernetes import SPARE_LABEL
+from trainguard.catalog.kubernetes import RESUME_FROM, SPARE_LABEL
 from trainguard.render.kubernetes import CA_KEY, FASTPATH_TOKEN_KEY, METRICS_PORT_NAME, fastpath_secret_name
 
 EXPORTER = "trainguard-exporter"
@@ -268,7 +268,8 @@ def inject(
     operator's `sidecar_image` unless the monitor overrides it. Without `native_sidecar`
     (Kubernetes before 1.29) the exporter is the last regular container. While trainguard restarts the
     job (`tolerate_spares`), its pods may land on a warm spare, and the exporter starts with the
-    checkpoint the operator chose (`resume_from`, JSON) for the trainer's Reporter.resume_from()."""
+    checkpoint the operator chose (`resume_from`, JSON) for the trainer's Reporter.resume_from(), said on
+    the pod too (trainguard.io/resume-from)."""
     if is_injected(pod) or not wants_injection(pod):
         return None
     spec = pod.get("spec", {})
@@ -298,6 +299,7 @@ def inject(
     )
     if resume_from:
         exporter["env"].append(_env(RESUME_FROM_ENV, resume_from))
+        annotations[RESUME_FROM] = resume_from  # what the restart's placement checks the pod was given
     containers = [_with_training_env(c, monitor, trace) for c in spec.get("containers") or []]
     if native_sidecar:
         init.append(exporter)
