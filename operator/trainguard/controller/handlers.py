@@ -21,6 +21,7 @@ from trainguard.api import GROUP, VERSION, InvalidInput, parse_spec
 from trainguard.catalog.severity import GRADE
 from trainguard.controller.events import RECENT_EVENTS, RecentEvents
 from trainguard.controller.eviction import EvictionGate, answer_eviction
+from trainguard.controller.first_reconcile import FirstReconcile
 from trainguard.controller.in_place import InPlace, inputs_of, settings_key
 from trainguard.controller.metrics import OperatorMetrics
 from trainguard.controller.reconcile import (
@@ -109,6 +110,9 @@ class MonitorSettings:
     rule_form: str = PER_MONITOR
     urgency: Urgency | None = None
     """The fast path's hold: a reconcile or resync waits on it before it starts (remediation/urgency.py)."""
+    first: FirstReconcile | None = None
+    """Which monitors await their first reconcile from their own handler: the resync and a policy event
+    leave those to it (controller/first_reconcile.py). None: every monitor is taken as reconciled."""
 
 
 DEFAULT_SETTINGS = MonitorSettings()
@@ -127,6 +131,8 @@ def reconcile(
     if settings.urgency is not None:  # before the lock: the fast path takes the monitor's lock too
         settings.urgency.wait()
     with LOCKS(namespace, name):
+        if settings.first is not None:  # before anything is read: see first_reconcile.py
+            settings.first.began(namespace, name)
         fresh = kube.get_monitor(namespace, name)
         if fresh is None:
             return
@@ -165,6 +171,10 @@ def resync(
     namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "?")
     if settings.urgency is not None:
         settings.urgency.wait()
+    if settings.first is not None and settings.first.awaits(namespace, name, body):
+        if settings.metrics is not None:
+            settings.metrics.resynced("awaits_handler")
+        return False
     key = (namespace, name)
     context = settings_key(receiver, settings.severity_style, settings.object_labels, settings.rule_form)
     if in_place is not None and in_place.still(
@@ -229,7 +239,9 @@ def policy_users(
     reconciled only where that finds something to write. Returns those reconciled. A policy applied
     in the same burst as its monitors (kubectl apply of both, or an operator's restart, which resumes
     every policy and every monitor) is mostly in their objects already: a reconcile of each user for
-    each policy event doubled the work at 2,000 monitors. A monitor not in its cache yet is reconciled."""
+    each policy event doubled the work at 2,000 monitors. A monitor that awaits its own handler's first
+    reconcile (settings.first) is left to it: that reads the policy by name. Else a monitor not in its
+    cache yet is reconciled."""
     meta = policy.get("metadata") or {}
     namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
     cached = cached_policy(reads, kube)
@@ -242,6 +254,8 @@ def policy_users(
         if settings.urgency is not None:
             settings.urgency.wait()
         body = reads.monitor(namespace, user)
+        if settings.first is not None and settings.first.awaits(namespace, user, body):
+            continue
         if body is not None:
             try:
                 rehearsal = _rehearse(kube, reads, body, read, receiver=receiver, settings=settings)

@@ -27,6 +27,7 @@ from trainguard.certs.ca import WEBHOOK_CERT_SECRET, CertPolicy, serving_names
 from trainguard.certs.secret import SelfManagedCerts
 from trainguard.certs.tls import ReloadableTLS
 from trainguard.clients.prometheus import prometheus_client
+from trainguard.controller.first_reconcile import FirstReconcile
 from trainguard.controller.handlers import LOCKS, MonitorSettings, announcer, reconcile, register, resync
 from trainguard.controller.in_place import InPlace
 from trainguard.controller.injection import WEBHOOK_ID, AdmissionServer, SidecarInjection
@@ -260,6 +261,7 @@ def run(opts: OperatorOptions) -> None:
         object_labels=opts.object_labels,
         rule_form=opts.rule_form,
         urgency=urgency,
+        first=FirstReconcile(),
     )
     in_place = InPlace()  # what the resync found in place: a steady pass renders nothing again
     periodic = Periodic(
