@@ -141,3 +141,20 @@ def test_every_progress_field_the_rejoin_writes_is_in_the_crd_schema() -> None:
     assert {"generation", "size", "resumeFrom"} <= written
     assert written <= schema, written - schema
     assert json.loads(step(done, "ReplacePod")["progress"]["resumeFrom"])["step"] == pointers(rig)[0]["step"]
+
+
+def test_a_replacement_admitted_without_the_pointer_joins_by_the_word_and_is_not_recreated() -> None:
+    """The webhook's cache had not seen ReplacePod's progress: the replacement starts holding no pointer
+    and no generation. The rejoin's word gives it both, so ConfirmPlacement does not take it for a pod
+    started from fresh weights (it deletes such pods of a gang restart: test_pointer_checked_at_placement)."""
+    rig = Rig(launchers=True)
+    rig.cluster.as_jobset()
+    rig.cluster.admitted_pointer = lambda: None
+    monitor = jobset_monitor()
+    done = rig.run(planned(rig, monitor, p0_signal("GPUCriticalXid")), monitor)
+
+    assert done["phase"] == Phase.SUCCEEDED, done
+    replacement = next(p for p in rig.cluster.sidecar if p.startswith("job-0-r"))
+    assert ("word", replacement, "1") in words(rig), "told the generation and checkpoint by the word"
+    assert not [e for e in rig.cluster.effects if e[0] == "delete" and e[1] == replacement]
+    assert step(done, "ConfirmPlacement")["detail"].startswith(f"placed {replacement}->")

@@ -1821,7 +1821,12 @@ def _replace_pointer(record: Record) -> dict[str, Any] | None:
 
 def _given_checkpoint(record: Record) -> dict[str, Any] | None:
     """The checkpoint the record's restart by new pods (RestartGang, ReplacePod) gave the webhook for
-    its new pods (the step's progress resumeFrom); None when it chose none or wrote no progress."""
+    its new pods (the step's progress resumeFrom); None when it chose none or wrote no progress, and when
+    a rejoin succeeded: its word gave the replacement the generation and the checkpoint, whatever the
+    pod was admitted with, and the replacement's launcher runs it."""
+    if any(s.get("kind") == StepKind.RESTART_IN_PLACE and (s.get("params") or {}).get("rejoin")
+           and s.get("phase") == Phase.SUCCEEDED for s in record.get("steps", [])):  # fmt: skip
+        return None
     for step in record.get("steps", []):
         if step.get("kind") in (StepKind.RESTART_GANG, StepKind.REPLACE_POD):
             text = (step.get("progress") or {}).get("resumeFrom")
