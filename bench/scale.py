@@ -63,6 +63,8 @@ def prometheus3() -> str | None:
 
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version(), "kubernetes": K8S_VERSION}
+    if os.environ.get("MALLOC_ARENA_MAX"):  # the operator inherits it: glibc's malloc arenas (its RSS)
+        out["malloc_arena_max"] = os.environ["MALLOC_ARENA_MAX"]
     for key, prom in (("prometheus", shutil.which("prometheus")), ("prometheus3", prometheus3())):
         if prom:
             first = subprocess.run(

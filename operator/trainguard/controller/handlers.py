@@ -21,7 +21,6 @@ from trainguard.api import GROUP, VERSION, InvalidInput, parse_spec
 from trainguard.catalog.severity import GRADE
 from trainguard.controller.events import RECENT_EVENTS, RecentEvents
 from trainguard.controller.eviction import EvictionGate, answer_eviction
-from trainguard.controller.first_reconcile import FirstReconcile
 from trainguard.controller.in_place import InPlace, inputs_of, settings_key
 from trainguard.controller.metrics import OperatorMetrics
 from trainguard.controller.reconcile import (
@@ -36,6 +35,7 @@ from trainguard.controller.reconcile import (
     reconcile_monitor,
     utcnow,
 )
+from trainguard.controller.reconciles_begun import JUST_RECONCILED_S, ReconcilesBegun
 from trainguard.controller.status import Outcome, monitor_status
 from trainguard.kube import Kube, namespace_terminating
 from trainguard.remediation.urgency import Urgency
@@ -110,9 +110,10 @@ class MonitorSettings:
     rule_form: str = PER_MONITOR
     urgency: Urgency | None = None
     """The fast path's hold: a reconcile or resync waits on it before it starts (remediation/urgency.py)."""
-    first: FirstReconcile | None = None
-    """Which monitors await their first reconcile from their own handler: the resync and a policy event
-    leave those to it (controller/first_reconcile.py). None: every monitor is taken as reconciled."""
+    first: ReconcilesBegun | None = None
+    """When each monitor's reconcile began: the resync leaves a monitor that awaits its own handler's
+    first reconcile, or whose reconcile began just now, and a policy event the former
+    (controller/reconciles_begun.py). None: every monitor is taken as reconciled long ago."""
 
 
 DEFAULT_SETTINGS = MonitorSettings()
@@ -131,7 +132,7 @@ def reconcile(
     if settings.urgency is not None:  # before the lock: the fast path takes the monitor's lock too
         settings.urgency.wait()
     with LOCKS(namespace, name):
-        if settings.first is not None:  # before anything is read: see first_reconcile.py
+        if settings.first is not None:  # before anything is read: see reconciles_begun.py
             settings.first.began(namespace, name)
         fresh = kube.get_monitor(namespace, name)
         if fresh is None:
@@ -171,9 +172,12 @@ def resync(
     namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "?")
     if settings.urgency is not None:
         settings.urgency.wait()
-    if settings.first is not None and settings.first.awaits(namespace, name, body):
+    begun = settings.first
+    if begun is not None and (
+        begun.awaits_handler(namespace, name, body) or begun.began_within(namespace, name, JUST_RECONCILED_S)
+    ):
         if settings.metrics is not None:
-            settings.metrics.resynced("awaits_handler")
+            settings.metrics.resynced("left_to_reconcile")
         return False
     key = (namespace, name)
     context = settings_key(receiver, settings.severity_style, settings.object_labels, settings.rule_form)
@@ -254,7 +258,7 @@ def policy_users(
         if settings.urgency is not None:
             settings.urgency.wait()
         body = reads.monitor(namespace, user)
-        if settings.first is not None and settings.first.awaits(namespace, user, body):
+        if settings.first is not None and settings.first.awaits_handler(namespace, user, body):
             continue
         if body is not None:
             try:

@@ -1,5 +1,5 @@
 """A new monitor is reconciled once, by its own handler: the resync and a policy event leave it to that
-until a reconcile of it has begun (controller/first_reconcile.py). 2,000 monitors applied with their
+until a reconcile of it has begun (controller/reconciles_begun.py). 2,000 monitors applied with their
 policies cost about 2.7 reconciles each before.
 
 The API edge is tests/kube/fakes.py's FakeKube with test_resync.Counted recording each request."""
@@ -12,9 +12,9 @@ from tests.clock import Clock
 from tests.conftest import POLICY, monitor_body
 from tests.controller.test_resync import RECEIVER, Counted
 from tests.kube.fakes import FakeKube
-from trainguard.controller.first_reconcile import AWAIT_HANDLER_S, FirstReconcile
 from trainguard.controller.handlers import MonitorSettings, policy_users, reconcile, resync
 from trainguard.controller.metrics import OperatorMetrics
+from trainguard.controller.reconciles_begun import AWAIT_HANDLER_S, JUST_RECONCILED_S, ReconcilesBegun
 
 CREATED = "2026-12-04T12:00:00Z"
 AT = 1796385600.0  # CREATED in unix seconds
@@ -28,47 +28,57 @@ def new_monitor(created: str = CREATED) -> dict[str, object]:
 
 def test_a_monitor_awaits_its_handler_while_young_and_until_a_reconcile_begins() -> None:
     clock = Clock(AT + 5)
-    first = FirstReconcile(clock=clock)
+    first = ReconcilesBegun(clock=clock)
     body = new_monitor()
-    assert first.awaits("ml", "llama-pretrain", body)
-    assert first.awaits("ml", "llama-pretrain", None), "kopf knows it, the cache not yet: new"
+    assert first.awaits_handler("ml", "llama-pretrain", body)
+    assert first.awaits_handler("ml", "llama-pretrain", None), "kopf knows it, the cache not yet: new"
     clock.now = AT + AWAIT_HANDLER_S
-    assert not first.awaits("ml", "llama-pretrain", body), "its handler may have failed: the resync's again"
+    assert not first.awaits_handler("ml", "llama-pretrain", body), (
+        "its handler may have failed: the resync's again"
+    )
     clock.now = AT + 5
     first.began("ml", "llama-pretrain")
-    assert not first.awaits("ml", "llama-pretrain", body) and not first.awaits("ml", "llama-pretrain", None)
-    assert first.awaits("ml", "other", new_monitor()), "per monitor"
-    assert not first.awaits("ml", "untimed", monitor_body()), "no creation time: not judged young"
+    assert not first.awaits_handler("ml", "llama-pretrain", body) and not first.awaits_handler(
+        "ml", "llama-pretrain", None
+    )
+    assert first.awaits_handler("ml", "other", new_monitor()), "per monitor"
+    assert not first.awaits_handler("ml", "untimed", monitor_body()), "no creation time: not judged young"
 
 
-def test_the_resync_leaves_a_new_monitor_to_its_handler_and_resumes_after_it() -> None:
+def test_the_resync_leaves_a_new_monitor_to_its_handler_and_a_just_reconciled_one_to_its_reconcile() -> None:
     kube = FakeKube(new_monitor(), POLICY)
     api = Counted(kube)
     metrics = OperatorMetrics(CollectorRegistry())
-    settings = MonitorSettings(metrics=metrics, first=FirstReconcile(clock=Clock(AT + 5)))
-    body = kube.monitor("ml", "llama-pretrain")
-    assert body is not None
-
-    assert resync(api, kube, body, receiver=RECEIVER, settings=settings) is False  # type: ignore[arg-type]
-    assert api.requests == [] and kube.applies == [], "nothing rendered or written for it"
+    clock = Clock(AT + 5)
+    settings = MonitorSettings(metrics=metrics, first=ReconcilesBegun(clock=clock))
     got = metrics.registry.get_sample_value
-    assert got("trainguard_operator_resyncs_total", {"outcome": "awaits_handler"}) == 1
+
+    def one_pass() -> bool:
+        body = kube.monitor("ml", "llama-pretrain")
+        assert body is not None
+        return resync(api, kube, body, receiver=RECEIVER, settings=settings)  # type: ignore[arg-type]
+
+    assert one_pass() is False
+    assert api.requests == [] and kube.applies == [], "nothing rendered or written for it"
+    assert got("trainguard_operator_resyncs_total", {"outcome": "left_to_reconcile"}) == 1
     assert got("trainguard_operator_reconcile_total", {"result": "success"}) == 0
 
     reconcile(api, kube, "ml", "llama-pretrain", receiver=RECEIVER, settings=settings)  # type: ignore[arg-type]  # its create handler
     assert "apply PrometheusRule" in api.requests
     api.requests.clear()
-    body = kube.monitor("ml", "llama-pretrain")
-    assert body is not None
-    assert resync(api, kube, body, receiver=RECEIVER, settings=settings) is False  # type: ignore[arg-type]
-    assert got("trainguard_operator_resyncs_total", {"outcome": "rendered"}) == 1, "judged now, in place"
-    assert api.requests == []
+    del kube.objects[next(k for k in kube.objects if k[0] == "PrometheusRule")]  # drift: a pass's to repair
+    clock.now += JUST_RECONCILED_S - 1
+    assert one_pass() is False and api.requests == [], "its caches may not show the reconcile's writes yet"
+    assert got("trainguard_operator_resyncs_total", {"outcome": "left_to_reconcile"}) == 2
+    clock.now += 1
+    assert one_pass() is True, "judged again: the deleted rule is put back"
+    assert "apply PrometheusRule" in api.requests
 
 
 def test_a_monitor_its_handler_never_reconciled_is_the_resyncs_once_old() -> None:
     kube = FakeKube(new_monitor(), POLICY)
     api = Counted(kube)
-    settings = MonitorSettings(first=FirstReconcile(clock=Clock(AT + AWAIT_HANDLER_S + 1)))
+    settings = MonitorSettings(first=ReconcilesBegun(clock=Clock(AT + AWAIT_HANDLER_S + 1)))
     body = kube.monitor("ml", "llama-pretrain")
     assert body is not None
     assert resync(api, kube, body, receiver=RECEIVER, settings=settings) is True  # type: ignore[arg-type]
@@ -80,7 +90,7 @@ def test_a_policy_applied_with_its_new_monitors_leaves_them_to_their_handlers() 
     not in the cache yet. It reconciles none of them; each handler's reconcile reads the policy by name."""
     kube = FakeKube(new_monitor(), POLICY)
     api = Counted(kube)
-    settings = MonitorSettings(first=FirstReconcile(clock=Clock(AT + 5)))
+    settings = MonitorSettings(first=ReconcilesBegun(clock=Clock(AT + 5)))
     assert policy_users(api, kube, POLICY, ["llama-pretrain", "not-cached-yet"], receiver=RECEIVER, settings=settings) == []  # type: ignore[arg-type]  # fmt: skip
     assert api.requests == []
 
@@ -94,7 +104,7 @@ def test_a_policy_created_after_its_monitors_reconcile_began_reconciles_it() -> 
     not take the monitor for one still awaiting its handler."""
     kube = FakeKube(new_monitor())
     api = Counted(kube)
-    settings = MonitorSettings(first=FirstReconcile(clock=Clock(AT + 5)))
+    settings = MonitorSettings(first=ReconcilesBegun(clock=Clock(AT + 5)))
     reconcile(api, kube, "ml", "llama-pretrain", receiver=RECEIVER, settings=settings)  # type: ignore[arg-type]
     assert kube.applies == [], "PolicyNotFound: nothing applied"
     kube.put(POLICY)

@@ -1,10 +1,12 @@
-"""Whether a monitor still awaits its first reconcile from its own kopf handler.
+"""When each monitor's latest reconcile began in this process: what the resync and a policy event leave
+to a reconcile of the monitor's own.
 
 kopf calls a monitor's create handler when it appears and its resume handler at each operator start (and
 when a standby replica takes over), and that reconcile reads the monitor's policies by name from the API.
-A policy event or a resync pass that reconciles the monitor before then does the work twice: 2,000
-monitors applied with their policies cost about 2.7 reconciles each, most of the excess from the policy
-events of a burst and the resync passes over monitors whose handlers were still queued.
+A policy event or a resync pass that reconciles the monitor before then does the work twice; so does a
+resync pass that comes while a reconcile of the monitor runs or has just written, whose rehearsal from
+the watch caches differs only because they have not caught up with that write. 2,000 monitors applied
+with their policies cost about 2.7 reconciles each.
 
 What this process knows is a fact where the caches are not: a monitor is entered when its reconcile
 begins, before it reads anything, so a policy event that finds it missing knows that any reconcile of it
@@ -24,22 +26,25 @@ from trainguard.kube.objects import creation_seconds
 
 AWAIT_HANDLER_S = 600.0
 """How long a monitor no reconcile has begun for is left to its own handler (2,000 monitors applied at
-once were all reconciled by their handlers within 230 s on a two-core machine)."""
+once were all reconciled by their handlers within 240 s on a two-core machine)."""
+JUST_RECONCILED_S = 30.0
+"""A resync pass leaves a monitor whose reconcile began this recently: it runs, or it wrote what the
+pass would, and the caches may not show it yet. Drift in that window is the next pass's."""
 
 
-class FirstReconcile:
+class ReconcilesBegun:
     def __init__(self, clock: Callable[[], float] = time.time, await_s: float = AWAIT_HANDLER_S) -> None:
         self._clock = clock
         self._await_s = await_s
-        self._began: set[tuple[str, str]] = set()
+        self._began: dict[tuple[str, str], float] = {}
         self._guard = threading.Lock()
 
     def began(self, namespace: str, name: str) -> None:
         """Called by a reconcile before it reads the monitor or its policies."""
         with self._guard:
-            self._began.add((namespace, name))
+            self._began[(namespace, name)] = self._clock()
 
-    def awaits(self, namespace: str, name: str, body: Mapping[str, Any] | None) -> bool:
+    def awaits_handler(self, namespace: str, name: str, body: Mapping[str, Any] | None) -> bool:
         """Whether the monitor (`body` as its cache holds it, None when the cache does not yet) has had
         no reconcile begin in this process and is young: its own handler will reconcile it."""
         with self._guard:
@@ -49,6 +54,11 @@ class FirstReconcile:
             return True  # kopf has seen it (a policy's index names it), the cache not yet: new
         created = creation_seconds(dict(body))
         return created > 0 and self._clock() - created < self._await_s
+
+    def began_within(self, namespace: str, name: str, seconds: float) -> bool:
+        with self._guard:
+            at = self._began.get((namespace, name))
+        return at is not None and self._clock() - at < seconds
 
     def __len__(self) -> int:
         return len(self._began)
