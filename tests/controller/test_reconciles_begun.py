@@ -28,21 +28,21 @@ def new_monitor(created: str = CREATED) -> dict[str, object]:
 
 def test_a_monitor_awaits_its_handler_while_young_and_until_a_reconcile_begins() -> None:
     clock = Clock(AT + 5)
-    first = ReconcilesBegun(clock=clock)
+    begun = ReconcilesBegun(clock=clock)
     body = new_monitor()
-    assert first.awaits_handler("ml", "llama-pretrain", body)
-    assert first.awaits_handler("ml", "llama-pretrain", None), "kopf knows it, the cache not yet: new"
+    assert begun.awaits_handler("ml", "llama-pretrain", body)
+    assert begun.awaits_handler("ml", "llama-pretrain", None), "kopf knows it, the cache not yet: new"
     clock.now = AT + AWAIT_HANDLER_S
-    assert not first.awaits_handler("ml", "llama-pretrain", body), (
+    assert not begun.awaits_handler("ml", "llama-pretrain", body), (
         "its handler may have failed: the resync's again"
     )
     clock.now = AT + 5
-    first.began("ml", "llama-pretrain")
-    assert not first.awaits_handler("ml", "llama-pretrain", body) and not first.awaits_handler(
+    begun.began("ml", "llama-pretrain")
+    assert not begun.awaits_handler("ml", "llama-pretrain", body) and not begun.awaits_handler(
         "ml", "llama-pretrain", None
     )
-    assert first.awaits_handler("ml", "other", new_monitor()), "per monitor"
-    assert not first.awaits_handler("ml", "untimed", monitor_body()), "no creation time: not judged young"
+    assert begun.awaits_handler("ml", "other", new_monitor()), "per monitor"
+    assert not begun.awaits_handler("ml", "untimed", monitor_body()), "no creation time: not judged young"
 
 
 def test_the_resync_leaves_a_new_monitor_to_its_handler_and_a_just_reconciled_one_to_its_reconcile() -> None:
@@ -50,7 +50,7 @@ def test_the_resync_leaves_a_new_monitor_to_its_handler_and_a_just_reconciled_on
     api = Counted(kube)
     metrics = OperatorMetrics(CollectorRegistry())
     clock = Clock(AT + 5)
-    settings = MonitorSettings(metrics=metrics, first=ReconcilesBegun(clock=clock))
+    settings = MonitorSettings(metrics=metrics, begun=ReconcilesBegun(clock=clock))
     got = metrics.registry.get_sample_value
 
     def one_pass() -> bool:
@@ -78,7 +78,7 @@ def test_the_resync_leaves_a_new_monitor_to_its_handler_and_a_just_reconciled_on
 def test_a_monitor_its_handler_never_reconciled_is_the_resyncs_once_old() -> None:
     kube = FakeKube(new_monitor(), POLICY)
     api = Counted(kube)
-    settings = MonitorSettings(first=ReconcilesBegun(clock=Clock(AT + AWAIT_HANDLER_S + 1)))
+    settings = MonitorSettings(begun=ReconcilesBegun(clock=Clock(AT + AWAIT_HANDLER_S + 1)))
     body = kube.monitor("ml", "llama-pretrain")
     assert body is not None
     assert resync(api, kube, body, receiver=RECEIVER, settings=settings) is True  # type: ignore[arg-type]
@@ -90,7 +90,7 @@ def test_a_policy_applied_with_its_new_monitors_leaves_them_to_their_handlers() 
     not in the cache yet. It reconciles none of them; each handler's reconcile reads the policy by name."""
     kube = FakeKube(new_monitor(), POLICY)
     api = Counted(kube)
-    settings = MonitorSettings(first=ReconcilesBegun(clock=Clock(AT + 5)))
+    settings = MonitorSettings(begun=ReconcilesBegun(clock=Clock(AT + 5)))
     assert policy_users(api, kube, POLICY, ["llama-pretrain", "not-cached-yet"], receiver=RECEIVER, settings=settings) == []  # type: ignore[arg-type]  # fmt: skip
     assert api.requests == []
 
@@ -104,7 +104,7 @@ def test_a_policy_created_after_its_monitors_reconcile_began_reconciles_it() -> 
     not take the monitor for one still awaiting its handler."""
     kube = FakeKube(new_monitor())
     api = Counted(kube)
-    settings = MonitorSettings(first=ReconcilesBegun(clock=Clock(AT + 5)))
+    settings = MonitorSettings(begun=ReconcilesBegun(clock=Clock(AT + 5)))
     reconcile(api, kube, "ml", "llama-pretrain", receiver=RECEIVER, settings=settings)  # type: ignore[arg-type]
     assert kube.applies == [], "PolicyNotFound: nothing applied"
     kube.put(POLICY)

@@ -110,7 +110,7 @@ class MonitorSettings:
     rule_form: str = PER_MONITOR
     urgency: Urgency | None = None
     """The fast path's hold: a reconcile or resync waits on it before it starts (remediation/urgency.py)."""
-    first: ReconcilesBegun | None = None
+    begun: ReconcilesBegun | None = None
     """When each monitor's reconcile began: the resync leaves a monitor that awaits its own handler's
     first reconcile, or whose reconcile began just now, and a policy event the former
     (controller/reconciles_begun.py). None: every monitor is taken as reconciled long ago."""
@@ -132,8 +132,8 @@ def reconcile(
     if settings.urgency is not None:  # before the lock: the fast path takes the monitor's lock too
         settings.urgency.wait()
     with LOCKS(namespace, name):
-        if settings.first is not None:  # before anything is read: see reconciles_begun.py
-            settings.first.began(namespace, name)
+        if settings.begun is not None:  # before anything is read: see reconciles_begun.py
+            settings.begun.began(namespace, name)
         fresh = kube.get_monitor(namespace, name)
         if fresh is None:
             return
@@ -172,7 +172,7 @@ def resync(
     namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "?")
     if settings.urgency is not None:
         settings.urgency.wait()
-    begun = settings.first
+    begun = settings.begun
     if begun is not None and (
         begun.awaits_handler(namespace, name, body) or begun.began_within(namespace, name, JUST_RECONCILED_S)
     ):
@@ -244,7 +244,7 @@ def policy_users(
     in the same burst as its monitors (kubectl apply of both, or an operator's restart, which resumes
     every policy and every monitor) is mostly in their objects already: a reconcile of each user for
     each policy event doubled the work at 2,000 monitors. A monitor that awaits its own handler's first
-    reconcile (settings.first) is left to it: that reads the policy by name. Else a monitor not in its
+    reconcile (settings.begun) is left to it: that reads the policy by name. Else a monitor not in its
     cache yet is reconciled."""
     meta = policy.get("metadata") or {}
     namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
@@ -258,7 +258,7 @@ def policy_users(
         if settings.urgency is not None:
             settings.urgency.wait()
         body = reads.monitor(namespace, user)
-        if settings.first is not None and settings.first.awaits_handler(namespace, user, body):
+        if settings.begun is not None and settings.begun.awaits_handler(namespace, user, body):
             continue
         if body is not None:
             try:

@@ -261,7 +261,7 @@ def run(opts: OperatorOptions) -> None:
         object_labels=opts.object_labels,
         rule_form=opts.rule_form,
         urgency=urgency,
-        first=ReconcilesBegun(),
+        begun=ReconcilesBegun(),
     )
     in_place = InPlace()  # what the resync found in place: a steady pass renders nothing again
     periodic = Periodic(
