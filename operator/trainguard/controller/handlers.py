@@ -35,7 +35,7 @@ from trainguard.controller.reconcile import (
     reconcile_monitor,
     utcnow,
 )
-from trainguard.controller.reconciles_begun import JUST_RECONCILED_S, ReconcilesBegun
+from trainguard.controller.reconciles_begun import ReconcilesBegun
 from trainguard.controller.status import Outcome, monitor_status
 from trainguard.kube import Kube, namespace_terminating
 from trainguard.remediation.urgency import Urgency
@@ -111,9 +111,9 @@ class MonitorSettings:
     urgency: Urgency | None = None
     """The fast path's hold: a reconcile or resync waits on it before it starts (remediation/urgency.py)."""
     begun: ReconcilesBegun | None = None
-    """When each monitor's reconcile began: the resync leaves a monitor that awaits its own handler's
-    first reconcile, or whose reconcile began just now, and a policy event the former
-    (controller/reconciles_begun.py). None: every monitor is taken as reconciled long ago."""
+    """Which monitors' reconciles began: the resync and a policy event leave a new monitor whose own
+    handler has not begun its first reconcile to it (controller/reconciles_begun.py). None: every
+    monitor is taken as reconciled."""
 
 
 DEFAULT_SETTINGS = MonitorSettings()
@@ -172,10 +172,7 @@ def resync(
     namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "?")
     if settings.urgency is not None:
         settings.urgency.wait()
-    begun = settings.begun
-    if begun is not None and (
-        begun.awaits_handler(namespace, name, body) or begun.began_within(namespace, name, JUST_RECONCILED_S)
-    ):
+    if settings.begun is not None and settings.begun.awaits_handler(namespace, name, body):
         if settings.metrics is not None:
             settings.metrics.resynced("left_to_reconcile")
         return False

@@ -34,9 +34,8 @@ RECONCILE_RESULTS = ("success", "rejected", "error", "skipped")
 RESYNC_OUTCOMES = ("in_place", "rendered", "written", "left_to_reconcile")
 """What the periodic resync found of one monitor (controller/handlers.py's resync): its inputs unchanged
 since a pass found its objects in place (nothing rendered, no request); rendered and compared with the
-caches, nothing to write; something to write, which a reconcile (counted as one) applied; left to a
-reconcile of its own, which a new monitor's handler has not begun yet or which began within
-JUST_RECONCILED_S (controller/reconciles_begun.py)."""
+caches, nothing to write; something to write, which a reconcile (counted as one) applied; a new monitor
+left to its own handler's first reconcile, not begun yet (controller/reconciles_begun.py)."""
 SIGNAL_SOURCES = ("alertmanager", "fastpath")
 SIGNAL_RESULTS = ("accepted", "unauthorized", "invalid", "standby", "failed")
 
@@ -309,7 +308,7 @@ class OperatorMetrics:
             "trainguard_operator_resyncs",
             "Monitors the periodic resync passed over, by outcome: in_place (nothing rendered, no request), "
             "rendered (nothing to write), written (a reconcile, counted as one, applied what differed), "
-            "left_to_reconcile (new and not reconciled yet by its own handler, or reconciled just now)",
+            "left_to_reconcile (new, and its own handler has not begun its first reconcile)",
             ["outcome"],
             registry=registry,
         )

@@ -3,10 +3,8 @@ to a reconcile of the monitor's own.
 
 kopf calls a monitor's create handler when it appears and its resume handler at each operator start (and
 when a standby replica takes over), and that reconcile reads the monitor's policies by name from the API.
-A policy event or a resync pass that reconciles the monitor before then does the work twice; so does a
-resync pass that comes while a reconcile of the monitor runs or has just written, whose rehearsal from
-the watch caches differs only because they have not caught up with that write. 2,000 monitors applied
-with their policies cost about 2.7 reconciles each.
+A policy event or a resync pass that reconciles the monitor before then does the work twice: 2,000
+monitors applied with their policies cost about 2.7 reconciles each.
 
 What this process knows is a fact where the caches are not: a monitor is entered when its reconcile
 begins, before it reads anything, so a policy event that finds it missing knows that any reconcile of it
@@ -27,9 +25,6 @@ from trainguard.kube.objects import creation_seconds
 AWAIT_HANDLER_S = 600.0
 """How long a monitor no reconcile has begun for is left to its own handler (2,000 monitors applied at
 once were all reconciled by their handlers within 240 s on a two-core machine)."""
-JUST_RECONCILED_S = 30.0
-"""A resync pass leaves a monitor whose reconcile began this recently: it runs, or it wrote what the
-pass would, and the caches may not show it yet. Drift in that window is the next pass's."""
 
 
 class ReconcilesBegun:
@@ -54,11 +49,6 @@ class ReconcilesBegun:
             return True  # kopf has seen it (a policy's index names it), the cache not yet: new
         created = creation_seconds(dict(body))
         return created > 0 and self._clock() - created < self._await_s
-
-    def began_within(self, namespace: str, name: str, seconds: float) -> bool:
-        with self._guard:
-            at = self._began.get((namespace, name))
-        return at is not None and self._clock() - at < seconds
 
     def __len__(self) -> int:
         return len(self._began)

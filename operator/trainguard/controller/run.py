@@ -396,22 +396,12 @@ class ObjectWriter(Protocol):
     def apply(self, obj: dict[str, Any]) -> bool | None: ...
 
 
-KOPF_CONSISTENCY_S = 60.0
-"""How long kopf waits for the version its own patch made (its handler-state annotations) before it
-handles an object's older events anyway (kopf's default: 5 s). Past that, it takes the object for one it
-never handled and runs the create handler again: with 2,000 monitors applied on two cores the watch fell
-more than 5 s behind, and 3,445 creations were handled for 2,006 monitors and 354 for 46 policies (each
-policy's a pass over its monitors). The version always comes; only a relist that skips it makes an
-object's next change wait this long."""
-
-
 def configure_kopf(settings: kopf.OperatorSettings) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="trainguard.io")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix="trainguard.io", key="last-handled-configuration"
     )
     settings.persistence.finalizer = "trainguard.io/finalizer"  # only to remove old ones
-    settings.persistence.consistency_timeout = KOPF_CONSISTENCY_S
     # kopf's own Events only for its warnings and errors: its "Handler 'monitor' succeeded" and
     # "Creation is processed" would be two more writes per monitor change (trainguard posts Applied)
     settings.posting.level = logging.WARNING
