@@ -1806,10 +1806,11 @@ def _checkpoint_json(pointer: dict[str, Any] | None) -> str:
     return json.dumps({k: v for k, v in pointer.items() if k not in ("generation", "record")}, sort_keys=True)
 
 
-def _replace_pointer(record: Record) -> dict[str, Any] | None:
-    """The checkpoint the record's ReplacePod gave the replacement, when it named a generation."""
+def _progress_pointer(record: Record, kinds: tuple[str, ...]) -> dict[str, Any] | None:
+    """The checkpoint in the progress (resumeFrom) of the record's first step of `kinds`; None when it
+    chose none or wrote no progress."""
     for step in record.get("steps", []):
-        if step.get("kind") == StepKind.REPLACE_POD:
+        if step.get("kind") in kinds:
             text = (step.get("progress") or {}).get("resumeFrom")
             try:
                 pointer = json.loads(text) if isinstance(text, str) else None
@@ -1817,6 +1818,11 @@ def _replace_pointer(record: Record) -> dict[str, Any] | None:
                 return None
             return pointer if isinstance(pointer, dict) else None
     return None
+
+
+def _replace_pointer(record: Record) -> dict[str, Any] | None:
+    """The checkpoint the record's ReplacePod gave the replacement, when it named a generation."""
+    return _progress_pointer(record, (StepKind.REPLACE_POD,))
 
 
 def _given_checkpoint(record: Record) -> dict[str, Any] | None:
@@ -1827,15 +1833,7 @@ def _given_checkpoint(record: Record) -> dict[str, Any] | None:
     if any(s.get("kind") == StepKind.RESTART_IN_PLACE and (s.get("params") or {}).get("rejoin")
            and s.get("phase") == Phase.SUCCEEDED for s in record.get("steps", [])):  # fmt: skip
         return None
-    for step in record.get("steps", []):
-        if step.get("kind") in (StepKind.RESTART_GANG, StepKind.REPLACE_POD):
-            text = (step.get("progress") or {}).get("resumeFrom")
-            try:
-                pointer = json.loads(text) if isinstance(text, str) else None
-            except ValueError:
-                return None
-            return pointer if isinstance(pointer, dict) else None
-    return None
+    return _progress_pointer(record, (StepKind.RESTART_GANG, StepKind.REPLACE_POD))
 
 
 def without_pointer(
