@@ -1,5 +1,5 @@
-"""When each monitor's latest reconcile began in this process: what the resync and a policy event leave
-to a reconcile of the monitor's own.
+"""Which monitors' reconciles have begun in this process: the resync and a policy event leave a new
+monitor whose own handler has not begun one to that handler.
 
 kopf calls a monitor's create handler when it appears and its resume handler at each operator start (and
 when a standby replica takes over), and that reconcile reads the monitor's policies by name from the API.
@@ -31,13 +31,13 @@ class ReconcilesBegun:
     def __init__(self, clock: Callable[[], float] = time.time, await_s: float = AWAIT_HANDLER_S) -> None:
         self._clock = clock
         self._await_s = await_s
-        self._began: dict[tuple[str, str], float] = {}
+        self._began: set[tuple[str, str]] = set()
         self._guard = threading.Lock()
 
     def began(self, namespace: str, name: str) -> None:
         """Called by a reconcile before it reads the monitor or its policies."""
         with self._guard:
-            self._began[(namespace, name)] = self._clock()
+            self._began.add((namespace, name))
 
     def awaits_handler(self, namespace: str, name: str, body: Mapping[str, Any] | None) -> bool:
         """Whether the monitor (`body` as its cache holds it, None when the cache does not yet) has had

@@ -8,6 +8,7 @@ import datetime as dt
 import math
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -68,6 +69,19 @@ def gpus(node: dict[str, Any]) -> float:
         return 0.0
 
 
+def new_pods(pods: Sequence[dict[str, Any]], created_after: float) -> list[dict[str, Any]]:
+    """The live pods created at or after `created_after` (whole seconds: the second it falls in counts
+    as after), neither being deleted nor finished."""
+    floor = math.floor(created_after)
+    return [
+        p
+        for p in pods
+        if not is_terminating(p)
+        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        and creation_seconds(p) >= floor
+    ]
+
+
 def new_pods_placement(pods: list[dict[str, Any]], created_after: float) -> dict[str, str] | None:
     """{pod: node} of the live pods created at or after `created_after`, or None while any of them is
     unscheduled or there are none. creationTimestamp has whole seconds, so the second `created_after`
@@ -75,14 +89,7 @@ def new_pods_placement(pods: list[dict[str, Any]], created_after: float) -> dict
     finished: a replacement that failed before it was ever scheduled (Kueue's TAS node controller fails
     one its ungater sent to the faulty node, condition TerminatedByKueue) is not one still to be placed,
     and its owner's next pod is."""
-    floor = math.floor(created_after)
-    fresh = [
-        p
-        for p in pods
-        if not is_terminating(p)
-        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-        and creation_seconds(p) >= floor
-    ]
+    fresh = new_pods(pods, created_after)
     if not fresh:
         return None
     placed = {str(p["metadata"]["name"]): str((p.get("spec") or {}).get("nodeName") or "") for p in fresh}

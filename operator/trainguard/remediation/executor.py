@@ -74,6 +74,7 @@ from trainguard.kube.objects import (
     is_terminating,
     label_value,
     labels_of,
+    new_pods,
     new_pods_placement,
 )
 from trainguard.kube.workloads import ChildJob, Replacement, Workload
@@ -1843,16 +1844,10 @@ def without_pointer(
     whose trainguard.io/resume-from does not name `checkpoint` (its step and path; a rejoin's pointer
     adds its generation): admitted without the restart's pointer. A pod without the exporter (the
     webhook failed open, or the pod opted out) is not one trainguard can give a pointer to."""
-    floor = math.floor(created_after)
     out = []
-    for pod in pods:
+    for pod in new_pods(pods, created_after):
         meta = pod.get("metadata") or {}
-        if (
-            is_terminating(pod)
-            or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-            or creation_seconds(pod) < floor
-            or not is_injected(pod)
-        ):
+        if not is_injected(pod):
             continue
         try:
             given = json.loads(str((meta.get("annotations") or {}).get(RESUME_FROM) or "null"))
