@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trainguard.kube.workloads import Workload
 from trainguard.remediation.guardrails import Guardrails
+
+if TYPE_CHECKING:  # the CLI's parser reads this module: no kubernetes client for `trainguard exporter`
+    from trainguard.kube.workloads import Workload
 
 
 class Source(StrEnum):
