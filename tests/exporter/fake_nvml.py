@@ -47,6 +47,10 @@ class NVMLError_InvalidArgument(NVMLError):  # noqa: N801
     pass
 
 
+class NVMLError_FunctionNotFound(NVMLError):  # noqa: N801
+    pass
+
+
 class NVMLError_DriverNotLoaded(NVMLError):  # noqa: N801
     def __str__(self) -> str:
         return "Driver Not Loaded"
@@ -58,6 +62,8 @@ class NVMLError_LibraryNotFound(NVMLError):  # noqa: N801
 
 
 NVML_SUCCESS = 0
+NVML_MEMORY_V2 = 0x02000028
+"""pynvml's nvmlMemory_v2: the version word of c_nvmlMemory_v2_t."""
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_VALUE_TYPE_UNSIGNED_INT = 1
 NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
@@ -192,9 +198,20 @@ def make(
             raise NVMLError_Timeout()
         return events.popleft()
 
-    def memory(h: Any) -> Any:
+    def memory(h: Any, version: int | None = None) -> Any:
+        """Version 2 (`used` without the driver's reservation) where the GPU has `memory_v2` unset or
+        a value; version 1 counts the reservation as used."""
         used, free = value(h, "memory")
-        return types.SimpleNamespace(used=used, free=free, total=used + free)
+        reserved = gpus[gpu_of(h)].get("reserved", 0)
+        total = used + reserved + free
+        if version:
+            raise_if_error(gpus[gpu_of(h)].get("memory_v2"))
+            if version != NVML_MEMORY_V2:
+                raise NVMLError_InvalidArgument()
+            return types.SimpleNamespace(
+                version=version, total=total, reserved=reserved, free=free, used=used
+            )
+        return types.SimpleNamespace(used=used + reserved, free=free, total=total)
 
     def util(h: Any) -> Any:
         gpu, mem = value(h, "util")
@@ -269,8 +286,8 @@ def make(
     m = types.SimpleNamespace(
         NVMLError=NVMLError, NVMLError_NotSupported=NVMLError_NotSupported,
         NVMLError_GpuIsLost=NVMLError_GpuIsLost, NVMLError_Timeout=NVMLError_Timeout,
-        NVMLError_InvalidArgument=NVMLError_InvalidArgument,
-        NVML_TEMPERATURE_GPU=0, NVML_CLOCK_SM=1, NVML_SINGLE_BIT_ECC=0, NVML_DOUBLE_BIT_ECC=1,
+        NVMLError_InvalidArgument=NVMLError_InvalidArgument, NVMLError_FunctionNotFound=NVMLError_FunctionNotFound,
+        nvmlMemory_v2=NVML_MEMORY_V2, NVML_TEMPERATURE_GPU=0, NVML_CLOCK_SM=1, NVML_SINGLE_BIT_ECC=0, NVML_DOUBLE_BIT_ECC=1,
         NVML_VOLATILE_ECC=0, nvmlEventTypeXidCriticalError=8,
         NVML_SUCCESS=NVML_SUCCESS, NVML_ERROR_NOT_SUPPORTED=NVML_ERROR_NOT_SUPPORTED,
         NVML_VALUE_TYPE_UNSIGNED_INT=NVML_VALUE_TYPE_UNSIGNED_INT,

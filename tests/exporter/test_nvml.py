@@ -53,6 +53,31 @@ def test_not_supported_fields_are_omitted_not_zeroed() -> None:
     assert s["DCGM_FI_DEV_GPU_TEMP"][0][1] == 66
 
 
+def test_framebuffer_used_leaves_out_the_drivers_reservation() -> None:
+    """As nvidia-smi and DCGM report it. Seen on a real H200: idle, version 1 said 615 MiB used where
+    nvidia-smi said 0, the driver's reservation."""
+    reserved = {"memory": (0, 140 * 2**30), "reserved": 615 * 2**20}
+    s = samples(exporter_for(fake_nvml.make([fake_nvml.healthy_gpu(0) | reserved])))
+    assert s["DCGM_FI_DEV_FB_USED"][0][1] == 0
+    assert s["DCGM_FI_DEV_FB_FREE"][0][1] == 140 * 1024
+
+
+def test_a_driver_without_version_2_of_the_memory_call_is_read_with_version_1() -> None:
+    old = {"memory": (1 * 2**30, 70 * 2**30), "reserved": 512 * 2**20,
+           "memory_v2": fake_nvml.NVMLError_FunctionNotFound}  # fmt: skip
+    nvml = fake_nvml.make([fake_nvml.healthy_gpu(0) | old, fake_nvml.healthy_gpu(1) | old])
+    s = samples(exporter_for(nvml))
+    assert [v for _, v in s["DCGM_FI_DEV_FB_USED"]] == [1024 + 512, 1024 + 512]
+    assert [v for _, v in s["DCGM_FI_DEV_FB_FREE"]] == [70 * 1024, 70 * 1024]
+
+
+def test_a_gpu_lost_while_its_memory_is_read_is_lost() -> None:
+    lost = fake_nvml.healthy_gpu(1) | {"memory_v2": fake_nvml.NVMLError_GpuIsLost}
+    s = samples(exporter_for(fake_nvml.make([fake_nvml.healthy_gpu(0), lost])))
+    assert {lbl["gpu"]: v for lbl, v in s["trainguard_gpu_lost"]} == {"0": 0, "1": 1}
+    assert [v for _, v in s["DCGM_FI_DEV_FB_USED"]] == [60 * 1024]
+
+
 def test_lost_gpu_is_reported_as_lost() -> None:
     lost = fake_nvml.healthy_gpu(1) | {"temp": fake_nvml.NVMLError_GpuIsLost}
     s = samples(exporter_for(fake_nvml.make([fake_nvml.healthy_gpu(0), lost])))

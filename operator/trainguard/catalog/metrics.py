@@ -85,8 +85,18 @@ METRICS: tuple[Metric, ...] = (
     # GPU health (issue 9), dcgm-exporter names and units; absent where the GPU does not support them
     Metric("DCGM_FI_DEV_MEMORY_TEMP", _G, "Memory (HBM) temperature (in C).", DCGM_LABELS),
     Metric("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", _G, "Power limit the driver enforces (in W).", DCGM_LABELS),
-    Metric("DCGM_FI_PROF_PCIE_TX_BYTES", _G, "PCIe transmit throughput (in bytes per second).", DCGM_LABELS),
-    Metric("DCGM_FI_PROF_PCIE_RX_BYTES", _G, "PCIe receive throughput (in bytes per second).", DCGM_LABELS),
+    Metric(
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        _G,
+        "PCIe transmit throughput (in bytes per second): a 20 ms sample, taken anew every 10 s.",
+        DCGM_LABELS,
+    ),
+    Metric(
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        _G,
+        "PCIe receive throughput (in bytes per second): a 20 ms sample, taken anew every 10 s.",
+        DCGM_LABELS,
+    ),
     Metric(
         "DCGM_FI_PROF_NVLINK_TX_BYTES",
         _G,

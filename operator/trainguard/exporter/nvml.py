@@ -40,6 +40,14 @@ NVLINK_BYTE_FIELDS = (
 """NVLink data counters per link (scopeId = link), with their unit in bytes: the KiB throughput
 counters first; the byte counters of newer drivers where those answer NotSupported."""
 
+PCIE_SAMPLE_S = 10.0
+"""How old a GPU's PCIe traffic sample may grow. nvmlDeviceGetPcieThroughput measures 20 ms per direction
+inside the call: 42 of a poll's 45 ms on a real H200, so one poll of 8 GPUs would spend a third of a
+second on it. A scrape every 15 s sees one such 20 ms window whichever way it is taken, so each GPU is
+sampled every 10 s, at most one GPU per poll. NVML's PCIe byte counters (field values 197 and 198) cost
+nothing to read but wrap at 2**32 bytes: over 15 s of copies at 3 GB/s on that H200, the received count
+went down."""
+
 PCIE_KB = 1024.0
 """nvmlDeviceGetPcieThroughput answers in KB/s (NVML's KB: 1024 bytes)."""
 
@@ -101,6 +109,12 @@ class NVMLBackend:
         self.nvlink_prev: dict[int, tuple[float, tuple[int, ...], str, float, float]] = {}
         """GPU index -> (time, active links, counter pair, tx bytes, rx bytes) of the last poll."""
         self.events: Any = None
+        self.pcie_last: dict[int, tuple[float, float | None, float | None]] = {}
+        """GPU index -> (time, tx, rx bytes per second) of its last PCIe traffic sample."""
+        self.pcie_turn = True
+        """Whether this poll may still take a PCIe sample (one GPU per poll)."""
+        self.memory_v2 = True
+        """False once the driver refused version 2 of nvmlDeviceGetMemoryInfo (drivers before R510)."""
         self._next_try = 0.0
         self._start()
 
@@ -278,6 +292,7 @@ class NVMLBackend:
                 return []
         n = self.nvml
         self._drain_xids()
+        self.pcie_turn = True
         out = []
         for i in range(len(self.handles)):
             if only is not None and i not in only:
@@ -305,6 +320,7 @@ class NVMLBackend:
                                    polled_at=r.polled_at)  # fmt: skip
                     self.nvlinks.pop(i, None)  # asked again if it comes back
                     self.nvlink_prev.pop(i, None)
+                    self.pcie_last.pop(i, None)
             xid = self.last_xid.get(dev.index)
             # a lost GPU shows the XID that took it down (79, typically) but no made-up zero
             r.last_xid = float(xid) if xid is not None else (None if r.lost else 0.0)
@@ -316,7 +332,7 @@ class NVMLBackend:
         util = f(n.nvmlDeviceGetUtilizationRates, h)
         if util is not None:
             r.util, r.mem_copy_util = float(util.gpu), float(util.memory)
-        mem = f(n.nvmlDeviceGetMemoryInfo, h)
+        mem = self._memory(h)
         if mem is not None:
             r.fb_used_mib, r.fb_free_mib = mem.used / 2**20, mem.free / 2**20
         temp = f(n.nvmlDeviceGetTemperature, h, n.NVML_TEMPERATURE_GPU)
@@ -340,6 +356,24 @@ class NVMLBackend:
             r.remapped_rows_correctable, r.remapped_rows_uncorrectable = float(corr), float(unc)
             r.row_remap_pending, r.row_remap_failure = float(bool(pending)), float(bool(failure))
         self._fill_health(r, h)
+
+    def _memory(self, h: Any) -> Any:
+        """Framebuffer use as nvidia-smi and DCGM report it: version 2 of the call, whose `used` leaves
+        out what the driver reserves (615 MiB on an idle H200, which version 1 counts as used). A driver
+        without version 2 is asked version 1 from then on."""
+        n = self.nvml
+        version = getattr(n, "nvmlMemory_v2", None)
+        if version is not None and self.memory_v2:
+            try:
+                return n.nvmlDeviceGetMemoryInfo(h, version)
+            except n.NVMLError_GpuIsLost:
+                raise
+            except n.NVMLError as exc:
+                log.info(
+                    "framebuffer memory from version 1 of nvmlDeviceGetMemoryInfo: version 2 says %s", exc
+                )
+                self.memory_v2 = False
+        return self._field(n.nvmlDeviceGetMemoryInfo, h)
 
     def _fill_speed(self, r: GPUReading, h: Any) -> None:
         """What a slow-not-dead GPU shows (issue 25): the SM clock's maximum and the PCIe link's current
@@ -369,10 +403,7 @@ class NVMLBackend:
         r.mem_temp_c = float(mem_temp) if mem_temp else None  # 0: a GPU without an HBM sensor
         limit = f(n.nvmlDeviceGetEnforcedPowerLimit, h)
         r.power_limit_w = None if limit is None else limit / 1000.0
-        tx = f(n.nvmlDeviceGetPcieThroughput, h, n.NVML_PCIE_UTIL_TX_BYTES)
-        rx = f(n.nvmlDeviceGetPcieThroughput, h, n.NVML_PCIE_UTIL_RX_BYTES)
-        r.pcie_tx_bytes_per_s = None if tx is None else tx * PCIE_KB
-        r.pcie_rx_bytes_per_s = None if rx is None else rx * PCIE_KB
+        self._pcie_rates(r, h)
         links = self._active_links(r.index, h)
         if links:
             crc = [f(n.nvmlDeviceGetNvLinkErrorCounter, h, link, n.NVML_NVLINK_ERROR_DL_CRC_FLIT)
@@ -389,6 +420,20 @@ class NVMLBackend:
         r.retired_dbe_pages = None if dbe is None else float(len(dbe))
         pending = f(n.nvmlDeviceGetRetiredPagesPendingStatus, h)
         r.retired_pending = None if pending is None else float(pending == n.NVML_FEATURE_ENABLED)
+
+    def _pcie_rates(self, r: GPUReading, h: Any) -> None:
+        """Bytes per second each way over PCIe: the GPU's last sample, taken anew once it is PCIE_SAMPLE_S
+        old and no other GPU was sampled in this poll."""
+        last = self.pcie_last.get(r.index)
+        if self.pcie_turn and (last is None or self.clock() - last[0] >= PCIE_SAMPLE_S):
+            self.pcie_turn = False
+            n, f = self.nvml, self._field
+            tx = f(n.nvmlDeviceGetPcieThroughput, h, n.NVML_PCIE_UTIL_TX_BYTES)
+            rx = f(n.nvmlDeviceGetPcieThroughput, h, n.NVML_PCIE_UTIL_RX_BYTES)
+            last = (self.clock(), None if tx is None else tx * PCIE_KB, None if rx is None else rx * PCIE_KB)
+            self.pcie_last[r.index] = last
+        if last is not None:
+            r.pcie_tx_bytes_per_s, r.pcie_rx_bytes_per_s = last[1], last[2]
 
     def _field_values(self, h: Any, ids: list[Any]) -> list[float | None] | None:
         """nvmlDeviceGetFieldValues: each field's value, None for a field NVML answered an error for;
