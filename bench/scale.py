@@ -148,7 +148,10 @@ def findings(result: dict[str, Any]) -> list[str]:
                        f"writes ({w.get('status_writes', '?')} of them monitor status), {w['reconciles']} "
                        f"reconciles" + ("" if passes >= 1 else " (NO whole resync pass fell in this window)"))  # fmt: skip
             out.append(f"operator at {n} monitors: {w['requests_per_s']} API requests/s steady; RSS "
-                       f"{s['rss_steady_mib']['max']} MiB; {mean:.0f} ms a reconcile during the apply")  # fmt: skip
+                       f"{s['rss_steady_mib']['max']} MiB; {mean:.0f} ms a reconcile during the apply; "
+                       f"{s['apply_window'].get('reconciles', '?')} reconciles and "
+                       f"{s['apply_window'].get('repeated_creations', '?')} creations handed over again "
+                       f"(nothing done) during the apply")  # fmt: skip
             b = s.get("cordons_during_apply")
             if b and b["cordoned"]:
                 out.append(f"operator at {n} monitors: {b['cordoned']} of {b['samples']} P0s posted while the step's "

@@ -168,6 +168,9 @@ class Counters:
     """Monitors the periodic resync passed over (most found in place, no request): not reconciles."""
     resync_writes: float = 0.0
     """Of those, the ones it found something to write for: each is also one of `reconciles`."""
+    repeated: float = 0.0
+    """Creations kopf handed over again for a monitor already Ready at that generation: nothing done, so
+    not in `reconciles`."""
     fail_open: float = 0.0
     """Pods the apiserver admitted without the webhook's answer (failurePolicy Ignore): they run without
     the exporter and their monitor counts them under podsUnmonitored, not podsMonitored."""
@@ -198,6 +201,7 @@ class Counters:
             "injection_failures": int(self.injection_failures - before.injection_failures),
             "resyncs": int(self.resyncs - before.resyncs),
             "resync_writes": int(self.resync_writes - before.resync_writes),
+            "repeated_creations": int(self.repeated - before.repeated),
             "webhook_fail_open": int(self.fail_open - before.fail_open),
         }  # fmt: skip
 
@@ -235,7 +239,12 @@ class Bench:
             reads=flows["read"] + flows["list"], writes=flows["write"] + flows["status"] + flows["remediation"],
             lists=flows["list"],
             status_writes=flows["status"],
-            reconciles=sum(v for _, v in op.get("trainguard_operator_reconcile_total", [])),
+            reconciles=sum(
+                v for labels, v in op.get("trainguard_operator_reconcile_total", []) if labels.get("result") != "repeated"
+            ),
+            repeated=sum(
+                v for labels, v in op.get("trainguard_operator_reconcile_total", []) if labels.get("result") == "repeated"
+            ),
             reconcile_s=sum(v for _, v in op.get("trainguard_operator_reconcile_duration_seconds_sum", [])),
             webhook_calls=sum(v for _, v in op.get("trainguard_operator_webhook_duration_seconds_count", [])),
             injection_failures=sum(v for _, v in op.get("trainguard_operator_injection_failures_total", [])),

@@ -22,7 +22,8 @@ from trainguard.catalog.severity import GRADE
 from trainguard.controller.events import RECENT_EVENTS, RecentEvents
 from trainguard.controller.eviction import EvictionGate, answer_eviction
 from trainguard.controller.in_place import InPlace, inputs_of, settings_key
-from trainguard.controller.metrics import OperatorMetrics
+from trainguard.controller.metrics import OperatorMetrics, reconcile_result
+from trainguard.controller.ready_generations import ReadyGenerations
 from trainguard.controller.reconcile import (
     PODS_WITHOUT_EXPORTER,
     NamespaceTerminating,
@@ -114,6 +115,9 @@ class MonitorSettings:
     """Which monitors' reconciles began: the resync and a policy event leave a new monitor whose own
     handler has not begun its first reconcile to it (controller/reconciles_begun.py). None: every
     monitor is taken as reconciled."""
+    ready: ReadyGenerations | None = None
+    """The uid and generation each monitor was last reconciled to Ready at: kopf's create handler called
+    again for one already done does nothing (controller/ready_generations.py). None: it runs again."""
 
 
 DEFAULT_SETTINGS = MonitorSettings()
@@ -127,13 +131,27 @@ def reconcile(
     *,
     receiver: ReceiverSettings | None = None,
     settings: MonitorSettings = DEFAULT_SETTINGS,
+    unless_ready_at: tuple[str, Any] | None = None,
 ) -> None:
+    """`unless_ready_at` (uid, generation): nothing is done where this process's last reconcile of the
+    monitor ended Ready at them (kopf's create handler called again; see ready_generations.py)."""
     metrics = settings.metrics
     if settings.urgency is not None:  # before the lock: the fast path takes the monitor's lock too
         settings.urgency.wait()
     with LOCKS(namespace, name):
         if settings.begun is not None:  # before anything is read: see reconciles_begun.py
             settings.begun.began(namespace, name)
+        if (  # under the lock: a repeat that waited on the first reconcile sees how it ended
+            unless_ready_at is not None
+            and settings.ready is not None
+            and settings.ready.holds(namespace, name, *unless_ready_at)
+        ):
+            log.debug(
+                "%s/%s: created again at a generation reconciled to Ready: nothing to do", namespace, name
+            )
+            if metrics is not None:
+                metrics.reconciled(None, 0.0, "repeated")
+            return
         fresh = kube.get_monitor(namespace, name)
         if fresh is None:
             return
@@ -148,6 +166,8 @@ def reconcile(
             log.info("%s: nothing more is applied", exc)
             result = "skipped"
         finally:
+            if settings.ready is not None:
+                settings.ready.reconciled(fresh, result is None and reconcile_result(status) == "success")
             if metrics is not None:  # a reconcile that raised leaves status None: an error
                 metrics.reconciled(status, time.monotonic() - started, result)
 
@@ -282,7 +302,9 @@ def register(registry: kopf.OperatorRegistry) -> None:
             raise TypeError(f"memo['settings'] is a {type(settings).__name__}, not MonitorSettings")
         return settings
 
-    def _reconcile(memo: Any, namespace: str, name: str) -> None:
+    def _reconcile(
+        memo: Any, namespace: str, name: str, unless_ready_at: tuple[str, Any] | None = None
+    ) -> None:
         reconcile(
             memo["kube"],
             memo["reads"],
@@ -290,6 +312,7 @@ def register(registry: kopf.OperatorRegistry) -> None:
             name,
             receiver=memo.get("receiver"),
             settings=_settings(memo),
+            unless_ready_at=unless_ready_at,
         )
 
     # ---- indices: what other handlers look up without an API call ----
@@ -303,8 +326,19 @@ def register(registry: kopf.OperatorRegistry) -> None:
     @kopf.on.resume(*MONITORS, id="monitor", registry=registry)
     @kopf.on.create(*MONITORS, id="monitor", registry=registry)
     @kopf.on.update(*MONITORS, id="monitor", registry=registry)
-    def monitor_changed(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
-        _reconcile(memo, namespace or "default", name)
+    def monitor_changed(
+        *,
+        namespace: str | None,
+        name: str,
+        memo: Any,
+        reason: str,
+        uid: str | None,
+        body: kopf.Body,
+        **_: Any,
+    ) -> None:
+        # a creation kopf hands over again (its own mark not seen in time) is told by uid and generation
+        repeat = (str(uid), body.metadata.get("generation")) if reason == kopf.Reason.CREATE and uid else None
+        _reconcile(memo, namespace or "default", name, unless_ready_at=repeat)
 
     # ---- policies: every monitor that names a policy is re-rendered when it changes ----
 
@@ -340,7 +374,9 @@ def register(registry: kopf.OperatorRegistry) -> None:
         status = monitor_status(body.get("status"), outcome, utcnow())
         status["conditions"] = [c for c in status["conditions"] if c["type"] in ("Ready", "Degraded")]
         status["monitors"] = len(users)
-        kube.patch_status("alertpolicies", namespace, name, status)
+        written = _plain(body).get("status") or {}
+        if any(written.get(k) != v for k, v in status.items()):  # a repeat of the event changes nothing
+            kube.patch_status("alertpolicies", namespace, name, status)
 
     @kopf.on.event(*POLICIES, id="policy-deleted", registry=registry)
     def policy_deleted(

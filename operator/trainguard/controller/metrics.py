@@ -30,7 +30,7 @@ USER_ERRORS = frozenset({"InvalidSpec", "PolicyNotFound", "InvalidPolicy"})
 """Degraded reasons that are the monitor's own input, not the operator failing: a reconcile that ends
 in one of them succeeded at saying so, and is not a reconcile error."""
 
-RECONCILE_RESULTS = ("success", "rejected", "error", "skipped")
+RECONCILE_RESULTS = ("success", "rejected", "error", "skipped", "repeated")
 RESYNC_OUTCOMES = ("in_place", "rendered", "written", "left_to_reconcile")
 """What the periodic resync found of one monitor (controller/handlers.py's resync): its inputs unchanged
 since a pass found its objects in place (nothing rendered, no request); rendered and compared with the
@@ -295,7 +295,8 @@ class OperatorMetrics:
         self.reconciles = Counter(
             "trainguard_operator_reconcile",
             "Monitor reconciles by result: success, rejected (the monitor's input is invalid), error, "
-            "skipped (its namespace is being deleted)",
+            "skipped (its namespace is being deleted), repeated (kopf handed over a creation again, at a "
+            "generation already reconciled to Ready: nothing done)",
             ["result"],
             registry=registry,
         )
@@ -356,7 +357,7 @@ class OperatorMetrics:
                 self.signals.labels(source=source, result=signal_result)
 
     def reconciled(self, status: Mapping[str, Any] | None, seconds: float, result: str | None = None) -> None:
-        """`result` when the status cannot say: "skipped" (the namespace is being deleted)."""
+        """`result` when the status cannot say: "skipped" (the namespace is being deleted), "repeated"."""
         result = result or reconcile_result(status)
         self.reconciles.labels(result=result).inc()
         if result == "error":

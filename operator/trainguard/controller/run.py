@@ -39,6 +39,7 @@ from trainguard.controller.metrics import (
 )
 from trainguard.controller.namespace_labels import NamespaceLabels
 from trainguard.controller.periodic import Loop, Periodic
+from trainguard.controller.ready_generations import ReadyGenerations
 from trainguard.controller.reconcile import ReceiverSettings
 from trainguard.controller.reconciles_begun import ReconcilesBegun
 from trainguard.controller.rule_settings import RuleSettingsCollector, from_cache
@@ -262,6 +263,7 @@ def run(opts: OperatorOptions) -> None:
         rule_form=opts.rule_form,
         urgency=urgency,
         begun=ReconcilesBegun(),
+        ready=ReadyGenerations(),
     )
     in_place = InPlace()  # what the resync found in place: a steady pass renders nothing again
     periodic = Periodic(
