@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -59,6 +60,12 @@ def prometheus3() -> str | None:
     from tests.toolchains import find_tool  # noqa: PLC0415
 
     return find_tool("upstream", "prometheus")
+
+
+def image_malloc_arena_max() -> str:
+    """The image's MALLOC_ARENA_MAX (its Dockerfile's ENV): the operator is measured as the image runs it."""
+    found = re.search(r"MALLOC_ARENA_MAX=(\d+)", (ROOT / "Dockerfile").read_text())
+    return found.group(1) if found else ""
 
 
 def versions() -> dict[str, str]:
@@ -294,8 +301,16 @@ def main() -> int:
     p.add_argument("--skip", choices=["rules", "cluster"], action="append", default=[])
     p.add_argument("--quick", action="store_true",
                    help="10 then 30 monitors, 40 nodes, 2 pods each, rules at 10 and 30, short windows; nothing written")  # fmt: skip
+    p.add_argument("--malloc-arena-max", default=None,
+                   help="the operator's MALLOC_ARENA_MAX (default: the image's, from the Dockerfile; '' for "
+                        "glibc's own, 8 arenas a core)")  # fmt: skip
     p.add_argument("-o", "--output", type=Path, help="default bench/results/scale.json (none with --quick)")
     args = p.parse_args()
+    arenas = image_malloc_arena_max() if args.malloc_arena_max is None else args.malloc_arena_max
+    if arenas:  # the operator inherits the environment (e2e/cluster.py's start_operator)
+        os.environ["MALLOC_ARENA_MAX"] = arenas
+    else:
+        os.environ.pop("MALLOC_ARENA_MAX", None)
     if args.quick:
         args.monitors, args.nodes, args.pods_per_monitor, args.rule_monitors = "10,30", 40, 2, "10,30"
         args.rule_shared_only, args.rule_distributed = "60", "30"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import promql_parser
 import pytest
-from bench.scale import per_monitor_growth, remediation_first_findings
+from bench.scale import image_malloc_arena_max, per_monitor_growth, remediation_first_findings
 from bench.scenarios.scale_cluster import Counters
 from bench.scenarios.scale_rules import (
     groups,
@@ -148,3 +148,7 @@ def test_the_remediation_first_variants_are_compared_step_by_step() -> None:
         "3.4 s at most (6 of 6), all Ready in 130.0 s; 5 s: cordons during the apply 0.6 s median, 1.2 s at "
         "most (6 of 6), all Ready in 140.0 s"
     )
+
+
+def test_the_operator_is_measured_with_the_images_malloc_arenas() -> None:
+    assert image_malloc_arena_max() == "2", "the Dockerfile's ENV, which the bench gives the operator"
