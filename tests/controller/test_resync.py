@@ -239,3 +239,38 @@ def test_the_metrics_count_a_resync_by_what_it_found_and_a_reconcile_only_when_i
     assert counts == {"in_place": 1, "rendered": 1, "written": 1}
     assert got("trainguard_operator_reconcile_total", {"result": "success"}) == 1
     assert got("trainguard_operator_reconcile_duration_seconds_count", {}) == 1
+
+
+def test_a_difference_that_is_only_the_operators_own_write_not_yet_watched_is_left() -> None:
+    """The caches lag the burst's writes: a monitor its first reconcile wrote is not reconciled again
+    while its caches hold what came before that write (kube.Kube.behind); once they caught up, a real
+    difference is written as before."""
+    kube, api = cluster()
+    created(kube, api)
+    rule_key = next(k for k in kube.objects if k[0] == "PrometheusRule")
+    rule = kube.objects.pop(rule_key)  # what the cache holds: the reconcile's rule has not come yet
+    kube.lagging.add(rule_key)
+    metrics = OperatorMetrics(CollectorRegistry())
+    settings = MonitorSettings(metrics=metrics)
+    body = kube.monitor("ml", "llama-pretrain")
+    assert body is not None
+    assert resync(api, kube, body, receiver=RECEIVER, settings=settings) is False  # type: ignore[arg-type]
+    assert api.requests == []
+    got = metrics.registry.get_sample_value
+    assert got("trainguard_operator_resyncs_total", {"outcome": "awaiting_watch"}) == 1
+    kube.lagging.clear()  # caught up, and the rule is gone: deleted after the write
+    assert resync(api, kube, body, receiver=RECEIVER, settings=settings) is True  # type: ignore[arg-type]
+    assert "apply PrometheusRule" in api.requests and kube.objects[rule_key] == rule
+
+
+def test_a_status_the_monitors_cache_has_not_brought_back_is_not_patched_again() -> None:
+    kube, api = cluster()
+    created(kube, api)
+    body = copy.deepcopy(kube.monitor("ml", "llama-pretrain"))
+    assert body is not None
+    body.pop("status")  # the monitor as its cache held it before the reconcile's status patch came
+    kube.lagging.add(("TrainingJobMonitor", "ml", "llama-pretrain"))
+    assert resync(api, kube, body, receiver=RECEIVER) is False  # type: ignore[arg-type]
+    assert api.requests == []
+    kube.lagging.clear()
+    assert resync(api, kube, body, receiver=RECEIVER) is True, "caught up: a status it lacks is written"  # type: ignore[arg-type]

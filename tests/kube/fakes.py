@@ -136,6 +136,9 @@ class FakeKube:
         """What has ever been applied (server-side apply's field manager owns its fields)."""
         self.written: set[Key] = set()
         """What this process has applied (kube.Kube's memory: clear it for a restarted operator)."""
+        self.lagging: set[tuple[str, str, str]] = set()
+        """(kind, namespace, name) whose watch cache has not brought this process's last write (a test
+        sets them; kube.Kube.behind)."""
         self.emptied: list[str] = []
         """Secrets applied again without their data: server-side apply drops the keys trainguard owned."""
         self.created: list[Obj] = []
@@ -273,6 +276,16 @@ class FakeKube:
     def _versioned(self, obj: Obj) -> Obj:
         obj.setdefault("metadata", {})["resourceVersion"] = str(self.versions.get(key_of(obj), 0))
         return obj
+
+    def behind(self, obj: Obj) -> bool:
+        meta = obj.get("metadata") or {}
+        return (obj.get("kind"), meta.get("namespace") or "", meta.get("name")) in self.lagging
+
+    def status_behind(self, plural: str, namespace: str, name: str) -> bool:
+        kind = {"trainingjobmonitors": "TrainingJobMonitor", "alertpolicies": "AlertPolicy"}.get(
+            plural, plural
+        )
+        return (kind, namespace, name) in self.lagging
 
     def live_version(self, obj: Obj) -> str | None:
         """The owned object's resourceVersion, as the owned objects' watch cache holds it."""

@@ -31,11 +31,13 @@ USER_ERRORS = frozenset({"InvalidSpec", "PolicyNotFound", "InvalidPolicy"})
 in one of them succeeded at saying so, and is not a reconcile error."""
 
 RECONCILE_RESULTS = ("success", "rejected", "error", "skipped", "repeated")
-RESYNC_OUTCOMES = ("in_place", "rendered", "written", "left_to_reconcile")
+RESYNC_OUTCOMES = ("in_place", "rendered", "written", "left_to_reconcile", "awaiting_watch")
 """What the periodic resync found of one monitor (controller/handlers.py's resync): its inputs unchanged
 since a pass found its objects in place (nothing rendered, no request); rendered and compared with the
 caches, nothing to write; something to write, which a reconcile (counted as one) applied; a new monitor
-left to its own handler's first reconcile, not begun yet (controller/reconciles_begun.py)."""
+left to its own handler's first reconcile, not begun yet (controller/reconciles_begun.py); differences
+that are only this process's own writes, which the watch caches have not brought back yet
+(kube.ClusterCache.written_ahead)."""
 SIGNAL_SOURCES = ("alertmanager", "fastpath")
 SIGNAL_RESULTS = ("accepted", "unauthorized", "invalid", "standby", "failed")
 
@@ -309,7 +311,8 @@ class OperatorMetrics:
             "trainguard_operator_resyncs",
             "Monitors the periodic resync passed over, by outcome: in_place (nothing rendered, no request), "
             "rendered (nothing to write), written (a reconcile, counted as one, applied what differed), "
-            "left_to_reconcile (new, and its own handler has not begun its first reconcile)",
+            "left_to_reconcile (new, and its own handler has not begun its first reconcile), awaiting_watch "
+            "(what differs is the operator's own write, which the watch has not brought back yet)",
             ["outcome"],
             registry=registry,
         )
