@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
-from tests.processes import free_port
+from tests.processes import free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,16 +61,16 @@ def test_the_exporter_extra_alone_serves_metrics(tmp_path: Path) -> None:
         proc = subprocess.Popen(
             trainguard(OPERATOR_ONLY, *argv), stdout=out, stderr=subprocess.STDOUT, env=env
         )
+
+    def gpu_series() -> str | None:
+        if proc.poll() is not None:
+            raise AssertionError(f"the exporter exited:\n{log.read_text()}")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            body = resp.read().decode()
+        return body if "DCGM_FI_DEV_GPU_UTIL{" in body else None
+
     try:
-        body = ""
-        deadline = time.monotonic() + 30
-        while "DCGM_FI_DEV_GPU_UTIL{" not in body and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-                    body = resp.read().decode()
-            except OSError:
-                continue
+        body = wait_for("the exporter's GPU series", gpu_series, timeout=30, interval=0.2)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
