@@ -223,7 +223,7 @@ def resync(
         settings.metrics.resynced("written")
     if in_place is not None:
         in_place.forget(key)
-    log.debug("%s/%s: the resync finds %s to write", namespace, name, ", ".join(rehearsal.writes))
+    log.info("%s/%s: the resync finds %s to write", namespace, name, ", ".join(rehearsal.writes))
     reconcile(kube, reads, namespace, name, receiver=receiver, settings=settings)
     return True
 
