@@ -274,3 +274,23 @@ def test_a_status_the_monitors_cache_has_not_brought_back_is_not_patched_again()
     assert api.requests == []
     kube.lagging.clear()
     assert resync(api, kube, body, receiver=RECEIVER) is True, "caught up: a status it lacks is written"  # type: ignore[arg-type]
+
+
+def test_a_monitor_a_reconcile_is_writing_now_is_left_to_it() -> None:
+    """At 2,000 monitors every resync reconcile of the burst found the status a reconcile in flight on
+    another thread had not written yet: it then waited for the lock and wrote nothing."""
+    kube, api = cluster()
+    created(kube, api)
+    body = copy.deepcopy(kube.monitor("ml", "llama-pretrain"))
+    assert body is not None
+    body.pop("status")  # what the cache holds while the reconcile is still at work
+    metrics = OperatorMetrics(CollectorRegistry())
+    settings = MonitorSettings(metrics=metrics)
+    with LOCKS("ml", "llama-pretrain"):
+        assert resync(api, kube, body, receiver=RECEIVER, settings=settings) is False  # type: ignore[arg-type]
+    assert api.requests == []
+    assert (
+        metrics.registry.get_sample_value("trainguard_operator_resyncs_total", {"outcome": "reconciling"})
+        == 1
+    )
+    assert resync(api, kube, body, receiver=RECEIVER, settings=settings) is True, "no reconcile at it: judged"  # type: ignore[arg-type]

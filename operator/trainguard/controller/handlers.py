@@ -69,6 +69,12 @@ class MonitorLocks:
                 self._locks[(namespace, name)] = lock
             return lock
 
+    def held(self, namespace: str, name: str) -> bool:
+        """Whether someone holds the monitor's lock now (a reconcile in flight), making no lock for it."""
+        with self._guard:
+            lock = self._locks.get((namespace, name))
+        return lock is not None and lock.locked()
+
     def __len__(self) -> int:
         return len(self._locks)
 
@@ -195,6 +201,10 @@ def resync(
     if settings.begun is not None and settings.begun.awaits_handler(namespace, name, body):
         if settings.metrics is not None:
             settings.metrics.resynced("left_to_reconcile")
+        return False
+    if LOCKS.held(namespace, name):  # a reconcile is writing it now: the caches cannot show that yet
+        if settings.metrics is not None:
+            settings.metrics.resynced("reconciling")
         return False
     key = (namespace, name)
     context = settings_key(receiver, settings.severity_style, settings.object_labels, settings.rule_form)
