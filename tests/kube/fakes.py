@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from trainguard.api.common import LabelSelector
 from trainguard.api.monitor import WorkloadRef
 from trainguard.kube import MissingAPI
-from trainguard.kube.client import HASH_ANNOTATION, content_hash
+from trainguard.kube.client import HASH_ANNOTATION, STATUS_KINDS, content_hash
 from trainguard.kube.objects import Hearing, labels_of
 from trainguard.kube.workloads import KUEUE_JOB_UID, OwnerRead, Workload, resolve
 
@@ -282,10 +282,7 @@ class FakeKube:
         return (obj.get("kind"), meta.get("namespace") or "", meta.get("name")) in self.lagging
 
     def status_behind(self, plural: str, namespace: str, name: str) -> bool:
-        kind = {"trainingjobmonitors": "TrainingJobMonitor", "alertpolicies": "AlertPolicy"}.get(
-            plural, plural
-        )
-        return (kind, namespace, name) in self.lagging
+        return (STATUS_KINDS.get(plural, plural), namespace, name) in self.lagging
 
     def live_version(self, obj: Obj) -> str | None:
         """The owned object's resourceVersion, as the owned objects' watch cache holds it."""
