@@ -22,9 +22,15 @@ fi
 # the frameworks the SDK's integrations are tested against: once per venv (about 2 minutes and 6 GB);
 # TRAINGUARD_SKIP_FRAMEWORKS=1 leaves them out (tests/sdk_frameworks then skip, unless CI requires them)
 frameworks_stamp="$VENV/.frameworks-$(sha256sum pyproject.toml | cut -c1-16)"
+# --no-cache-dir: pip's cache would keep another 3 GB of wheels that nothing reads again
 if [ -z "${TRAINGUARD_SKIP_FRAMEWORKS:-}" ] && [ ! -f "$frameworks_stamp" ]; then
+  free_mib="$(df -Pm "$VENV" | awk 'NR==2 {print $4}')"
+  if [ "${free_mib:-0}" -lt 8192 ]; then
+    log "only ${free_mib} MiB free on the disk holding $VENV; the frameworks-test extra needs about 6.5 GB"
+    log "(torch with its CUDA libraries). Free some space, or set TRAINGUARD_SKIP_FRAMEWORKS=1 to leave them out."
+  fi
   log "installing the frameworks-test extra (torch, transformers, accelerate, lightning) into $VENV"
-  "$VENV/bin/python" -m pip install -q -e '.[frameworks-test]'
+  "$VENV/bin/python" -m pip install -q --no-cache-dir -e '.[frameworks-test]'
   touch "$frameworks_stamp"
 fi
 
