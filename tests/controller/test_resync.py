@@ -294,3 +294,20 @@ def test_a_monitor_a_reconcile_is_writing_now_is_left_to_it() -> None:
         == 1
     )
     assert resync(api, kube, body, receiver=RECEIVER, settings=settings) is True, "no reconcile at it: judged"  # type: ignore[arg-type]
+
+
+def test_the_log_names_the_status_fields_a_resync_repairs(caplog: Any) -> None:
+    """Why a monitor was written again is in the log: the fields of its status, conditions by type."""
+    kube, api = cluster()
+    created(kube, api)
+    body = copy.deepcopy(kube.monitor("ml", "llama-pretrain"))
+    assert body is not None
+    del body["status"]["inputHash"]
+    body["status"]["conditions"] = [c for c in body["status"]["conditions"] if c["type"] != "Ready"]
+    with caplog.at_level("INFO", logger="trainguard.handlers"):
+        assert resync(api, kube, body, receiver=RECEIVER) is True  # type: ignore[arg-type]
+    found = [r.getMessage() for r in caplog.records if "the resync finds" in r.getMessage()]
+    assert found == [
+        "ml/llama-pretrain: the resync finds status trainingjobmonitors ml/llama-pretrain to write "
+        "(status: conditions Ready, inputHash)"
+    ]

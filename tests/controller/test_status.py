@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainguard.controller.status import Outcome, monitor_status
+from trainguard.controller.status import Outcome, monitor_status, status_changes
 
 
 def by_type(status: dict) -> dict[str, dict]:  # type: ignore[type-arg]
@@ -38,3 +38,14 @@ def test_transition_time_kept_while_status_holds() -> None:
         second, Outcome(generation=2, error_reason="InvalidSpec", error_message="m"), "T3"
     )
     assert by_type(failed)["Ready"]["lastTransitionTime"] == "T3"
+
+
+def test_the_changes_of_a_status_are_named_by_field_and_condition_type() -> None:
+    ready = {"type": "Ready", "status": "True", "reason": "Reconciled"}
+    degraded = {"type": "Degraded", "status": "False", "reason": "AsExpected"}
+    previous = {"conditions": [ready, degraded], "observedGeneration": 1, "inputHash": "a"}
+    assert status_changes(previous, dict(previous)) == []
+    changed = {**previous, "conditions": [{**ready, "status": "False"}, degraded], "inputHash": "b"}
+    assert status_changes(previous, changed) == ["conditions Ready", "inputHash"]
+    assert status_changes(None, {"observedGeneration": 2}) == ["observedGeneration"]
+    assert status_changes(previous, {"conditions": [ready]}) == ["conditions"], "one condition gone"

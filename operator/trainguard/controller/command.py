@@ -9,6 +9,7 @@ from trainguard import IMAGE
 from trainguard.args import api_client, duration, fail, kube_flags, need, who
 from trainguard.catalog.kubernetes import LEMON_LABEL
 from trainguard.catalog.severity import GRADE, MAPPED_SEVERITY, STYLES
+from trainguard.controller.heap import TRIM_EVERY_S
 from trainguard.remediation import guardrails as guard
 from trainguard.remediation.lemon import HISTORY_MAX, LemonPolicy
 from trainguard.remediation.urgency import HOLD_S
@@ -312,6 +313,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "Secrets, so this is what repairs a hand edit of one (default 3600: kube/client.py SECRET_REWRITE_S)",
     )
     op.add_argument(
+        "--heap-trim-seconds",
+        type=seconds_or_off,
+        default=TRIM_EVERY_S,
+        metavar="S",
+        help="hand the C heap's free pages back to the kernel this often, on every replica: after a burst of "
+        f"reconciles glibc keeps them resident otherwise (default {TRIM_EVERY_S:g}; 0 turns it off)",
+    )
+    op.add_argument(
         "--pods-seconds", type=float, default=15.0, help="refresh status.podsMonitored this often"
     )
     op.add_argument(
@@ -417,6 +426,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
             metrics_addr=args.metrics_addr,
             object_labels=args.object_labels,
             resync_seconds=args.resync_seconds,
+            heap_trim_seconds=args.heap_trim_seconds,
             **(
                 {"secret_rewrite_seconds": args.secret_rewrite_seconds} if args.secret_rewrite_seconds else {}
             ),

@@ -37,7 +37,7 @@ from trainguard.controller.reconcile import (
     utcnow,
 )
 from trainguard.controller.reconciles_begun import ReconcilesBegun
-from trainguard.controller.status import Outcome, monitor_status
+from trainguard.controller.status import Outcome, monitor_status, status_changes
 from trainguard.kube import Kube, namespace_terminating
 from trainguard.remediation.urgency import Urgency
 from trainguard.render.shared import PER_MONITOR
@@ -233,7 +233,12 @@ def resync(
         settings.metrics.resynced("written")
     if in_place is not None:
         in_place.forget(key)
-    log.info("%s/%s: the resync finds %s to write", namespace, name, ", ".join(rehearsal.writes))
+    status = (
+        f" (status: {', '.join(status_changes(body.get('status'), rehearsal.status))})"
+        if rehearsal.status is not None
+        else ""
+    )
+    log.info("%s/%s: the resync finds %s to write%s", namespace, name, ", ".join(rehearsal.writes), status)
     reconcile(kube, reads, namespace, name, receiver=receiver, settings=settings)
     return True
 

@@ -121,6 +121,9 @@ class Rehearsal:
         self.secrets: list[Obj] = []
         self.compared: list[Obj] = []
         """Every object an apply was asked for, as rendered (in_place.InPlace keeps them)."""
+        self.status: Obj | None = None
+        """The status the reconcile would patch, unless the cache is behind it: the resync names the fields
+        it changes."""
 
     def get_policy(self, namespace: str, name: str) -> Obj | None:
         return self.policy(namespace, name)
@@ -146,7 +149,11 @@ class Rehearsal:
 
     def patch_status(self, plural: str, namespace: str, name: str, status: Obj) -> None:
         what = f"status {plural} {namespace}/{name}"
-        (self.behind if self.kube.status_behind(plural, namespace, name) else self.writes).append(what)
+        if self.kube.status_behind(plural, namespace, name):
+            self.behind.append(what)
+        else:
+            self.writes.append(what)
+            self.status = status
 
 
 class ReconcileReads(Protocol):

@@ -28,6 +28,7 @@ from trainguard.certs.secret import SelfManagedCerts
 from trainguard.certs.tls import ReloadableTLS
 from trainguard.clients.prometheus import prometheus_client
 from trainguard.controller.handlers import LOCKS, MonitorSettings, announcer, reconcile, register, resync
+from trainguard.controller.heap import TRIM_EVERY_S, HeapTrim, glibc_trim
 from trainguard.controller.in_place import InPlace
 from trainguard.controller.injection import WEBHOOK_ID, AdmissionServer, SidecarInjection
 from trainguard.controller.leadership import Leadership
@@ -154,6 +155,9 @@ class OperatorOptions:
     series on the metrics port (render/shared.py, controller/rule_settings.py)."""
     cert_dir: str | None = None
     """Where the self-managed certificate files are written for the servers (default: a private tmp dir)."""
+    heap_trim_seconds: float = TRIM_EVERY_S
+    """--heap-trim-seconds: how often each replica hands its C heap's free pages back to the kernel
+    (controller/heap.py); 0 turns it off."""
     remediation_first_seconds: float = HOLD_S
     """--remediation-first-seconds: the longest a reconcile about to start waits while a signal that may
     cordon is on its way to the cordon (remediation/urgency.py); 0 turns it off."""
@@ -252,6 +256,13 @@ def run(opts: OperatorOptions) -> None:
     report_loop = Loop(
         "reports", opts.pods_seconds, functools.partial(report_pass, reports, diagnostics), leader
     )
+    # on every replica, not the leader alone: a standby's caches churn through the same watch events
+    trim = glibc_trim() if opts.heap_trim_seconds > 0 else None
+    heap_loop = (
+        Loop("heap", opts.heap_trim_seconds, HeapTrim(trim).run, lambda: True, first_s=opts.heap_trim_seconds)
+        if trim is not None
+        else None
+    )
     # the label that sends a namespace's pods to the webhook (render/webhook.py's namespaceSelector)
     namespaces = NamespaceLabels(kube, cache, frozenset(excluded_namespaces(opts.namespace)))
     # what every reconcile and resync is given: one object, for the kopf handlers (the memo) and the resync
@@ -349,6 +360,8 @@ def run(opts: OperatorOptions) -> None:
         detect_loop.start()
         lemon_loop.start()
         report_loop.start()
+        if heap_loop is not None:
+            heap_loop.start()
         freeze_startup_objects()
 
     @kopf.on.cleanup(registry=registry)
@@ -358,6 +371,8 @@ def run(opts: OperatorOptions) -> None:
         detect_loop.stop()
         lemon_loop.stop()
         report_loop.stop()
+        if heap_loop is not None:
+            heap_loop.stop()
         if certs is not None:
             certs.stop()
         remediation.stop()

@@ -144,3 +144,23 @@ def _workload_condition(previous: list[dict[str, Any]], outcome: Outcome, now: s
     else:
         reason = WORKLOAD_NOT_FOUND if outcome.workload_missing else WORKLOAD_UNRESOLVED
     return _condition(previous, WORKLOAD_RESOLVED, not problem, reason, problem, now, outcome.generation)
+
+
+def status_changes(previous: dict[str, Any] | None, status: dict[str, Any]) -> list[str]:
+    """The fields a merge patch of `status` changes in `previous`, conditions by type: what the resync's
+    log names when it repairs a status."""
+    previous = previous or {}
+    changed: list[str] = []
+    for key, value in status.items():
+        if previous.get(key) == value:
+            continue
+        if key != "conditions":
+            changed.append(key)
+            continue
+        before = {c.get("type"): c for c in previous.get(key) or [] if isinstance(c, dict)}
+        changed += [
+            f"conditions {c.get('type')}"
+            for c in value
+            if isinstance(c, dict) and before.get(c.get("type")) != c
+        ] or [key]
+    return changed
