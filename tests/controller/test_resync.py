@@ -241,41 +241,6 @@ def test_the_metrics_count_a_resync_by_what_it_found_and_a_reconcile_only_when_i
     assert got("trainguard_operator_reconcile_duration_seconds_count", {}) == 1
 
 
-def test_a_difference_that_is_only_the_operators_own_write_not_yet_watched_is_left() -> None:
-    """The caches lag the burst's writes: a monitor its first reconcile wrote is not reconciled again
-    while its caches hold what came before that write (kube.Kube.behind); once they caught up, a real
-    difference is written as before."""
-    kube, api = cluster()
-    created(kube, api)
-    rule_key = next(k for k in kube.objects if k[0] == "PrometheusRule")
-    rule = kube.objects.pop(rule_key)  # what the cache holds: the reconcile's rule has not come yet
-    kube.lagging.add(rule_key)
-    metrics = OperatorMetrics(CollectorRegistry())
-    settings = MonitorSettings(metrics=metrics)
-    body = kube.monitor("ml", "llama-pretrain")
-    assert body is not None
-    assert resync(api, kube, body, receiver=RECEIVER, settings=settings) is False  # type: ignore[arg-type]
-    assert api.requests == []
-    got = metrics.registry.get_sample_value
-    assert got("trainguard_operator_resyncs_total", {"outcome": "awaiting_watch"}) == 1
-    kube.lagging.clear()  # caught up, and the rule is gone: deleted after the write
-    assert resync(api, kube, body, receiver=RECEIVER, settings=settings) is True  # type: ignore[arg-type]
-    assert "apply PrometheusRule" in api.requests and kube.objects[rule_key] == rule
-
-
-def test_a_status_the_monitors_cache_has_not_brought_back_is_not_patched_again() -> None:
-    kube, api = cluster()
-    created(kube, api)
-    body = copy.deepcopy(kube.monitor("ml", "llama-pretrain"))
-    assert body is not None
-    body.pop("status")  # the monitor as its cache held it before the reconcile's status patch came
-    kube.lagging.add(("TrainingJobMonitor", "ml", "llama-pretrain"))
-    assert resync(api, kube, body, receiver=RECEIVER) is False  # type: ignore[arg-type]
-    assert api.requests == []
-    kube.lagging.clear()
-    assert resync(api, kube, body, receiver=RECEIVER) is True, "caught up: a status it lacks is written"  # type: ignore[arg-type]
-
-
 def test_a_monitor_a_reconcile_is_writing_now_is_left_to_it() -> None:
     """At 2,000 monitors every resync reconcile of the burst found the status a reconcile in flight on
     another thread had not written yet: it then waited for the lock and wrote nothing."""
@@ -311,3 +276,39 @@ def test_the_log_names_the_status_fields_a_resync_repairs(caplog: Any) -> None:
         "ml/llama-pretrain: the resync finds status trainingjobmonitors ml/llama-pretrain to write "
         "(status: conditions Ready, inputHash)"
     ]
+
+
+class ListedBefore:
+    """The caches as a pass finds them: `monitors()` is the list taken at the pass's start, before the
+    monitor's first reconcile wrote its status; everything else, `monitor()` included, is current."""
+
+    def __init__(self, kube: FakeKube, listed: list[dict[str, Any]]) -> None:
+        self.kube, self.listed = kube, listed
+
+    def monitors(self) -> list[dict[str, Any]]:
+        return self.listed
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.kube, name)
+
+
+def test_a_pass_judges_each_monitor_as_its_cache_holds_it_when_its_turn_comes() -> None:
+    """A pass over 2,000 monitors takes a minute during a burst: a monitor reconciled after the pass
+    listed it is in place when its turn comes, and is neither reconciled again nor counted again."""
+    kube, api = cluster()
+    listed = [copy.deepcopy(kube.monitor("ml", "llama-pretrain"))]  # no status yet
+    created(kube, api)
+    reads = ListedBefore(kube, listed)  # type: ignore[arg-type]
+    metrics = OperatorMetrics(CollectorRegistry())
+    settings = MonitorSettings(metrics=metrics)
+    p = Periodic(api, reads, leader=lambda: True, lock=LOCKS, resync_s=60, pods_s=60, clock=Clock(0.0),  # type: ignore[arg-type]
+                 reconcile=lambda ns, n: reconcile(api, kube, ns, n, receiver=RECEIVER, settings=settings),  # type: ignore[arg-type]
+                 resync=lambda body: resync(api, kube, body, receiver=RECEIVER, settings=settings))  # type: ignore[arg-type]  # fmt: skip
+    p.clock = Clock(60.0)
+    p.tick()
+    assert api.requests == []
+    assert metrics.registry.get_sample_value("trainguard_operator_resyncs_total", {"outcome": "written"}) == 0
+    kube.objects.pop(("TrainingJobMonitor", "ml", "llama-pretrain"))
+    p.clock = Clock(120.0)
+    p.tick()
+    assert api.requests == [], "deleted since the list: nothing to judge"

@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from trainguard.api.common import LabelSelector
 from trainguard.api.monitor import WorkloadRef
 from trainguard.kube import MissingAPI
-from trainguard.kube.client import HASH_ANNOTATION, STATUS_KINDS, content_hash
+from trainguard.kube.client import HASH_ANNOTATION, content_hash
 from trainguard.kube.objects import Hearing, labels_of
 from trainguard.kube.workloads import KUEUE_JOB_UID, OwnerRead, Workload, resolve
 
@@ -136,9 +136,6 @@ class FakeKube:
         """What has ever been applied (server-side apply's field manager owns its fields)."""
         self.written: set[Key] = set()
         """What this process has applied (kube.Kube's memory: clear it for a restarted operator)."""
-        self.lagging: set[tuple[str, str, str]] = set()
-        """(kind, namespace, name) whose watch cache has not brought this process's last write (a test
-        sets them; kube.Kube.behind)."""
         self.emptied: list[str] = []
         """Secrets applied again without their data: server-side apply drops the keys trainguard owned."""
         self.created: list[Obj] = []
@@ -277,13 +274,6 @@ class FakeKube:
         obj.setdefault("metadata", {})["resourceVersion"] = str(self.versions.get(key_of(obj), 0))
         return obj
 
-    def behind(self, obj: Obj) -> bool:
-        meta = obj.get("metadata") or {}
-        return (obj.get("kind"), meta.get("namespace") or "", meta.get("name")) in self.lagging
-
-    def status_behind(self, plural: str, namespace: str, name: str) -> bool:
-        return (STATUS_KINDS.get(plural, plural), namespace, name) in self.lagging
-
     def live_version(self, obj: Obj) -> str | None:
         """The owned object's resourceVersion, as the owned objects' watch cache holds it."""
         key = key_of(obj)
@@ -293,7 +283,9 @@ class FakeKube:
         return self._list(MONITOR, namespace)
 
     def monitor(self, namespace: str, name: str) -> Obj | None:
-        return self._get(MONITOR, namespace, name)
+        """As the monitor cache holds it: with its resourceVersion, like `monitors`."""
+        found = self._get(MONITOR, namespace, name)
+        return None if found is None else self._versioned(found)
 
     def monitor_uid(self, namespace: str, name: str) -> str | None:
         uid = ((self._get(MONITOR, namespace, name) or {}).get("metadata") or {}).get("uid")

@@ -218,16 +218,10 @@ def resync(
     if not rehearsal.writes:
         for secret in rehearsal.secrets:  # due to be written again, the same content
             kube.apply(secret)
-        outcome = "rendered"
-        if rehearsal.behind:  # what differs is this process's own write, not yet back from the watch
-            outcome = "awaiting_watch"
-            log.debug(
-                "%s/%s: the caches have not caught up with %s", namespace, name, ", ".join(rehearsal.behind)
-            )
-        elif in_place is not None:
+        if in_place is not None:
             in_place.found(key, inputs_of(body, reads, kube, rehearsal.compared, context), rehearsal.compared)
         if settings.metrics is not None:
-            settings.metrics.resynced(outcome)
+            settings.metrics.resynced("rendered")
         return False
     if settings.metrics is not None:
         settings.metrics.resynced("written")

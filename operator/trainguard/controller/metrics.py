@@ -31,15 +31,12 @@ USER_ERRORS = frozenset({"InvalidSpec", "PolicyNotFound", "InvalidPolicy"})
 in one of them succeeded at saying so, and is not a reconcile error."""
 
 RECONCILE_RESULTS = ("success", "rejected", "error", "skipped", "repeated")
-RESYNC_OUTCOMES = ("in_place", "rendered", "written", "left_to_reconcile", "awaiting_watch", "reconciling")
+RESYNC_OUTCOMES = ("in_place", "rendered", "written", "left_to_reconcile", "reconciling")
 """What the periodic resync found of one monitor (controller/handlers.py's resync): its inputs unchanged
 since a pass found its objects in place (nothing rendered, no request); rendered and compared with the
 caches, nothing to write; something to write, which a reconcile (counted as one) applied; a new monitor
-left to its own handler's first reconcile, not begun yet (controller/reconciles_begun.py); differences
-that are only this process's own writes, which the watch caches have not brought back yet
-(kube.ClusterCache.written_ahead); a monitor a reconcile holds the lock of at that moment, which the
-caches cannot show finished (at 2,000 monitors the burst's 772 resync reconciles were all of this kind:
-the status a reconcile in flight had not written yet)."""
+left to its own handler's first reconcile, not begun yet (controller/reconciles_begun.py); a monitor a
+reconcile holds the lock of at that moment, which the caches cannot show finished."""
 SIGNAL_SOURCES = ("alertmanager", "fastpath")
 SIGNAL_RESULTS = ("accepted", "unauthorized", "invalid", "standby", "failed")
 
@@ -313,8 +310,7 @@ class OperatorMetrics:
             "trainguard_operator_resyncs",
             "Monitors the periodic resync passed over, by outcome: in_place (nothing rendered, no request), "
             "rendered (nothing to write), written (a reconcile, counted as one, applied what differed), "
-            "left_to_reconcile (new, and its own handler has not begun its first reconcile), awaiting_watch "
-            "(what differs is the operator's own write, which the watch has not brought back yet), reconciling "
+            "left_to_reconcile (new, and its own handler has not begun its first reconcile), reconciling "
             "(a reconcile of it was in flight)",
             ["outcome"],
             registry=registry,

@@ -94,14 +94,6 @@ class ResyncAPI(ReconcileAPI, Protocol):
         """The owned object's resourceVersion in the watch cache (kube.Kube.live_version)."""
         ...
 
-    def behind(self, obj: Obj) -> bool:
-        """Whether the object's watch cache has not yet brought this process's last write (kube.Kube.behind)."""
-        ...
-
-    def status_behind(self, plural: str, namespace: str, name: str) -> bool:
-        """The same for a status patch (kube.Kube.status_behind)."""
-        ...
-
 
 class Rehearsal:
     """A ReconcileAPI that writes nothing: it answers an apply from `kube.unchanged` and records what a
@@ -115,14 +107,11 @@ class Rehearsal:
         self.kube = kube
         self.policy = policy
         self.writes: list[str] = []
-        self.behind: list[str] = []
-        """What differs only because its watch cache has not yet brought this process's own last write
-        of it (Kube.behind): no drift, nothing to write again."""
         self.secrets: list[Obj] = []
         self.compared: list[Obj] = []
         """Every object an apply was asked for, as rendered (in_place.InPlace keeps them)."""
         self.status: Obj | None = None
-        """The status the reconcile would patch, unless the cache is behind it: the resync names the fields
+        """The status the reconcile would patch: the resync names the fields
         it changes."""
 
     def get_policy(self, namespace: str, name: str) -> Obj | None:
@@ -137,8 +126,9 @@ class Rehearsal:
         if obj["kind"] == "Secret":
             self.secrets.append(obj)
         else:
-            what = f"apply {obj['kind']} {obj['metadata'].get('namespace')}/{obj['metadata']['name']}"
-            (self.behind if self.kube.behind(obj) else self.writes).append(what)
+            self.writes.append(
+                f"apply {obj['kind']} {obj['metadata'].get('namespace')}/{obj['metadata']['name']}"
+            )
         return False
 
     def create_if_absent(self, obj: Obj) -> bool:
@@ -148,12 +138,8 @@ class Rehearsal:
         return False
 
     def patch_status(self, plural: str, namespace: str, name: str, status: Obj) -> None:
-        what = f"status {plural} {namespace}/{name}"
-        if self.kube.status_behind(plural, namespace, name):
-            self.behind.append(what)
-        else:
-            self.writes.append(what)
-            self.status = status
+        self.writes.append(f"status {plural} {namespace}/{name}")
+        self.status = status
 
 
 class ReconcileReads(Protocol):

@@ -193,7 +193,7 @@ def run(opts: OperatorOptions) -> None:
     # every replica keeps the watch caches (its webhook reads them; a standby must be warm when it leads)
     cache = ClusterCache(api).start()
     # an apply compares with the owned objects' cache instead of reading each object by name
-    kube = Kube(api, live=cache.applied, written=cache, secret_rewrite_s=opts.secret_rewrite_seconds)
+    kube = Kube(api, live=cache.applied, secret_rewrite_s=opts.secret_rewrite_seconds)
     priority = opts.priority if opts.priority is not None else random.randint(1, 2**31 - 1)
     # our own identity in kopf's peering, so the operator's loops can tell which replica leads
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"

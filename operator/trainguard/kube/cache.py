@@ -104,12 +104,6 @@ def _slim_job(job: Obj) -> Obj:
     return {**kept, "spec": spec}
 
 
-AWAIT_WRITTEN_S = 60.0
-"""How long a write of this process is awaited from the watch (ClusterCache.written_ahead): a watch that
-lags longer, or a version the watch never brings (a relist that skipped past it), is judged by what the
-cache holds again."""
-
-
 @dataclass
 class ClusterCache:
     api: client.ApiClient
@@ -305,35 +299,6 @@ class ClusterCache:
             raise NotSynced(f"no cache of {obj.get('kind')} ({obj.get('apiVersion')})")
         meta = obj.get("metadata") or {}
         return informer.get(meta.get("namespace"), str(meta.get("name")), timeout=0.0)
-
-    # ---- this process's own writes, until the watch brings them ----
-
-    def await_written(self, obj: Obj, version: str) -> None:
-        """This process wrote `version` of `obj` (an owned object, or a monitor or policy whose status it
-        patched): `written_ahead` says so until the object's cache has it (AWAIT_WRITTEN_S at most)."""
-        informer = self._written_cache(obj)
-        if informer is not None:
-            meta = obj.get("metadata") or {}
-            informer.await_version(meta.get("namespace"), str(meta.get("name")), version, AWAIT_WRITTEN_S)
-
-    def written_ahead(self, obj: Obj) -> bool:
-        """Whether the cache of `obj` has not yet caught up with this process's last write of it: what it
-        holds is older than that write, so a difference from it is no drift to repair."""
-        informer = self._written_cache(obj)
-        meta = obj.get("metadata") or {}
-        return informer is not None and informer.behind(meta.get("namespace"), str(meta.get("name")))
-
-    def _written_cache(self, obj: Obj) -> Informer | None:
-        kind = (str(obj.get("apiVersion")), str(obj.get("kind")))
-        if kind == (f"{MONITORS.group}/{MONITORS.version}", "TrainingJobMonitor"):
-            return self.monitors_informer
-        if kind == (f"{POLICIES.group}/{POLICIES.version}", "AlertPolicy"):
-            return self.policies_informer
-        resource = OWNED.get(kind)
-        if resource is None:
-            return None
-        with self._guard:
-            return self._optional.get(resource)
 
     # ---- a monitor's workload owner ----
 

@@ -12,7 +12,7 @@ import json
 import secrets
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import urllib3
 from kubernetes import client
@@ -55,17 +55,6 @@ def with_hash(obj: dict[str, Any]) -> tuple[dict[str, Any], str]:
     return {**obj, "metadata": meta}, digest
 
 
-class Written(Protocol):
-    """The watch caches' side of this process's own writes (kube.ClusterCache)."""
-
-    def await_written(self, obj: dict[str, Any], version: str) -> None: ...
-
-    def written_ahead(self, obj: dict[str, Any]) -> bool: ...
-
-
-STATUS_KINDS = {"trainingjobmonitors": "TrainingJobMonitor", "alertpolicies": "AlertPolicy"}
-"""The kinds whose status this process patches, by plural."""
-
 Live = Callable[[dict[str, Any]], dict[str, Any] | None]
 """What a watch cache holds of an object trainguard applies (kube.ClusterCache.applied: its metadata and
 `otherManagers`), None when absent; raises NotSynced when no cache can say."""
@@ -78,7 +67,6 @@ class Kube:
         timeout: float = 30.0,
         *,
         live: Live | None = None,
-        written: Written | None = None,
         secret_rewrite_s: float = SECRET_REWRITE_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -90,8 +78,6 @@ class Kube:
         self._dynamic: DynamicClient | None = None
         self.live = live
         """The owned objects' watch cache; without it (or before it has listed) an apply reads by name."""
-        self.written = written
-        """Where each write's version is awaited from the watch (`behind`); None: never behind."""
         self.secret_rewrite_s = secret_rewrite_s
         self.clock = clock
         self._applied: dict[tuple[str, str, str], tuple[str, str]] = {}
@@ -162,8 +148,6 @@ class Kube:
             at = self._written_at.get(key)
             fresh = at is not None and self.clock() - at < self.secret_rewrite_s
             return (applied[0] if applied else None), bool(applied and applied[1] == digest and fresh)
-        if applied is not None and applied[1] == digest and self.behind(obj):
-            return applied[0], True  # this content written here, and its cache is older than that write
         live = self._live(obj)
         if live is None:
             return None, False
@@ -172,14 +156,6 @@ class Kube:
         others = live.get("otherManagers")
         untouched = applied == (version, digest) or (stamped == digest and others == [])
         return version, untouched
-
-    def behind(self, obj: dict[str, Any]) -> bool:
-        """Whether the watch cache of `obj` has not yet brought this process's last write of it."""
-        return self.written is not None and self.written.written_ahead(obj)
-
-    def status_behind(self, plural: str, namespace: str, name: str) -> bool:
-        """Whether the cache of the monitor or policy has not yet brought this process's last status patch."""
-        return self.behind(_status_object(plural, namespace, name))
 
     def unchanged(self, obj: dict[str, Any]) -> bool:
         """Whether an apply of `obj` would write nothing (see _state); reads only the watch cache when it
@@ -211,8 +187,6 @@ class Kube:
         )
         after = str(result.metadata.resourceVersion)
         self._applied[key] = (after, digest)
-        if self.written is not None and obj["kind"] != "Secret" and after != before:
-            self.written.await_written(obj, after)
         if obj["kind"] == "Secret":
             self._written_at[key] = self.clock()
             if before is None:
@@ -297,20 +271,12 @@ class Kube:
         if resource_version is not None:
             body["metadata"] = {"resourceVersion": resource_version}
         try:
-            result = self.custom.patch_namespaced_custom_object_status(
+            self.custom.patch_namespaced_custom_object_status(
                 GROUP, VERSION, namespace, plural, name, body, _request_timeout=self.timeout
             )
         except ApiException as exc:
             if exc.status != 404:  # deleted meanwhile: nothing to report on
                 raise
-            return
-        version = (
-            ((result or {}).get("metadata") or {}).get("resourceVersion")
-            if isinstance(result, dict)
-            else None
-        )
-        if self.written is not None and version:
-            self.written.await_written(_status_object(plural, namespace, name), str(version))
 
     def post_event(
         self,
@@ -625,8 +591,3 @@ class Kube:
             return int(exc.status or 0), str(exc.body or "").encode()
         except urllib3.exceptions.HTTPError as exc:  # the apiserver itself unreachable
             return 0, str(exc).encode()
-
-
-def _status_object(plural: str, namespace: str, name: str) -> dict[str, Any]:
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": STATUS_KINDS.get(plural, plural),
-            "metadata": {"namespace": namespace, "name": name}}  # fmt: skip

@@ -108,9 +108,6 @@ class Informer:
     _thread: threading.Thread | None = None
     _heard: float = field(default_factory=time.monotonic)
     _dropping: bool = False
-    clock: Callable[[], float] = time.monotonic
-    _awaited: dict[Key, tuple[str, float]] = field(default_factory=dict)
-    """Versions this process wrote and the watch has not brought yet, with when to stop waiting for each."""
 
     def heard_s(self) -> float:
         """Seconds since the API last told this cache anything (a list, a watch opened, an event, a
@@ -146,28 +143,6 @@ class Informer:
         with self._guard:
             return self._objects.get((namespace or "", name))
 
-    def await_version(self, namespace: str | None, name: str, version: str, wait_s: float) -> None:
-        """This process wrote `version` of the object: until the watch brings that version (events come in
-        order, so the object's next one after it is newer), or `wait_s` passes, `behind` says so."""
-        key = (namespace or "", name)
-        with self._guard:
-            held = self._objects.get(key)
-            if held is not None and str((held.get("metadata") or {}).get("resourceVersion")) == version:
-                return
-            self._awaited[key] = (version, self.clock() + wait_s)
-
-    def behind(self, namespace: str | None, name: str) -> bool:
-        """Whether the cache has not yet caught up with this process's last write of the object."""
-        key = (namespace or "", name)
-        with self._guard:
-            awaited = self._awaited.get(key)
-            if awaited is None:
-                return False
-            if self.clock() < awaited[1]:
-                return True
-            del self._awaited[key]
-            return False
-
     def size(self) -> int:
         """How many objects the cache holds (0 before its first list)."""
         with self._guard:
@@ -199,7 +174,6 @@ class Informer:
             self._objects, self._by_namespace = by_key, by_namespace
             self._lists += 1
             self._changes = {}
-            self._awaited = {}  # a list is as new as the writes before it, near enough: judge by it
         self._synced.set()
 
     # ---- the loop ----
@@ -339,9 +313,6 @@ class Informer:
         key = _key(kept)
         with self._guard:
             self._changes[key[0]] = self._changes.get(key[0], 0) + 1
-            awaited = self._awaited.get(key)
-            if awaited is not None and awaited[0] == str(version):
-                del self._awaited[key]
             if kind == "DELETED":
                 self._objects.pop(key, None)
                 (self._by_namespace.get(key[0]) or {}).pop(key[1], None)
