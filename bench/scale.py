@@ -296,6 +296,8 @@ def main() -> int:
                         "per value, each on a fresh control plane, side by side (default: its default, once)")  # fmt: skip
     p.add_argument("--rule-form", choices=[PER_MONITOR, SHARED], default=PER_MONITOR,
                    help="the operator's --rule-form (default per-monitor, its default)")  # fmt: skip
+    p.add_argument("--reconcile-workers", type=int, default=None,
+                   help="the operator's --reconcile-workers (default: its default)")  # fmt: skip
     p.add_argument("--profile", type=Path,
                    help="py-spy samples the operator into this file (collapsed stacks; pip install py-spy)")  # fmt: skip
     p.add_argument("--skip", choices=["rules", "cluster"], action="append", default=[])
@@ -350,6 +352,7 @@ def main() -> int:
             None
         ]
         result["conditions"]["remediation_first_s"] = variants
+        result["conditions"]["reconcile_workers"] = args.reconcile_workers
         for first in variants:
             t = time.monotonic()
             workdir = Path(tempfile.mkdtemp(prefix="tg-scale-"))
@@ -359,7 +362,7 @@ def main() -> int:
                         plane, workdir, steps, nodes=args.nodes, pods_per_monitor=args.pods_per_monitor,
                         resync_s=args.resync_seconds, pods_s=args.pods_seconds, steady_s=args.steady_seconds,
                         burst_cordons=args.burst_cordons, remediation_first_s=first, rule_form=args.rule_form,
-                        profile=args.profile,
+                        profile=args.profile, reconcile_workers=args.reconcile_workers,
                     )  # fmt: skip
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)

@@ -548,19 +548,21 @@ def stage(
 def run(plane: LocalControlPlane, workdir: Path, steps: list[int], *, nodes: int, pods_per_monitor: int,
         resync_s: float, pods_s: float, steady_s: float, burst_cordons: int = 6,
         remediation_first_s: float | None = None, rule_form: str = PER_MONITOR,
-        profile: Path | None = None) -> dict[str, Any]:  # fmt: skip
+        profile: Path | None = None, reconcile_workers: int | None = None) -> dict[str, Any]:  # fmt: skip
     """`remediation_first_s`: the operator's --remediation-first-seconds (None: its default); `rule_form`:
     its --rule-form; `profile`: where py-spy writes the operator's sampled stacks (collapsed), from its
     start to its stop."""
     with witness() as prometheus:
         return _run(plane, workdir, steps, nodes=nodes, pods_per_monitor=pods_per_monitor, resync_s=resync_s,
                     pods_s=pods_s, steady_s=steady_s, prometheus=prometheus, burst_cordons=burst_cordons,
-                    remediation_first_s=remediation_first_s, rule_form=rule_form, profile=profile)  # fmt: skip
+                    remediation_first_s=remediation_first_s, rule_form=rule_form, profile=profile,
+                    reconcile_workers=reconcile_workers)  # fmt: skip
 
 
 def _run(plane: LocalControlPlane, workdir: Path, steps: list[int], *, nodes: int, pods_per_monitor: int,
          resync_s: float, pods_s: float, steady_s: float, prometheus: str, burst_cordons: int,
-         remediation_first_s: float | None, rule_form: str, profile: Path | None) -> dict[str, Any]:  # fmt: skip
+         remediation_first_s: float | None, rule_form: str, profile: Path | None,
+         reconcile_workers: int | None) -> dict[str, Any]:  # fmt: skip
     from e2e.controlplane.local import prometheus_operator_crds  # noqa: PLC0415 - beside the plane it serves
 
     cluster = Cluster(plane.kubeconfig, workdir)
@@ -577,9 +579,10 @@ def _run(plane: LocalControlPlane, workdir: Path, steps: list[int], *, nodes: in
         "--secret-rewrite-seconds", str(SECRET_REWRITE_S),
         "--node-lease-grace-seconds", "600", "--node-not-ready-seconds", "600", "--prometheus-url", prometheus,
         "--rule-form", rule_form,
-        *(() if remediation_first_s is None else ("--remediation-first-seconds", f"{remediation_first_s:g}"))))  # fmt: skip
+        *(() if remediation_first_s is None else ("--remediation-first-seconds", f"{remediation_first_s:g}")),
+        *(() if reconcile_workers is None else ("--reconcile-workers", str(reconcile_workers)))))  # fmt: skip
     out: dict[str, Any] = {"setup_s": 0.0, "stages": [], "remediation_first_s": remediation_first_s,
-                           "rule_form": rule_form}  # fmt: skip
+                           "rule_form": rule_form, "reconcile_workers": reconcile_workers}  # fmt: skip
     sampler = sampled(proc.pid, profile) if profile else None
     try:
         bench = Bench(plane, cluster, proc.pid, f"http://127.0.0.1:{port}", nodes, pods_per_monitor)

@@ -36,6 +36,17 @@ def share(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def workers(text: str) -> int:
+    """A count of threads: a whole number from 1 to 256."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (1 to 256)") from None
+    if not 1 <= value <= 256:
+        raise argparse.ArgumentTypeError(f"{value} is out of range: give 1 to 256")
+    return value
+
+
 def seconds_or_off(text: str) -> float:
     """Seconds, 0 or more (0 turns the setting off), refused at parse time naming the flag."""
     try:
@@ -313,6 +324,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "Secrets, so this is what repairs a hand edit of one (default 3600: kube/client.py SECRET_REWRITE_S)",
     )
     op.add_argument(
+        "--reconcile-workers",
+        type=workers,
+        metavar="N",
+        help="threads the kopf handlers run on, so how many monitors reconcile at once (default: Python's, "
+        "min(32, the node's CPUs + 4)); a reconcile mostly waits on the API",
+    )
+    op.add_argument(
         "--heap-trim-seconds",
         type=seconds_or_off,
         default=TRIM_EVERY_S,
@@ -427,6 +445,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
             object_labels=args.object_labels,
             resync_seconds=args.resync_seconds,
             heap_trim_seconds=args.heap_trim_seconds,
+            reconcile_workers=args.reconcile_workers,
             **(
                 {"secret_rewrite_seconds": args.secret_rewrite_seconds} if args.secret_rewrite_seconds else {}
             ),

@@ -155,6 +155,9 @@ class OperatorOptions:
     series on the metrics port (render/shared.py, controller/rule_settings.py)."""
     cert_dir: str | None = None
     """Where the self-managed certificate files are written for the servers (default: a private tmp dir)."""
+    reconcile_workers: int | None = None
+    """--reconcile-workers: the threads kopf runs the handlers on, so how many monitors reconcile at once;
+    None: Python's default, min(32, the node's CPUs + 4), which counts the node's CPUs, not the pod's."""
     heap_trim_seconds: float = TRIM_EVERY_S
     """--heap-trim-seconds: how often each replica hands its C heap's free pages back to the kernel
     (controller/heap.py); 0 turns it off."""
@@ -313,7 +316,7 @@ def run(opts: OperatorOptions) -> None:
         if certs is not None:
             opts = start_self_managed_certs(certs, opts)
         memo["receiver"] = shared["receiver"] = receiver_settings(kube, opts, base)
-        configure_kopf(settings)
+        configure_kopf(settings, opts.reconcile_workers)
         if opts.webhook_cert and opts.webhook_key:
             injection = SidecarInjection(
                 kube,
@@ -413,7 +416,10 @@ class ObjectWriter(Protocol):
     def apply(self, obj: dict[str, Any]) -> bool | None: ...
 
 
-def configure_kopf(settings: kopf.OperatorSettings) -> None:
+def configure_kopf(settings: kopf.OperatorSettings, workers: int | None = None) -> None:
+    """`workers`: the handlers' threads (kopf's executor; None keeps its default)."""
+    if workers is not None:
+        settings.execution.max_workers = workers
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="trainguard.io")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix="trainguard.io", key="last-handled-configuration"
