@@ -87,14 +87,15 @@ def test_gradient_explosion_advice_reaches_the_trainer_when_the_monitor_opts_in(
     clean_nodes: None,
     tmp_path: Path,
 ) -> None:
-    """GradientExplosion needs a baseline: a minute of it, ending 40 s back (the explosion enters the
-    baseline after that and the alert resolves: it must outlast the P1 group_wait of 30 s to reach the
-    operator). The first seconds of training have large gradients: the window has left them at 135 s."""
+    """GradientExplosion needs a baseline: a minute of it, ending 90 s back (the explosion enters the
+    baseline after that and the alert resolves: it must outlast the scrape, the evaluation and the P1
+    group_wait of 30 s to reach the operator; with 40 s it once did not, on a loaded CI machine). The
+    first seconds of training have large gradients: the window has left them at 185 s."""
     cluster, mon, _ = stack
     policy = {"alerts": [{"name": "GradientExplosion", "for": "0s"}]}
-    baseline = {"warmupSteps": 0, "window": "1m", "offset": "40s", "sigma": 3}
+    baseline = {"warmupSteps": 0, "window": "1m", "offset": "90s", "sigma": 3}
     with start(stack, ns, tmp_path, {"trainingAdvice": True}, policy=policy, baseline=baseline) as pods:
-        time.sleep(135)
+        time.sleep(185)
         assert not mon.firing("GradientExplosion", namespace=ns), "no explosion without the fault"
         a = pods.running()[0]
         inject(a, "grad-explosion", gpu=None)
