@@ -111,8 +111,7 @@ class Rehearsal:
         self.compared: list[Obj] = []
         """Every object an apply was asked for, as rendered (in_place.InPlace keeps them)."""
         self.status: Obj | None = None
-        """The status the reconcile would patch: the resync names the fields
-        it changes."""
+        """The status the reconcile would patch: the resync names the fields it changes."""
 
     def get_policy(self, namespace: str, name: str) -> Obj | None:
         return self.policy(namespace, name)
