@@ -50,9 +50,10 @@ STOPPED, STOPPED_ACK = "stopped", "stopped.ack"
 TICK_S = 0.5
 """How often the heartbeat loop reads the control folder."""
 RENEW_S = 5.0
-"""How often a Lease is renewed (a real kubelet renews every 10 s)."""
+"""How often a Lease is renewed by default (a real kubelet renews every 10 s: --renew-seconds)."""
 READY_S = 30.0
-"""How often the Ready condition is posted (a real kubelet: nodeStatusReportFrequency, 5 min)."""
+"""How often the Ready condition is posted by default (a real kubelet: nodeStatusReportFrequency, 5 min:
+--status-seconds)."""
 
 
 def now() -> dt.datetime:
@@ -133,6 +134,9 @@ class FakeKubelet:
         log_dir: Path | None = None,
         pod_network: int = 1,
         control_dir: Path | None = None,
+        *,
+        renew_s: float = RENEW_S,
+        status_s: float = READY_S,
     ) -> None:
         if not 1 <= pod_network <= 254:
             raise ValueError(f"pod_network {pod_network}: pod IPs are 127.<pod_network>.x.y, so 1 to 254")
@@ -150,6 +154,10 @@ class FakeKubelet:
         self.control_dir = control_dir
         self.stopped: frozenset[str] = frozenset()
         """The nodes whose kubelet is stopped (the control folder's `stopped` file)."""
+        self.renew_s, self.status_s = renew_s, status_s
+        self.lease_versions: dict[str, str] = {}
+        """Each Lease's resourceVersion from this kubelet's last write: a renewal is one PUT, as the real
+        kubelet's lease controller does, read again only on a conflict."""
 
     # ---- nodes ----------------------------------------------------------------------------------
 
@@ -233,10 +241,10 @@ class FakeKubelet:
                 log(f"kubelet stopped on {sorted(stopped) or 'no node'}")
             resumed, self.stopped = self.stopped - stopped, stopped
             for name in sorted(self.names - stopped):
-                if time.monotonic() - renewed.get(name, -RENEW_S) >= RENEW_S:
+                if time.monotonic() - renewed.get(name, -self.renew_s) >= self.renew_s:
                     self._renew(name)
                     renewed[name] = time.monotonic()
-                if time.monotonic() - reported.get(name, -READY_S) >= READY_S:
+                if time.monotonic() - reported.get(name, -self.status_s) >= self.status_s:
                     self._patch_ready(name)
                     reported[name] = time.monotonic()
             for name in sorted(resumed):
@@ -263,12 +271,31 @@ class FakeKubelet:
             },
         }
         try:
-            self.coord.replace_namespaced_lease(name, "kube-node-lease", self._with_rv(name, lease))
+            if name not in self.lease_versions:
+                self._read_lease(name)
+            try:
+                written = self.coord.replace_namespaced_lease(
+                    name, "kube-node-lease", self._with_rv(name, lease)
+                )
+            except ApiException as exc:
+                if exc.status != 409:  # someone else wrote it (a test's own renewer): read and write again
+                    raise
+                self._read_lease(name)
+                written = self.coord.replace_namespaced_lease(
+                    name, "kube-node-lease", self._with_rv(name, lease)
+                )
+            self.lease_versions[name] = written.metadata.resource_version
         except ApiException as exc:
+            self.lease_versions.pop(name, None)
             if exc.status == 404:
                 self.coord.create_namespaced_lease("kube-node-lease", lease)
             else:
                 log(f"lease {name}: {exc.reason}")
+
+    def _read_lease(self, name: str) -> None:
+        self.lease_versions[name] = self.coord.read_namespaced_lease(
+            name, "kube-node-lease"
+        ).metadata.resource_version
 
     def _resync_pods(self, name: str) -> None:
         """A kubelet back from the dead handles its node's pods as they are now."""
@@ -279,9 +306,7 @@ class FakeKubelet:
             log(f"pods of {name}: {exc.reason}")
 
     def _with_rv(self, name: str, lease: dict[str, Any]) -> dict[str, Any]:
-        current = self.coord.read_namespaced_lease(name, "kube-node-lease")
-        lease["metadata"]["resourceVersion"] = current.metadata.resource_version
-        return lease
+        return {**lease, "metadata": {**lease["metadata"], "resourceVersion": self.lease_versions[name]}}
 
     def _patch_ready(self, name: str) -> None:
         try:
@@ -337,20 +362,29 @@ class FakeKubelet:
                 log(f"pod {ns}/{name}: {exc.status} {exc.reason}")
 
     def pod_loop(self) -> None:
+        """List once, then watch from the list's resourceVersion, resuming each watch where the last one
+        ended: the pods are listed again only when the apiserver no longer has that version (a 410) or the
+        watch fails, not every time a watch times out (with 16,000 pods a list costs the shared cores)."""
         while not self.stop.is_set():
             try:
-                for pod in self.core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=").items:
+                listed = self.core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=")
+                for pod in listed.items:
                     self.handle_pod(pod)
-                w = watch.Watch()
-                for event in w.stream(
-                    self.core.list_pod_for_all_namespaces,
-                    field_selector="spec.nodeName!=",
-                    timeout_seconds=60,
-                ):
-                    if event["type"] in ("ADDED", "MODIFIED"):
-                        self.handle_pod(event["object"])
-                    if self.stop.is_set():
-                        w.stop()
+                version = listed.metadata.resource_version
+                while not self.stop.is_set():
+                    w = watch.Watch()
+                    for event in w.stream(
+                        self.core.list_pod_for_all_namespaces,
+                        field_selector="spec.nodeName!=",
+                        resource_version=version,
+                        allow_watch_bookmarks=True,
+                        timeout_seconds=60,
+                    ):
+                        if event["type"] in ("ADDED", "MODIFIED"):
+                            self.handle_pod(event["object"])
+                        if self.stop.is_set():
+                            w.stop()
+                    version = w.resource_version or version
             except Exception as exc:
                 log(f"pod watch restarted: {exc}")
                 time.sleep(1)
@@ -444,6 +478,15 @@ def main() -> None:
         default=1,
         help="pod IPs are 127.N.x.y: a different N for each kubelet on a host",
     )
+    parser.add_argument(
+        "--renew-seconds", type=float, default=RENEW_S, help="how often each Lease is renewed"
+    )
+    parser.add_argument(
+        "--status-seconds",
+        type=float,
+        default=READY_S,
+        help="how often each node's Ready condition is posted",
+    )
     args = parser.parse_args()
     api = config.new_client_from_config(args.kubeconfig)
     kubelet = FakeKubelet(
@@ -452,6 +495,8 @@ def main() -> None:
         args.pod_log_dir,
         args.pod_network,
         args.control_dir,
+        renew_s=args.renew_seconds,
+        status_s=args.status_seconds,
     )
     if args.control_dir:
         args.control_dir.mkdir(parents=True, exist_ok=True)

@@ -26,6 +26,7 @@ from kubernetes import client, config
 
 from e2e.controlplane.cache import cache_dir
 from e2e.controlplane.certs import make_ca, make_cert, make_keypair
+from e2e.controlplane.fakekubelet import READY_S, RENEW_S
 from tests.processes import free_port
 
 HERE = Path(__file__).resolve().parent
@@ -102,6 +103,10 @@ class LocalControlPlane:
     e2e/kubeproxy.py forwards each ClusterIP to its Service's endpoints, for a test that runs a
     Deployment's pods with e2e/kubelet.py. The apiserver's certificate names its first address (the
     `kubernetes` Service's)."""
+    kubelet_renew_s: float = RENEW_S
+    """How often the fake kubelet renews each node's Lease (a real kubelet: 10 s)."""
+    kubelet_status_s: float = READY_S
+    """How often it posts each node's Ready condition (a real kubelet: 5 minutes when nothing changed)."""
     procs: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
     api_port: int = 0
 
@@ -269,6 +274,7 @@ class LocalControlPlane:
             "--nodes", str(self.nodes), "--pod-log-dir", str(d / "pod-logs"), "--tls-cert", str(d / "kubelet.crt"),
             "--tls-key", str(d / "kubelet.key"), "--client-ca", str(d / "ca.crt"),
             "--pod-network", str(self.pod_network), "--control-dir", str(d / "kubelet"),
+            "--renew-seconds", f"{self.kubelet_renew_s:g}", "--status-seconds", f"{self.kubelet_status_s:g}",
         ])  # fmt: skip
         self._wait_cluster_usable()
         log(
@@ -303,7 +309,13 @@ class LocalControlPlane:
 
 @contextlib.contextmanager
 def local_control_plane(
-    nodes: int = 3, keep: bool = False, pod_network: int = 1, service_cidr: str = SERVICE_CIDR
+    nodes: int = 3,
+    keep: bool = False,
+    pod_network: int = 1,
+    service_cidr: str = SERVICE_CIDR,
+    *,
+    kubelet_renew_s: float = RENEW_S,
+    kubelet_status_s: float = READY_S,
 ) -> Iterator[LocalControlPlane]:
     """Build or reuse the binaries, start everything, and always tear it down."""
     t0 = time.monotonic()
@@ -311,7 +323,13 @@ def local_control_plane(
     log(f"binaries ready in {time.monotonic() - t0:.1f}s")
     workdir = Path(tempfile.mkdtemp(prefix="trainguard-e2e-"))
     plane = LocalControlPlane(
-        workdir=workdir, bin=bin_dir, nodes=nodes, pod_network=pod_network, service_cidr=service_cidr
+        workdir=workdir,
+        bin=bin_dir,
+        nodes=nodes,
+        pod_network=pod_network,
+        service_cidr=service_cidr,
+        kubelet_renew_s=kubelet_renew_s,
+        kubelet_status_s=kubelet_status_s,
     )
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
