@@ -147,7 +147,7 @@ def findings(result: dict[str, Any]) -> list[str]:
         for s in st:
             w = s["steady_window"]
             n = s["monitors"]
-            mean = w.get("reconcile_mean_ms") or s["apply_window"].get("reconcile_mean_ms") or 0
+            mean = s["apply_window"].get("reconcile_mean_ms") or 0
             passes = w.get("resyncs", 0) / n if n else 0
             out.append(f"operator at {n} monitors, steady window of {w['seconds']} s ({passes:.1f} resync passes "
                        f"over every monitor in it, {w.get('resync_writes', '?')} monitors written by them; resync "
@@ -164,6 +164,15 @@ def findings(result: dict[str, Any]) -> list[str]:
                 out.append(f"operator at {n} monitors: {b['cordoned']} of {b['samples']} P0s posted while the step's "
                            f"monitors reconciled cordoned their node in {b['p50_s']} s at the median, {b['max_s']} s at "
                            f"most (target: p99 under 2 s; {b['samples']} samples bound a p99 only by their maximum)")  # fmt: skip
+            r = s["ready"]
+            out.append(f"operator at {n} monitors: the {s['applied']} applied all Ready {r['all_ready_s']} s from "
+                       f"the apply's start (target: 120 s), {r.get('after_apply_end_s', '?')} s after its end (the "
+                       f"apply took {s['apply_s']} s, one server-side apply after the other)")  # fmt: skip
+            if cores := s.get("apply_window_cores"):
+                out.append(f"operator at {n} monitors: cores in use from the apply's start to the last Ready "
+                           f"(of {result['conditions']['cpus']}): "
+                           + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cores.items(), key=lambda kv: -kv[1]))
+                           + f"; {sum(cores.values()):.2f} in all")  # fmt: skip
             cpu = s.get("operator_cpu")
             if cpu and cpu.get("monitors_per_core_s"):
                 rate = cpu["monitors_per_core_s"]
@@ -298,6 +307,11 @@ def main() -> int:
                    help="the operator's --rule-form (default per-monitor, its default)")  # fmt: skip
     p.add_argument("--reconcile-workers", type=int, default=None,
                    help="the operator's --reconcile-workers (default: its default)")  # fmt: skip
+    p.add_argument("--kubelet-renew-seconds", type=float, default=10.0,
+                   help="how often each fake node's Lease is renewed (default 10, a real kubelet's)")  # fmt: skip
+    p.add_argument("--kubelet-status-seconds", type=float, default=300.0,
+                   help="how often each fake node posts its Ready condition (default 300, a real kubelet's "
+                        "nodeStatusReportFrequency)")  # fmt: skip
     p.add_argument("--profile", type=Path,
                    help="py-spy samples the operator into this file (collapsed stacks; pip install py-spy)")  # fmt: skip
     p.add_argument("--skip", choices=["rules", "cluster"], action="append", default=[])
@@ -353,11 +367,16 @@ def main() -> int:
         ]
         result["conditions"]["remediation_first_s"] = variants
         result["conditions"]["reconcile_workers"] = args.reconcile_workers
+        result["conditions"]["kubelet_renew_s"] = args.kubelet_renew_seconds
+        result["conditions"]["kubelet_status_s"] = args.kubelet_status_seconds
         for first in variants:
             t = time.monotonic()
             workdir = Path(tempfile.mkdtemp(prefix="tg-scale-"))
             try:
-                with local_control_plane(nodes=args.nodes) as plane:
+                with local_control_plane(
+                    nodes=args.nodes, kubelet_renew_s=args.kubelet_renew_seconds,
+                    kubelet_status_s=args.kubelet_status_seconds,
+                ) as plane:  # fmt: skip
                     cl = scale_cluster.run(
                         plane, workdir, steps, nodes=args.nodes, pods_per_monitor=args.pods_per_monitor,
                         resync_s=args.resync_seconds, pods_s=args.pods_seconds, steady_s=args.steady_seconds,

@@ -42,7 +42,7 @@ from typing import Any
 
 import yaml
 from bench.scenarios.scale_rules import identity, log, monitor_documents
-from kubernetes import client, config
+from kubernetes import client, config, watch
 
 from e2e.cluster import REPO, Cluster
 from e2e.controlplane.local import LocalControlPlane
@@ -222,6 +222,14 @@ class Bench:
         self._tls = ssl.create_default_context(cafile=str(d / "ca.crt"))
         self._tls.load_cert_chain(str(d / "admin.crt"), str(d / "admin.key"))
 
+    def process_cpu(self) -> dict[str, float]:
+        """CPU seconds so far of each process on the machine's shared cores: the control plane's, the
+        operator's and this bench's own (its apply, its watches and its posts)."""
+        out = {name: cpu_seconds(proc.pid) for name, proc in self.plane.procs if proc.poll() is None}
+        out["operator"] = cpu_seconds(self.operator_pid)
+        out["bench"] = cpu_seconds(os.getpid())
+        return out
+
     def counters(self) -> Counters:
         with urllib.request.urlopen(f"{self.plane.server}/metrics", context=self._tls, timeout=30) as resp:
             text = resp.read().decode()
@@ -257,10 +265,16 @@ class Bench:
 
     # ---- bulk monitors and their pods ----
 
+    def namespaces(self, indices: list[int]) -> float:
+        """The monitors' namespaces, each with its default ServiceAccount (for the pods later): made before
+        the apply is timed, as a job's namespace is there before its monitor. Returns the seconds taken."""
+        t0 = time.monotonic()
+        for ns in sorted({d["metadata"]["namespace"] for d in monitor_documents(indices)}):
+            self.cluster.namespace(ns)
+        return time.monotonic() - t0
+
     def apply_monitors(self, indices: list[int]) -> float:
         docs = monitor_documents(indices)
-        for ns in sorted({d["metadata"]["namespace"] for d in docs}):
-            self.cluster.namespace(ns)
         t0 = time.monotonic()
         for d in docs:
             d["metadata"] = {**d["metadata"], "labels": {BENCH_LABEL: "true"}}
@@ -268,22 +282,41 @@ class Bench:
         return time.monotonic() - t0
 
     def ready_times(self, expected: int, since: float, timeout: float) -> list[float]:
-        """Seconds from `since` until each bench monitor is first seen Ready at its generation (listed
-        every 2 s, so 2 s resolution)."""
+        """Seconds from `since` until each bench monitor is first seen Ready at its generation, from a watch
+        (listed once, then each change as it comes: the time of each is its event's, and the bench takes no
+        cores from the cluster it measures by listing every monitor again and again)."""
         first: dict[str, float] = {}
         custom = client.CustomObjectsApi(self.cluster.api)
         deadline = time.monotonic() + timeout
+
+        def seen(m: dict[str, Any], now: float) -> None:
+            st = m.get("status") or {}
+            ok = any(
+                c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or []
+            )
+            if ok and st.get("observedGeneration") == m["metadata"].get("generation"):
+                first.setdefault(f"{m['metadata']['namespace']}/{m['metadata']['name']}", now - since)
+
+        version = None
         while len(first) < expected and time.monotonic() < deadline:
-            now = time.monotonic()
-            for m in custom.list_cluster_custom_object(*MON, label_selector=BENCH_LABEL)["items"]:
-                key = f"{m['metadata']['namespace']}/{m['metadata']['name']}"
-                st = m.get("status") or {}
-                ok = any(
-                    c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or []
-                )
-                if ok and st.get("observedGeneration") == m["metadata"].get("generation"):
-                    first.setdefault(key, now - since)
-            time.sleep(2)
+            if version is None:
+                listed = custom.list_cluster_custom_object(*MON, label_selector=BENCH_LABEL)
+                for m in listed["items"]:
+                    seen(m, time.monotonic())
+                version = listed["metadata"]["resourceVersion"]
+            w = watch.Watch()
+            try:
+                for event in w.stream(custom.list_cluster_custom_object, *MON, label_selector=BENCH_LABEL,
+                                      resource_version=version, allow_watch_bookmarks=True,
+                                      timeout_seconds=max(1, min(60, int(deadline - time.monotonic())))):  # fmt: skip
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        seen(event["object"], time.monotonic())
+                    if len(first) >= expected:
+                        w.stop()
+                version = w.resource_version or version
+            except client.ApiException as exc:  # 410: the version is gone, list again
+                log(f"cluster: the Ready watch restarts from a list ({exc.status})")
+                version = None
         return sorted(first.values())
 
     def pods_counted(self, expected: int, timeout: float) -> float:
@@ -473,8 +506,11 @@ def stage(
     out: dict[str, Any] = {"applied": len(indices), "monitors": total}
     with contextlib.ExitStack() as stack:
         canaries = [stack.enter_context(bench.canary()) for _ in range(max(1, burst_cordons))]
+        out["namespaces_s"] = round(bench.namespaces(indices), 1)
+        log(f"cluster: the monitors' namespaces made in {out['namespaces_s']}s (not timed as the apply)")
         before = bench.counters()
         cpu0 = cpu_seconds(bench.operator_pid)
+        procs0 = bench.process_cpu()
         t0 = time.monotonic()
         times: list[float] = []
         watcher = threading.Thread(
@@ -492,19 +528,28 @@ def stage(
         poster.join()
         after = bench.counters()
         cpu = cpu_seconds(bench.operator_pid) - cpu0
+        procs1 = bench.process_cpu()
+        window_s = time.monotonic() - t0
     out["cordon_during_apply"] = cordons[0]
     out["cordons_during_apply"] = cordon_summary(cordons)
     log(f"cluster: cordons during apply {out['cordons_during_apply']}")
     if len(times) < total:
         raise RuntimeError(f"only {len(times)} of {total} monitors Ready after 900 s")
     new = times[-len(indices) :]
+    # from the apply's start (the namespaces were made before it); and from its end
     out["ready"] = {"all_ready_s": round(times[-1], 1), "p50_s": round(statistics.median(new), 1),
+                    "after_apply_end_s": round(times[-1] - out["apply_s"], 1),
                     "monitors_per_s": round(len(indices) / times[-1], 2)}  # fmt: skip
     # the operator's own CPU from the apply to the last Ready: at one dedicated core, how many monitors a
     # second it could make Ready (the apiserver elsewhere), which this shared machine cannot show by wall time
     out["operator_cpu"] = {"seconds": round(cpu, 1), "ms_per_monitor": round(1000 * cpu / len(indices), 1),
                            "monitors_per_core_s": round(len(indices) / cpu, 1) if cpu else None}  # fmt: skip
     out["apply_window"] = after.minus(before)
+    # where the machine's cores went from the apply's start to the last Ready: a share of one core each
+    out["apply_window_cores"] = {
+        k: round((procs1[k] - procs0[k]) / window_s, 2) for k in sorted(procs1) if k in procs0
+    }
+    log(f"cluster: cores used from the apply to the last Ready {out['apply_window_cores']}")
     out["rss_after_ready_mib"] = round(rss_bytes(bench.operator_pid) / 2**20, 1)
     log(f"cluster: all {total} Ready {out['ready']}; {out['apply_window']}")
     before = bench.counters()
