@@ -12,8 +12,8 @@ from trainguard.controller.run import configure_kopf
 def test_kopf_keeps_its_state_under_trainguards_prefix_and_posts_only_warnings() -> None:
     settings = kopf.OperatorSettings()
     configure_kopf(settings)
-    assert isinstance(settings.persistence.diffbase_storage, kopf.AnnotationsDiffBaseStorage)
-    assert settings.persistence.diffbase_storage.prefix == "trainguard.io"
+    assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
+    assert settings.persistence.progress_storage.prefix == "trainguard.io"
     assert settings.persistence.finalizer == "trainguard.io/finalizer"
     assert settings.posting.level == logging.WARNING
 

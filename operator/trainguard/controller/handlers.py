@@ -304,6 +304,12 @@ def policy_users(
     return reconciled
 
 
+MONITOR_HANDLER, POLICY_HANDLER = "monitor", "policy"
+CHANGE_HANDLERS = (MONITOR_HANDLER, POLICY_HANDLER)
+"""kopf's ids of the handlers that run on a change of a monitor or a policy: each writes the object's
+`status.observedGeneration`, which is kopf's record that the change was handled (controller/diffbase.py)."""
+
+
 def register(registry: kopf.OperatorRegistry) -> None:
     """Attach every handler of the operator to `registry`. The memo carries `kube`, `reads` (the watch
     caches), `metrics`, `receiver` and `settings` (MonitorSettings; set at startup). The sidecar
@@ -338,9 +344,9 @@ def register(registry: kopf.OperatorRegistry) -> None:
 
     # ---- monitors ----
 
-    @kopf.on.resume(*MONITORS, id="monitor", registry=registry)
-    @kopf.on.create(*MONITORS, id="monitor", registry=registry)
-    @kopf.on.update(*MONITORS, id="monitor", registry=registry)
+    @kopf.on.resume(*MONITORS, id=MONITOR_HANDLER, registry=registry)
+    @kopf.on.create(*MONITORS, id=MONITOR_HANDLER, registry=registry)
+    @kopf.on.update(*MONITORS, id=MONITOR_HANDLER, registry=registry)
     def monitor_changed(
         *,
         namespace: str | None,
@@ -360,9 +366,9 @@ def register(registry: kopf.OperatorRegistry) -> None:
     def users_of(namespace: str, name: str, index: kopf.Index[Any, str] | None) -> list[str]:
         return sorted(set(index.get((namespace, name), [])) if index else [])
 
-    @kopf.on.resume(*POLICIES, id="policy", registry=registry)
-    @kopf.on.create(*POLICIES, id="policy", registry=registry)
-    @kopf.on.update(*POLICIES, id="policy", registry=registry)
+    @kopf.on.resume(*POLICIES, id=POLICY_HANDLER, registry=registry)
+    @kopf.on.create(*POLICIES, id=POLICY_HANDLER, registry=registry)
+    @kopf.on.update(*POLICIES, id=POLICY_HANDLER, registry=registry)
     def policy_changed(
         *,
         namespace: str | None,

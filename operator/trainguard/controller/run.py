@@ -27,7 +27,16 @@ from trainguard.certs.ca import WEBHOOK_CERT_SECRET, CertPolicy, serving_names
 from trainguard.certs.secret import SelfManagedCerts
 from trainguard.certs.tls import ReloadableTLS
 from trainguard.clients.prometheus import prometheus_client
-from trainguard.controller.handlers import LOCKS, MonitorSettings, announcer, reconcile, register, resync
+from trainguard.controller.diffbase import ObservedGenerationDiffBase, ProgressAnnotations
+from trainguard.controller.handlers import (
+    CHANGE_HANDLERS,
+    LOCKS,
+    MonitorSettings,
+    announcer,
+    reconcile,
+    register,
+    resync,
+)
 from trainguard.controller.heap import TRIM_EVERY_S, HeapTrim, glibc_trim
 from trainguard.controller.in_place import InPlace
 from trainguard.controller.injection import WEBHOOK_ID, AdmissionServer, SidecarInjection
@@ -420,10 +429,10 @@ def configure_kopf(settings: kopf.OperatorSettings, workers: int | None = None) 
     """`workers`: the handlers' threads (kopf's executor; None keeps its default)."""
     if workers is not None:
         settings.execution.max_workers = workers
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="trainguard.io")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="trainguard.io", key="last-handled-configuration"
-    )
+    progress = ProgressAnnotations(prefix="trainguard.io")
+    settings.persistence.progress_storage = progress
+    # what was handled is the status the handlers wrote: kopf writes no annotation of its own a change
+    settings.persistence.diffbase_storage = ObservedGenerationDiffBase(progress, CHANGE_HANDLERS)
     settings.persistence.finalizer = "trainguard.io/finalizer"  # only to remove old ones
     # kopf's own Events only for its warnings and errors: its "Handler 'monitor' succeeded" and
     # "Creation is processed" would be two more writes per monitor change (trainguard posts Applied)
