@@ -509,7 +509,6 @@ def stage(
         out["namespaces_s"] = round(bench.namespaces(indices), 1)
         log(f"cluster: the monitors' namespaces made in {out['namespaces_s']}s (not timed as the apply)")
         before = bench.counters()
-        cpu0 = cpu_seconds(bench.operator_pid)
         procs0 = bench.process_cpu()
         t0 = time.monotonic()
         times: list[float] = []
@@ -527,8 +526,8 @@ def stage(
         watcher.join()
         poster.join()
         after = bench.counters()
-        cpu = cpu_seconds(bench.operator_pid) - cpu0
         procs1 = bench.process_cpu()
+        cpu = procs1["operator"] - procs0["operator"]
         window_s = time.monotonic() - t0
     out["cordon_during_apply"] = cordons[0]
     out["cordons_during_apply"] = cordon_summary(cordons)
