@@ -431,7 +431,7 @@ def configure_kopf(settings: kopf.OperatorSettings, workers: int | None = None) 
         settings.execution.max_workers = workers
     progress = ProgressAnnotations(prefix="trainguard.io")
     settings.persistence.progress_storage = progress
-    # what was handled is the status the handlers wrote: kopf writes no annotation of its own a change
+    # what was handled is the status the handlers wrote: kopf writes no annotation of its own per change
     settings.persistence.diffbase_storage = ObservedGenerationDiffBase(progress, CHANGE_HANDLERS)
     settings.persistence.finalizer = "trainguard.io/finalizer"  # only to remove old ones
     # kopf's own Events only for its warnings and errors: its "Handler 'monitor' succeeded" and
