@@ -75,6 +75,19 @@ def duration(text: str) -> float:
     return seconds
 
 
+def shared_rule_parts(text: str) -> int:
+    """--shared-rule-groups: a whole number of groups, 1 to render/rule_split.py's MAX_PARTS."""
+    from trainguard.catalog.rule_forms import SHARED_GROUPS_MAX as MAX_PARTS
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (1 to {MAX_PARTS})") from None
+    if not 1 <= value <= MAX_PARTS:
+        raise argparse.ArgumentTypeError(f"{value} is out of range: give 1 to {MAX_PARTS}")
+    return value
+
+
 def kube_flags(parser: argparse.ArgumentParser) -> None:
     """`--kubeconfig` and `--context`, as kubectl has them, on every verb that talks to a cluster."""
     parser.add_argument(

@@ -214,6 +214,40 @@ def test_render_shared_rule_form_writes_the_shared_group_and_its_series(
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_render_splits_the_shared_group_when_asked(promtool: str, tmp_path: Path) -> None:
+    args = ["render", "-f", QUICKSTART, "--format", "prometheus", "--rule-form", "shared"]
+    assert main([*args, "--shared-rule-groups", "3", "--out-dir", str(tmp_path)]) == 0
+    rules = yaml.safe_load((tmp_path / "rules.yml").read_text())
+    assert [g["name"] for g in rules["groups"]] == [
+        "trainguard.shared",
+        "trainguard.shared.1",
+        "trainguard.shared.2",
+    ]
+    result = subprocess.run(
+        [promtool, "check", "rules", "rules.yml"], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_split_groups_are_for_the_shared_form(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(
+            [
+                "render",
+                "-f",
+                QUICKSTART,
+                "--format",
+                "prometheus",
+                "--shared-rule-groups",
+                "2",
+                "--out-dir",
+                "x",
+            ]
+        )
+    assert exc.value.code == 2
+    assert "--rule-form shared" in capsys.readouterr().err
+
+
 def test_the_shared_rule_form_is_for_the_prometheus_format(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["render", "-f", QUICKSTART, "--rule-form", "shared"])

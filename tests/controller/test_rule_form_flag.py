@@ -85,3 +85,35 @@ def test_the_status_says_which_form_the_rules_take_and_why() -> None:
     assert rules["form"] == "own-group"
     assert [r["reason"] for r in rules["reasons"]] == ["ScrapeInterval", "DcgmBackend"]
     assert rules["reasons"][0]["message"].startswith("spec.exporter.scrapeInterval 1m")
+
+
+def test_the_shared_rule_groups_flag_is_one_by_default_and_bounded(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert build_parser().parse_args(["operator"]).shared_rule_groups == 1
+    assert build_parser().parse_args(["operator", "--shared-rule-groups", "4"]).shared_rule_groups == 4
+    for bad in ("0", "17", "two"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["operator", "--shared-rule-groups", bad])
+        assert "--shared-rule-groups" in capsys.readouterr().err
+
+
+def test_split_groups_without_the_shared_form_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args(["operator", "--shared-rule-groups", "3"])
+    with pytest.raises(SystemExit) as exc:
+        args.func(args)
+    assert exc.value.code == 2
+    assert "--rule-form shared" in capsys.readouterr().err
+
+
+def test_the_operator_applies_the_shared_rule_in_as_many_groups_as_asked() -> None:
+    kube = FakeKube()
+    opts = OperatorOptions(namespace="tg", rule_form="shared", shared_rule_groups=3)
+    apply_shared_rules(kube, opts)  # type: ignore[arg-type]
+    rule = kube.objects[("PrometheusRule", "tg", SHARED_RULE_NAME)]
+    assert [g["name"] for g in rule["spec"]["groups"]] == [
+        SHARED_GROUP,
+        f"{SHARED_GROUP}.1",
+        f"{SHARED_GROUP}.2",
+    ]
+    assert all(g["partial_response_strategy"] == "warn" for g in rule["spec"]["groups"])

@@ -52,6 +52,19 @@ def test_the_operator_accepts_every_flag_the_chart_passes(rendered: list[dict[st
     assert args.self_managed_certs or (args.webhook_cert and args.webhook_key and args.webhook_ca)
 
 
+def test_the_chart_passes_the_shared_groups_only_when_split(helm: str) -> None:
+    default = parsed_args(operator_container(objects(template(helm, "alerts.ruleForm=shared"))))
+    assert (default.rule_form, default.shared_rule_groups) == ("shared", 1)
+    sets = ("alerts.ruleForm=shared", "alerts.sharedRuleGroups=4")
+    split = parsed_args(operator_container(objects(template(helm, *sets))))
+    assert (split.rule_form, split.shared_rule_groups) == ("shared", 4)
+
+
+def test_the_schema_refuses_more_shared_groups_than_the_operator_takes(helm: str) -> None:
+    result = run_helm(helm, *template_args("alerts.sharedRuleGroups=17"), check=False)
+    assert result.returncode != 0 and "sharedRuleGroups" in result.stderr
+
+
 @pytest.mark.parametrize(
     ("sets", "image"),
     [

@@ -20,7 +20,7 @@ from trainguard.catalog.severity import GRADE, MAPPED, SEVERITY, grade_of, sever
 from trainguard.render import dump_yaml
 from trainguard.render.policy import effective_policy
 from trainguard.render.prometheus import rule_group
-from trainguard.render.shared import monitor_groups, published_series, shared_group
+from trainguard.render.shared import monitor_groups, published_series, shared_groups
 
 pytestmark = pytest.mark.tools
 
@@ -36,7 +36,11 @@ def rules(
     return {"groups": [group]}
 
 
-FORMS = ("per-monitor", "shared")
+SPLIT = "shared-split"
+SPLIT_PARTS = 4
+FORMS = ("per-monitor", "shared", SPLIT)
+"""The rule forms every case runs on: a group per monitor, the shared group, and the shared group in
+SPLIT_PARTS groups (--shared-rule-groups)."""
 OPERATOR_SCRAPE = {"namespace": "trainguard", "job": "trainguard-operator", "instance": "10.0.0.9:8081"}
 """The labels the scrape of the operator's metrics gives the series it publishes."""
 
@@ -53,12 +57,17 @@ def publisher_input(
 
 
 def shared_rules(
-    monitor_changes: dict[str, Any], severity_style: str = GRADE, **policy_changes: Any
+    monitor_changes: dict[str, Any], severity_style: str = GRADE, *, parts: int = 1, **policy_changes: Any
 ) -> dict[str, Any]:
-    """The shared group, and the test monitor's own group when the shared form gives it one."""
+    """The shared group, and the test monitor's own group when the shared form gives it one. In `parts`
+    groups (--shared-rule-groups), the first of them, which records the inputs every other group reads,
+    is put last: promtool evaluates the groups in the file's order at each step, so every other group
+    reads the inputs one evaluation late, as it may in a Prometheus, where each group keeps its own
+    schedule."""
     m = monitor(**monitor_changes)
     own = monitor_groups(m, effective_policy(m, [policy(**policy_changes)]), severity_style)
-    groups = [shared_group(severity_style), *own]
+    shared = shared_groups(severity_style, parts)
+    groups = [*shared[1:], *shared[:1], *own]
     for group in groups:
         for rule in group["rules"]:
             rule.pop("annotations", None)
@@ -72,7 +81,8 @@ def form_rules(
     publishes, for every case's input (None: nothing to add)."""
     if form == "per-monitor":
         return rules(monitor_changes, severity_style, **policy_changes), None
-    return shared_rules(monitor_changes, severity_style, **policy_changes), publisher_input(
+    parts = SPLIT_PARTS if form == SPLIT else 1
+    return shared_rules(monitor_changes, severity_style, parts=parts, **policy_changes), publisher_input(
         monitor_changes, 0, **policy_changes
     )
 

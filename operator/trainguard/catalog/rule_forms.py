@@ -13,6 +13,9 @@ from dataclasses import dataclass
 PER_MONITOR, SHARED, OWN_GROUP_FORM = "per-monitor", "shared", "own-group"
 """status.rules.form: the operator renders a group per monitor; the shared group judges the monitor;
 the operator runs the shared form and the monitor keeps a group of its own (its `reasons` say why)."""
+SHARED_GROUPS_MAX = 16
+"""--shared-rule-groups' ceiling (render/rule_split.py): more groups than the catalogue has independent
+chains of recordings stay unused."""
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import argparse
 import os
 
 from trainguard import IMAGE
-from trainguard.args import api_client, duration, fail, kube_flags, need, who
+from trainguard.args import EXIT_USAGE, api_client, duration, fail, kube_flags, need, shared_rule_parts, who
 from trainguard.catalog.kubernetes import LEMON_LABEL
 from trainguard.catalog.severity import GRADE, MAPPED_SEVERITY, STYLES
 from trainguard.controller.heap import TRIM_EVERY_S
@@ -377,6 +377,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "with each monitor's thresholds served as series on the metrics port (docs/rendering.md)",
     )
     op.add_argument(
+        "--shared-rule-groups",
+        type=shared_rule_parts,
+        default=1,
+        metavar="N",
+        help="with --rule-form shared: the shared PrometheusRule's rules in at most N groups (1 to 16, "
+        "default 1), which Prometheus evaluates in parallel; for Prometheus 2 past about 1,000 jobs",
+    )
+    op.add_argument(
         "--remediation-first-seconds",
         type=seconds_or_off,
         default=HOLD_S,
@@ -402,6 +410,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def cmd_operator(args: argparse.Namespace) -> int:
     need("operator", "kopf", "kubernetes", "pydantic", "yaml", "promql_parser", "cryptography")
+    if args.shared_rule_groups != 1 and args.rule_form != "shared":
+        fail("--shared-rule-groups splits the shared group: give --rule-form shared too", EXIT_USAGE)
     import datetime as dt
     import logging
 
@@ -459,6 +469,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
             lemons=lemons_of(args),
             severity_style=args.severity_style,
             rule_form=args.rule_form,
+            shared_rule_groups=args.shared_rule_groups,
             remediation_first_seconds=args.remediation_first_seconds,
             cert_policy=CertPolicy(
                 serving_lifetime=dt.timedelta(seconds=args.cert_duration),

@@ -162,6 +162,8 @@ class OperatorOptions:
     rule_form: str = PER_MONITOR
     """--rule-form: a rule group per monitor, or the shared group with the monitors' numbers published as
     series on the metrics port (render/shared.py, controller/rule_settings.py)."""
+    shared_rule_groups: int = 1
+    """--shared-rule-groups: the shared group's rules in at most this many groups (render/rule_split.py)."""
     cert_dir: str | None = None
     """Where the self-managed certificate files are written for the servers (default: a private tmp dir)."""
     reconcile_workers: int | None = None
@@ -448,7 +450,11 @@ def apply_shared_rules(kube: ObjectWriter, opts: OperatorOptions) -> bool:
     edited by hand is put back. Stamped with its content hash, so that a restarted operator finds it in
     place too. A failure is logged: the monitors' own groups are then what Prometheus has, and
     TrainguardMonitorSettingsMissing cannot fire either, so say it loudly. Returns whether it wrote."""
-    rule, _ = with_hash(shared_prometheus_rule(opts.namespace, opts.severity_style, opts.object_labels))
+    rule, _ = with_hash(
+        shared_prometheus_rule(
+            opts.namespace, opts.severity_style, opts.object_labels, parts=opts.shared_rule_groups
+        )
+    )
     try:
         changed = bool(kube.apply(rule))
     except Exception:

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from trainguard.args import EXIT_USAGE, fail, need
+from trainguard.args import EXIT_USAGE, fail, need, shared_rule_parts
 from trainguard.catalog.severity import GRADE, MAPPED_SEVERITY, STYLES
 from trainguard.output import DATA_FORMATS, dump, out_dir_flag, output_flag, refuse_output_path
 
@@ -47,6 +47,8 @@ def _load(files: Sequence[str]):  # type: ignore[no-untyped-def]
 
 
 def cmd_render(args: argparse.Namespace) -> int:
+    if args.shared_rule_groups != 1 and args.rule_form != "shared":
+        fail("--shared-rule-groups splits the shared group: give --rule-form shared too", EXIT_USAGE)
     docs = _load(args.file)
     from trainguard.render import dump_stream, dump_yaml, render_kubernetes, render_prometheus
 
@@ -81,6 +83,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         args.remote_write_events_url,
         severity_style=args.severity_style,
         rule_form=args.rule_form,
+        shared_rule_groups=args.shared_rule_groups,
     )
     if not args.out_dir:
         fail("--format prometheus writes several files: give a directory with --out-dir DIR", EXIT_USAGE)
@@ -218,6 +221,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         default="per-monitor",
         help="--format prometheus: one rule group per monitor (default), or one shared group whose "
         "thresholds are series, written to monitor-settings.prom (docs/rendering.md)",
+    )
+    render.add_argument(
+        "--shared-rule-groups",
+        type=shared_rule_parts,
+        default=1,
+        metavar="N",
+        help="with --rule-form shared: the shared group's rules in at most N groups (1 to 16, default 1), "
+        "which Prometheus evaluates in parallel; for Prometheus 2 past about 1,000 jobs (docs/rendering.md)",
     )
     render.add_argument(
         "--remote-write-url",

@@ -14,7 +14,7 @@ from trainguard.render.kubernetes import monitor_objects
 from trainguard.render.longterm import DEFAULT_INTERVAL, aggregate_group, remote_write
 from trainguard.render.policy import effective_policy
 from trainguard.render.prometheus import rule_group
-from trainguard.render.shared import PER_MONITOR, SHARED, exposition, monitor_groups, shared_group
+from trainguard.render.shared import PER_MONITOR, SHARED, exposition, monitor_groups, shared_groups
 
 SETTINGS_FILE = "monitor-settings.prom"
 
@@ -46,18 +46,19 @@ def render_prometheus(
     *,
     severity_style: str = GRADE,
     rule_form: str = PER_MONITOR,
+    shared_rule_groups: int = 1,
 ) -> dict[str, Any]:
     """`rules.yml` and `alertmanager.yml` for a plain Prometheus and Alertmanager, `aggregates.yml`
     (a second rule file: the long-term aggregates) and, given a URL, `remote_write.yml`: the
     remote_write section for prometheus.yml that ships only the aggregates and the alert history
     (the history to `remote_write_events_url` instead, when given, for a store that keeps it longer).
     The rules' `severity` is in `severity_style`; alertmanager.yml routes on `priority`, in any style.
-    With `rule_form` shared, rules.yml holds the shared group and the groups of the monitors it cannot
-    judge (render/shared.py), and monitor-settings.prom the series it reads, for the operator to serve
-    or any static endpoint."""
+    With `rule_form` shared, rules.yml holds the shared group (in `shared_rule_groups` groups at most)
+    and the groups of the monitors it cannot judge (render/shared.py), and monitor-settings.prom the
+    series it reads, for the operator to serve or any static endpoint."""
     pairs = [(m, effective_policy(m, docs.policies_for(m))) for m in _sorted_monitors(docs)]
     if rule_form == SHARED:
-        groups = [shared_group(severity_style)] + [
+        groups = shared_groups(severity_style, shared_rule_groups) + [
             g for m, p in pairs for g in monitor_groups(m, p, severity_style)
         ]
     else:

@@ -15,7 +15,7 @@ from trainguard.render.longterm import DEFAULT_INTERVAL, aggregate_group
 from trainguard.render.policy import EffectivePolicy
 from trainguard.render.prometheus import rule_group
 from trainguard.render.receivers import inline_secret_data
-from trainguard.render.shared import PER_MONITOR, SHARED, SHARED_RULE_NAME, monitor_groups, shared_group
+from trainguard.render.shared import PER_MONITOR, SHARED, SHARED_RULE_NAME, monitor_groups, shared_groups
 
 METRICS_PORT_NAME = "tg-metrics"
 """Name of the sidecar's container port; the PodMonitor scrapes it by name."""
@@ -82,9 +82,13 @@ def prometheus_rule(
 
 
 def shared_prometheus_rule(
-    namespace: str, severity_style: str = GRADE, object_labels: Mapping[str, str] | None = None
+    namespace: str,
+    severity_style: str = GRADE,
+    object_labels: Mapping[str, str] | None = None,
+    parts: int = 1,
 ) -> Obj:
-    """The shared group (render/shared.py), once for the cluster, in the operator's namespace."""
+    """The shared group (render/shared.py), once for the cluster, in the operator's namespace; in
+    `parts` groups at most (--shared-rule-groups)."""
     return with_labels(
         [
             {
@@ -95,7 +99,7 @@ def shared_prometheus_rule(
                     "namespace": namespace,
                     "labels": dict(MANAGED_LABELS),
                 },
-                "spec": {"groups": _rule_groups([shared_group(severity_style)])},
+                "spec": {"groups": _rule_groups(shared_groups(severity_style, parts))},
             }
         ],
         object_labels or {},

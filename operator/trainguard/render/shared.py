@@ -67,6 +67,7 @@ from trainguard.render.prometheus import (
     recording_rules,
     rule_group,
 )
+from trainguard.render.rule_split import split_group
 
 PER_MONITOR, SHARED = rule_forms.PER_MONITOR, rule_forms.SHARED
 RULE_FORMS = (PER_MONITOR, SHARED)
@@ -354,6 +355,12 @@ def shared_group(severity_style: str = GRADE) -> dict[str, Any]:
         "interval": DEFAULT_MONITOR.spec.exporter.scrape_interval,
         "rules": input_rules() + recording + alerting + [settings_missing_rule(severity_style)],
     }
+
+
+def shared_groups(severity_style: str = GRADE, parts: int = 1) -> list[dict[str, Any]]:
+    """The shared group, or its rules in at most `parts` groups that Prometheus evaluates in parallel
+    (render/rule_split.py, --shared-rule-groups)."""
+    return split_group(shared_group(severity_style), parts, inputs=len(input_rules()))
 
 
 def monitor_groups(
