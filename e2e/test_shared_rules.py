@@ -4,12 +4,16 @@ prometheus-operator turns the rule into Prometheus's rule files, and the real Pr
 job's exporters and the operator (a static scrape job, as the chart's ServiceMonitor would). A monitor
 whose policy lowers GPUMemoryCritical's threshold below the simulated GPUs' memory use is alerted by the
 shared group at that threshold (the catalogue's would not fire), and a second monitor changes series,
-not rules. The resync puts a deleted shared rule back (docs/rendering.md, the shared form).
+not rules. The resync puts a deleted shared rule back (docs/rendering.md, the shared form). Both as one
+group and split in three (--shared-rule-groups 3), where the alert's group reads the published
+thresholds recorded by another group on its own schedule.
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +25,7 @@ from e2e.cluster import OPERATOR_NS, Cluster
 from e2e.monitors import ready
 from e2e.pipeline import JOB, Monitoring, Sink, diagnostics, objects, operator_stack, start
 from tests.processes import free_port, wait_for
-from trainguard.render.shared import SHARED_RULE_NAME
+from trainguard.render.shared import SHARED_GROUP, SHARED_RULE_NAME
 
 pytestmark = pytest.mark.e2e
 
@@ -33,11 +37,15 @@ SCRAPE = "15s"
 """The default scrape interval: a monitor on another keeps a group of its own."""
 
 
-@pytest.fixture(scope="module")
-def shared_stack(cluster: Cluster) -> Iterator[tuple[Cluster, Monitoring, Sink]]:
-    """The pipeline's stack (e2e/pipeline.py) with an operator run with --rule-form shared, its metrics
-    port scraped by the stack's Prometheus. The shared rule is deleted after the operator stops, so that
-    the other modules' Prometheus (which select every namespace's rules) never load it."""
+@pytest.fixture(scope="module", params=[1, 3], ids=["one-group", "three-groups"])
+def shared_stack(
+    request: pytest.FixtureRequest, cluster: Cluster
+) -> Iterator[tuple[Cluster, Monitoring, Sink]]:
+    """The pipeline's stack (e2e/pipeline.py) with an operator run with --rule-form shared (and
+    --shared-rule-groups at the param), its metrics port scraped by the stack's Prometheus. The shared
+    rule is deleted after the operator stops, so that the other modules' Prometheus (which select every
+    namespace's rules) never load it."""
+    split = ("--shared-rule-groups", str(request.param)) if request.param > 1 else ()
     port = free_port()
     scrape = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "operator-scrape", "namespace": "monitoring"},
               "stringData": {"operator.yaml": yaml.safe_dump([{"job_name": "trainguard-operator", "scrape_interval": "1s",
@@ -45,7 +53,7 @@ def shared_stack(cluster: Cluster) -> Iterator[tuple[Cluster, Monitoring, Sink]]
     monitoring = {"objects": (scrape,), "prometheus_spec": {
         "additionalScrapeConfigs": {"name": "operator-scrape", "key": "operator.yaml"}}}  # fmt: skip
     try:
-        with operator_stack(cluster, flags=("--rule-form", "shared", "--metrics-addr", f"127.0.0.1:{port}"),
+        with operator_stack(cluster, flags=("--rule-form", "shared", *split, "--metrics-addr", f"127.0.0.1:{port}"),
                             monitoring=monitoring) as stack:  # fmt: skip
             yield stack
     finally:
@@ -69,13 +77,22 @@ def values(mon: Monitoring, promql: str) -> list[float]:
     return [float(r["value"][1]) for r in mon.query(promql)]
 
 
+def loaded_groups(mon: Monitoring) -> dict[str, list[str]]:
+    """The shared groups Prometheus has loaded, by name, with their rules' names."""
+    with urllib.request.urlopen(f"{mon.prometheus}/api/v1/rules", timeout=10) as resp:
+        groups = json.loads(resp.read())["data"]["groups"]
+    return {g["name"]: [r["name"] for r in g["rules"]] for g in groups if g["name"].startswith(SHARED_GROUP)}
+
+
 def test_a_threshold_published_as_a_series_fires_at_the_monitors_value_and_a_new_monitor_changes_no_rule(
     shared_stack: tuple[Cluster, Monitoring, Sink],
     ns: str,
     clean_nodes: None,
     tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     cluster, mon, sink = shared_stack
+    parts = request.node.callspec.params["shared_stack"]
     policy = {"alerts": [{"name": "GPUMemoryCritical", "threshold": THRESHOLD}]}
     with start(shared_stack, ns, tmp_path, policy=policy, completions=1, scrape_interval=SCRAPE) as pods:
         try:
@@ -86,6 +103,17 @@ def test_a_threshold_published_as_a_series_fires_at_the_monitors_value_and_a_new
             own = rule(cluster, ns, f"trainguard-{JOB}")
             assert [g["name"] for g in own["spec"]["groups"]] == [f"trainguard.{ns}.{JOB}.longterm"], (
                 "the monitor's own rule holds its aggregates only: the shared group judges it"
+            )
+            shared = rule(cluster, OPERATOR_NS, SHARED_RULE_NAME)
+            names = [g["name"] for g in shared["spec"]["groups"]]
+            # the groups Prometheus loaded through prometheus-operator are the operator's
+            loaded = wait_for("Prometheus loads the shared groups", lambda: (got := loaded_groups(mon)) and
+                              sorted(got) == sorted(names) and got, timeout=60)  # fmt: skip
+            home = [g for g, rules_ in loaded.items() if "GPUMemoryCritical" in rules_]
+            inputs = [g for g, rules_ in loaded.items() if "trainguard:monitor_alert_threshold" in rules_]
+            assert len(names) == parts and len(home) == 1 and len(inputs) == 1, loaded
+            assert (home == inputs) == (parts == 1), (
+                "split, the alert's group reads the thresholds another group records"
             )
             published = f'trainguard:monitor_alert_threshold{{namespace="{ns}",training_job="{JOB}",alertname="GPUMemoryCritical",param="ratio"}}'
             wait_for("the monitor's threshold published and recorded", lambda: values(mon, published) == [THRESHOLD],
