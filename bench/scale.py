@@ -141,6 +141,25 @@ def findings(result: dict[str, Any]) -> list[str]:
                            f"{conc['eval_sum_ms'] / max(seq['eval_sum_ms'], 1e-9):.2f} of it; CPU per round "
                            f"{seq['prometheus_cpu_s_per_round']:.2f} and {conc['prometheus_cpu_s_per_round']:.2f} s; "
                            f"Prometheus 2.42: {p['shared']['eval_sum_ms']:.0f} ms, interval {rules['interval']}")  # fmt: skip
+        p3 = [p for p in every if p.get("shared-3")]
+        if len(p3) > 1:
+            x3 = [p["monitors"] for p in p3]
+            c3 = [p["shared-3"]["prometheus_cpu_s_per_round"] for p in p3]
+            e3 = [p["shared-3"]["eval_sum_ms"] for p in p3]
+            out.append(f"rules on Prometheus 3 (one rule after the other), shared form from {x3[0]} to {x3[-1]} monitors: "
+                       f"CPU per round per monitor x{per_monitor_growth(x3, c3)}, evaluation per monitor "
+                       f"x{per_monitor_growth(x3, e3)} (1.0 = linear; "
+                       + ", ".join(f"{c:.2f} s" for c in c3) + f" per {rules['interval']} round at "
+                       + ", ".join(str(x) for x in x3) + ")")  # fmt: skip
+        for p in every:
+            sp, one = p.get("shared-split"), p["shared"]
+            if sp:
+                out.append(f"rules at {p['monitors']} monitors on Prometheus 2.42, the shared group in {sp['groups']} "
+                           f"groups: the slowest takes {sp['group_max_ms']:.0f} ms, all of them {sp['eval_sum_ms']:.0f} ms, "
+                           f"against {one['group_max_ms']:.0f} ms for the one group (interval {rules['interval']}); "
+                           f"iterations missed {sp['iterations_missed']:.0f} against {one['iterations_missed']:.0f}; CPU "
+                           f"per round {sp['prometheus_cpu_s_per_round']:.2f} against {one['prometheus_cpu_s_per_round']:.2f} s; "
+                           f"{sp['alert_series']} alert series against {one['alert_series']}")  # fmt: skip
     cl = result.get("cluster")
     if cl and cl.get("stages"):
         st = cl["stages"]
@@ -252,6 +271,19 @@ def print_table(result: dict[str, Any]) -> None:
                   f"{seq['prometheus_cpu_s_per_round']:>8.2f}s {seq['prometheus_rss_mib']:>4}Mi | "
                   f"{conc['eval_sum_ms']:>8.0f}ms {conc['rule_eval_sum_ms'] or 0:>7.0f}ms "
                   f"{conc['prometheus_cpu_s_per_round']:>8.2f}s {conc['prometheus_rss_mib']:>4}Mi {conc['alert_series']:>6}")  # fmt: skip
+    if rules and any("shared-split" in p for p in rules["points"]):
+        print(f"\nthe shared group on Prometheus 2.42, one group against the same rules in at most "
+              f"{rules.get('split_parts', '?')} groups (--shared-rule-groups)")  # fmt: skip
+        print(f"{'monitors':>8} | {'one group':>9} {'missed':>6} {'cpu/round':>9} {'alerts':>6} | {'groups':>6} "
+              f"{'slowest':>8} {'all':>8} {'missed':>6} {'cpu/round':>9} {'alerts':>6}")  # fmt: skip
+        for p in rules["points"]:
+            sp, one = p.get("shared-split"), p["shared"]
+            if not sp:
+                continue
+            print(f"{p['monitors']:>8} | {one['group_max_ms']:>7.0f}ms {one['iterations_missed']:>6.0f} "
+                  f"{one['prometheus_cpu_s_per_round']:>8.2f}s {one['alert_series']:>6} | {sp['groups']:>6} "
+                  f"{sp['group_max_ms']:>6.0f}ms {sp['eval_sum_ms']:>6.0f}ms {sp['iterations_missed']:>6.0f} "
+                  f"{sp['prometheus_cpu_s_per_round']:>8.2f}s {sp['alert_series']:>6}")  # fmt: skip
     for cl in result.get("clusters") or [result.get("cluster")]:
         if not cl or not cl.get("stages"):
             continue
@@ -288,6 +320,17 @@ def main() -> int:
                    help="Prometheus points with the shared form alone (default 1000,2000)")  # fmt: skip
     p.add_argument("--rule-distributed", default="100,500",
                    help="points where the shared group runs on Thanos too (default 100,500)")  # fmt: skip
+    p.add_argument(
+        "--rule-split",
+        default="2000",
+        help="points where the shared group also runs split (--shared-rule-groups) on Prometheus 2.42 (default 2000)",
+    )
+    p.add_argument(
+        "--rule-split-groups",
+        type=int,
+        default=4,
+        help="the groups the shared group is split into at --rule-split points (default 4)",
+    )
     p.add_argument("--rule-concurrent", default="",
                    help="points where the shared group also runs on Prometheus 3, one rule after the other and "
                         "with concurrent-rule-eval (default none; `make upstream-tools` builds it)")  # fmt: skip
@@ -329,18 +372,19 @@ def main() -> int:
         os.environ.pop("MALLOC_ARENA_MAX", None)
     if args.quick:
         args.monitors, args.nodes, args.pods_per_monitor, args.rule_monitors = "10,30", 40, 2, "10,30"
-        args.rule_shared_only, args.rule_distributed = "60", "30"
+        args.rule_shared_only, args.rule_distributed, args.rule_split = "60", "30", "60"
         args.resync_seconds, args.burst_cordons = 20.0, 2
     if args.steady_seconds is None:
         args.steady_seconds = 2 * args.resync_seconds + 10
     output = args.output or (None if args.quick else ROOT / "bench" / "results" / "scale.json")
     steps, shared_only = ints(args.monitors), ints(args.rule_shared_only)
-    points = sorted(set(ints(args.rule_monitors)) | set(shared_only) | set(ints(args.rule_concurrent)))
+    points = sorted(set(ints(args.rule_monitors)) | set(shared_only) | set(ints(args.rule_concurrent))
+                    | set(ints(args.rule_split)))  # fmt: skip
     wall0 = time.monotonic()
     result: dict[str, Any] = {
         "conditions": {
             "cpus": os.cpu_count(), "machine": platform.platform(), "versions": versions(),
-            "flags": " ".join(sys.argv[1:]), "monitor_steps": steps, "rule_points": points, "rule_shared_only": shared_only, "rule_distributed": ints(args.rule_distributed), "rule_concurrent": ints(args.rule_concurrent), "nodes": args.nodes,
+            "flags": " ".join(sys.argv[1:]), "monitor_steps": steps, "rule_points": points, "rule_shared_only": shared_only, "rule_distributed": ints(args.rule_distributed), "rule_concurrent": ints(args.rule_concurrent), "rule_split": ints(args.rule_split), "rule_split_groups": args.rule_split_groups, "nodes": args.nodes,
             "pods_per_monitor": args.pods_per_monitor, "rule_gpus_per_pod": args.rule_gpus_per_pod,
             "resync_s": args.resync_seconds, "rule_form": args.rule_form, "pods_s": args.pods_seconds, "burst_cordons": args.burst_cordons, "steady_window_s": args.steady_seconds,
             "load_average_at_start": list(os.getloadavg()),
@@ -359,6 +403,8 @@ def main() -> int:
             distributed_at=tuple(ints(args.rule_distributed)),
             concurrent_at=tuple(ints(args.rule_concurrent)),
             prometheus3=prometheus3(),
+            split_at=tuple(ints(args.rule_split)),
+            split_parts=args.rule_split_groups,
         )
         result["rules"]["wall_s"] = round(time.monotonic() - t, 1)
     if "cluster" not in args.skip:

@@ -47,7 +47,7 @@ from tests.exposition import scrape
 from tests.processes import free_port, start, stop, wait_http
 from trainguard.api import load_documents
 from trainguard.render.policy import effective_policy
-from trainguard.render.shared import exposition, shared_group
+from trainguard.render.shared import exposition, shared_group, shared_groups
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"
@@ -413,13 +413,20 @@ concurrent-rule-eval feature: the rules that no other rule of the group reads (t
 parallel, up to --rules.max-concurrent-evals of them, once the recordings they read are done."""
 
 
+SPLIT = "shared-split"
+"""The shared group's rules in several groups (--shared-rule-groups, render/rule_split.py) on the same
+Prometheus 2.42, which evaluates groups in parallel and the rules of a group one after the other."""
+
+
 def run(points: list[int], *, pods: int, gpus: int, nodes: int, rounds: int,
         shared_only: tuple[int, ...] = (), distributed_at: tuple[int, ...] = (),
-        concurrent_at: tuple[int, ...] = (), prometheus3: str | None = None) -> dict[str, Any]:  # fmt: skip
+        concurrent_at: tuple[int, ...] = (), prometheus3: str | None = None,
+        split_at: tuple[int, ...] = (), split_parts: int = 4) -> dict[str, Any]:  # fmt: skip
     """Per point: Prometheus with N per-monitor groups, then with the one shared group, same series. At the
     `shared_only` points only the shared group runs (N per-monitor groups would not fit this machine); at
-    the `distributed_at` points the shared group runs on Thanos too (`distributed`); at the
-    `concurrent_at` points on the `prometheus3` binary too, without and with concurrent rule evaluation."""
+    the `split_at` points the shared group in `split_parts` groups too (SPLIT); at the `distributed_at`
+    points the shared group runs on Thanos too (`distributed`); at the `concurrent_at` points on the
+    `prometheus3` binary too, without and with concurrent rule evaluation."""
     with tempfile.TemporaryDirectory(prefix="tg-scale-rules-") as tmp:
         d = Path(tmp)
         most = max((p for p in points if p not in shared_only), default=1)
@@ -432,10 +439,13 @@ def run(points: list[int], *, pods: int, gpus: int, nodes: int, rounds: int,
         out: dict[str, Any] = {
             "interval": interval, "rules_per_monitor_group": len(all_groups[0]["rules"]),
             "rules_in_shared_group": len(shared["rules"]), "metric_names": len(names), "points": [],
+            "split_parts": split_parts,
         }  # fmt: skip
         for n in points:
             row: dict[str, Any] = {"monitors": n}
             variants: tuple[str, ...] = ("shared",) if n in shared_only else ("per-monitor", "shared")
+            if n in split_at:
+                variants += (SPLIT,)
             if n in concurrent_at:
                 variants += CONCURRENT_VARIANTS
             for variant in (*variants, "distributed") if n in distributed_at else variants:
@@ -457,7 +467,8 @@ def run(points: list[int], *, pods: int, gpus: int, nodes: int, rounds: int,
                     )
                     log(f"rules: {n} monitors, distributed: {json.dumps(row[variant])}")
                     continue
-                rule_groups = all_groups[:n] if variant == "per-monitor" else [shared]
+                rule_groups = (all_groups[:n] if variant == "per-monitor"
+                               else shared_groups(parts=split_parts) if variant == SPLIT else [shared])  # fmt: skip
                 binary, flags = None, ()
                 if variant in CONCURRENT_VARIANTS:
                     if prometheus3 is None:
