@@ -108,8 +108,13 @@ class Cluster:
         (label selector `pods`) are gone: the ns fixture deletes Jobs and pods, which a running JobSet,
         TrainJob or PyTorchJob would only recreate, holding the fake GPUs the next test's gang needs."""
         for obj in self.custom.list_namespaced_custom_object(group, version, namespace, plural)["items"]:
-            self.custom.delete_namespaced_custom_object(group, version, namespace, plural, obj["metadata"]["name"],
-                                                        propagation_policy="Foreground")  # fmt: skip
+            try:
+                self.custom.delete_namespaced_custom_object(group, version, namespace, plural, obj["metadata"]["name"],
+                                                            propagation_policy="Foreground")  # fmt: skip
+            except ApiException as exc:
+                # a 404: gone between the list and the delete (its own deletion finished), as wanted
+                if exc.status != 404:
+                    raise
         wait_for(f"the {plural}' pods gone", lambda: not self.core.list_namespaced_pod(
             namespace, label_selector=pods).items, timeout=60)  # fmt: skip
 
