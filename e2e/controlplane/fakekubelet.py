@@ -273,17 +273,17 @@ class FakeKubelet:
         try:
             if name not in self.lease_versions:
                 self._read_lease(name)
-            try:
-                written = self.coord.replace_namespaced_lease(
-                    name, "kube-node-lease", self._with_rv(name, lease)
-                )
-            except ApiException as exc:
-                if exc.status != 409:  # someone else wrote it (a test's own renewer): read and write again
-                    raise
-                self._read_lease(name)
-                written = self.coord.replace_namespaced_lease(
-                    name, "kube-node-lease", self._with_rv(name, lease)
-                )
+            for attempt in (1, 2):
+                try:
+                    written = self.coord.replace_namespaced_lease(
+                        name, "kube-node-lease", self._with_rv(name, lease)
+                    )
+                    break
+                except ApiException as exc:
+                    # someone else wrote it (a test's own renewer): read it and write once more
+                    if exc.status != 409 or attempt == 2:
+                        raise
+                    self._read_lease(name)
             self.lease_versions[name] = written.metadata.resource_version
         except ApiException as exc:
             self.lease_versions.pop(name, None)
