@@ -382,7 +382,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         default=1,
         metavar="N",
         help="with --rule-form shared: the shared PrometheusRule's rules in at most N groups (1 to 16, "
-        "default 1), which Prometheus evaluates in parallel; for Prometheus 2 past about 1,000 jobs",
+        "default 1), which Prometheus evaluates in parallel, for a Prometheus 2 whose one group nears its interval",
     )
     op.add_argument(
         "--remediation-first-seconds",

@@ -228,7 +228,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         default=1,
         metavar="N",
         help="with --rule-form shared: the shared group's rules in at most N groups (1 to 16, default 1), "
-        "which Prometheus evaluates in parallel; for Prometheus 2 past about 1,000 jobs (docs/rendering.md)",
+        "which Prometheus evaluates in parallel, for a Prometheus 2 whose one group nears its interval (docs/rendering.md)",
     )
     render.add_argument(
         "--remote-write-url",
