@@ -141,6 +141,15 @@ def findings(result: dict[str, Any]) -> list[str]:
                            f"{conc['eval_sum_ms'] / max(seq['eval_sum_ms'], 1e-9):.2f} of it; CPU per round "
                            f"{seq['prometheus_cpu_s_per_round']:.2f} and {conc['prometheus_cpu_s_per_round']:.2f} s; "
                            f"Prometheus 2.42: {p['shared']['eval_sum_ms']:.0f} ms, interval {rules['interval']}")  # fmt: skip
+        for p in every:
+            t, ts = p.get("distributed"), p.get("distributed-split")
+            if t and ts:
+                out.append(f"rules on Thanos at {p['monitors']} monitors, the shared group in {rules.get('split_parts', '?')} "
+                           f"groups: the slowest takes {ts.get('group_max_ms', 0):.0f} ms against "
+                           f"{t.get('group_max_ms', t['eval_sum_ms']):.0f} ms for the one group (interval {rules['interval']}); "
+                           f"the Ruler and Query {ts['ruler_query_cpu_s_per_round']:.2f} against "
+                           f"{t['ruler_query_cpu_s_per_round']:.2f} s of CPU per round; {ts['alert_series']} alert series "
+                           f"against {t['alert_series']}")  # fmt: skip
         p3 = [p for p in every if p.get("shared-3")]
         if len(p3) > 1:
             x3 = [p["monitors"] for p in p3]
@@ -259,6 +268,19 @@ def print_table(result: dict[str, Any]) -> None:
                   f"{t['ruler_query_cpu_s_per_round']:>10.2f}s {t['receive_cpu_s_per_round']:>7.2f}s "
                   f"{t['scraper_cpu_s_per_round']:>7.2f}s {m['ruler_query']:>5}/{m['receive']:>5}/{m['scraper']:>5}Mi | "
                   f"{b['prometheus_cpu_s_per_round']:>13.2f}s {b['eval_sum_ms']:>6.0f}ms")  # fmt: skip
+    if rules and any("distributed-split" in p for p in rules["points"]):
+        print(
+            f"\nthe shared group on Thanos, one group against the same rules in at most {rules.get('split_parts', '?')} groups"
+        )
+        print(f"{'monitors':>8} | {'one group':>9} {'ruler+query':>11} {'alerts':>6} | {'slowest':>8} {'all':>8} "
+              f"{'ruler+query':>11} {'alerts':>6}")  # fmt: skip
+        for p in rules["points"]:
+            t, ts = p.get("distributed"), p.get("distributed-split")
+            if not (t and ts):
+                continue
+            print(f"{p['monitors']:>8} | {t['eval_sum_ms']:>7.0f}ms {t['ruler_query_cpu_s_per_round']:>10.2f}s "
+                  f"{t['alert_series']:>6} | {ts['group_max_ms']:>6.0f}ms {ts['eval_sum_ms']:>6.0f}ms "
+                  f"{ts['ruler_query_cpu_s_per_round']:>10.2f}s {ts['alert_series']:>6}")  # fmt: skip
     if rules and any("shared-3" in p for p in rules["points"]):
         print("\nthe shared group on Prometheus 3, one rule after the other and with concurrent-rule-eval")
         print(f"{'monitors':>8} | {'P2.42 eval':>10} | {'P3 eval':>8} {'cpu/round':>9} {'rss':>6} | "
@@ -331,6 +353,12 @@ def main() -> int:
         default=4,
         help="the groups the shared group is split into at --rule-split points (default 4)",
     )
+    p.add_argument(
+        "--rule-rounds",
+        type=int,
+        default=2,
+        help="evaluation rounds read per rule variant, CPU averaged over them (default 2)",
+    )
     p.add_argument("--rule-concurrent", default="",
                    help="points where the shared group also runs on Prometheus 3, one rule after the other and "
                         "with concurrent-rule-eval (default none; `make upstream-tools` builds it)")  # fmt: skip
@@ -372,7 +400,7 @@ def main() -> int:
         os.environ.pop("MALLOC_ARENA_MAX", None)
     if args.quick:
         args.monitors, args.nodes, args.pods_per_monitor, args.rule_monitors = "10,30", 40, 2, "10,30"
-        args.rule_shared_only, args.rule_distributed, args.rule_split = "60", "30", "60"
+        args.rule_shared_only, args.rule_distributed, args.rule_split = "60", "30", "30,60"
         args.resync_seconds, args.burst_cordons = 20.0, 2
     if args.steady_seconds is None:
         args.steady_seconds = 2 * args.resync_seconds + 10
@@ -384,7 +412,7 @@ def main() -> int:
     result: dict[str, Any] = {
         "conditions": {
             "cpus": os.cpu_count(), "machine": platform.platform(), "versions": versions(),
-            "flags": " ".join(sys.argv[1:]), "monitor_steps": steps, "rule_points": points, "rule_shared_only": shared_only, "rule_distributed": ints(args.rule_distributed), "rule_concurrent": ints(args.rule_concurrent), "rule_split": ints(args.rule_split), "rule_split_groups": args.rule_split_groups, "nodes": args.nodes,
+            "flags": " ".join(sys.argv[1:]), "monitor_steps": steps, "rule_points": points, "rule_shared_only": shared_only, "rule_distributed": ints(args.rule_distributed), "rule_concurrent": ints(args.rule_concurrent), "rule_split": ints(args.rule_split), "rule_split_groups": args.rule_split_groups, "rule_rounds": args.rule_rounds, "nodes": args.nodes,
             "pods_per_monitor": args.pods_per_monitor, "rule_gpus_per_pod": args.rule_gpus_per_pod,
             "resync_s": args.resync_seconds, "rule_form": args.rule_form, "pods_s": args.pods_seconds, "burst_cordons": args.burst_cordons, "steady_window_s": args.steady_seconds,
             "load_average_at_start": list(os.getloadavg()),
@@ -398,7 +426,7 @@ def main() -> int:
             pods=args.pods_per_monitor,
             gpus=args.rule_gpus_per_pod,
             nodes=args.nodes,
-            rounds=2,
+            rounds=args.rule_rounds,
             shared_only=tuple(shared_only),
             distributed_at=tuple(ints(args.rule_distributed)),
             concurrent_at=tuple(ints(args.rule_concurrent)),

@@ -344,12 +344,15 @@ def measure_distributed(thanos: Any, scraper: str, targets: int, *, n: int, inte
     eval_urls = [thanos.rule, thanos.query]
     receive_urls = [r.http for r in thanos.receivers]
     durations: list[float] = []
+    slowest: list[float] = []
     marks = []
     for r in range(rounds + 1):
         s = scrape(thanos.rule)
         if r:
-            durations.append(sum(v for lbl, v in s["prometheus_rule_group_last_duration_seconds"]
-                                 if lbl.get("rule_group", "").find("warmup") < 0))  # fmt: skip
+            groups = [v for lbl, v in s["prometheus_rule_group_last_duration_seconds"]
+                      if lbl.get("rule_group", "").find("warmup") < 0]  # fmt: skip
+            durations.append(sum(groups))
+            slowest.append(max(groups, default=0.0))
         marks.append((_cpu_rss(eval_urls), _cpu_rss(receive_urls), _cpu_rss([scraper])))
         if r < rounds:
             time.sleep(interval_s)
@@ -358,6 +361,7 @@ def measure_distributed(thanos: Any, scraper: str, targets: int, *, n: int, inte
     return {
         "series": int(_query(thanos.query, 'count({__name__=~".+"})')[0]["value"][1]) if alerts else 0,
         "eval_sum_ms": round(1000 * statistics.mean(durations), 1),
+        "group_max_ms": round(1000 * statistics.mean(slowest), 1),
         "ruler_query_cpu_s_per_round": round((e1 - e0) / rounds, 2),
         "receive_cpu_s_per_round": round((r1 - r0) / rounds, 2),
         "scraper_cpu_s_per_round": round((s1 - s0) / rounds, 2),
@@ -378,19 +382,18 @@ class _Sink(BaseHTTPRequestHandler):
         pass
 
 
-def distributed(shared: dict[str, Any], render: dict[str, Callable[[float], str]], workdir: Path, *, interval: str,
-                n: int, rounds: int) -> dict[str, Any]:  # fmt: skip
-    """The shared group evaluated by Thanos (e2e/thanos.py: 3 Receive nodes, replication factor 2, Query,
-    Ruler), the series remote-written by a Prometheus that scrapes the same targets and evaluates nothing."""
+def distributed(shared: list[dict[str, Any]], render: dict[str, Callable[[float], str]], workdir: Path, *,
+                interval: str, n: int, rounds: int) -> dict[str, Any]:  # fmt: skip
+    """The shared group (or its split groups) evaluated by Thanos (e2e/thanos.py: 3 Receive nodes,
+    replication factor 2, Query, Ruler), the series remote-written by a Prometheus that scrapes the same
+    targets and evaluates nothing."""
     from e2e.thanos import thanos_binary, thanos_stack  # noqa: PLC0415 - only this variant needs Thanos
 
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    group = {
-        **shared,
-        "partial_response_strategy": "warn",
-    }  # as every PrometheusRule group (docs/distributed.md)
-    (workdir / "rules.yml").write_text(json.dumps({"groups": [group]}))
+    # as every PrometheusRule group (docs/distributed.md)
+    groups = [{**g, "partial_response_strategy": "warn"} for g in shared]
+    (workdir / "rules.yml").write_text(json.dumps({"groups": groups}))
     sink = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
     threading.Thread(target=sink.serve_forever, daemon=True).start()
     try:
@@ -416,6 +419,8 @@ parallel, up to --rules.max-concurrent-evals of them, once the recordings they r
 SPLIT = "shared-split"
 """The shared group's rules in several groups (--shared-rule-groups, render/rule_split.py) on the same
 Prometheus 2.42, which evaluates groups in parallel and the rules of a group one after the other."""
+DISTRIBUTED, DISTRIBUTED_SPLIT = "distributed", "distributed-split"
+"""The shared group on Thanos, and at the points where the split runs too, its split groups there."""
 
 
 def run(points: list[int], *, pods: int, gpus: int, nodes: int, rounds: int,
@@ -425,7 +430,8 @@ def run(points: list[int], *, pods: int, gpus: int, nodes: int, rounds: int,
     """Per point: Prometheus with N per-monitor groups, then with the one shared group, same series. At the
     `shared_only` points only the shared group runs (N per-monitor groups would not fit this machine); at
     the `split_at` points the shared group in `split_parts` groups too (SPLIT); at the `distributed_at`
-    points the shared group runs on Thanos too (`distributed`); at the `concurrent_at` points on the
+    points the shared group runs on Thanos too (`distributed`, and split where `split_at` has the
+    point too); at the `concurrent_at` points on the
     `prometheus3` binary too, without and with concurrent rule evaluation."""
     with tempfile.TemporaryDirectory(prefix="tg-scale-rules-") as tmp:
         d = Path(tmp)
@@ -448,7 +454,9 @@ def run(points: list[int], *, pods: int, gpus: int, nodes: int, rounds: int,
                 variants += (SPLIT,)
             if n in concurrent_at:
                 variants += CONCURRENT_VARIANTS
-            for variant in (*variants, "distributed") if n in distributed_at else variants:
+            if n in distributed_at:
+                variants += (DISTRIBUTED, DISTRIBUTED_SPLIT) if n in split_at else (DISTRIBUTED,)
+            for variant in variants:
                 bodies = {
                     str(i): job_exposition(i, names, pods=pods, gpus=gpus, nodes=nodes) for i in range(n)
                 }
@@ -460,12 +468,13 @@ def run(points: list[int], *, pods: int, gpus: int, nodes: int, rounds: int,
                 if variant != "per-monitor":
                     operator = published(n)
                     render["operator"] = lambda _t, body=operator: body
-                if variant == "distributed":
-                    log(f"rules: {n} monitors, distributed: starting Thanos and its scraper")
+                if variant in (DISTRIBUTED, DISTRIBUTED_SPLIT):
+                    log(f"rules: {n} monitors, {variant}: starting Thanos and its scraper")
+                    on = shared_groups(parts=split_parts) if variant == DISTRIBUTED_SPLIT else [shared]
                     row[variant] = distributed(
-                        shared, render, d / f"{variant}-{n}", interval=interval, n=n, rounds=rounds
+                        on, render, d / f"{variant}-{n}", interval=interval, n=n, rounds=rounds
                     )
-                    log(f"rules: {n} monitors, distributed: {json.dumps(row[variant])}")
+                    log(f"rules: {n} monitors, {variant}: {json.dumps(row[variant])}")
                     continue
                 rule_groups = (all_groups[:n] if variant == "per-monitor"
                                else shared_groups(parts=split_parts) if variant == SPLIT else [shared])  # fmt: skip

@@ -3,12 +3,19 @@ operator target serves for the shared group, the synthetic series, and how it co
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import promql_parser
 import pytest
-from bench.scale import image_malloc_arena_max, per_monitor_growth, remediation_first_findings
+from bench.scale import (
+    findings,
+    image_malloc_arena_max,
+    per_monitor_growth,
+    print_table,
+    remediation_first_findings,
+)
 from bench.scenarios.scale_cluster import Counters
 from bench.scenarios.scale_rules import (
     groups,
@@ -152,3 +159,29 @@ def test_the_remediation_first_variants_are_compared_step_by_step() -> None:
 
 def test_the_operator_is_measured_with_the_images_malloc_arenas() -> None:
     assert image_malloc_arena_max() == "2", "the Dockerfile's ENV, which the bench gives the operator"
+
+
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
+
+
+def test_the_split_and_prometheus_3_findings_are_read_from_the_figures(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    result = json.loads((RESULTS / "scale-rules-split.json").read_text())
+    said = findings(result)
+    split = [f for f in said if "the shared group in 4 groups" in f]
+    assert len(split) == 3 and "the slowest takes 7929 ms" in split[-1] and "against 13966 ms" in split[-1]
+    assert any(
+        f.startswith("rules on Prometheus 3 (one rule after the other)") and "x1.03" in f for f in said
+    )
+    point = result["rules"]["points"][-1]
+    point["distributed"] = {"eval_sum_ms": 20000.0, "group_max_ms": 20000.0, "ruler_query_cpu_s_per_round": 9.0,
+                            "receive_cpu_s_per_round": 15.0, "scraper_cpu_s_per_round": 1.0, "alert_series": 2000,
+                            "rss_mib": {"ruler_query": 1, "receive": 1, "scraper": 1}}  # fmt: skip
+    point["distributed-split"] = {**point["distributed"], "group_max_ms": 8000.0, "eval_sum_ms": 24000.0}
+    [thanos] = [
+        f for f in findings(result) if f.startswith("rules on Thanos at 2000 monitors, the shared group in")
+    ]
+    assert "the slowest takes 8000 ms against 20000 ms" in thanos
+    print_table(result)
+    assert "one group against the same rules in at most 4 groups" in capsys.readouterr().out
