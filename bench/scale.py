@@ -132,24 +132,20 @@ def findings(result: dict[str, Any]) -> list[str]:
                            f"scrapes; Receive {t['receive_cpu_s_per_round']:.2f} s, the scraper "
                            f"{t['scraper_cpu_s_per_round']:.2f} s; {t['alert_series']} alert series "
                            f"(one Prometheus: {b['alert_series']})")  # fmt: skip
-        for p in every:
-            seq, conc = p.get("shared-3"), p.get("shared-3-concurrent")
-            if seq and conc:
-                out.append(f"rules at {p['monitors']} monitors on Prometheus 3: the shared group takes "
-                           f"{seq['eval_sum_ms']:.0f} ms one rule after the other, {conc['eval_sum_ms']:.0f} ms with "
-                           f"concurrent-rule-eval (its rules' own times sum to {conc['rule_eval_sum_ms'] or 0:.0f} ms), "
-                           f"{conc['eval_sum_ms'] / max(seq['eval_sum_ms'], 1e-9):.2f} of it; CPU per round "
-                           f"{seq['prometheus_cpu_s_per_round']:.2f} and {conc['prometheus_cpu_s_per_round']:.2f} s; "
-                           f"Prometheus 2.42: {p['shared']['eval_sum_ms']:.0f} ms, interval {rules['interval']}")  # fmt: skip
-        for p in every:
-            t, ts = p.get("distributed"), p.get("distributed-split")
-            if t and ts:
-                out.append(f"rules on Thanos at {p['monitors']} monitors, the shared group in {rules.get('split_parts', '?')} "
-                           f"groups: the slowest takes {ts.get('group_max_ms', 0):.0f} ms against "
-                           f"{t.get('group_max_ms', t['eval_sum_ms']):.0f} ms for the one group (interval {rules['interval']}); "
-                           f"the Ruler and Query {ts['ruler_query_cpu_s_per_round']:.2f} against "
-                           f"{t['ruler_query_cpu_s_per_round']:.2f} s of CPU per round; {ts['alert_series']} alert series "
-                           f"against {t['alert_series']}")  # fmt: skip
+        for p, seq, conc in both(rules, "shared-3", "shared-3-concurrent"):
+            out.append(f"rules at {p['monitors']} monitors on Prometheus 3: the shared group takes "
+                       f"{seq['eval_sum_ms']:.0f} ms one rule after the other, {conc['eval_sum_ms']:.0f} ms with "
+                       f"concurrent-rule-eval (its rules' own times sum to {conc['rule_eval_sum_ms'] or 0:.0f} ms), "
+                       f"{conc['eval_sum_ms'] / max(seq['eval_sum_ms'], 1e-9):.2f} of it; CPU per round "
+                       f"{seq['prometheus_cpu_s_per_round']:.2f} and {conc['prometheus_cpu_s_per_round']:.2f} s; "
+                       f"Prometheus 2.42: {p['shared']['eval_sum_ms']:.0f} ms, interval {rules['interval']}")  # fmt: skip
+        for p, t, ts in both(rules, "distributed", "distributed-split"):
+            out.append(f"rules on Thanos at {p['monitors']} monitors, the shared group in {rules.get('split_parts', '?')} "
+                       f"groups: the slowest takes {ts.get('group_max_ms', 0):.0f} ms against "
+                       f"{t.get('group_max_ms', t['eval_sum_ms']):.0f} ms for the one group (interval {rules['interval']}); "
+                       f"the Ruler and Query {ts['ruler_query_cpu_s_per_round']:.2f} against "
+                       f"{t['ruler_query_cpu_s_per_round']:.2f} s of CPU per round; {ts['alert_series']} alert series "
+                       f"against {t['alert_series']}")  # fmt: skip
         p3 = [p for p in every if p.get("shared-3")]
         if len(p3) > 1:
             x3 = [p["monitors"] for p in p3]
@@ -160,15 +156,13 @@ def findings(result: dict[str, Any]) -> list[str]:
                        f"x{per_monitor_growth(x3, e3)} (1.0 = linear; "
                        + ", ".join(f"{c:.2f} s" for c in c3) + f" per {rules['interval']} round at "
                        + ", ".join(str(x) for x in x3) + ")")  # fmt: skip
-        for p in every:
-            sp, one = p.get("shared-split"), p["shared"]
-            if sp:
-                out.append(f"rules at {p['monitors']} monitors on Prometheus 2.42, the shared group in {sp['groups']} "
-                           f"groups: the slowest takes {sp['group_max_ms']:.0f} ms, all of them {sp['eval_sum_ms']:.0f} ms, "
-                           f"against {one['group_max_ms']:.0f} ms for the one group (interval {rules['interval']}); "
-                           f"iterations missed {sp['iterations_missed']:.0f} against {one['iterations_missed']:.0f}; CPU "
-                           f"per round {sp['prometheus_cpu_s_per_round']:.2f} against {one['prometheus_cpu_s_per_round']:.2f} s; "
-                           f"{sp['alert_series']} alert series against {one['alert_series']}")  # fmt: skip
+        for p, one, sp in both(rules, "shared", "shared-split"):
+            out.append(f"rules at {p['monitors']} monitors on Prometheus 2.42, the shared group in {sp['groups']} "
+                       f"groups: the slowest takes {sp['group_max_ms']:.0f} ms, all of them {sp['eval_sum_ms']:.0f} ms, "
+                       f"against {one['group_max_ms']:.0f} ms for the one group (interval {rules['interval']}); "
+                       f"iterations missed {sp['iterations_missed']:.0f} against {one['iterations_missed']:.0f}; CPU "
+                       f"per round {sp['prometheus_cpu_s_per_round']:.2f} against {one['prometheus_cpu_s_per_round']:.2f} s; "
+                       f"{sp['alert_series']} alert series against {one['alert_series']}")  # fmt: skip
     cl = result.get("cluster")
     if cl and cl.get("stages"):
         st = cl["stages"]
@@ -240,6 +234,13 @@ def burst_cell(stage: dict[str, Any]) -> str:
     return f"{b['p50_s']}/{b['max_s']}s ({b['samples']})"
 
 
+def both(
+    rules: dict[str, Any], a: str, b: str
+) -> list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
+    """The points where variants `a` and `b` both ran, each with the two readings."""
+    return [(p, p[a], p[b]) for p in rules["points"] if p.get(a) and p.get(b)]
+
+
 def print_table(result: dict[str, Any]) -> None:
     rules = result.get("rules")
     if rules:
@@ -274,10 +275,7 @@ def print_table(result: dict[str, Any]) -> None:
         )
         print(f"{'monitors':>8} | {'one group':>9} {'ruler+query':>11} {'alerts':>6} | {'slowest':>8} {'all':>8} "
               f"{'ruler+query':>11} {'alerts':>6}")  # fmt: skip
-        for p in rules["points"]:
-            t, ts = p.get("distributed"), p.get("distributed-split")
-            if not (t and ts):
-                continue
+        for p, t, ts in both(rules, "distributed", "distributed-split"):
             print(f"{p['monitors']:>8} | {t['eval_sum_ms']:>7.0f}ms {t['ruler_query_cpu_s_per_round']:>10.2f}s "
                   f"{t['alert_series']:>6} | {ts['group_max_ms']:>6.0f}ms {ts['eval_sum_ms']:>6.0f}ms "
                   f"{ts['ruler_query_cpu_s_per_round']:>10.2f}s {ts['alert_series']:>6}")  # fmt: skip
@@ -285,10 +283,7 @@ def print_table(result: dict[str, Any]) -> None:
         print("\nthe shared group on Prometheus 3, one rule after the other and with concurrent-rule-eval")
         print(f"{'monitors':>8} | {'P2.42 eval':>10} | {'P3 eval':>8} {'cpu/round':>9} {'rss':>6} | "
               f"{'concurrent':>10} {'rules sum':>9} {'cpu/round':>9} {'rss':>6} {'alerts':>6}")  # fmt: skip
-        for p in rules["points"]:
-            seq, conc = p.get("shared-3"), p.get("shared-3-concurrent")
-            if not (seq and conc):
-                continue
+        for p, seq, conc in both(rules, "shared-3", "shared-3-concurrent"):
             print(f"{p['monitors']:>8} | {p['shared']['eval_sum_ms']:>8.0f}ms | {seq['eval_sum_ms']:>6.0f}ms "
                   f"{seq['prometheus_cpu_s_per_round']:>8.2f}s {seq['prometheus_rss_mib']:>4}Mi | "
                   f"{conc['eval_sum_ms']:>8.0f}ms {conc['rule_eval_sum_ms'] or 0:>7.0f}ms "
@@ -298,10 +293,7 @@ def print_table(result: dict[str, Any]) -> None:
               f"{rules.get('split_parts', '?')} groups (--shared-rule-groups)")  # fmt: skip
         print(f"{'monitors':>8} | {'one group':>9} {'missed':>6} {'cpu/round':>9} {'alerts':>6} | {'groups':>6} "
               f"{'slowest':>8} {'all':>8} {'missed':>6} {'cpu/round':>9} {'alerts':>6}")  # fmt: skip
-        for p in rules["points"]:
-            sp, one = p.get("shared-split"), p["shared"]
-            if not sp:
-                continue
+        for p, one, sp in both(rules, "shared", "shared-split"):
             print(f"{p['monitors']:>8} | {one['group_max_ms']:>7.0f}ms {one['iterations_missed']:>6.0f} "
                   f"{one['prometheus_cpu_s_per_round']:>8.2f}s {one['alert_series']:>6} | {sp['groups']:>6} "
                   f"{sp['group_max_ms']:>6.0f}ms {sp['eval_sum_ms']:>6.0f}ms {sp['iterations_missed']:>6.0f} "
