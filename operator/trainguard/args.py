@@ -76,16 +76,26 @@ def duration(text: str) -> float:
 
 
 def shared_rule_parts(text: str) -> int:
-    """--shared-rule-groups: a whole number of groups, 1 to render/rule_split.py's MAX_PARTS."""
-    from trainguard.catalog.rule_forms import SHARED_GROUPS_MAX as MAX_PARTS
+    """--shared-rule-groups: a whole number of groups, 1 to SHARED_GROUPS_MAX."""
+    from trainguard.catalog.rule_forms import SHARED_GROUPS_MAX
 
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (1 to {MAX_PARTS})") from None
-    if not 1 <= value <= MAX_PARTS:
-        raise argparse.ArgumentTypeError(f"{value} is out of range: give 1 to {MAX_PARTS}")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a whole number (1 to {SHARED_GROUPS_MAX})"
+        ) from None
+    if not 1 <= value <= SHARED_GROUPS_MAX:
+        raise argparse.ArgumentTypeError(f"{value} is out of range: give 1 to {SHARED_GROUPS_MAX}")
     return value
+
+
+def refuse_split_without_shared_form(args: argparse.Namespace) -> None:
+    """--shared-rule-groups splits the shared group, so any other --rule-form is a usage error."""
+    from trainguard.catalog.rule_forms import SHARED
+
+    if args.shared_rule_groups != 1 and args.rule_form != SHARED:
+        fail("--shared-rule-groups splits the shared group: give --rule-form shared too", EXIT_USAGE)
 
 
 def kube_flags(parser: argparse.ArgumentParser) -> None:

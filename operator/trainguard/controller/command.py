@@ -6,7 +6,16 @@ import argparse
 import os
 
 from trainguard import IMAGE
-from trainguard.args import EXIT_USAGE, api_client, duration, fail, kube_flags, need, shared_rule_parts, who
+from trainguard.args import (
+    api_client,
+    duration,
+    fail,
+    kube_flags,
+    need,
+    refuse_split_without_shared_form,
+    shared_rule_parts,
+    who,
+)
 from trainguard.catalog.kubernetes import LEMON_LABEL
 from trainguard.catalog.severity import GRADE, MAPPED_SEVERITY, STYLES
 from trainguard.controller.heap import TRIM_EVERY_S
@@ -410,8 +419,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def cmd_operator(args: argparse.Namespace) -> int:
     need("operator", "kopf", "kubernetes", "pydantic", "yaml", "promql_parser", "cryptography")
-    if args.shared_rule_groups != 1 and args.rule_form != "shared":
-        fail("--shared-rule-groups splits the shared group: give --rule-form shared too", EXIT_USAGE)
+    refuse_split_without_shared_form(args)
     import datetime as dt
     import logging
 

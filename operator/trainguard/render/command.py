@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from trainguard.args import EXIT_USAGE, fail, need, shared_rule_parts
+from trainguard.args import EXIT_USAGE, fail, need, refuse_split_without_shared_form, shared_rule_parts
 from trainguard.catalog.severity import GRADE, MAPPED_SEVERITY, STYLES
 from trainguard.output import DATA_FORMATS, dump, out_dir_flag, output_flag, refuse_output_path
 
@@ -47,8 +47,7 @@ def _load(files: Sequence[str]):  # type: ignore[no-untyped-def]
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    if args.shared_rule_groups != 1 and args.rule_form != "shared":
-        fail("--shared-rule-groups splits the shared group: give --rule-form shared too", EXIT_USAGE)
+    refuse_split_without_shared_form(args)
     docs = _load(args.file)
     from trainguard.render import dump_stream, dump_yaml, render_kubernetes, render_prometheus
 
