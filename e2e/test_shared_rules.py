@@ -6,7 +6,9 @@ whose policy lowers GPUMemoryCritical's threshold below the simulated GPUs' memo
 shared group at that threshold (the catalogue's would not fire), and a second monitor changes series,
 not rules. The resync puts a deleted shared rule back (docs/rendering.md, the shared form). Both as one
 group and split in three (--shared-rule-groups 3), where the alert's group reads the published
-thresholds recorded by another group on its own schedule.
+thresholds recorded by another group on its own schedule. As one group the alert's annotations look
+nothing up (the default); split, they are run with --shared-annotation-lookups and carry the run's trace
+id and the log window around the activation, looked up by the real Prometheus.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import copy
 import json
 import urllib.request
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +40,7 @@ SCRAPE = "15s"
 """The default scrape interval: a monitor on another keeps a group of its own."""
 
 
-@pytest.fixture(scope="module", params=[1, 3], ids=["one-group", "three-groups"])
+@pytest.fixture(scope="module", params=[1, 3], ids=["one-group", "three-groups-lookups"])
 def shared_stack(
     request: pytest.FixtureRequest, cluster: Cluster
 ) -> Iterator[tuple[Cluster, Monitoring, Sink]]:
@@ -45,7 +48,11 @@ def shared_stack(
     --shared-rule-groups at the param), its metrics port scraped by the stack's Prometheus. The shared
     rule is deleted after the operator stops, so that the other modules' Prometheus (which select every
     namespace's rules) never load it."""
-    split = ("--shared-rule-groups", str(request.param)) if request.param > 1 else ()
+    split = (
+        ("--shared-rule-groups", str(request.param), "--shared-annotation-lookups")
+        if request.param > 1
+        else ()
+    )
     port = free_port()
     scrape = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "operator-scrape", "namespace": "monitoring"},
               "stringData": {"operator.yaml": yaml.safe_dump([{"job_name": "trainguard-operator", "scrape_interval": "1s",
@@ -127,6 +134,22 @@ def test_a_threshold_published_as_a_series_fires_at_the_monitors_value_and_a_new
             (alert, *_) = wait_for("GPUMemoryCritical firing at the monitor's threshold", lambda: mon.firing(
                 "GPUMemoryCritical", namespace=ns, training_job=JOB), timeout=75)  # fmt: skip
             assert alert["labels"]["priority"] == "P1", alert
+            pod = alert["labels"]["pod"]
+            if parts == 1:
+                notes = alert["annotations"]
+                assert not {"trace_id", "log_window", "logs_command", "nodes"} & set(notes), notes
+                assert notes["log_query"] == f'{{namespace="{ns}",pod="{pod}"}}', notes
+                assert notes["report_command"].startswith(f"trainguard report --monitor {ns}/{JOB} "), notes
+            else:  # looked up: the trace id of the pod's sidecar, the window from ALERTS_FOR_STATE
+                (alert, *_) = wait_for("the alert's log window looked up", lambda: [a for a in mon.firing(
+                    "GPUMemoryCritical", namespace=ns, training_job=JOB, pod=pod)
+                    if a["annotations"].get("log_window", "").startswith("start=1")], timeout=45)  # fmt: skip
+                notes = alert["annotations"]
+                (info,) = mon.query(f'trainguard_exporter_info{{namespace="{ns}",pod="{pod}"}}')
+                assert notes["trace_id"] == info["metric"]["trace_id"] != "", (notes, info)
+                active = datetime.fromisoformat(alert["activeAt"].replace("Z", "+00:00")).timestamp()
+                start_s, end_s = (int(part.split("=")[1]) for part in notes["log_window"].split())
+                assert abs(start_s - (active - 30)) <= 1 and abs(end_s - (active + 30)) <= 1, (notes, active)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{diagnostics(cluster, mon, pods, ns, sink)}") from None
 

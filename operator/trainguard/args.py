@@ -90,12 +90,30 @@ def shared_rule_parts(text: str) -> int:
     return value
 
 
-def refuse_split_without_shared_form(args: argparse.Namespace) -> None:
-    """--shared-rule-groups splits the shared group, so any other --rule-form is a usage error."""
+def refuse_shared_options_without_shared_form(args: argparse.Namespace) -> None:
+    """--shared-rule-groups and --shared-annotation-lookups shape the shared group, so with any other
+    --rule-form they are a usage error (a per-monitor group always looks its annotations up)."""
     from trainguard.catalog.rule_forms import SHARED
 
-    if args.shared_rule_groups != 1 and args.rule_form != SHARED:
+    if args.rule_form == SHARED:
+        return
+    if args.shared_rule_groups != 1:
         fail("--shared-rule-groups splits the shared group: give --rule-form shared too", EXIT_USAGE)
+    if args.shared_annotation_lookups:
+        fail(
+            "--shared-annotation-lookups is of the shared group (a per-monitor group always looks its "
+            "annotations up): give --rule-form shared too, or leave it out",
+            EXIT_USAGE,
+        )
+
+
+LOOKUPS_HELP = (
+    "with --rule-form shared: its alerts' annotations also look up the run's trace id, the job's pods "
+    "and nodes and the +-30 s log window around the activation, as the per-monitor groups' do; "
+    "Prometheus runs those queries for every active alert at every evaluation, 6 to 21 ms an alert, so "
+    "in a storm of 1,000 alerts they cost more than the rules (default: off; `trainguard report` looks "
+    "them up on demand; docs/rendering.md)"
+)
 
 
 def kube_flags(parser: argparse.ArgumentParser) -> None:

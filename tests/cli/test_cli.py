@@ -248,6 +248,26 @@ def test_split_groups_are_for_the_shared_form(capsys: pytest.CaptureFixture[str]
     assert "--rule-form shared" in capsys.readouterr().err
 
 
+def test_render_looks_the_shared_annotations_up_only_when_asked(tmp_path: Path) -> None:
+    args = ["render", "-f", QUICKSTART, "--format", "prometheus", "--rule-form", "shared"]
+    for flags, looked_up in (((), False), (("--shared-annotation-lookups",), True)):
+        out = tmp_path / str(looked_up)
+        assert main([*args, *flags, "--out-dir", str(out)]) == 0
+        rules = yaml.safe_load((out / "rules.yml").read_text())
+        shared = next(g for g in rules["groups"] if g["name"] == "trainguard.shared")
+        thermal = next(r for r in shared["rules"] if r.get("alert") == "GPUThermalThrottling")
+        assert ("| query" in thermal["annotations"].get("trace_id", "")) is looked_up, flags
+
+
+def test_shared_annotation_lookups_are_for_the_shared_form(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["render", "-f", QUICKSTART, "--format", "prometheus", "--shared-annotation-lookups",
+              "--out-dir", "x"])  # fmt: skip
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--shared-annotation-lookups" in err and "--rule-form shared" in err
+
+
 def test_the_shared_rule_form_is_for_the_prometheus_format(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["render", "-f", QUICKSTART, "--rule-form", "shared"])

@@ -106,6 +106,28 @@ def test_split_groups_without_the_shared_form_are_refused(capsys: pytest.Capture
     assert "--rule-form shared" in capsys.readouterr().err
 
 
+def test_shared_annotation_lookups_without_the_shared_form_are_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = build_parser().parse_args(["operator", "--shared-annotation-lookups"])
+    with pytest.raises(SystemExit) as exc:
+        args.func(args)
+    assert exc.value.code == 2
+    assert "--rule-form shared" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("lookups", [False, True])
+def test_the_operator_looks_the_shared_annotations_up_only_when_asked(lookups: bool) -> None:
+    assert build_parser().parse_args(["operator"]).shared_annotation_lookups is False
+    kube = FakeKube()
+    apply_shared_rules(
+        kube, OperatorOptions(namespace="tg", rule_form="shared", shared_annotation_lookups=lookups)
+    )  # type: ignore[arg-type]
+    rule = kube.objects[("PrometheusRule", "tg", SHARED_RULE_NAME)]
+    notes = [r["annotations"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    assert any("| query" in v for n in notes for v in n.values()) is lookups
+
+
 def test_the_operator_applies_the_shared_rule_in_as_many_groups_as_asked() -> None:
     kube = FakeKube()
     opts = OperatorOptions(namespace="tg", rule_form="shared", shared_rule_groups=3)

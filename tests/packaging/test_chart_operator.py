@@ -61,8 +61,17 @@ def test_the_chart_passes_the_shared_groups_only_when_split(helm: str) -> None:
 
 
 def test_the_schema_refuses_more_shared_groups_than_the_operator_takes(helm: str) -> None:
-    result = run_helm(helm, *template_args("alerts.sharedRuleGroups=17"), check=False)
+    result = run_helm(
+        helm, *template_args("alerts.ruleForm=shared", "alerts.sharedRuleGroups=17"), check=False
+    )
     assert result.returncode != 0 and "sharedRuleGroups" in result.stderr
+
+
+def test_the_chart_passes_the_annotation_lookups_only_when_asked(helm: str) -> None:
+    default = parsed_args(operator_container(objects(template(helm, "alerts.ruleForm=shared"))))
+    assert default.shared_annotation_lookups is False
+    sets = ("alerts.ruleForm=shared", "alerts.sharedAnnotationLookups=true")
+    assert parsed_args(operator_container(objects(template(helm, *sets)))).shared_annotation_lookups is True
 
 
 @pytest.mark.parametrize(

@@ -321,7 +321,8 @@ METRICS: tuple[Metric, ...] = (
         "trainguard_exporter_info",
         _G,
         "Exporter and driver versions; driver_supported=false means GPU metrics are not collected. trace_id "
-        "is the run's id (the Job's), which every alert of the job carries as an annotation.",
+        "is the run's id (the Job's), which a monitor's own group's alerts carry as an annotation "
+        "(`trainguard report` looks it up for the shared group's).",
         (
             "version",
             "backend",

@@ -7,12 +7,13 @@ import os
 
 from trainguard import IMAGE
 from trainguard.args import (
+    LOOKUPS_HELP,
     api_client,
     duration,
     fail,
     kube_flags,
     need,
-    refuse_split_without_shared_form,
+    refuse_shared_options_without_shared_form,
     shared_rule_parts,
     who,
 )
@@ -393,6 +394,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="with --rule-form shared: the shared PrometheusRule's rules in at most N groups (1 to 16, "
         "default 1), which Prometheus evaluates in parallel, for a Prometheus 2 whose one group nears its interval",
     )
+    op.add_argument("--shared-annotation-lookups", action="store_true", help=LOOKUPS_HELP)
     op.add_argument(
         "--remediation-first-seconds",
         type=seconds_or_off,
@@ -419,7 +421,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def cmd_operator(args: argparse.Namespace) -> int:
     need("operator", "kopf", "kubernetes", "pydantic", "yaml", "promql_parser", "cryptography")
-    refuse_split_without_shared_form(args)
+    refuse_shared_options_without_shared_form(args)
     import datetime as dt
     import logging
 
@@ -478,6 +480,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
             severity_style=args.severity_style,
             rule_form=args.rule_form,
             shared_rule_groups=args.shared_rule_groups,
+            shared_annotation_lookups=args.shared_annotation_lookups,
             remediation_first_seconds=args.remediation_first_seconds,
             cert_policy=CertPolicy(
                 serving_lifetime=dt.timedelta(seconds=args.cert_duration),

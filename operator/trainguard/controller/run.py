@@ -164,6 +164,8 @@ class OperatorOptions:
     series on the metrics port (render/shared.py, controller/rule_settings.py)."""
     shared_rule_groups: int = 1
     """--shared-rule-groups: the shared group's rules in at most this many groups (render/rule_split.py)."""
+    shared_annotation_lookups: bool = False
+    """--shared-annotation-lookups: the shared group's alerts look up their correlation annotations."""
     cert_dir: str | None = None
     """Where the self-managed certificate files are written for the servers (default: a private tmp dir)."""
     reconcile_workers: int | None = None
@@ -452,7 +454,11 @@ def apply_shared_rules(kube: ObjectWriter, opts: OperatorOptions) -> bool:
     TrainguardMonitorSettingsMissing cannot fire either, so say it loudly. Returns whether it wrote."""
     rule, _ = with_hash(
         shared_prometheus_rule(
-            opts.namespace, opts.severity_style, opts.object_labels, parts=opts.shared_rule_groups
+            opts.namespace,
+            opts.severity_style,
+            opts.object_labels,
+            parts=opts.shared_rule_groups,
+            lookups=opts.shared_annotation_lookups,
         )
     )
     try:

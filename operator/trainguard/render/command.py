@@ -10,7 +10,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from trainguard.args import EXIT_USAGE, fail, need, refuse_split_without_shared_form, shared_rule_parts
+from trainguard.args import (
+    EXIT_USAGE,
+    LOOKUPS_HELP,
+    fail,
+    need,
+    refuse_shared_options_without_shared_form,
+    shared_rule_parts,
+)
 from trainguard.catalog.severity import GRADE, MAPPED_SEVERITY, STYLES
 from trainguard.output import DATA_FORMATS, dump, out_dir_flag, output_flag, refuse_output_path
 
@@ -47,7 +54,7 @@ def _load(files: Sequence[str]):  # type: ignore[no-untyped-def]
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    refuse_split_without_shared_form(args)
+    refuse_shared_options_without_shared_form(args)
     docs = _load(args.file)
     from trainguard.render import dump_stream, dump_yaml, render_kubernetes, render_prometheus
 
@@ -83,6 +90,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         severity_style=args.severity_style,
         rule_form=args.rule_form,
         shared_rule_groups=args.shared_rule_groups,
+        shared_annotation_lookups=args.shared_annotation_lookups,
     )
     if not args.out_dir:
         fail("--format prometheus writes several files: give a directory with --out-dir DIR", EXIT_USAGE)
@@ -229,6 +237,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         help="with --rule-form shared: the shared group's rules in at most N groups (1 to 16, default 1), "
         "which Prometheus evaluates in parallel, for a Prometheus 2 whose one group nears its interval (docs/rendering.md)",
     )
+    render.add_argument("--shared-annotation-lookups", action="store_true", help=LOOKUPS_HELP)
     render.add_argument(
         "--remote-write-url",
         metavar="URL",

@@ -47,18 +47,20 @@ def render_prometheus(
     severity_style: str = GRADE,
     rule_form: str = PER_MONITOR,
     shared_rule_groups: int = 1,
+    shared_annotation_lookups: bool = False,
 ) -> dict[str, Any]:
     """`rules.yml` and `alertmanager.yml` for a plain Prometheus and Alertmanager, `aggregates.yml`
     (a second rule file: the long-term aggregates) and, given a URL, `remote_write.yml`: the
     remote_write section for prometheus.yml that ships only the aggregates and the alert history
     (the history to `remote_write_events_url` instead, when given, for a store that keeps it longer).
     The rules' `severity` is in `severity_style`; alertmanager.yml routes on `priority`, in any style.
-    With `rule_form` shared, rules.yml holds the shared group (in `shared_rule_groups` groups at most)
+    With `rule_form` shared, rules.yml holds the shared group (in `shared_rule_groups` groups at most,
+    its annotations looked up with `shared_annotation_lookups`)
     and the groups of the monitors it cannot judge (render/shared.py), and monitor-settings.prom the
     series it reads, for the operator to serve or any static endpoint."""
     pairs = [(m, effective_policy(m, docs.policies_for(m))) for m in _sorted_monitors(docs)]
     if rule_form == SHARED:
-        groups = shared_groups(severity_style, shared_rule_groups) + [
+        groups = shared_groups(severity_style, shared_rule_groups, shared_annotation_lookups) + [
             g for m, p in pairs for g in monitor_groups(m, p, severity_style)
         ]
     else:

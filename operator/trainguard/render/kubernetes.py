@@ -86,9 +86,11 @@ def shared_prometheus_rule(
     severity_style: str = GRADE,
     object_labels: Mapping[str, str] | None = None,
     parts: int = 1,
+    lookups: bool = False,
 ) -> Obj:
     """The shared group (render/shared.py), once for the cluster, in the operator's namespace; in
-    `parts` groups at most (--shared-rule-groups)."""
+    `parts` groups at most (--shared-rule-groups), its annotations looked up with `lookups`
+    (--shared-annotation-lookups)."""
     return with_labels(
         [
             {
@@ -99,7 +101,7 @@ def shared_prometheus_rule(
                     "namespace": namespace,
                     "labels": dict(MANAGED_LABELS),
                 },
-                "spec": {"groups": _rule_groups(shared_groups(severity_style, parts))},
+                "spec": {"groups": _rule_groups(shared_groups(severity_style, parts, lookups))},
             }
         ],
         object_labels or {},

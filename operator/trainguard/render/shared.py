@@ -339,9 +339,12 @@ def settings_missing_rule(severity_style: str = GRADE) -> Rule:
     }
 
 
-def shared_group(severity_style: str = GRADE) -> dict[str, Any]:
-    """The catalogue's rules for every job at once: the same for any set of monitors."""
-    ctx = SharedContext(DEFAULT_MONITOR, severity_style)
+def shared_group(severity_style: str = GRADE, lookups: bool = False) -> dict[str, Any]:
+    """The catalogue's rules for every job at once: the same for any set of monitors. Its alerts' correlation
+    annotations look nothing up unless `lookups` (--shared-annotation-lookups): the group serves every
+    job, and in an alert storm the lookups, a few queries per active alert at every evaluation, would
+    cost more than its rules (docs/performance.md)."""
+    ctx = SharedContext(DEFAULT_MONITOR, severity_style, lookups)
     recording = [_judged(r) for r in recording_rules(ctx)]
     alerting = [
         _judged(
@@ -357,10 +360,10 @@ def shared_group(severity_style: str = GRADE) -> dict[str, Any]:
     }
 
 
-def shared_groups(severity_style: str = GRADE, parts: int = 1) -> list[dict[str, Any]]:
+def shared_groups(severity_style: str = GRADE, parts: int = 1, lookups: bool = False) -> list[dict[str, Any]]:
     """The shared group, or its rules in at most `parts` groups that Prometheus evaluates in parallel
     (render/rule_split.py, --shared-rule-groups)."""
-    return split_group(shared_group(severity_style), parts, inputs=len(input_rules()))
+    return split_group(shared_group(severity_style, lookups), parts, inputs=len(input_rules()))
 
 
 def monitor_groups(
