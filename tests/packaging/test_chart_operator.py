@@ -74,6 +74,15 @@ def test_the_chart_passes_the_annotation_lookups_only_when_asked(helm: str) -> N
     assert parsed_args(operator_container(objects(template(helm, *sets)))).shared_annotation_lookups is True
 
 
+@pytest.mark.parametrize("value", ["alerts.sharedRuleGroups=2", "alerts.sharedAnnotationLookups=true"])
+def test_the_schema_refuses_the_shared_groups_options_without_the_shared_form(helm: str, value: str) -> None:
+    """At install, not as an operator that exits 2 at start and crash-loops."""
+    key = value.split("=", maxsplit=1)[0].split(".")[1]
+    result = run_helm(helm, *template_args(value), check=False)
+    assert result.returncode != 0 and key in result.stderr, result.stderr
+    run_helm(helm, *template_args("alerts.ruleForm=shared", value))
+
+
 @pytest.mark.parametrize(
     ("sets", "image"),
     [
