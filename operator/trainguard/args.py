@@ -107,6 +107,20 @@ def refuse_shared_options_without_shared_form(args: argparse.Namespace) -> None:
         )
 
 
+def shared_form_flags(parser: argparse.ArgumentParser, group: str) -> None:
+    """--shared-rule-groups and --shared-annotation-lookups, alike on `render` and `operator`; `group`
+    names the shared group as the verb writes it."""
+    parser.add_argument(
+        "--shared-rule-groups",
+        type=shared_rule_parts,
+        default=1,
+        metavar="N",
+        help=f"with --rule-form shared: {group}'s rules in at most N groups (1 to 16, default 1), which "
+        "Prometheus evaluates in parallel, for a Prometheus 2 whose one group nears its interval (docs/rendering.md)",
+    )
+    parser.add_argument("--shared-annotation-lookups", action="store_true", help=LOOKUPS_HELP)
+
+
 LOOKUPS_HELP = (
     "with --rule-form shared: its alerts' annotations also look up the run's trace id, the job's pods "
     "and nodes and the +-30 s log window around the activation, as the per-monitor groups' do; "

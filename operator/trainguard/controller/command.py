@@ -7,14 +7,13 @@ import os
 
 from trainguard import IMAGE
 from trainguard.args import (
-    LOOKUPS_HELP,
     api_client,
     duration,
     fail,
     kube_flags,
     need,
     refuse_shared_options_without_shared_form,
-    shared_rule_parts,
+    shared_form_flags,
     who,
 )
 from trainguard.catalog.kubernetes import LEMON_LABEL
@@ -386,15 +385,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="per-monitor: a rule group per monitor (default); shared: one PrometheusRule for every job, "
         "with each monitor's thresholds served as series on the metrics port (docs/rendering.md)",
     )
-    op.add_argument(
-        "--shared-rule-groups",
-        type=shared_rule_parts,
-        default=1,
-        metavar="N",
-        help="with --rule-form shared: the shared PrometheusRule's rules in at most N groups (1 to 16, "
-        "default 1), which Prometheus evaluates in parallel, for a Prometheus 2 whose one group nears its interval",
-    )
-    op.add_argument("--shared-annotation-lookups", action="store_true", help=LOOKUPS_HELP)
+    shared_form_flags(op, "the shared PrometheusRule")
     op.add_argument(
         "--remediation-first-seconds",
         type=seconds_or_off,

@@ -12,11 +12,10 @@ from pathlib import Path
 
 from trainguard.args import (
     EXIT_USAGE,
-    LOOKUPS_HELP,
     fail,
     need,
     refuse_shared_options_without_shared_form,
-    shared_rule_parts,
+    shared_form_flags,
 )
 from trainguard.catalog.severity import GRADE, MAPPED_SEVERITY, STYLES
 from trainguard.output import DATA_FORMATS, dump, out_dir_flag, output_flag, refuse_output_path
@@ -229,15 +228,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         help="--format prometheus: one rule group per monitor (default), or one shared group whose "
         "thresholds are series, written to monitor-settings.prom (docs/rendering.md)",
     )
-    render.add_argument(
-        "--shared-rule-groups",
-        type=shared_rule_parts,
-        default=1,
-        metavar="N",
-        help="with --rule-form shared: the shared group's rules in at most N groups (1 to 16, default 1), "
-        "which Prometheus evaluates in parallel, for a Prometheus 2 whose one group nears its interval (docs/rendering.md)",
-    )
-    render.add_argument("--shared-annotation-lookups", action="store_true", help=LOOKUPS_HELP)
+    shared_form_flags(render, "the shared group")
     render.add_argument(
         "--remote-write-url",
         metavar="URL",
