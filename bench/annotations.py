@@ -118,6 +118,7 @@ def measure(binary: str, jobs: int, rounds: int, workdir: Path) -> dict[str, Any
     render["operator"] = lambda _t: operator
     group = {"name": "annotations", "interval": "15s", "rules": copies()}
     seen: dict[str, list[float]] = {}
+    all_active = 0  # evaluations so far with every job's alert active in every copy
     last, deadline = None, time.monotonic() + 600 + 60 * rounds
     with sr.prometheus([group], render, workdir / "prometheus", "15s", binary=binary) as (url, _):
         while time.monotonic() < deadline and len(seen.get("none", [])) < rounds:
@@ -133,12 +134,10 @@ def measure(binary: str, jobs: int, rounds: int, workdir: Path) -> dict[str, Any
                    + ", ".join(f"{k} {ms:.0f} ms" for k, (ms, _) in row.items()))  # fmt: skip
             # the first evaluations with every alert active: their ALERTS_FOR_STATE is not written yet,
             # so the window's lookups find nothing; count from the third
-            if active == jobs:
-                seen.setdefault("_active", []).append(1)
-                if len(seen["_active"]) > 2:
-                    for k, (ms, _) in row.items():
-                        seen.setdefault(k, []).append(ms)
-    seen.pop("_active", None)
+            all_active += active == jobs
+            if active == jobs and all_active > 2:
+                for k, (ms, _) in row.items():
+                    seen.setdefault(k, []).append(ms)
     if len(seen.get("none", [])) < rounds:
         raise SystemExit(f"annotations: fewer than {rounds} evaluations with all {jobs} alerts active")
     median = {k: round(statistics.median(v), 1) for k, v in seen.items()}

@@ -107,6 +107,16 @@ def refuse_shared_options_without_shared_form(args: argparse.Namespace) -> None:
         )
 
 
+LOOKUPS_HELP = (
+    "with --rule-form shared: its alerts' annotations also look up the run's trace id, the job's pods "
+    "and nodes and the +-30 s log window around the activation, as the per-monitor groups' do; "
+    "Prometheus runs those queries for every active alert at every evaluation, 6 to 21 ms an alert, so "
+    "in a storm of 1,000 alerts they cost more than the rules (default: off; `trainguard report` looks "
+    "them up on demand; docs/rendering.md)"
+)
+"""The help of --shared-annotation-lookups."""
+
+
 def shared_form_flags(parser: argparse.ArgumentParser, group: str) -> None:
     """--shared-rule-groups and --shared-annotation-lookups, alike on `render` and `operator`; `group`
     names the shared group as the verb writes it."""
@@ -119,15 +129,6 @@ def shared_form_flags(parser: argparse.ArgumentParser, group: str) -> None:
         "Prometheus evaluates in parallel, for a Prometheus 2 whose one group nears its interval (docs/rendering.md)",
     )
     parser.add_argument("--shared-annotation-lookups", action="store_true", help=LOOKUPS_HELP)
-
-
-LOOKUPS_HELP = (
-    "with --rule-form shared: its alerts' annotations also look up the run's trace id, the job's pods "
-    "and nodes and the +-30 s log window around the activation, as the per-monitor groups' do; "
-    "Prometheus runs those queries for every active alert at every evaluation, 6 to 21 ms an alert, so "
-    "in a storm of 1,000 alerts they cost more than the rules (default: off; `trainguard report` looks "
-    "them up on demand; docs/rendering.md)"
-)
 
 
 def kube_flags(parser: argparse.ArgumentParser) -> None:
